@@ -1,0 +1,38 @@
+# Every install step lives here: `make test` and `make demo` work on a fresh clone.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON ?= $(abspath $(PY))
+
+.PHONY: install test test-fast demo perf soak clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not integration and not spark" tests
+
+demo: $(STAMP)
+	$(VENV)/bin/ferry demo
+
+perf: $(STAMP)
+	$(VENV)/bin/ferry perf quorum
+	$(VENV)/bin/ferry perf streams
+	$(VENV)/bin/ferry perf move
+	$(VENV)/bin/ferry perf rebalance
+
+autoscale: $(STAMP)
+	$(VENV)/bin/ferry autoscale run
+
+clean:
+	rm -rf $(VENV) .ferry build *.egg-info

@@ -1,0 +1,41 @@
+"""The shape of a controller operation: a pure function from (image, request) to records and a reply.
+
+An operation changes nothing. The records it returns are appended through Raft as one atomic
+batch and then replayed, on every controller, by the one replay path (Kafka's ControllerResult).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from metadata_quorum.records import Record
+
+if TYPE_CHECKING:  # the image module imports records only; this keeps the import graph acyclic
+    from metadata_quorum.image import MetadataImage
+
+
+@dataclass(frozen=True)
+class OpContext:
+    """What an operation may know besides the image: the clock and the leader's volatile state.
+
+    ``next_offset`` is the log offset the first returned record will get (a broker epoch is the
+    offset of its registration record). ``last_heartbeat_ms`` is kept in memory by the active
+    controller only, as in KRaft: heartbeats are not records.
+    """
+
+    now_ms: int
+    next_offset: int
+    controller_id: int = 0
+    last_heartbeat_ms: Mapping[int, int] = field(default_factory=dict)
+    session_timeout_ms: int = 9000
+    reelection_timeout_ms: int = 2000
+
+
+@dataclass(frozen=True)
+class ControllerResult:
+    records: tuple[Record, ...] = ()
+    reply: dict[str, Any] = field(default_factory=dict)
+
+
+WriteOperation = Callable[["MetadataImage", dict[str, Any], OpContext], ControllerResult]
+ReadOperation = Callable[["MetadataImage", dict[str, Any]], dict[str, Any]]

@@ -1,0 +1,111 @@
+"""Kafka's error names and codes, shared by every component.
+
+Errors split by fault: a caller's mistake (bad input, nothing changed) versus the system's
+(retriable: the client retries, usually after refreshing metadata). Stream errors use the
+500 range, beside Kafka's own codes, as AutoMQ's stream extensions do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class ErrorCode(Enum):
+    """(code, retriable, http_status) for every error Ferry reports."""
+
+    UNKNOWN_SERVER_ERROR = (-1, False, 500)
+    NONE = (0, False, 200)
+    OFFSET_OUT_OF_RANGE = (1, False, 416)
+    CORRUPT_MESSAGE = (2, True, 400)
+    UNKNOWN_TOPIC_OR_PARTITION = (3, True, 404)
+    LEADER_NOT_AVAILABLE = (5, True, 503)
+    NOT_LEADER_OR_FOLLOWER = (6, True, 421)
+    REQUEST_TIMED_OUT = (7, True, 504)
+    REPLICA_NOT_AVAILABLE = (9, True, 503)
+    MESSAGE_TOO_LARGE = (10, False, 413)
+    INVALID_TOPIC_EXCEPTION = (17, False, 400)
+    NOT_ENOUGH_REPLICAS = (19, True, 503)
+    INVALID_REQUIRED_ACKS = (21, False, 400)
+    TOPIC_ALREADY_EXISTS = (36, False, 409)
+    INVALID_PARTITIONS = (37, False, 400)
+    INVALID_REPLICATION_FACTOR = (38, False, 400)
+    INVALID_REPLICA_ASSIGNMENT = (39, False, 400)
+    INVALID_CONFIG = (40, False, 400)
+    NOT_CONTROLLER = (41, True, 421)
+    INVALID_REQUEST = (42, False, 400)
+    POLICY_VIOLATION = (44, False, 400)
+    KAFKA_STORAGE_ERROR = (56, True, 507)
+    LOG_DIR_NOT_FOUND = (57, False, 404)
+    FENCED_LEADER_EPOCH = (74, True, 409)
+    UNKNOWN_LEADER_EPOCH = (75, True, 409)
+    STALE_BROKER_EPOCH = (77, False, 409)
+    OFFSET_NOT_AVAILABLE = (78, True, 503)
+    PREFERRED_LEADER_NOT_AVAILABLE = (80, True, 503)
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = (83, True, 503)
+    ELECTION_NOT_NEEDED = (84, False, 400)
+    NO_REASSIGNMENT_IN_PROGRESS = (85, False, 400)
+    INVALID_RECORD = (87, False, 400)
+    UNKNOWN_TOPIC_ID = (100, True, 404)
+    DUPLICATE_BROKER_REGISTRATION = (101, False, 409)
+    BROKER_ID_NOT_REGISTERED = (102, False, 404)
+    INCONSISTENT_CLUSTER_ID = (104, False, 400)
+    STREAM_EXIST = (501, False, 409)
+    STREAM_NOT_EXIST = (502, False, 404)
+    STREAM_NOT_OPENED = (503, False, 409)
+    STREAM_NOT_CLOSED = (504, True, 409)
+    STREAM_FENCED = (505, False, 409)
+    OFFSET_NOT_MATCHED = (506, False, 409)
+    OBJECT_NOT_EXIST = (507, False, 404)
+    STREAM_INNER_ERROR = (599, True, 500)
+
+    @property
+    def code(self) -> int:
+        return self.value[0]
+
+    @property
+    def retriable(self) -> bool:
+        return self.value[1]
+
+    @property
+    def http_status(self) -> int:
+        return self.value[2]
+
+    @classmethod
+    def from_name(cls, name: str) -> "ErrorCode":
+        try:
+            return cls[name]
+        except KeyError:
+            return cls.UNKNOWN_SERVER_ERROR
+
+
+@dataclass
+class FerryError(Exception):
+    """An error with Kafka's name and code, a message a person understands, and optional details."""
+
+    error: ErrorCode
+    message: str = ""
+    details: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(f"{self.error.name}: {self.message}")
+
+    def __str__(self) -> str:
+        return f"{self.error.name}: {self.message}"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    @property
+    def retriable(self) -> bool:
+        return self.error.retriable
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.error.name, "code": self.error.code, "message": self.message}
+        if self.details:
+            body["details"] = self.details
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> "FerryError":
+        return cls(ErrorCode.from_name(str(body.get("error", ""))), str(body.get("message", "")), body.get("details"))

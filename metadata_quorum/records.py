@@ -1,0 +1,274 @@
+"""Metadata records: the only way state changes (DESIGN.md §2).
+
+Each record is a frozen dataclass. The encoding is versioned and self-describing:
+``{"type": "Partition", "version": 1, "fields": {...}}`` as JSON. Decoding ignores unknown
+fields and fills missing ones from defaults, so a newer writer and an older reader can coexist.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+NO_LEADER = -1
+STORAGE_S3 = "s3"
+STORAGE_LOCAL = "local"
+STREAM_OPENED = "OPENED"
+STREAM_CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True)
+class LogDirSpec:
+    """One of a broker's log dirs: a stable id and its absolute path."""
+
+    dir_id: str
+    path: str
+
+
+@dataclass(frozen=True)
+class RegisterBrokerRecord:
+    broker_id: int
+    incarnation_id: str
+    broker_epoch: int
+    endpoints: tuple[str, ...] = ()
+    rack: str | None = None
+    log_dirs: tuple[LogDirSpec, ...] = ()
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+
+@dataclass(frozen=True)
+class UnregisterBrokerRecord:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True)
+class BrokerRegistrationChangeRecord:
+    """Only the fields that change; None = unchanged."""
+
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+    online_log_dirs: tuple[str, ...] | None = None
+    saturated_log_dirs: tuple[str, ...] | None = None
+    offline_log_dirs: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TopicRecord:
+    name: str
+    topic_id: str
+    storage: str = STORAGE_S3
+
+
+@dataclass(frozen=True)
+class RemoveTopicRecord:
+    topic_id: str
+
+
+@dataclass(frozen=True)
+class PartitionRecord:
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    leader: int = NO_LEADER
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    directories: tuple[str, ...] = ()
+    storage: str = STORAGE_S3
+    reelection_deadline_ms: int = 0
+    change_started_ms: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionChangeRecord:
+    """Only the fields that change (None = unchanged). ``leader = -1`` means no leader.
+
+    Replay bumps ``partition_epoch`` on every change and ``leader_epoch`` when the leader changes
+    or a reassignment removes a replica (KRaft's rules).
+    """
+
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...] | None = None
+    isr: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    leader: int | None = None
+    directories: tuple[str, ...] | None = None
+    reelection_deadline_ms: int | None = None
+    change_started_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class StreamRecord:
+    """The whole state of a stream (an upsert)."""
+
+    stream_id: int
+    epoch: int
+    state: str
+    owner: int
+    start_offset: int = 0
+    end_offset: int = 0
+
+
+@dataclass(frozen=True)
+class RemoveStreamRecord:
+    stream_id: int
+
+
+@dataclass(frozen=True)
+class StreamObjectRecord:
+    """``[start_offset, end_offset)`` of ``stream_id`` lives in ``object_key`` (which may hold other streams too)."""
+
+    object_key: str
+    stream_id: int
+    start_offset: int
+    end_offset: int
+    size: int
+    epoch: int
+    committed_ms: int = 0
+
+
+@dataclass(frozen=True)
+class RemoveStreamObjectRecord:
+    object_key: str
+    stream_id: int
+
+
+@dataclass(frozen=True)
+class KVRecord:
+    """A key/value pair; ``value = None`` deletes the key."""
+
+    key: str
+    value: str | None
+
+
+@dataclass(frozen=True)
+class ConfigRecord:
+    """A dynamic config; ``resource_type`` is "broker", "topic" or "cluster"; ``value = None`` deletes."""
+
+    resource_type: str
+    resource_name: str
+    key: str
+    value: str | None
+
+
+@dataclass(frozen=True)
+class NoOpRecord:
+    """Written by a new leader so that its first commit fences the old leader's term."""
+
+    term: int = 0
+    leader_id: int = -1
+
+
+Record = Union[
+    RegisterBrokerRecord,
+    UnregisterBrokerRecord,
+    BrokerRegistrationChangeRecord,
+    TopicRecord,
+    RemoveTopicRecord,
+    PartitionRecord,
+    PartitionChangeRecord,
+    StreamRecord,
+    RemoveStreamRecord,
+    StreamObjectRecord,
+    RemoveStreamObjectRecord,
+    KVRecord,
+    ConfigRecord,
+    NoOpRecord,
+]
+
+RECORD_TYPES: dict[str, type] = {
+    cls.__name__.removesuffix("Record"): cls for cls in typing.get_args(Record)
+}
+RECORD_VERSION: dict[str, int] = {name: 1 for name in RECORD_TYPES}
+_NESTED: dict[str, type] = {"LogDirSpec": LogDirSpec}
+
+
+def partition_stream_key(topic_id: str, partition: int, kind: str) -> str:
+    """KV key mapping a partition to its stream id; ``kind`` is "data" or "meta"."""
+    return f"partition/{topic_id}/{partition}/{kind}"
+
+
+def record_type(record: Record) -> str:
+    return type(record).__name__.removesuffix("Record")
+
+
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    return value
+
+
+def _from_plain(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _from_plain(args[0], value) if len(args) == 1 else value
+    if origin is tuple:
+        (item_tp, *_rest) = typing.get_args(tp)
+        return tuple(_from_plain(item_tp, v) for v in value)
+    if origin is dict:
+        return dict(value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _build(tp, value)
+    if tp is int and isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls, globalns=globals() | _NESTED)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _from_plain(hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def encode_record(record: Record) -> dict[str, Any]:
+    """The self-describing JSON-ready form of a record."""
+    name = record_type(record)
+    return {"type": name, "version": RECORD_VERSION[name], "fields": _to_plain(record)}
+
+
+def decode_record(data: dict[str, Any]) -> Record:
+    """Inverse of :func:`encode_record`; raises ValueError on an unknown type or a newer version."""
+    name = data.get("type")
+    cls = RECORD_TYPES.get(str(name))
+    if cls is None:
+        raise ValueError(f"unknown record type {name!r}")
+    version = int(data.get("version", 1))
+    if version > RECORD_VERSION[str(name)]:
+        raise ValueError(f"record {name} version {version} is newer than supported {RECORD_VERSION[str(name)]}")
+    return typing.cast(Record, _build(cls, dict(data.get("fields", {}))))
+
+
+def encode_record_bytes(record: Record) -> bytes:
+    return json.dumps(encode_record(record), separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_record_bytes(raw: bytes) -> Record:
+    return decode_record(json.loads(raw))
+
+
+__all__ = [name for name in list(globals()) if name.endswith("Record") or name in {
+    "LogDirSpec", "Record", "RECORD_TYPES", "encode_record", "decode_record", "encode_record_bytes",
+    "decode_record_bytes", "partition_stream_key", "record_type", "NO_LEADER", "STORAGE_S3",
+    "STORAGE_LOCAL", "STREAM_OPENED", "STREAM_CLOSED"}]
+_ = field
