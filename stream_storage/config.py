@@ -1,0 +1,81 @@
+"""Configuration of the stream storage layer: the S3 endpoint, the WAL and the uploader.
+
+Plain dataclasses with ``from_dict`` so that broker JSON configs map onto them one to one.
+Defaults follow AutoMQ's S3 WAL (upload at 8 MiB or 250 ms) and moto's measured costs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff for retriable object-store failures (5xx, SlowDown, timeouts)."""
+
+    max_attempts: int = 6
+    base_backoff_ms: int = 20
+    max_backoff_ms: int = 1000
+
+    def backoff_ms(self, attempt: int) -> int:
+        """Backoff before retry number ``attempt`` (1-based), capped."""
+        return min(self.max_backoff_ms, self.base_backoff_ms * (2 ** max(0, attempt - 1)))
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """Where objects go. Credentials: explicit here, else boto3's usual chain, else dummy ones
+    (the embedded moto server accepts any)."""
+
+    endpoint_url: str | None = None
+    bucket: str = "ferry"
+    region: str = "us-east-1"
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    path_style: bool = True
+    connect_timeout_ms: int = 2000
+    read_timeout_ms: int = 10000
+    max_pool_connections: int = 16
+    io_threads: int = 8
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass(frozen=True)
+class StreamStorageConfig:
+    """One broker's stream storage: its WAL dir and upload thresholds."""
+
+    wal_dir: str
+    wal_segment_bytes: int = 64 * MIB
+    wal_fsync: bool = True
+    upload_bytes: int = 8 * MIB
+    upload_interval_ms: int = 250
+    max_inflight_uploads: int = 2
+    object_block_bytes: int = 1 * MIB
+    object_key_prefix: str = "streams"
+    cache_bytes: int = 64 * MIB
+    index_cache_entries: int = 1024
+    max_append_bytes: int = 8 * MIB
+    controller_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=8))
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    kwargs: dict[str, Any] = {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key, value in data.items():
+        if key not in names:
+            raise ValueError(f"unknown {cls.__name__} setting {key!r}")
+        if key in ("retry", "controller_retry") and isinstance(value, dict):
+            value = _build(RetryPolicy, value)
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def s3_config_from_dict(data: dict[str, Any]) -> S3Config:
+    return _build(S3Config, data)  # type: ignore[no-any-return]
+
+
+def storage_config_from_dict(data: dict[str, Any]) -> StreamStorageConfig:
+    return _build(StreamStorageConfig, data)  # type: ignore[no-any-return]

@@ -1,0 +1,159 @@
+"""The S3 object store on boto3 (moto server, MinIO or AWS).
+
+boto3 is synchronous, so every call runs in a bounded thread pool owned by the store. boto3's own
+retries are off: :class:`~stream_storage.object_store.RetryingObjectStore` applies one bounded
+policy everywhere. Errors are mapped to the seam's three kinds.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence, TypeVar
+
+import boto3
+import botocore.exceptions
+from botocore.config import Config
+
+from stream_storage.config import S3Config
+from stream_storage.object_store import (
+    ObjectInfo,
+    ObjectNotFound,
+    ObjectStoreError,
+    PreconditionFailed,
+    RetryingObjectStore,
+)
+
+T = TypeVar("T")
+DUMMY_ACCESS_KEY = "ferry"
+DUMMY_SECRET_KEY = "ferry-secret"
+_RETRIABLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
+                    "InternalError", "ServiceUnavailable", "503", "500", "502", "504"}
+
+
+def make_s3_client(config: S3Config) -> Any:
+    """A boto3 S3 client for ``config``: path-style, timeouts, no built-in retries."""
+    session = boto3.session.Session()
+    access_key, secret_key = config.access_key_id, config.secret_access_key
+    if access_key is None:
+        creds = session.get_credentials()
+        if creds is None:  # nothing configured anywhere: fine for the embedded moto server
+            access_key, secret_key = DUMMY_ACCESS_KEY, DUMMY_SECRET_KEY
+    botocore_config = Config(
+        region_name=config.region,
+        connect_timeout=config.connect_timeout_ms / 1000,
+        read_timeout=config.read_timeout_ms / 1000,
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        max_pool_connections=config.max_pool_connections,
+        s3={"addressing_style": "path" if config.path_style else "auto"},
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return session.client("s3", endpoint_url=config.endpoint_url, aws_access_key_id=access_key,
+                          aws_secret_access_key=secret_key, config=botocore_config)
+
+
+def _map_error(exc: Exception, key: str) -> ObjectStoreError:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code in ("NoSuchKey", "404", "NotFound"):
+            return ObjectNotFound(key)
+        if code in ("PreconditionFailed", "412") or status == 412:
+            return PreconditionFailed(key)
+        retriable = code in _RETRIABLE_CODES or status >= 500 or status == 429
+        return ObjectStoreError(f"S3 {code or status} on {key}: {err.get('Message', '')}", retriable=retriable)
+    if isinstance(exc, (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError,
+                        botocore.exceptions.ReadTimeoutError, botocore.exceptions.ConnectTimeoutError)):
+        return ObjectStoreError(f"S3 connection problem on {key}: {exc}", retriable=True)
+    return ObjectStoreError(f"S3 failure on {key}: {exc!r}", retriable=False)
+
+
+class S3ObjectStore:
+    """One bucket through boto3. Raises only ObjectStoreError and its subclasses."""
+
+    def __init__(self, config: S3Config, client: Any | None = None) -> None:
+        self.config = config
+        self.bucket = config.bucket
+        self.client = client or make_s3_client(config)
+        self._pool = ThreadPoolExecutor(max_workers=config.io_threads, thread_name_prefix="ferry-s3")
+
+    async def _call(self, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        except ObjectStoreError:
+            raise
+        except Exception as exc:  # boto3 raises many types; map them all to the seam's
+            raise _map_error(exc, key) from exc
+
+    async def put(self, key: str, data: bytes | bytearray | memoryview, if_none_match: bool = False,
+                  if_match: str | None = None) -> str:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "Body": bytes(data)}
+        if if_none_match:
+            kwargs["IfNoneMatch"] = "*"
+        if if_match is not None:
+            kwargs["IfMatch"] = if_match
+        reply = await self._call(key, self.client.put_object, **kwargs)
+        return str(reply.get("ETag", ""))
+
+    def _get_sync(self, key: str, start: int | None, end: int | None) -> bytes:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+        if start is not None or end is not None:
+            first = start or 0
+            if end is not None and end <= first:
+                return b""
+            kwargs["Range"] = f"bytes={first}-" + ("" if end is None else str(end - 1))
+        reply = self.client.get_object(**kwargs)
+        body = reply["Body"]
+        try:
+            return body.read()  # type: ignore[no-any-return]
+        finally:
+            body.close()
+
+    async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        return await self._call(key, self._get_sync, key, start, end)
+
+    def _list_sync(self, prefix: str) -> list[ObjectInfo]:
+        found: list[ObjectInfo] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            reply = self.client.list_objects_v2(**kwargs)
+            found += [ObjectInfo(o["Key"], int(o["Size"]), str(o.get("ETag", ""))) for o in reply.get("Contents", [])]
+            if not reply.get("IsTruncated"):
+                return found
+            token = reply.get("NextContinuationToken")
+
+    async def list(self, prefix: str) -> list[ObjectInfo]:
+        return await self._call(prefix, self._list_sync, prefix)
+
+    def _delete_sync(self, keys: Sequence[str]) -> None:
+        for i in range(0, len(keys), 1000):
+            chunk = [{"Key": k} for k in keys[i:i + 1000]]
+            reply = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
+            errors = reply.get("Errors") or []
+            if errors:
+                raise ObjectStoreError(f"S3 refused to delete {len(errors)} objects: {errors[0]}", retriable=True)
+
+    async def delete(self, keys: Sequence[str]) -> None:
+        if keys:
+            await self._call(keys[0], self._delete_sync, list(keys))
+
+    def ensure_bucket_sync(self) -> None:
+        """Create the bucket if it does not exist (the embedded server starts empty)."""
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except botocore.exceptions.ClientError:
+            self.client.create_bucket(Bucket=self.bucket)
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def open_s3_store(config: S3Config) -> RetryingObjectStore:
+    """The store brokers use: S3 with the configured bounded retries."""
+    return RetryingObjectStore(S3ObjectStore(config), config.retry)
