@@ -1,0 +1,297 @@
+"""Admin helpers over the controller API (writes and reads) and the brokers' admin endpoints.
+
+The tools reach the controllers either directly (`--bootstrap-controller`) or through a broker
+(`--bootstrap-server`), whose `/v1/metadata` names the controllers. Replies of the controller's read
+operations are normalised here into small dataclasses, so that the tools do not depend on their
+exact JSON layout.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+from metadata_quorum.errors import ErrorCode, FerryError
+from tools.client import (
+    RETRIABLE_CONNECTION_ERRORS,
+    ClusterMetadata,
+    TopicPartition,
+    normalize_url,
+    parse_bootstrap,
+    raise_for_error,
+)
+
+
+class ControllerApi(Protocol):
+    async def write(self, op: str, args: dict[str, Any]) -> Any: ...
+    async def read(self, op: str, args: dict[str, Any]) -> Any: ...
+
+
+@dataclass
+class BrokerInfo:
+    broker_id: int
+    endpoints: list[str]
+    log_dirs: dict[str, str]  # path -> dir id
+    fenced: bool = False
+    rack: str | None = None
+
+    @property
+    def url(self) -> str:
+        return normalize_url(self.endpoints[0]) if self.endpoints else ""
+
+
+@dataclass
+class PartitionState:
+    topic: str
+    partition: int
+    replicas: list[int]
+    isr: list[int] = field(default_factory=list)
+    leader: int = -1
+    leader_epoch: int = 0
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
+    directories: list[str] = field(default_factory=list)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+def _reply(answer: Any) -> Any:
+    """Controller answers are `{"reply": ..., "offset": ...}`; clients may already unwrap them."""
+    if isinstance(answer, dict) and "reply" in answer and set(answer) <= {"reply", "offset"}:
+        return answer["reply"]
+    return answer
+
+
+def parse_brokers(reply: Any) -> dict[int, BrokerInfo]:
+    brokers = reply.get("brokers", []) if isinstance(reply, dict) else reply
+    if isinstance(brokers, dict):
+        brokers = [dict(v, broker_id=int(k)) for k, v in brokers.items()]
+    out: dict[int, BrokerInfo] = {}
+    for b in brokers:
+        bid = int(b.get("broker_id", b.get("id", -1)))
+        dirs: dict[str, str] = {}
+        for d in b.get("log_dirs", []):
+            if isinstance(d, dict):
+                dirs[str(d.get("path"))] = str(d.get("dir_id", ""))
+            else:
+                dirs[str(d)] = ""
+        out[bid] = BrokerInfo(bid, [str(e) for e in b.get("endpoints", [])], dirs,
+                              bool(b.get("fenced", False)), b.get("rack"))
+    return out
+
+
+def parse_topics(reply: Any) -> dict[str, list[PartitionState] | FerryError]:
+    """`describe_topics` reply -> topic name -> its partitions (sorted) or the error for that topic."""
+    topics = reply.get("topics", []) if isinstance(reply, dict) else reply
+    if isinstance(topics, dict):
+        topics = [dict(v, name=k) for k, v in topics.items()]
+    out: dict[str, list[PartitionState] | FerryError] = {}
+    for t in topics:
+        name = str(t.get("name"))
+        if t.get("error") and t.get("error") != "NONE":
+            out[name] = FerryError(ErrorCode.from_name(str(t["error"])), str(t.get("message", "")))
+            continue
+        parts = t.get("partitions", [])
+        if isinstance(parts, dict):
+            parts = [dict(v, partition=int(k)) for k, v in parts.items()]
+        states = [
+            PartitionState(
+                name, int(p.get("partition", p.get("partition_index", -1))), list(p.get("replicas", [])),
+                list(p.get("isr", [])), int(p.get("leader", -1)), int(p.get("leader_epoch", 0)),
+                list(p.get("adding_replicas", []) or []), list(p.get("removing_replicas", []) or []),
+                list(p.get("directories", []) or []),
+            )
+            for p in parts
+        ]
+        out[name] = sorted(states, key=lambda s: s.partition)
+    return out
+
+
+class Admin:
+    """Admin operations for the tools, the tests, the demo and the benchmarks."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str] | None = None,
+        bootstrap_controllers: str | list[str] | None = None,
+        timeout_ms: int = 30_000,
+        controller: ControllerApi | None = None,
+    ) -> None:
+        self.bootstrap_servers = parse_bootstrap(bootstrap_servers) if bootstrap_servers else []
+        self.bootstrap_controllers = parse_bootstrap(bootstrap_controllers) if bootstrap_controllers else []
+        self.timeout_ms = timeout_ms
+        self._controller = controller
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> "Admin":
+        self._session = aiohttp.ClientSession()
+        if self._controller is None:
+            controllers = self.bootstrap_controllers or await self._controllers_from_brokers()
+            from metadata_quorum.client import ControllerClient
+
+            self._controller = ControllerClient(controllers)
+        return self
+
+    async def __aenter__(self) -> "Admin":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        closer = getattr(self._controller, "close", None)
+        if closer is not None:
+            result = closer()
+            if asyncio.iscoroutine(result):
+                await result
+        if self._session is not None:
+            await self._session.close()
+
+    async def _controllers_from_brokers(self) -> list[str]:
+        meta = await self.broker_metadata()
+        if not meta.controllers:
+            raise FerryError(ErrorCode.INVALID_REQUEST,
+                             "the brokers did not name the controllers; use --bootstrap-controller")
+        return meta.controllers
+
+    # -- raw access
+    async def write(self, op: str, args: dict[str, Any]) -> Any:
+        assert self._controller is not None, "Admin not started"
+        return _reply(await self._controller.write(op, args))
+
+    async def read(self, op: str, args: dict[str, Any] | None = None) -> Any:
+        assert self._controller is not None, "Admin not started"
+        return _reply(await self._controller.read(op, args or {}))
+
+    async def broker_metadata(self, urls: list[str] | None = None) -> ClusterMetadata:
+        last: BaseException | None = None
+        for url in urls or self.bootstrap_servers or list((await self.brokers()).values()):
+            try:
+                return ClusterMetadata.from_json(await self.http_get(f"{normalize_url(str(url))}/v1/metadata"))
+            except (FerryError, *RETRIABLE_CONNECTION_ERRORS) as exc:
+                last = exc
+        raise FerryError(ErrorCode.LEADER_NOT_AVAILABLE, f"no broker answered: {last}")
+
+    async def http_get(self, url: str, params: dict[str, str] | None = None) -> Any:
+        assert self._session is not None, "Admin not started"
+        async with self._session.get(url, params=params, timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000)) as r:
+            await raise_for_error(r)
+            return await r.json()
+
+    async def http_post(self, url: str, body: Any) -> Any:
+        assert self._session is not None, "Admin not started"
+        async with self._session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000)) as r:
+            await raise_for_error(r)
+            return await r.json()
+
+    # -- cluster and topics
+    async def describe_cluster(self) -> dict[int, BrokerInfo]:
+        return parse_brokers(await self.read("describe_cluster", {}))
+
+    async def brokers(self) -> dict[int, str]:
+        return {bid: b.url for bid, b in (await self.describe_cluster()).items()}
+
+    async def describe_topics(self, names: list[str] | None = None) -> dict[str, list[PartitionState] | FerryError]:
+        args: dict[str, Any] = {"names": names} if names is not None else {}
+        result = parse_topics(await self.read("describe_topics", args))
+        for name in names or []:
+            result.setdefault(name, FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} not found."))
+        return result
+
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int = 1,
+                           assignments: dict[int, list[int]] | None = None, storage: str = "s3",
+                           configs: dict[str, str] | None = None) -> str:
+        topic: dict[str, Any] = {"name": name, "num_partitions": num_partitions,
+                                 "replication_factor": replication_factor, "storage": storage,
+                                 "configs": configs or {}}
+        if assignments is not None:
+            topic["assignments"] = {str(p): list(r) for p, r in assignments.items()}
+        reply = await self.write("create_topics", {"topics": [topic], "validate_only": False})
+        (result,) = reply["topics"]
+        if result.get("error") and result["error"] != "NONE":
+            raise FerryError(ErrorCode.from_name(result["error"]), str(result.get("message", "")))
+        return str(result.get("topic_id", ""))
+
+    async def alter_partition_reassignments(self, reassignments: list[dict[str, Any]]) -> dict[TopicPartition, FerryError | None]:
+        reply = await self.write("alter_partition_reassignments", {"reassignments": reassignments})
+        out: dict[TopicPartition, FerryError | None] = {}
+        for r in reply.get("responses", []):
+            tp = TopicPartition(str(r["topic"]), int(r["partition"]))
+            err = r.get("error")
+            out[tp] = FerryError(ErrorCode.from_name(err), str(r.get("message", ""))) if err and err != "NONE" else None
+        return out
+
+    async def list_partition_reassignments(self, partitions: list[TopicPartition] | None = None) -> dict[TopicPartition, PartitionState]:
+        args: dict[str, Any] = {}
+        if partitions is not None:
+            args["partitions"] = [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]
+        reply = await self.read("list_partition_reassignments", args)
+        items = reply.get("reassignments", reply.get("partitions", [])) if isinstance(reply, dict) else reply
+        out: dict[TopicPartition, PartitionState] = {}
+        for r in items:
+            st = PartitionState(str(r["topic"]), int(r["partition"]), list(r.get("replicas", [])),
+                                adding_replicas=list(r.get("adding_replicas", []) or []),
+                                removing_replicas=list(r.get("removing_replicas", []) or []))
+            out[st.tp] = st
+        return out
+
+    async def elect_leaders(self, election_type: str, partitions: list[TopicPartition] | None) -> dict[TopicPartition, FerryError | None]:
+        args: dict[str, Any] = {"election_type": election_type, "partitions": None if partitions is None else
+                                [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
+        reply = await self.write("elect_leaders", args)
+        out: dict[TopicPartition, FerryError | None] = {}
+        for r in reply.get("results", []):
+            tp = TopicPartition(str(r["topic"]), int(r["partition"]))
+            err = r.get("error")
+            out[tp] = FerryError(ErrorCode.from_name(err), str(r.get("message", ""))) if err and err != "NONE" else None
+        return out
+
+    async def move_partition(self, tp: TopicPartition, replicas: list[int]) -> None:
+        """Start one reassignment; raises the partition's error, if any."""
+        result = await self.alter_partition_reassignments(
+            [{"topic": tp.topic, "partition": tp.partition, "replicas": list(replicas)}])
+        err = result.get(tp)
+        if err is not None:
+            raise err
+
+    async def wait_for_leader(self, tp: TopicPartition, leader: int | None = None, timeout_s: float = 30.0) -> PartitionState:
+        """Poll the controller until `tp` has a leader (the given one, when set)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            topics = await self.describe_topics([tp.topic])
+            parts = topics.get(tp.topic)
+            if isinstance(parts, list):
+                for p in parts:
+                    if p.partition == tp.partition and p.leader >= 0 and (leader is None or p.leader == leader):
+                        return p
+            if time.monotonic() > deadline:
+                raise FerryError(ErrorCode.REQUEST_TIMED_OUT, f"{tp} has no leader{'' if leader is None else f' {leader}'} after {timeout_s}s")
+            await asyncio.sleep(0.05)
+
+    # -- brokers' own endpoints
+    async def describe_log_dirs(self, broker_ids: list[int] | None = None,
+                                topics: list[str] | None = None) -> dict[int, Any]:
+        urls = await self.brokers()
+        out: dict[int, Any] = {}
+        for bid in sorted(broker_ids if broker_ids is not None else urls):
+            if bid not in urls:
+                raise FerryError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"Unknown broker id {bid}")
+            params = {"topics": ",".join(topics)} if topics else None
+            out[bid] = await self.http_get(f"{urls[bid]}/v1/log-dirs", params)
+        return out
+
+    async def moves(self, broker_ids: list[int] | None = None) -> dict[int, Any]:
+        """Each broker's `/v1/moves` (six-step timelines); unreachable brokers are skipped."""
+        urls = await self.brokers()
+        out: dict[int, Any] = {}
+        for bid in sorted(broker_ids if broker_ids is not None else urls):
+            try:
+                out[bid] = await self.http_get(f"{urls[bid]}/v1/moves")
+            except (FerryError, *RETRIABLE_CONNECTION_ERRORS):
+                continue
+        return out
