@@ -1,0 +1,159 @@
+"""Registration and heartbeats, and the lease that keeps a silent broker from acknowledging writes.
+
+The controller fences a broker it has not heard from for ``session_timeout_ms`` and gives its
+partitions to others. A broker that was paused (SIGSTOP, a long GC-like stall) must not wake up
+and acknowledge produce requests it can no longer own, so it holds a *lease*: it may acknowledge
+only while ``now < send time of the last acknowledged heartbeat + session_timeout_ms``. The
+controller stamps a heartbeat when it receives it, which is after the broker sent it, so the
+lease always ends before the controller can fence the broker.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from metadata_quorum.errors import ErrorCode, FerryError
+
+log = logging.getLogger("ferry.broker.heartbeat")
+
+WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class HeartbeatState:
+    broker_id: int
+    incarnation_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    broker_epoch: int = -1
+    fenced: bool = True
+    caught_up: bool = False
+    want_shutdown: bool = False
+    should_shut_down: bool = False
+    lease_sent_mono_s: float = -1.0
+    last_error: str | None = None
+
+
+class BrokerLease:
+    """Pure check of the heartbeat lease (monotonic seconds in, a yes/no out)."""
+
+    def __init__(self, session_timeout_ms: int) -> None:
+        self.session_timeout_s = session_timeout_ms / 1000.0
+        self.sent_mono_s = -1.0
+
+    def renewed(self, sent_mono_s: float) -> None:
+        self.sent_mono_s = max(self.sent_mono_s, sent_mono_s)
+
+    def valid(self, now_mono_s: float) -> bool:
+        return self.sent_mono_s >= 0 and now_mono_s < self.sent_mono_s + self.session_timeout_s
+
+
+class Heartbeater:
+    """Registers the broker, then heartbeats every ``interval_ms`` until stopped."""
+
+    def __init__(self, write: WriteFn, broker_id: int, interval_ms: int, session_timeout_ms: int,
+                 registration: Callable[[], dict[str, Any]], metadata_offset: Callable[[], int],
+                 dir_states: Callable[[], tuple[list[str], list[str]]],
+                 on_failure: Callable[[], None] | None = None) -> None:
+        self._write = write
+        self.state = HeartbeatState(broker_id)
+        self.interval_s = interval_ms / 1000.0
+        self.lease = BrokerLease(session_timeout_ms)
+        self._registration = registration
+        self._metadata_offset = metadata_offset
+        self._dir_states = dir_states
+        self._on_failure = on_failure
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.shutdown_granted = asyncio.Event()
+
+    async def register(self, timeout_s: float = 30.0) -> int:
+        """Register (retrying while the quorum elects a leader); returns the broker epoch."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            args = dict(self._registration(), broker_id=self.state.broker_id,
+                        incarnation_id=self.state.incarnation_id)
+            try:
+                sent = time.monotonic()
+                reply = await self._write("register_broker", args)
+                self.state.broker_epoch = int(reply["broker_epoch"])
+                self.lease.renewed(sent)
+                log.info("registered broker %d with epoch %d", self.state.broker_id, self.state.broker_epoch)
+                return self.state.broker_epoch
+            except FerryError as exc:
+                if not exc.retriable and exc.error is not ErrorCode.DUPLICATE_BROKER_REGISTRATION:
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                log.info("registration not accepted yet: %s", exc)
+            except (OSError, asyncio.TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise FerryError(ErrorCode.REQUEST_TIMED_OUT, f"cannot reach the controllers: {exc}") from exc
+            await asyncio.sleep(0.2)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="heartbeat")
+
+    def request_shutdown(self) -> None:
+        self.state.want_shutdown = True
+        self._wake.set()
+
+    def poke(self) -> None:
+        """Heartbeat now (e.g. the broker caught up with the metadata log)."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
+                pass
+
+    async def beat_once(self) -> dict[str, Any]:
+        saturated, offline = self._dir_states()
+        args = {"broker_id": self.state.broker_id, "broker_epoch": self.state.broker_epoch,
+                "metadata_offset": self._metadata_offset(), "want_shutdown": self.state.want_shutdown,
+                "saturated_log_dirs": saturated, "offline_log_dirs": offline}
+        sent = time.monotonic()
+        reply = await self._write("broker_heartbeat", args)
+        self.lease.renewed(sent)
+        self.state.fenced = bool(reply.get("is_fenced", False))
+        self.state.caught_up = bool(reply.get("is_caught_up", True))
+        self.state.last_error = None
+        if reply.get("should_shut_down"):
+            self.state.should_shut_down = True
+            self.shutdown_granted.set()
+        return reply
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.beat_once()
+            except FerryError as exc:
+                self.state.last_error = str(exc)
+                if exc.error in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
+                    log.warning("heartbeat refused (%s); registering again", exc)
+                    try:
+                        await self.register(timeout_s=self.interval_s * 4)
+                    except Exception as reg_exc:  # noqa: BLE001 - keep trying on the next beat
+                        log.warning("re-registration failed: %s", reg_exc)
+                else:
+                    log.warning("heartbeat failed: %s", exc)
+                if self._on_failure:
+                    self._on_failure()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a heartbeat failure must not kill the loop
+                self.state.last_error = str(exc)
+                log.warning("heartbeat failed: %r", exc)
+                if self._on_failure:
+                    self._on_failure()
+            interval = self.interval_s / 4 if self.state.want_shutdown else self.interval_s
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=interval)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()

@@ -1,0 +1,46 @@
+"""The broker's Prometheus metrics (one registry per broker, so tests can run several in a process)."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+MOVE_STEP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class BrokerMetrics:
+    def __init__(self, broker_id: int) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.produce_requests = Counter("ferry_broker_produce_requests", "Produce requests answered",
+                                        ["topic", "partition"], registry=r)
+        self.produce_bytes = Counter("ferry_broker_produce_bytes", "Bytes of record batches acknowledged",
+                                     ["topic", "partition"], registry=r)
+        self.produce_records = Counter("ferry_broker_produce_records", "Records acknowledged",
+                                       ["topic", "partition"], registry=r)
+        self.produce_errors = Counter("ferry_broker_produce_errors", "Produce requests refused", ["error"], registry=r)
+        self.fetch_requests = Counter("ferry_broker_fetch_requests", "Fetch requests answered",
+                                      ["topic", "partition"], registry=r)
+        self.fetch_bytes = Counter("ferry_broker_fetch_bytes", "Bytes returned by fetch", ["topic", "partition"],
+                                   registry=r)
+        self.fetch_errors = Counter("ferry_broker_fetch_errors", "Fetch requests refused", ["error"], registry=r)
+        self.produce_latency = Histogram("ferry_broker_produce_latency_seconds", "Produce request to acknowledgement",
+                                         registry=r)
+        self.move_steps = Histogram("ferry_broker_move_step_seconds", "Duration of each step of a partition move",
+                                    ["step", "role"], buckets=MOVE_STEP_BUCKETS_S, registry=r)
+        self.partitions = Gauge("ferry_broker_partitions", "Partitions by state", ["state"], registry=r)
+        self.metadata_offset = Gauge("ferry_broker_metadata_offset", "Last metadata log offset applied", registry=r)
+        self.heartbeat_failures = Counter("ferry_broker_heartbeat_failures", "Heartbeats that failed", registry=r)
+        self.stream_fenced = Counter("ferry_broker_stream_fenced", "Partitions stepped down on STREAM_FENCED",
+                                     registry=r)
+        self.wal_recoveries = Counter("ferry_broker_wal_recoveries", "Partitions recovered from a WAL tail", registry=r)
+        self.broker_info = Gauge("ferry_broker_info", "Broker id", ["broker_id"], registry=r)
+        self.broker_info.labels(str(broker_id)).set(1)
+
+    def observe_move(self, role: str, steps_ms: dict[str, int | None], total_ms: int | None) -> None:
+        for step, ms in steps_ms.items():
+            if ms is not None:
+                self.move_steps.labels(step, role).observe(max(0, ms) / 1000.0)
+        if total_ms is not None:
+            self.move_steps.labels("total", role).observe(max(0, total_ms) / 1000.0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
