@@ -1,0 +1,453 @@
+"""The active controller's write path (Kafka's QuorumController, on asyncio).
+
+The leader runs write operations one at a time against its *view*: the committed image plus the
+records it has appended but not yet seen committed. Operations queued together are run back to
+back and their record batches go to Raft as one command (group commit), each operation's
+records staying one atomic batch. Up to ``max_inflight_commands`` commands are pipelined; an
+operation is answered once its command is applied. An operation that returns no records is
+answered once everything written before it has committed, so no answer reveals uncommitted state.
+
+A new leader first commits a NoOpRecord carrying its term; only then does it serve writes.
+When leadership is lost — or a command is rejected or times out — the view is dropped and
+rebuilt from the committed image.
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable
+
+from metadata_quorum.config import ControllerConfig
+from metadata_quorum.controller_result import ControllerResult, OpContext
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.raft import AppliedCommand, CommittedLog, RaftNode, advance_image
+from metadata_quorum.records import NoOpRecord, encode_record
+
+log = logging.getLogger(__name__)
+
+WriteOp = Callable[[Any, dict[str, Any], OpContext], ControllerResult]
+
+
+@dataclass
+class PendingOp:
+    name: str
+    args: dict[str, Any]
+    future: asyncio.Future[tuple[dict[str, Any], int]]
+    internal: bool = False
+
+
+@dataclass
+class _Inflight:
+    answers: list[tuple[PendingOp, dict[str, Any], int]]
+    submitted_s: float
+    is_noop: bool = False
+
+
+@dataclass
+class ObserverState:
+    """A broker as the leader sees it through heartbeats (KRaft observers)."""
+
+    metadata_offset: int = -1
+    last_fetch_ms: int = 0
+    last_caught_up_ms: int = 0
+
+
+@dataclass
+class WriteStats:
+    commit_latency_s: list[float] = field(default_factory=list)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def not_controller(leader_id: int | None, leader_url: str | None, why: str) -> FerryError:
+    return FerryError(ErrorCode.NOT_CONTROLLER, why, {"leader_id": leader_id if leader_id is not None else -1,
+                                                      "leader_url": leader_url})
+
+
+class QuorumController:
+    """Owns the leader's uncommitted view and the queue of write operations."""
+
+    def __init__(self, config: ControllerConfig, state: CommittedLog, operations: dict[str, WriteOp],
+                 loop: asyncio.AbstractEventLoop,
+                 on_commit_latency: Callable[[float], None] | None = None) -> None:
+        self.config = config
+        self.state = state
+        self.operations = operations
+        self.loop = loop
+        self.node: RaftNode | None = None
+        self.on_commit_latency = on_commit_latency
+        self.is_leader = False
+        self.active = False
+        self.epoch = -1
+        self._active_event = asyncio.Event()
+        self._view: Any = None
+        self._view_last_id = ""
+        self._queue: deque[PendingOp] = deque()
+        self._wakeup = asyncio.Event()
+        self._inflight: dict[str, _Inflight] = {}
+        self._needs_reset = False
+        self._noop_pending = False
+        self._ids = itertools.count()
+        self._commit_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._waiter_ids = itertools.count()
+        self.log_changed = asyncio.Event()
+        self.last_heartbeat_ms: dict[int, int] = {}
+        self.observers: dict[int, ObserverState] = {}
+        self.voter_caught_up_ms: dict[int, int] = {}
+        self._writer: asyncio.Task[None] | None = None
+
+    # -- wiring with the tick thread -------------------------------------------------------------
+
+    def on_applied_threadsafe(self, applied: AppliedCommand) -> None:
+        self.loop.call_soon_threadsafe(self._on_applied, applied)
+
+    def on_state_changed_threadsafe(self, old_state: int, new_state: int) -> None:
+        self.loop.call_soon_threadsafe(self._on_state_changed)
+
+    def start(self, node: RaftNode) -> None:
+        self.node = node
+        self._writer = self.loop.create_task(self._write_loop())
+
+    async def stop(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            try:
+                await self._writer
+            except asyncio.CancelledError:
+                pass
+        self._resign("the controller is shutting down")
+
+    # -- public API --------------------------------------------------------------------------------
+
+    def leader_hint(self) -> tuple[int | None, str | None]:
+        leader_id = self.node.leader_id() if self.node is not None else None
+        if leader_id is None or leader_id not in self.config.controllers:
+            return None, None
+        return leader_id, self.config.controllers[leader_id].url
+
+    async def write(self, name: str, args: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], int]:
+        """Run one write operation; returns its reply and the last offset of its committed batch."""
+        if name not in self.operations:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown write operation {name!r}; known: {sorted(self.operations)}")
+        self._check_leader()
+        if name == "broker_heartbeat":
+            self._note_heartbeat(args)
+        fut: asyncio.Future[tuple[dict[str, Any], int]] = self.loop.create_future()
+        self._queue.append(PendingOp(name, args, fut))
+        self._wakeup.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except asyncio.TimeoutError:
+            if not fut.done():
+                fut.cancel()
+            if not self.is_leader:
+                self._check_leader()
+            raise FerryError(ErrorCode.REQUEST_TIMED_OUT,
+                             f"{name} was not committed within {int(timeout_s * 1000)} ms") from None
+
+    def _check_leader(self) -> None:
+        if not self.is_leader:
+            leader_id, url = self.leader_hint()
+            if leader_id == self.config.node_id:
+                leader_id, url = None, None
+            raise not_controller(leader_id, url, f"controller {self.config.node_id} is not the active controller")
+
+    def _note_heartbeat(self, args: dict[str, Any]) -> None:
+        try:
+            broker_id = int(args["broker_id"])
+            metadata_offset = int(args.get("metadata_offset", -1))
+        except (KeyError, TypeError, ValueError):
+            return  # the operation itself reports the bad input
+        now = now_ms()
+        self.last_heartbeat_ms[broker_id] = now
+        obs = self.observers.setdefault(broker_id, ObserverState())
+        obs.metadata_offset = metadata_offset
+        obs.last_fetch_ms = now
+        if metadata_offset + 1 >= self.state.high_watermark:
+            obs.last_caught_up_ms = now
+
+    def enqueue_internal(self, name: str) -> None:
+        """Queue an operation run by the controller itself (``tick``) unless one is already queued."""
+        if not self.active or name not in self.operations:
+            return
+        if any(p.internal and p.name == name for p in self._queue):
+            return
+        fut: asyncio.Future[tuple[dict[str, Any], int]] = self.loop.create_future()
+        fut.add_done_callback(_log_internal_failure)
+        self._queue.append(PendingOp(name, {}, fut, internal=True))
+        self._wakeup.set()
+
+    # -- leadership ----------------------------------------------------------------------------------
+
+    def _on_state_changed(self) -> None:
+        assert self.node is not None
+        leader_now = self.node.is_leader
+        if leader_now and self.is_leader and self.node.term != self.epoch:
+            self._resign(f"controller {self.config.node_id} was re-elected in a new term")
+        if leader_now and not self.is_leader:
+            self.is_leader = True
+            self.active = False
+            self._active_event.clear()
+            self.epoch = self.node.term
+            self._inflight.clear()
+            self._needs_reset = True
+            self._noop_pending = True
+            log.info("controller %d became leader in term %d", self.config.node_id, self.epoch)
+            self._wakeup.set()
+        elif not leader_now and self.is_leader:
+            self._resign(f"controller {self.config.node_id} lost leadership")
+
+    def _resign(self, why: str) -> None:
+        was_leader = self.is_leader
+        self.is_leader = False
+        self.active = False
+        self._active_event.clear()
+        self._view = None
+        self._noop_pending = False
+        leader_id, url = self.leader_hint()
+        if leader_id == self.config.node_id:
+            leader_id, url = None, None
+        err = not_controller(leader_id, url, why)
+        while self._queue:
+            op = self._queue.popleft()
+            if not op.future.done():
+                op.future.set_exception(err)
+        for inflight in self._inflight.values():
+            for op, _reply, _offset in inflight.answers:
+                if not op.future.done():
+                    op.future.set_exception(err)
+        self._inflight.clear()
+        for _offset, _id, fut in self._commit_waiters:
+            if not fut.done():
+                fut.set_exception(err)
+        self._commit_waiters.clear()
+        self.last_heartbeat_ms.clear()
+        if was_leader:
+            log.info("controller %d resigned: %s", self.config.node_id, why)
+
+    # -- applied commands ----------------------------------------------------------------------------
+
+    def _on_applied(self, applied: AppliedCommand) -> None:
+        changed, self.log_changed = self.log_changed, asyncio.Event()
+        changed.set()
+        inflight = self._inflight.pop(applied.command_id, None)
+        if inflight is not None:
+            if applied.accepted:
+                latency = time.perf_counter() - inflight.submitted_s
+                if self.on_commit_latency is not None:
+                    self.on_commit_latency(latency)
+                for op, reply, offset in inflight.answers:
+                    if not op.future.done():
+                        op.future.set_result((reply, offset))
+                if inflight.is_noop and self.is_leader:
+                    self.active = True
+                    self._active_event.set()
+                    log.info("controller %d is active in term %d at offset %d", self.config.node_id,
+                             self.epoch, applied.next_offset - 1)
+            else:
+                self._fail_inflight(inflight, "the command was computed against a log view that did not commit")
+                if inflight.is_noop:
+                    self._noop_pending = True
+                self._needs_reset = True
+        committed = applied.next_offset - 1
+        while self._commit_waiters and self._commit_waiters[0][0] <= committed:
+            _offset, _id, fut = heapq.heappop(self._commit_waiters)
+            if not fut.done():
+                fut.set_result(None)
+        self._wakeup.set()
+
+    def _fail_inflight(self, inflight: _Inflight, why: str) -> None:
+        leader_id, url = self.leader_hint()
+        err = not_controller(leader_id, url, why)
+        for op, _reply, _offset in inflight.answers:
+            if not op.future.done():
+                op.future.set_exception(err)
+
+    def _on_raft_callback(self, command_id: str, result: Any, fail_reason: int) -> None:
+        if fail_reason == 0:
+            return  # answered by _on_applied
+        inflight = self._inflight.pop(command_id, None)
+        if inflight is None:
+            return
+        self._fail_inflight(inflight, f"Raft did not commit the command (pysyncobj reason {fail_reason})")
+        if inflight.is_noop:
+            self._noop_pending = True
+        self._needs_reset = True
+        self._wakeup.set()
+
+    def expire_inflight(self) -> None:
+        """Fail commands not committed within ``commit_timeout_ms`` (a timed-out command may still commit)."""
+        deadline = time.perf_counter() - self.config.commit_timeout_ms / 1000
+        for command_id in [c for c, f in self._inflight.items() if f.submitted_s < deadline]:
+            inflight = self._inflight.pop(command_id)
+            for op, _reply, _offset in inflight.answers:
+                if not op.future.done():
+                    op.future.set_exception(FerryError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"not committed within {self.config.commit_timeout_ms} ms; it may still commit"))
+            if inflight.is_noop:
+                self._noop_pending = True
+            self._needs_reset = True
+            self._wakeup.set()
+
+    # -- the writer ----------------------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            try:
+                self._pump()
+            except Exception:
+                log.exception("controller write loop failed; dropping the uncommitted view")
+                self._needs_reset = True
+
+    def _pump(self) -> None:
+        while self.is_leader:
+            if self._needs_reset:
+                if self._inflight:
+                    return  # wait until every command in flight is answered
+                self._view, self._view_last_id = self.state.committed_view()
+                self._needs_reset = False
+                self._fail_waiters_beyond(self._view.offset)
+            if len(self._inflight) >= self.config.max_inflight_commands:
+                return
+            if self._noop_pending:
+                self._noop_pending = False
+                self._submit_noop()
+                continue
+            if not self.active or not self._queue:
+                return
+            self._run_group()
+
+    def _submit_noop(self) -> None:
+        record = NoOpRecord(term=self.epoch, leader_id=self.config.node_id)
+        next_offset = self._view.offset + 1
+        self._view = advance_image(self._view, [record], next_offset, self.epoch)
+        self._submit([[encode_record(record)]], _Inflight([], time.perf_counter(), is_noop=True))
+
+    def _run_group(self) -> None:
+        view = self._view
+        batches: list[list[dict[str, Any]]] = []
+        answers: list[tuple[PendingOp, dict[str, Any], int]] = []
+        records_in_group = 0
+        ops_in_group = 0
+        heartbeats = MappingProxyType(dict(self.last_heartbeat_ms))
+        while self._queue and ops_in_group < self.config.max_group_ops \
+                and records_in_group < self.config.max_group_records:
+            op = self._queue.popleft()
+            if op.future.done():
+                continue
+            ops_in_group += 1
+            next_offset = view.offset + 1
+            ctx = OpContext(now_ms=now_ms(), next_offset=next_offset, controller_id=self.config.node_id,
+                            last_heartbeat_ms=heartbeats, session_timeout_ms=self.config.session_timeout_ms,
+                            reelection_timeout_ms=self.config.reelection_timeout_ms)
+            try:
+                result = self.operations[op.name](view, op.args, ctx)
+                records = list(result.records)
+                new_view = advance_image(view, records, next_offset, self.epoch) if records else view
+                encoded = [encode_record(r) for r in records]
+            except FerryError as e:
+                op.future.set_exception(e)
+                continue
+            except Exception as e:  # a bug in an operation must not take the controller down
+                log.exception("operation %s failed", op.name)
+                op.future.set_exception(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{op.name} failed: {e!r}"))
+                continue
+            if encoded:
+                view = new_view
+                batches.append(encoded)
+                records_in_group += len(encoded)
+                answers.append((op, dict(result.reply), view.offset))
+            elif view.offset > self.state.high_watermark - 1 or batches:
+                self._answer_after_commit(op, dict(result.reply), view.offset)
+            else:
+                op.future.set_result((dict(result.reply), view.offset))
+        if batches:
+            self._view = view
+            self._submit(batches, _Inflight(answers, time.perf_counter()))
+
+    def _fail_waiters_beyond(self, committed_offset: int) -> None:
+        keep = []
+        for item in self._commit_waiters:
+            if item[0] > committed_offset:
+                if not item[2].done():
+                    item[2].set_exception(not_controller(*self.leader_hint(), "the log view was dropped; retry"))
+            else:
+                keep.append(item)
+        heapq.heapify(keep)
+        self._commit_waiters = keep
+
+    def _answer_after_commit(self, op: PendingOp, reply: dict[str, Any], offset: int) -> None:
+        waiter: asyncio.Future[None] = self.loop.create_future()
+
+        def done(f: asyncio.Future[None]) -> None:
+            if op.future.done():
+                return
+            if f.exception() is not None:
+                op.future.set_exception(f.exception())  # type: ignore[arg-type]
+            else:
+                op.future.set_result((reply, offset))
+
+        waiter.add_done_callback(done)
+        heapq.heappush(self._commit_waiters, (offset, next(self._waiter_ids), waiter))
+
+    def _submit(self, batches: list[list[dict[str, Any]]], inflight: _Inflight) -> None:
+        assert self.node is not None
+        command_id = f"{self.config.node_id}.{self.epoch}.{next(self._ids)}"
+        payload = json.dumps({"id": command_id, "prev": self._view_last_id, "epoch": self.epoch,
+                              "batches": batches}, separators=(",", ":"))
+        self._view_last_id = command_id
+        self._inflight[command_id] = inflight
+        loop = self.loop
+
+        def callback(result: Any, fail_reason: int) -> None:
+            if fail_reason != 0:
+                loop.call_soon_threadsafe(self._on_raft_callback, command_id, result, fail_reason)
+
+        self.node.submit(payload, callback)
+
+    # -- replication status -------------------------------------------------------------------------
+
+    def sample_voters(self) -> dict[int, dict[str, int]]:
+        """Per voter: log end offset, last fetch time and last caught-up time (leader only)."""
+        assert self.node is not None
+        now = now_ms()
+        hw = self.state.high_watermark
+        out: dict[int, dict[str, int]] = {}
+        status = self.node.status() if self.is_leader else {}
+        responses = self.node.last_response_monotonic() if self.is_leader else {}
+        mono_now = time.monotonic()
+        for nid, peer in sorted(self.config.controllers.items()):
+            if nid == self.config.node_id:
+                leo, fetch_ms = hw, now
+            else:
+                match = status.get(f"match_idx_server_{peer.raft}")
+                if match is None:
+                    continue
+                leo = min(hw, self.state.committed_offset_at_raft_index(int(match)))
+                seen = responses.get(peer.raft)
+                fetch_ms = int(now - (mono_now - seen) * 1000) if seen is not None else -1
+            if leo >= hw:
+                self.voter_caught_up_ms[nid] = now
+            out[nid] = {"log_end_offset": leo, "last_fetch_ms": fetch_ms,
+                        "last_caught_up_ms": self.voter_caught_up_ms.get(nid, -1)}
+        return out
+
+
+def _log_internal_failure(fut: asyncio.Future[Any]) -> None:
+    if fut.cancelled():
+        return
+    exc = fut.exception()
+    if exc is not None and not (isinstance(exc, FerryError) and exc.error is ErrorCode.NOT_CONTROLLER):
+        log.warning("internal controller operation failed: %s", exc)

@@ -1,0 +1,335 @@
+"""The pysyncobj adapter: the replicated, committed metadata log and the image built from it.
+
+The replicated state is the committed metadata log: a list of record batches, each one
+controller operation's records, with contiguous offsets starting at 0. Every controller applies
+committed commands in Raft order, on pysyncobj's tick thread, to its copy of the log and to its
+``MetadataImage``; offsets are therefore identical on every node.
+
+A command is a group of operation batches computed by the active controller against its view
+of the log *including* commands not yet committed. It names the batch it was computed after
+(``prev``); applying it checks that this is still the last applied batch, so a command that was
+computed against a view that never committed (a deposed leader, a call pysyncobj forwarded to
+another node, a timed-out call applied late, a duplicate) is rejected, deterministically, on every
+node. Application is thus idempotent and never mixes views.
+
+Old batches are dropped once more than ``retention_records`` are kept; a reader asking for a
+dropped offset gets a snapshot of the image instead (Kafka's metadata snapshots).
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
+
+from metadata_quorum.config import ControllerConfig
+from metadata_quorum.records import Record, decode_record, encode_record
+
+log = logging.getLogger(__name__)
+
+RAFT_LEADER_STATE = 2
+
+
+def empty_image() -> Any:
+    from metadata_quorum.image import EMPTY_IMAGE
+
+    return EMPTY_IMAGE
+
+
+def advance_image(image: Any, records: list[Record], first_offset: int, epoch: int,
+                  last_offset: int | None = None) -> Any:
+    """Replay ``records`` (offsets from ``first_offset``) onto ``image``: the one replay path."""
+    from metadata_quorum.delta import MetadataDelta
+
+    delta = MetadataDelta(image)
+    for i, record in enumerate(records):
+        delta.replay(record, first_offset + i, epoch)
+    new_image = delta.apply()
+    offset = first_offset + len(records) - 1 if last_offset is None else last_offset
+    if new_image.offset != offset or new_image.epoch != epoch:
+        new_image = dataclasses.replace(new_image, offset=offset, epoch=epoch)
+    return new_image
+
+
+def image_records(image: Any) -> list[Record]:
+    return list(image.to_records())
+
+
+@dataclass(frozen=True)
+class AppliedCommand:
+    """What applying one command did, handed to the listener (on the tick thread)."""
+
+    command_id: str
+    accepted: bool
+    first_offset: int
+    next_offset: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class LogSlice:
+    """A read of the committed log: whole batches from ``offset``, or a snapshot when it was dropped."""
+
+    records: list[tuple[int, dict[str, Any]]]
+    high_watermark: int
+    snapshot_offset: int | None = None
+    snapshot_records: list[dict[str, Any]] | None = None
+
+
+class CommittedLog(SyncObjConsumer):
+    """The replicated state machine. Only attributes assigned after ``super().__init__()`` replicate."""
+
+    def __init__(self, retention_records: int, on_applied: Callable[[AppliedCommand], None] | None = None) -> None:
+        # Local, derived state (not part of the dump): rebuilt from the replicated state.
+        self._lock = threading.RLock()
+        self._retention_records = max(2, retention_records)
+        self._on_applied = on_applied
+        self._bases: list[int] = []
+        self._image: Any = empty_image()
+        self._snapshot_cache: tuple[int, list[dict[str, Any]]] | None = None
+        self.applied_at_raft_index: deque[tuple[int, int]] = deque(maxlen=4096)
+        self.last_apply_monotonic = 0.0
+        super().__init__()
+        # Replicated state.
+        self.snapshot_offset = -1
+        self.snapshot_epoch = 0
+        self.snapshot_records: list[dict[str, Any]] = []
+        self.batches: list[tuple[int, int, list[dict[str, Any]]]] = []
+        self.last_command_id = ""
+        self.next_offset = 0
+        self.epoch = 0
+
+    # -- dump / restore -------------------------------------------------------------------------
+
+    def _serialize(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "snapshot_offset": self.snapshot_offset,
+                "snapshot_epoch": self.snapshot_epoch,
+                "snapshot_records": self.snapshot_records,
+                "batches": list(self.batches),
+                "last_command_id": self.last_command_id,
+                "next_offset": self.next_offset,
+                "epoch": self.epoch,
+            }
+
+    def _deserialize(self, data: dict[str, Any]) -> None:
+        with self._lock:
+            self.snapshot_offset = int(data["snapshot_offset"])
+            self.snapshot_epoch = int(data["snapshot_epoch"])
+            self.snapshot_records = list(data["snapshot_records"])
+            self.batches = list(data["batches"])
+            self.last_command_id = str(data["last_command_id"])
+            self.next_offset = int(data["next_offset"])
+            self.epoch = int(data["epoch"])
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Rebuild the image from the snapshot and the kept batches (after a restart)."""
+        image = empty_image()
+        if self.snapshot_offset >= 0:
+            image = advance_image(image, [decode_record(r) for r in self.snapshot_records],
+                                  self.snapshot_offset - len(self.snapshot_records) + 1, self.snapshot_epoch,
+                                  last_offset=self.snapshot_offset)
+        for base, epoch, records in self.batches:
+            if base > self.snapshot_offset:
+                image = advance_image(image, [decode_record(r) for r in records], base, epoch)
+        self._image = image
+        self._bases = [b[0] for b in self.batches]
+        self._snapshot_cache = None
+
+    # -- the replicated command -----------------------------------------------------------------
+
+    @replicated
+    def append(self, payload: str) -> tuple[bool, int, int]:
+        """Apply one command: ``{"id", "prev", "epoch", "batches": [[encoded record, ...], ...]}``."""
+        command = json.loads(payload)
+        with self._lock:
+            accepted = command["prev"] == self.last_command_id
+            first = self.next_offset
+            if accepted:
+                epoch = int(command["epoch"])
+                image = self._image
+                for encoded in command["batches"]:
+                    if not encoded:
+                        continue
+                    base = self.next_offset
+                    image = advance_image(image, [decode_record(r) for r in encoded], base, epoch)
+                    self.batches.append((base, epoch, encoded))
+                    self._bases.append(base)
+                    self.next_offset += len(encoded)
+                self._image = image
+                self.epoch = epoch
+                self.last_command_id = str(command["id"])
+                self._maybe_drop_old_batches()
+            raft_index = self._syncObj.raftLastApplied + 1 if self._syncObj is not None else 0
+            self.applied_at_raft_index.append((raft_index, self.next_offset))
+            self.last_apply_monotonic = time.monotonic()
+            result = AppliedCommand(str(command["id"]), accepted, first, self.next_offset, self.epoch)
+        if self._on_applied is not None:
+            try:
+                self._on_applied(result)
+            except Exception:  # a listener must never stop the state machine
+                log.exception("metadata log listener failed")
+        return accepted, first, result.next_offset
+
+    def _maybe_drop_old_batches(self) -> None:
+        kept_from = self.batches[0][0] if self.batches else self.next_offset
+        if self.next_offset - kept_from <= self._retention_records:
+            return
+        keep_from_offset = self.next_offset - self._retention_records // 2
+        cut = bisect.bisect_left(self._bases, keep_from_offset)
+        if cut == 0:
+            return
+        self.snapshot_records = [encode_record(r) for r in image_records(self._image)]
+        self.snapshot_offset = self._image.offset
+        self.snapshot_epoch = self.epoch
+        del self.batches[:cut]
+        del self._bases[:cut]
+        self._snapshot_cache = None
+
+    # -- reads (any thread) ---------------------------------------------------------------------
+
+    @property
+    def image(self) -> Any:
+        return self._image
+
+    def committed_view(self) -> tuple[Any, str]:
+        """The committed image and the id of the last applied command, read together."""
+        with self._lock:
+            return self._image, self.last_command_id
+
+    @property
+    def high_watermark(self) -> int:
+        """Kafka's high watermark: the offset the next committed record will get."""
+        return self.next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        with self._lock:
+            return self.batches[0][0] if self.batches else self.next_offset
+
+    def snapshot(self) -> tuple[int, list[dict[str, Any]]]:
+        """The committed image as records, with its offset (cached per offset)."""
+        with self._lock:
+            image = self._image
+            cache = self._snapshot_cache
+        if cache is not None and cache[0] == image.offset:
+            return cache
+        result = (image.offset, [encode_record(r) for r in image_records(image)])
+        with self._lock:
+            if self._image is image:
+                self._snapshot_cache = result
+        return result
+
+    def read(self, offset: int, max_records: int) -> LogSlice:
+        """Whole batches starting at ``offset`` (at least one if any), or a snapshot if dropped."""
+        with self._lock:
+            hw = self.next_offset
+            if offset < (self.batches[0][0] if self.batches else hw) and not (offset == hw):
+                snap = None
+            else:
+                records: list[tuple[int, dict[str, Any]]] = []
+                i = bisect.bisect_right(self._bases, offset) - 1
+                i = max(i, 0)
+                while i < len(self.batches):
+                    base, _epoch, batch = self.batches[i]
+                    if base + len(batch) <= offset:
+                        i += 1
+                        continue
+                    if records and len(records) + len(batch) > max_records:
+                        break
+                    records.extend((base + k, r) for k, r in enumerate(batch) if base + k >= offset)
+                    i += 1
+                return LogSlice(records=records, high_watermark=hw)
+        snap_offset, snap_records = self.snapshot()
+        return LogSlice(records=[], high_watermark=snap_offset + 1, snapshot_offset=snap_offset,
+                        snapshot_records=snap_records)
+
+    def committed_offset_at_raft_index(self, raft_index: int) -> int:
+        """The metadata log end offset once Raft entry ``raft_index`` was applied (best known)."""
+        best = -1
+        for idx, next_offset in self.applied_at_raft_index:
+            if idx <= raft_index:
+                best = next_offset
+            else:
+                break
+        if best < 0:
+            return self.next_offset if not self.applied_at_raft_index else 0
+        return best
+
+
+def make_syncobj_conf(config: ControllerConfig, on_state_changed: Callable[[int, int], None],
+                      on_ready: Callable[[], None]) -> SyncObjConf:
+    raft = config.raft
+    os.makedirs(config.node_data_dir, exist_ok=True)
+    return SyncObjConf(
+        appendEntriesUseBatch=raft.append_entries_use_batch,
+        raftMinTimeout=raft.raft_min_timeout_s,
+        raftMaxTimeout=raft.raft_max_timeout_s,
+        appendEntriesPeriod=raft.append_entries_period_s,
+        connectionRetryTime=raft.connection_retry_time_s,
+        connectionTimeout=raft.connection_timeout_s,
+        autoTickPeriod=raft.auto_tick_period_s,
+        leaderFallbackTimeout=raft.leader_fallback_timeout_s,
+        logCompactionMinEntries=raft.log_compaction_min_entries,
+        logCompactionMinTime=raft.log_compaction_min_time_s,
+        journalFile=os.path.join(config.node_data_dir, "raft.journal"),
+        fullDumpFile=os.path.join(config.node_data_dir, "raft.dump"),
+        onStateChanged=on_state_changed,
+        onReady=on_ready,
+        commandsWaitLeader=False,
+        dynamicMembershipChange=False,
+    )
+
+
+class RaftNode:
+    """One pysyncobj node holding a :class:`CommittedLog`; thin accessors over its status."""
+
+    def __init__(self, config: ControllerConfig, state: CommittedLog,
+                 on_state_changed: Callable[[int, int], None], on_ready: Callable[[], None]) -> None:
+        self.config = config
+        self.state = state
+        conf = make_syncobj_conf(config, on_state_changed, on_ready)
+        self.sync = SyncObj(config.me.raft, config.peer_raft_addresses(), conf=conf, consumers=[state])
+
+    def submit(self, payload: str, callback: Callable[[Any, int], None]) -> None:
+        """Hand one command to pysyncobj (non-blocking); ``callback(result, fail_reason)`` on its thread."""
+        self.state.append(payload, callback=callback)
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self.sync._isLeader())
+
+    @property
+    def term(self) -> int:
+        return int(self.sync.raftCurrentTerm)
+
+    @property
+    def is_ready(self) -> bool:
+        return bool(self.sync.isReady())
+
+    def leader_id(self) -> int | None:
+        leader = self.sync._getLeader()
+        if leader is None:
+            return None
+        return self.config.node_id_for_raft(getattr(leader, "id", str(leader)))
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.sync.getStatus())
+
+    def last_response_monotonic(self) -> dict[str, float]:
+        """When the leader last heard from each peer (pysyncobj keeps it privately)."""
+        times = getattr(self.sync, "_SyncObj__lastResponseTime", {})
+        return {getattr(node, "id", str(node)): float(t) for node, t in dict(times).items()}
+
+    def destroy(self) -> None:
+        self.sync.destroy()

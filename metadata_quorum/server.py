@@ -1,0 +1,386 @@
+"""The controller process: one pysyncobj node and the aiohttp API (docs/controller-api.md).
+
+``ferry controller --id N --config FILE``. Writes go to the active controller (any other answers
+``NOT_CONTROLLER`` with the leader's id and URL); reads, the committed log (long-poll) and
+snapshots are served by every controller from its committed state.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from metadata_quorum.config import ControllerConfig, load_config
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.quorum_controller import QuorumController, now_ms
+from metadata_quorum.raft import CommittedLog, RaftNode
+
+log = logging.getLogger("ferry.controller")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BATCH_OPS = 10_000
+
+
+def load_operations() -> tuple[dict[str, Any], dict[str, Any]]:
+    from metadata_quorum.operations import READ_OPERATIONS, WRITE_OPERATIONS
+
+    return dict(WRITE_OPERATIONS), dict(READ_OPERATIONS)
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(body, separators=(",", ":")).encode(), status=status,
+                        content_type="application/json")
+
+
+def error_response(err: FerryError) -> web.Response:
+    return _json(err.to_json(), status=err.error.http_status)
+
+
+class ControllerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.commit_latency = Histogram(
+            "ferry_controller_commit_latency_seconds", "Time from appending a command to its commit (leader)",
+            buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=self.registry)
+        self.log_end_offset = Gauge("ferry_controller_log_end_offset", "Next offset of the committed log",
+                                    registry=self.registry)
+        self.leader = Gauge("ferry_controller_leader_id", "Id of the active controller (-1 = none)",
+                            registry=self.registry)
+        self.term = Gauge("ferry_controller_raft_term", "Current Raft term (the metadata epoch)",
+                          registry=self.registry)
+        self.is_active = Gauge("ferry_controller_is_active", "1 on the active controller", registry=self.registry)
+        self.requests = Counter("ferry_controller_requests_total", "API requests by kind and outcome",
+                                ["kind", "outcome"], registry=self.registry)
+
+
+class ControllerServer:
+    """The HTTP shell around a :class:`QuorumController` and its :class:`RaftNode`."""
+
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+        self.metrics = ControllerMetrics()
+        self.write_ops, self.read_ops = load_operations()
+        self.loop = asyncio.get_running_loop()
+        self.ready = asyncio.Event()
+        self.state = CommittedLog(config.log_retention_records, on_applied=self._on_applied)
+        self.controller = QuorumController(config, self.state, self.write_ops, self.loop,
+                                           on_commit_latency=self.metrics.commit_latency.observe)
+        self.node = RaftNode(config, self.state, on_state_changed=self.controller.on_state_changed_threadsafe,
+                             on_ready=lambda: self.loop.call_soon_threadsafe(self.ready.set))
+        self.controller.start(self.node)
+        self.started_ms = now_ms()
+        self._ticker: asyncio.Task[None] | None = None
+
+    def _on_applied(self, applied: Any) -> None:
+        self.controller.on_applied_threadsafe(applied)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._errors])
+        app.router.add_post("/v1/write/{op}", self.handle_write)
+        app.router.add_post("/v1/write", self.handle_write_batch)
+        app.router.add_post("/v1/read/{op}", self.handle_read)
+        app.router.add_get("/v1/log", self.handle_log)
+        app.router.add_get("/v1/snapshot", self.handle_snapshot)
+        app.router.add_get("/v1/quorum/status", self.handle_status)
+        app.router.add_get("/v1/quorum/replication", self.handle_replication)
+        app.router.add_get("/v1/health", self.handle_health)
+        app.router.add_get("/metrics", self.handle_metrics)
+        return app
+
+    def start_ticker(self) -> None:
+        self._ticker = self.loop.create_task(self._tick_loop())
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        await self.controller.stop()
+        self.node.destroy()
+
+    async def _tick_loop(self) -> None:
+        """Run ``tick`` on the active controller, expire stuck commands, refresh gauges."""
+        interval_s = self.config.tick_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self.controller.expire_inflight()
+                if self.controller.active:
+                    self.controller.enqueue_internal("tick")
+                    self.controller.sample_voters()
+                leader_id, _url = self.controller.leader_hint()
+                self.metrics.leader.set(-1 if leader_id is None else leader_id)
+                self.metrics.term.set(self.node.term)
+                self.metrics.log_end_offset.set(self.state.high_watermark)
+                self.metrics.is_active.set(1 if self.controller.active else 0)
+            except Exception:
+                log.exception("controller tick failed")
+
+    # -- middleware & helpers ------------------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except FerryError as e:
+            self.metrics.requests.labels(request.path.split("/")[2] if request.path.count("/") > 1 else "other",
+                                         e.error.name).inc()
+            return error_response(e)
+        except web.HTTPException:
+            raise
+        except Exception as e:
+            log.exception("request %s failed", request.path)
+            return error_response(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"internal error: {e!r}"))
+
+    async def _json_body(self, request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        if not raw:
+            return {}
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"the request body is not valid JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise FerryError(ErrorCode.INVALID_REQUEST, "the request body must be a JSON object")
+        return body
+
+    def _require_ready(self) -> None:
+        if not self.ready.is_set():
+            raise FerryError(ErrorCode.REPLICA_NOT_AVAILABLE,
+                             f"controller {self.config.node_id} is still loading the metadata log")
+
+    @staticmethod
+    def _int_param(request: web.Request, name: str, default: int | None, minimum: int = 0) -> int:
+        raw = request.query.get(name)
+        if raw is None:
+            if default is None:
+                raise FerryError(ErrorCode.INVALID_REQUEST, f"query parameter '{name}' is required")
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"'{name}' must be an integer, got {raw!r}") from None
+        if value < minimum:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"'{name}' must be >= {minimum}, got {value}")
+        return value
+
+    # -- writes & reads --------------------------------------------------------------------------------
+
+    async def handle_write(self, request: web.Request) -> web.Response:
+        op = request.match_info["op"]
+        args = await self._json_body(request)
+        reply, offset = await self.controller.write(op, args, self.config.request_timeout_ms / 1000)
+        self.metrics.requests.labels("write", "NONE").inc()
+        return _json({"reply": reply, "offset": offset})
+
+    async def handle_write_batch(self, request: web.Request) -> web.Response:
+        """Several independent write operations in one request: ``{"ops": [{"op", "args"}, ...]}``.
+
+        Each runs alone (not atomically with the others); answers come back in order.
+        """
+        body = await self._json_body(request)
+        ops = body.get("ops")
+        if not isinstance(ops, list) or not ops or len(ops) > MAX_BATCH_OPS:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"'ops' must be a list of 1..{MAX_BATCH_OPS} operations")
+        for item in ops:
+            if not isinstance(item, dict) or not isinstance(item.get("op"), str) \
+                    or not isinstance(item.get("args", {}), dict):
+                raise FerryError(ErrorCode.INVALID_REQUEST, "each entry of 'ops' must be {\"op\": name, \"args\": {...}}")
+            if item["op"] not in self.write_ops:
+                raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown write operation {item['op']!r}")
+        timeout_s = self.config.request_timeout_ms / 1000
+        results = await asyncio.gather(
+            *(self.controller.write(item["op"], item.get("args", {}), timeout_s) for item in ops),
+            return_exceptions=True)
+        answers: list[dict[str, Any]] = []
+        for res in results:
+            if isinstance(res, FerryError):
+                if res.error is ErrorCode.NOT_CONTROLLER and not answers:
+                    raise res
+                answers.append(res.to_json())
+            elif isinstance(res, BaseException):
+                answers.append(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, repr(res)).to_json())
+            else:
+                answers.append({"reply": res[0], "offset": res[1]})
+        self.metrics.requests.labels("write_batch", "NONE").inc()
+        return _json({"results": answers})
+
+    async def handle_read(self, request: web.Request) -> web.Response:
+        self._require_ready()
+        op = request.match_info["op"]
+        fn = self.read_ops.get(op)
+        if fn is None:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown read operation {op!r}; known: {sorted(self.read_ops)}")
+        args = await self._json_body(request)
+        image = self.state.image
+        reply = fn(image, args)
+        return _json({"reply": reply, "offset": image.offset})
+
+    # -- the committed log ---------------------------------------------------------------------------------
+
+    async def handle_log(self, request: web.Request) -> web.Response:
+        self._require_ready()
+        offset = self._int_param(request, "offset", None)
+        max_wait_ms = min(self._int_param(request, "max_wait_ms", 0), self.config.long_poll_max_wait_ms)
+        max_records = self._int_param(request, "max_records", 10_000, minimum=1)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while self.state.high_watermark <= offset and offset >= self.state.log_start_offset:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            changed = self.controller.log_changed
+            if self.state.high_watermark > offset:
+                break
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                break
+        piece = self.state.read(offset, max_records)
+        if piece.snapshot_offset is not None:
+            return _json({"snapshot": {"offset": piece.snapshot_offset, "records": piece.snapshot_records},
+                          "high_watermark": piece.high_watermark})
+        return _json({"records": [{"offset": o, "record": r} for o, r in piece.records],
+                      "high_watermark": piece.high_watermark})
+
+    async def handle_snapshot(self, request: web.Request) -> web.Response:
+        self._require_ready()
+        offset, records = self.state.snapshot()
+        return _json({"offset": offset, "records": records})
+
+    # -- quorum status ----------------------------------------------------------------------------------
+
+    def _voter_rows(self) -> list[dict[str, Any]]:
+        sampled = self.controller.sample_voters() if self.controller.is_leader else {}
+        hw = self.state.high_watermark
+        rows = []
+        for nid in sorted(self.config.controllers):
+            s = sampled.get(nid, {"log_end_offset": -1, "last_fetch_ms": -1, "last_caught_up_ms": -1})
+            rows.append({
+                "node_id": nid,
+                "directory_id": self.config.directory_id(nid),
+                "log_end_offset": s["log_end_offset"],
+                "lag": max(0, hw - s["log_end_offset"]) if s["log_end_offset"] >= 0 else -1,
+                "last_fetch_timestamp": s["last_fetch_ms"],
+                "last_caught_up_timestamp": s["last_caught_up_ms"],
+                "status": "Leader" if nid == self.config.node_id and self.controller.is_leader else "Follower",
+            })
+        return rows
+
+    def _observer_rows(self) -> list[dict[str, Any]]:
+        hw = self.state.high_watermark
+        rows = []
+        for broker_id, obs in sorted(self.controller.observers.items()):
+            leo = obs.metadata_offset + 1
+            rows.append({"node_id": broker_id, "directory_id": "", "log_end_offset": leo,
+                         "lag": max(0, hw - leo), "last_fetch_timestamp": obs.last_fetch_ms,
+                         "last_caught_up_timestamp": obs.last_caught_up_ms, "status": "Observer"})
+        return rows
+
+    def _require_leader(self) -> None:
+        if not self.controller.is_leader:
+            self.controller._check_leader()
+
+    async def handle_status(self, request: web.Request) -> web.Response:
+        self._require_leader()
+        voters = self._voter_rows()
+        now = now_ms()
+        followers = [v for v in voters if v["status"] == "Follower"]
+        max_lag = max((v["lag"] for v in followers if v["lag"] >= 0), default=0)
+        lag_times = [now - v["last_caught_up_timestamp"] for v in followers if v["last_caught_up_timestamp"] > 0]
+        leader_id, leader_url = self.controller.leader_hint()
+        return _json({
+            "cluster_id": self.config.cluster_id,
+            "leader_id": leader_id if leader_id is not None else -1,
+            "leader_url": leader_url,
+            "leader_epoch": self.controller.epoch,
+            "high_watermark": self.state.high_watermark,
+            "max_follower_lag": max_lag,
+            "max_follower_lag_time_ms": max(lag_times, default=0),
+            "current_voters": [{"id": v["node_id"], "directory_id": v["directory_id"],
+                                "endpoints": [f"CONTROLLER://{self.config.controllers[v['node_id']].http}"]}
+                               for v in voters],
+            "current_observers": [{"id": o["node_id"]} for o in self._observer_rows()],
+        })
+
+    async def handle_replication(self, request: web.Request) -> web.Response:
+        self._require_leader()
+        return _json({"high_watermark": self.state.high_watermark,
+                      "replicas": self._voter_rows() + self._observer_rows()})
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        leader_id, leader_url = self.controller.leader_hint()
+        return _json({
+            "node_id": self.config.node_id,
+            "cluster_id": self.config.cluster_id,
+            "ready": self.ready.is_set(),
+            "is_leader": self.controller.is_leader,
+            "active": self.controller.active,
+            "leader_id": leader_id if leader_id is not None else -1,
+            "leader_url": leader_url,
+            "term": self.node.term,
+            "high_watermark": self.state.high_watermark,
+            "log_start_offset": self.state.log_start_offset,
+            "image_offset": self.state.image.offset,
+            "uptime_ms": now_ms() - self.started_ms,
+        })
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        self.metrics.log_end_offset.set(self.state.high_watermark)
+        return web.Response(body=generate_latest(self.metrics.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> None:
+    """Run one controller until ``stop`` is set (or SIGTERM/SIGINT)."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    server = ControllerServer(config)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.http_host, config.http_port, reuse_address=True)
+    await site.start()
+    server.start_ticker()
+    log.info("controller %d serving http://%s (raft %s)", config.node_id, config.me.http, config.me.raft)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ferry controller", description="Run one metadata-quorum controller.")
+    parser.add_argument("--id", type=int, required=True, help="this controller's id in the config")
+    parser.add_argument("--config", required=True, help="the quorum's JSON config file")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pysyncobj").setLevel(logging.WARNING)
+    try:
+        config = load_config(args.config, args.id)
+    except FerryError as e:
+        print(f"ferry controller: {e}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Start and stop Ferry processes on loopback: controllers and a 3-controller quorum.
+
+Used by tests, benchmarks and the local-cluster launcher. Every process runs in its own session
+(``start_new_session=True``) so that stopping it kills its whole process group; ports are picked
+by binding port 0 on 127.0.0.1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from metadata_quorum.config import PeerAddress, quorum_config_json
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (bound together, then released)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((LOOPBACK, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def http_get_json(url: str, timeout_s: float = 2.0) -> Any:
+    """GET a JSON document; error bodies (4xx/5xx) are returned too, as Ferry sends them."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return json.loads(e.read() or b"{}")
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 5.0) -> None:
+    """Stop a process started by this module (its whole group); SIGKILL if it does not exit in time."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=timeout_s)
+
+
+def kill_process(proc: subprocess.Popen[bytes]) -> None:
+    """kill -9 the process group (a crash, for failover tests)."""
+    stop_process(proc, signal.SIGKILL)
+
+
+def write_quorum_config(directory: str, size: int = 3, **overrides: Any) -> tuple[str, dict[int, PeerAddress]]:
+    """Write a quorum config with fresh loopback ports; returns its path and the addresses."""
+    os.makedirs(directory, exist_ok=True)
+    ports = free_ports(2 * size)
+    peers = {i + 1: PeerAddress(raft=f"{LOOPBACK}:{ports[2 * i]}", http=f"{LOOPBACK}:{ports[2 * i + 1]}")
+             for i in range(size)}
+    path = os.path.join(directory, "controllers.json")
+    body = quorum_config_json(peers, os.path.join(directory, "data"), **overrides)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(body, f, indent=2)
+    return path, peers
+
+
+def start_controller(config_path: str, node_id: int, log_path: str | None = None,
+                     extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``ferry controller --id N --config FILE`` as a real process (stderr to ``log_path``)."""
+    env = dict(os.environ)
+    env.update(extra_env or {})
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tools.cli", "controller", "--id", str(node_id), "--config", config_path],
+            stdout=out, stderr=out, stdin=subprocess.DEVNULL, cwd=root, env=env, start_new_session=True)
+    finally:
+        if log_path:
+            out.close()  # type: ignore[union-attr]
+
+
+@dataclass
+class Quorum:
+    """A running quorum of controller processes on loopback."""
+
+    directory: str
+    config_path: str
+    peers: dict[int, PeerAddress]
+    procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return [p.http for _nid, p in sorted(self.peers.items())]
+
+    def url(self, node_id: int) -> str:
+        return self.peers[node_id].url
+
+    def log_path(self, node_id: int) -> str:
+        return os.path.join(self.directory, f"controller-{node_id}.log")
+
+    def start(self, node_id: int) -> None:
+        self.procs[node_id] = start_controller(self.config_path, node_id, self.log_path(node_id))
+
+    def start_all(self) -> None:
+        for nid in sorted(self.peers):
+            self.start(nid)
+
+    def kill(self, node_id: int) -> None:
+        proc = self.procs.pop(node_id, None)
+        if proc is not None:
+            kill_process(proc)
+
+    def stop(self, node_id: int) -> None:
+        proc = self.procs.pop(node_id, None)
+        if proc is not None:
+            stop_process(proc)
+
+    def stop_all(self) -> None:
+        for nid in list(self.procs):
+            self.stop(nid)
+
+    def running(self) -> list[int]:
+        return sorted(n for n, p in self.procs.items() if p.poll() is None)
+
+    def health(self, node_id: int, timeout_s: float = 1.0) -> dict[str, Any] | None:
+        try:
+            body = http_get_json(f"{self.url(node_id)}/v1/health", timeout_s)
+        except (OSError, ValueError):
+            return None
+        return body if isinstance(body, dict) else None
+
+    def wait_leader(self, timeout_s: float = 20.0, exclude: set[int] | None = None) -> int:
+        """Wait until a running controller is active (its NoOp committed) and ready; return its id."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for nid in self.running():
+                if exclude and nid in exclude:
+                    continue
+                h = self.health(nid)
+                if h and h.get("active") and h.get("ready"):
+                    return nid
+            self._check_alive()
+            time.sleep(0.02)
+        raise TimeoutError(f"no active controller within {timeout_s} s; logs in {self.directory}")
+
+    def wait_ready(self, node_id: int, timeout_s: float = 20.0, min_high_watermark: int = 0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            h = self.health(node_id)
+            if h and h.get("ready") and int(h.get("high_watermark", -1)) >= min_high_watermark:
+                return h
+            self._check_alive()
+            time.sleep(0.02)
+        raise TimeoutError(f"controller {node_id} not ready within {timeout_s} s; log {self.log_path(node_id)}")
+
+    def _check_alive(self) -> None:
+        for nid, proc in self.procs.items():
+            if proc.poll() is not None and proc.returncode not in (0, -signal.SIGKILL, -signal.SIGTERM):
+                tail = ""
+                try:
+                    with open(self.log_path(nid), "rb") as f:
+                        tail = f.read()[-2000:].decode(errors="replace")
+                except OSError:
+                    pass
+                raise RuntimeError(f"controller {nid} exited with {proc.returncode}:\n{tail}")
+
+    def __enter__(self) -> "Quorum":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop_all()
+
+
+def start_quorum(directory: str, size: int = 3, wait: bool = True, **overrides: Any) -> Quorum:
+    """Write a config, start ``size`` controllers and (by default) wait for an active leader."""
+    config_path, peers = write_quorum_config(directory, size, **overrides)
+    quorum = Quorum(directory, config_path, peers)
+    try:
+        quorum.start_all()
+        if wait:
+            quorum.wait_leader()
+    except BaseException:
+        quorum.stop_all()
+        raise
+    return quorum
+
+
+def iter_logs(quorum: Quorum) -> Iterator[tuple[int, str]]:
+    for nid in sorted(quorum.peers):
+        try:
+            with open(quorum.log_path(nid), encoding="utf-8", errors="replace") as f:
+                yield nid, f.read()
+        except OSError:
+            continue
