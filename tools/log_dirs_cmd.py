@@ -17,6 +17,8 @@ def kafka_log_dirs_json(answers: dict[int, Any], topics: list[str] | None) -> di
     brokers = []
     for bid in sorted(answers):
         body = answers[bid]
+        if isinstance(body, dict) and "brokers" in body:  # the broker answers in Kafka's shape already
+            body = next((b for b in body["brokers"] if int(b.get("broker", bid)) == bid), {"logDirs": []})
         dirs = body.get("log_dirs", body.get("logDirs", [])) if isinstance(body, dict) else body
         out_dirs = []
         for d in dirs:

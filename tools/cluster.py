@@ -1,0 +1,412 @@
+"""A local Ferry cluster on loopback: the embedded S3 (moto server), a controller quorum, brokers.
+
+`ferry cluster up|down|status [--controllers 3 --brokers 3 --s3-endpoint URL --state-dir DIR]`
+starts real processes (each in its own session, so they outlive `up` and are stopped as groups by
+`down`), writes `cluster.json` with their pids, ports and log files into the state dir, and prints
+it. `LocalCluster` is the same thing as a Python API for tests, the demo and the benchmarks, with
+the fault injections they need (kill -9, SIGSTOP/SIGCONT, SIGTERM, restart).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from stream_storage.s3_server import S3Server
+from tools.proc import LOOPBACK, Quorum, free_ports, http_get_json, kill_process, start_quorum, stop_process
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STATE_FILE = "cluster.json"
+
+# Failure detection a little quicker than Kafka's defaults (2 s / 9 s) so that local runs and tests
+# see a dead broker fenced in seconds; every value can be overridden.
+LOCAL_BROKER_DEFAULTS: dict[str, Any] = {"heartbeat_interval_ms": 500, "session_timeout_ms": 4000}
+
+
+def _spawn(args: list[str], log_path: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with open(log_path, "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "tools.cli", *args], stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, cwd=ROOT, env=env, start_new_session=True)
+
+
+def http_post_json(url: str, body: Any, timeout_s: float = 5.0) -> Any:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return json.loads(e.read() or b"{}")
+
+
+class LocalCluster:
+    """Processes of one local cluster; `start()` returns when every broker is registered and unfenced."""
+
+    def __init__(self, state_dir: str | None = None, controllers: int = 3, brokers: int = 3,
+                 s3_endpoint: str | None = None, bucket: str = "ferry", log_dirs_per_broker: int = 1,
+                 broker_overrides: dict[str, Any] | None = None,
+                 controller_overrides: dict[str, Any] | None = None) -> None:
+        self._own_dir = state_dir is None
+        self.state_dir = os.path.abspath(state_dir or tempfile.mkdtemp(prefix="ferry-cluster-"))
+        self.num_controllers = controllers
+        self.num_brokers = brokers
+        self.s3_endpoint = s3_endpoint
+        self.bucket = bucket
+        self.log_dirs_per_broker = log_dirs_per_broker
+        self.broker_overrides = dict(LOCAL_BROKER_DEFAULTS, **(broker_overrides or {}))
+        self.controller_overrides = controller_overrides or {}
+        self.s3: S3Server | None = None
+        self.quorum: Quorum | None = None
+        self.broker_procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.broker_ports: dict[int, int] = {}
+        self.stopped_brokers: set[int] = set()
+
+    # -- addresses
+    @property
+    def controller_bootstrap(self) -> list[str]:
+        assert self.quorum is not None
+        return [f"http://{a}" for a in self.quorum.bootstrap]
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        return [self.broker_url(b) for b in sorted(self.broker_ports)]
+
+    def broker_url(self, broker_id: int) -> str:
+        return f"http://{LOOPBACK}:{self.broker_ports[broker_id]}"
+
+    def broker_config_path(self, broker_id: int) -> str:
+        return os.path.join(self.state_dir, f"broker-{broker_id}.json")
+
+    def broker_log_path(self, broker_id: int) -> str:
+        return os.path.join(self.state_dir, f"broker-{broker_id}.log")
+
+    def broker_log_dirs(self, broker_id: int) -> list[str]:
+        return [os.path.join(self.state_dir, f"broker-{broker_id}", f"d{i}") for i in range(self.log_dirs_per_broker)]
+
+    # -- lifecycle
+    def start(self, timeout_s: float = 60.0) -> "LocalCluster":
+        os.makedirs(self.state_dir, exist_ok=True)
+        try:
+            if self.s3_endpoint is None:
+                self.s3 = S3Server(bucket=self.bucket, log_path=os.path.join(self.state_dir, "s3.log")).start()
+                self.s3_endpoint = self.s3.endpoint_url
+            self.quorum = start_quorum(os.path.join(self.state_dir, "controllers"), self.num_controllers,
+                                       **self.controller_overrides)
+            ports = free_ports(self.num_brokers)
+            for i in range(self.num_brokers):
+                bid = i + 1
+                self.broker_ports[bid] = ports[i]
+                self._write_broker_config(bid)
+                self.start_broker(bid, wait=False)
+            self.wait_brokers(timeout_s=timeout_s)
+            self.write_state()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _write_broker_config(self, bid: int) -> None:
+        dirs = self.broker_log_dirs(bid)
+        for d in dirs:
+            os.makedirs(d, exist_ok=True)
+        cfg = {"broker_id": bid, "host": LOOPBACK, "port": self.broker_ports[bid],
+               "controllers": self.controller_bootstrap, "log_dirs": dirs,
+               "wal_root": os.path.join(self.state_dir, "wal"),
+               "s3": {"endpoint_url": self.s3_endpoint, "bucket": self.bucket}, **self.broker_overrides}
+        with open(self.broker_config_path(bid), "w", encoding="utf-8") as f:
+            json.dump(cfg, f, indent=2)
+
+    def start_broker(self, broker_id: int, wait: bool = True, timeout_s: float = 30.0) -> None:
+        self.broker_procs[broker_id] = _spawn(["broker", "--id", str(broker_id), "--config",
+                                               self.broker_config_path(broker_id)], self.broker_log_path(broker_id))
+        self.stopped_brokers.discard(broker_id)
+        if wait:
+            self.wait_brokers([broker_id], timeout_s)
+
+    def broker_health(self, broker_id: int) -> dict[str, Any] | None:
+        try:
+            body = http_get_json(f"{self.broker_url(broker_id)}/v1/health", 1.0)
+        except (OSError, ValueError):
+            return None
+        return body if isinstance(body, dict) else None
+
+    def controller_read(self, op: str, args: dict[str, Any] | None = None) -> Any:
+        """A read on any live controller (its committed image)."""
+        assert self.quorum is not None
+        last: Exception | None = None
+        for nid in self.quorum.running():
+            try:
+                answer = http_post_json(f"{self.quorum.url(nid)}/v1/read/{op}", args or {})
+                if isinstance(answer, dict) and "reply" in answer:
+                    return answer["reply"]
+                last = RuntimeError(str(answer))
+            except (OSError, ValueError) as exc:
+                last = exc
+        raise RuntimeError(f"no controller answered {op}: {last}")
+
+    def wait_brokers(self, broker_ids: list[int] | None = None, timeout_s: float = 60.0) -> None:
+        """Until each broker answers /v1/health and the controllers have it registered and unfenced."""
+        ids = broker_ids if broker_ids is not None else sorted(self.broker_procs)
+        deadline = time.monotonic() + timeout_s
+        pending = set(ids)
+        while pending:
+            for bid in sorted(pending):
+                proc = self.broker_procs[bid]
+                if proc.poll() is not None:
+                    raise RuntimeError(f"broker {bid} exited with {proc.returncode}; log:\n{self.tail(self.broker_log_path(bid))}")
+            try:
+                brokers = {int(b["broker_id"]): b for b in self.controller_read("describe_cluster").get("brokers", [])}
+            except RuntimeError:
+                brokers = {}
+            for bid in sorted(pending):
+                b = brokers.get(bid)
+                if b is not None and not b.get("fenced", True) and self.broker_health(bid) is not None:
+                    pending.discard(bid)
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"brokers {sorted(pending)} not ready within {timeout_s} s; logs in {self.state_dir}")
+            if pending:
+                time.sleep(0.05)
+
+    @staticmethod
+    def tail(path: str, size: int = 3000) -> str:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - size))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Stop everything (brokers first, SIGCONT any stopped one so that it can exit)."""
+        for bid, proc in list(self.broker_procs.items()):
+            if bid in self.stopped_brokers and proc.poll() is None:
+                self._signal(proc, signal.SIGCONT)
+            stop_process(proc, signal.SIGKILL if bid in self.stopped_brokers else signal.SIGTERM, timeout_s=10)
+        self.broker_procs.clear()
+        if self.quorum is not None:
+            self.quorum.stop_all()
+        if self.s3 is not None:
+            self.s3.stop()
+            self.s3 = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cleanup()
+
+    # -- faults
+    @staticmethod
+    def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill_broker(self, broker_id: int) -> None:
+        """kill -9 (a crash): no controlled shutdown, the WAL keeps what was not uploaded."""
+        proc = self.broker_procs.pop(broker_id)
+        kill_process(proc)
+        self.stopped_brokers.discard(broker_id)
+
+    def terminate_broker(self, broker_id: int, timeout_s: float = 30.0) -> int:
+        """SIGTERM (controlled shutdown) and wait for the exit; returns the exit code."""
+        proc = self.broker_procs.pop(broker_id)
+        stop_process(proc, signal.SIGTERM, timeout_s=timeout_s)
+        return int(proc.returncode or 0)
+
+    def pause_broker(self, broker_id: int) -> None:
+        self._signal(self.broker_procs[broker_id], signal.SIGSTOP)
+        self.stopped_brokers.add(broker_id)
+
+    def resume_broker(self, broker_id: int) -> None:
+        self._signal(self.broker_procs[broker_id], signal.SIGCONT)
+        self.stopped_brokers.discard(broker_id)
+
+    def restart_broker(self, broker_id: int, timeout_s: float = 30.0) -> None:
+        if broker_id in self.broker_procs:
+            self.kill_broker(broker_id)
+        self.start_broker(broker_id, wait=True, timeout_s=timeout_s)
+
+    def controller_leader(self, timeout_s: float = 20.0, exclude: set[int] | None = None) -> int:
+        assert self.quorum is not None
+        return self.quorum.wait_leader(timeout_s, exclude)
+
+    def kill_controller(self, node_id: int) -> None:
+        assert self.quorum is not None
+        self.quorum.kill(node_id)
+
+    def restart_controller(self, node_id: int) -> None:
+        assert self.quorum is not None
+        self.quorum.kill(node_id)
+        self.quorum.start(node_id)
+
+    # -- state file for `ferry cluster down|status`
+    def describe(self) -> dict[str, Any]:
+        assert self.quorum is not None
+        return {
+            "state_dir": self.state_dir,
+            "s3": {"endpoint_url": self.s3_endpoint, "bucket": self.bucket,
+                   "pid": self.s3.process.pid if self.s3 and self.s3.process else None,
+                   "log": os.path.join(self.state_dir, "s3.log") if self.s3 else None},
+            "controllers": [{"id": nid, "url": self.quorum.url(nid), "pid": self.quorum.procs[nid].pid,
+                             "log": self.quorum.log_path(nid)} for nid in sorted(self.quorum.procs)],
+            "brokers": [{"id": bid, "url": self.broker_url(bid), "pid": proc.pid, "log": self.broker_log_path(bid),
+                         "config": self.broker_config_path(bid), "log_dirs": self.broker_log_dirs(bid)}
+                        for bid, proc in sorted(self.broker_procs.items())],
+            "bootstrap_server": ",".join(u.removeprefix("http://") for u in self.bootstrap_servers),
+            "bootstrap_controller": ",".join(u.removeprefix("http://") for u in self.controller_bootstrap),
+        }
+
+    def write_state(self) -> None:
+        with open(os.path.join(self.state_dir, STATE_FILE), "w", encoding="utf-8") as f:
+            json.dump(self.describe(), f, indent=2)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _load_state(state_dir: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(state_dir, STATE_FILE), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _stop_group(pid: int | None, timeout_s: float = 10.0) -> None:
+    """Stop the process group led by `pid` (started by `cluster up` with its own session)."""
+    if not _alive(pid):
+        return
+    assert pid is not None
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def cmd_down(state_dir: str) -> int:
+    state = _load_state(state_dir)
+    if state is None:
+        print(f"No cluster state in {state_dir}", file=sys.stderr)
+        return 1
+    for b in state.get("brokers", []):
+        _stop_group(b.get("pid"))
+        print(f"broker {b['id']} stopped")
+    for c in state.get("controllers", []):
+        _stop_group(c.get("pid"))
+        print(f"controller {c['id']} stopped")
+    if state.get("s3", {}).get("pid"):
+        _stop_group(state["s3"]["pid"])
+        print("s3 stopped")
+    os.remove(os.path.join(state_dir, STATE_FILE))
+    return 0
+
+
+def cmd_status(state_dir: str) -> int:
+    state = _load_state(state_dir)
+    if state is None:
+        print(f"No cluster state in {state_dir}", file=sys.stderr)
+        return 1
+    ok = True
+    rows = []
+    if state.get("s3", {}).get("pid"):
+        rows.append(("s3", "", state["s3"]["endpoint_url"], _alive(state["s3"]["pid"]), ""))
+    for c in state.get("controllers", []):
+        health: Any = None
+        if _alive(c["pid"]):
+            try:
+                health = http_get_json(f"{c['url']}/v1/health", 1.0)
+            except (OSError, ValueError):
+                health = None
+        extra = "active" if isinstance(health, dict) and health.get("active") else ""
+        rows.append(("controller", c["id"], c["url"], _alive(c["pid"]) and health is not None, extra))
+    for b in state.get("brokers", []):
+        health = None
+        if _alive(b["pid"]):
+            try:
+                health = http_get_json(f"{b['url']}/v1/health", 1.0)
+            except (OSError, ValueError):
+                health = None
+        rows.append(("broker", b["id"], b["url"], _alive(b["pid"]) and health is not None, ""))
+    for kind, nid, url, up, extra in rows:
+        ok = ok and up
+        print(f"{kind:<10} {str(nid):>3}  {url:<28} {'up' if up else 'DOWN'} {extra}".rstrip())
+    print(f"--bootstrap-server {state['bootstrap_server']}")
+    print(f"--bootstrap-controller {state['bootstrap_controller']}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ferry cluster", description="start, stop or inspect a local cluster")
+    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("--controllers", type=int, default=3)
+    parser.add_argument("--brokers", type=int, default=3)
+    parser.add_argument("--log-dirs-per-broker", type=int, default=1)
+    parser.add_argument("--s3-endpoint", help="use this S3 endpoint instead of starting the embedded moto server")
+    parser.add_argument("--state-dir", default=os.path.join(os.getcwd(), ".ferry", "cluster"))
+    args = parser.parse_args(argv)
+    state_dir = os.path.abspath(args.state_dir)
+    if args.action == "down":
+        return cmd_down(state_dir)
+    if args.action == "status":
+        return cmd_status(state_dir)
+    state = _load_state(state_dir)
+    if state is not None and any(_alive(b.get("pid")) for b in state.get("brokers", [])):
+        print(f"A cluster is already running from {state_dir}; run `ferry cluster down --state-dir {state_dir}` first",
+              file=sys.stderr)
+        return 1
+    if args.controllers < 1 or args.brokers < 1:
+        print("--controllers and --brokers must be at least 1", file=sys.stderr)
+        return 2
+    cluster = LocalCluster(state_dir, args.controllers, args.brokers, args.s3_endpoint,
+                           log_dirs_per_broker=args.log_dirs_per_broker)
+    try:
+        cluster.start()
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"Error: the cluster did not start: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(cluster.describe(), indent=2))
+    return 0

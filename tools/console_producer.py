@@ -1,0 +1,73 @@
+"""`ferry produce`: Kafka's console producer — one record per line of stdin.
+
+`--property parse.key=true --property key.separator=:` splits each line into key and value. The
+tool waits for every acknowledgement before exiting and fails (exit 1) if any record was not
+acknowledged within `--delivery-timeout-ms`.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from metadata_quorum.errors import FerryError
+from tools.client import Producer
+
+
+def parse_properties(items: list[str]) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"Invalid property {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        props[k.strip()] = v
+    return props
+
+
+async def produce(args: argparse.Namespace, lines: list[str]) -> int:
+    props = parse_properties(args.property)
+    parse_key = props.get("parse.key", "false").lower() == "true"
+    separator = props.get("key.separator", "\t")
+    failed = 0
+    async with Producer(args.bootstrap_server, acks=args.acks, delivery_timeout_ms=args.delivery_timeout_ms,
+                        linger_ms=args.linger_ms) as producer:
+        futures = []
+        for line in lines:
+            key: bytes | None = None
+            value = line
+            if parse_key:
+                if separator not in line:
+                    print(f"No key separator {separator!r} found in line {line!r}", file=sys.stderr)
+                    failed += 1
+                    continue
+                k, value = line.split(separator, 1)
+                key = k.encode()
+            futures.append(await producer.send(args.topic, value.encode(), key=key, partition=args.partition))
+        for fut in futures:
+            try:
+                meta = await fut
+                if args.print_offsets:
+                    print(f"{meta.topic}-{meta.partition}@{meta.offset}")
+            except FerryError as exc:
+                failed += 1
+                print(f"Error: {exc}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="ferry produce", description="produce lines from stdin")
+    p.add_argument("--bootstrap-server", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int)
+    p.add_argument("--acks", type=int, default=-1, choices=[-1, 0, 1])
+    p.add_argument("--linger-ms", type=int, default=5)
+    p.add_argument("--delivery-timeout-ms", type=int, default=30_000)
+    p.add_argument("--property", action="append", default=[])
+    p.add_argument("--print-offsets", action="store_true", help="print topic-partition@offset per record")
+    args = p.parse_args(argv)
+    lines = [line.rstrip("\n") for line in sys.stdin]
+    try:
+        return asyncio.run(produce(args, lines))
+    except FerryError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
