@@ -1,0 +1,390 @@
+"""The metadata image: an immutable view of everything the metadata log has said so far.
+
+An image is only ever built by replaying records (see ``delta.py``); nothing else changes it.
+Mappings are read-only views over dicts that a delta copies on write, so building the next image
+costs the size of what changed plus one shallow copy of each touched mapping, not a deep copy.
+``offset`` is the log offset of the last record applied (-1 = empty); ``epoch`` is the Raft term
+under which that record was written (-1 = unknown).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from metadata_quorum.records import (
+    NO_LEADER,
+    STORAGE_S3,
+    STREAM_CLOSED,
+    STREAM_OPENED,
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    KVRecord,
+    LogDirSpec,
+    PartitionChangeRecord,
+    PartitionRecord,
+    Record,
+    RegisterBrokerRecord,
+    StreamObjectRecord,
+    StreamRecord,
+    TopicRecord,
+)
+
+#: KV key holding the next stream id to allocate, so that ids are never reused after deletion.
+STREAM_ID_COUNTER_KEY = "ferry/next_stream_id"
+
+
+def frozen(mapping: dict[Any, Any]) -> Mapping[Any, Any]:
+    """A read-only view of ``mapping``; the caller must not keep writing to it."""
+    return MappingProxyType(mapping)
+
+
+EMPTY_MAP: Mapping[Any, Any] = frozen({})
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """A registered broker: the fields of its RegisterBrokerRecord plus its log dirs' health.
+
+    ``saturated_log_dirs`` / ``offline_log_dirs`` hold what the broker reported in heartbeats
+    (dir ids or paths, as reported); :meth:`usable_log_dirs` matches either.
+    """
+
+    broker_id: int
+    incarnation_id: str
+    broker_epoch: int
+    endpoints: tuple[str, ...] = ()
+    rack: str | None = None
+    log_dirs: tuple[LogDirSpec, ...] = ()
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    saturated_log_dirs: tuple[str, ...] = ()
+    offline_log_dirs: tuple[str, ...] = ()
+
+    @property
+    def is_active(self) -> bool:
+        """May lead partitions and receive new ones: unfenced and not shutting down."""
+        return not self.fenced and not self.in_controlled_shutdown
+
+    def log_dir_by_path(self, path: str) -> LogDirSpec | None:
+        return next((d for d in self.log_dirs if d.path.rstrip("/") == path.rstrip("/")), None)
+
+    def usable_log_dirs(self) -> tuple[LogDirSpec, ...]:
+        bad = set(self.saturated_log_dirs) | set(self.offline_log_dirs)
+        return tuple(d for d in self.log_dirs if d.dir_id not in bad and d.path not in bad)
+
+    @classmethod
+    def from_record(cls, record: RegisterBrokerRecord) -> "BrokerRegistration":
+        return cls(
+            broker_id=record.broker_id,
+            incarnation_id=record.incarnation_id,
+            broker_epoch=record.broker_epoch,
+            endpoints=tuple(record.endpoints),
+            rack=record.rack,
+            log_dirs=tuple(record.log_dirs),
+            fenced=record.fenced,
+            in_controlled_shutdown=record.in_controlled_shutdown,
+        )
+
+    def to_records(self) -> list[Record]:
+        records: list[Record] = [
+            RegisterBrokerRecord(
+                broker_id=self.broker_id,
+                incarnation_id=self.incarnation_id,
+                broker_epoch=self.broker_epoch,
+                endpoints=self.endpoints,
+                rack=self.rack,
+                log_dirs=self.log_dirs,
+                fenced=self.fenced,
+                in_controlled_shutdown=self.in_controlled_shutdown,
+            )
+        ]
+        if self.saturated_log_dirs or self.offline_log_dirs:
+            records.append(
+                BrokerRegistrationChangeRecord(
+                    broker_id=self.broker_id,
+                    broker_epoch=self.broker_epoch,
+                    saturated_log_dirs=self.saturated_log_dirs,
+                    offline_log_dirs=self.offline_log_dirs,
+                )
+            )
+        return records
+
+
+@dataclass(frozen=True)
+class PartitionRegistration:
+    """A partition's replication state: the fields of PartitionRecord."""
+
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    leader: int = NO_LEADER
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    directories: tuple[str, ...] = ()
+    storage: str = STORAGE_S3
+    reelection_deadline_ms: int = 0
+    change_started_ms: int = 0
+
+    @classmethod
+    def from_record(cls, record: PartitionRecord) -> "PartitionRegistration":
+        return cls(**{f.name: getattr(record, f.name) for f in fields(PartitionRecord)})
+
+    def to_record(self) -> PartitionRecord:
+        return PartitionRecord(**{f.name: getattr(self, f.name) for f in fields(PartitionRecord)})
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas or self.reelection_deadline_ms)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the reassignment in progress (Kafka: replicas - adding, plus removing)."""
+        kept = tuple(r for r in self.replicas if r not in self.adding_replicas)
+        return kept + tuple(r for r in self.removing_replicas if r not in kept)
+
+    def merge(self, change: PartitionChangeRecord) -> "PartitionRegistration":
+        """Apply a PartitionChange with KRaft's epoch rules.
+
+        ``partition_epoch`` always bumps; ``leader_epoch`` bumps when the leader changes or when
+        the change removes a replica (so a removed replica's writes are fenced).
+        """
+        replicas = self.replicas if change.replicas is None else tuple(change.replicas)
+        leader = self.leader if change.leader is None else change.leader
+        leader_epoch = self.leader_epoch
+        if leader != self.leader or any(r not in replicas for r in self.replicas):
+            leader_epoch += 1
+
+        def pick(new: Any, old: Any) -> Any:
+            return old if new is None else (tuple(new) if isinstance(new, (list, tuple)) else new)
+
+        return PartitionRegistration(
+            topic_id=self.topic_id,
+            partition=self.partition,
+            replicas=replicas,
+            isr=pick(change.isr, self.isr),
+            removing_replicas=pick(change.removing_replicas, self.removing_replicas),
+            adding_replicas=pick(change.adding_replicas, self.adding_replicas),
+            leader=leader,
+            leader_epoch=leader_epoch,
+            partition_epoch=self.partition_epoch + 1,
+            directories=pick(change.directories, self.directories),
+            storage=self.storage,
+            reelection_deadline_ms=pick(change.reelection_deadline_ms, self.reelection_deadline_ms),
+            change_started_ms=pick(change.change_started_ms, self.change_started_ms),
+        )
+
+
+@dataclass(frozen=True)
+class TopicImage:
+    name: str
+    topic_id: str
+    storage: str
+    partitions: Mapping[int, PartitionRegistration] = field(default_factory=lambda: EMPTY_MAP)
+
+    def to_records(self) -> list[Record]:
+        records: list[Record] = [TopicRecord(name=self.name, topic_id=self.topic_id, storage=self.storage)]
+        records += [self.partitions[p].to_record() for p in sorted(self.partitions)]
+        return records
+
+
+@dataclass(frozen=True)
+class StreamMetadata:
+    """A stream as the controller knows it (AutoMQ's S3StreamMetadata).
+
+    A stream is created CLOSED with ``epoch = -1`` and ``owner = -1``, so the first owner opens it
+    with any epoch >= 0 (brokers use the partition's leader epoch).
+    """
+
+    stream_id: int
+    epoch: int
+    state: str
+    owner: int
+    start_offset: int = 0
+    end_offset: int = 0
+    objects: tuple[StreamObjectRecord, ...] = ()
+
+    @property
+    def is_opened(self) -> bool:
+        return self.state == STREAM_OPENED
+
+    def to_record(self) -> StreamRecord:
+        return StreamRecord(
+            stream_id=self.stream_id,
+            epoch=self.epoch,
+            state=self.state,
+            owner=self.owner,
+            start_offset=self.start_offset,
+            end_offset=self.end_offset,
+        )
+
+    def to_records(self) -> list[Record]:
+        return [self.to_record(), *self.objects]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "stream_id": self.stream_id,
+            "epoch": self.epoch,
+            "state": self.state,
+            "owner": self.owner,
+            "start_offset": self.start_offset,
+            "end_offset": self.end_offset,
+            "objects": [
+                {
+                    "object_key": o.object_key,
+                    "start_offset": o.start_offset,
+                    "end_offset": o.end_offset,
+                    "size": o.size,
+                    "epoch": o.epoch,
+                    "committed_ms": o.committed_ms,
+                }
+                for o in self.objects
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class ClusterImage:
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: EMPTY_MAP)
+
+    def active_broker_ids(self) -> list[int]:
+        """Unfenced brokers not in controlled shutdown, sorted by id."""
+        return sorted(b for b, reg in self.brokers.items() if reg.is_active)
+
+    def is_active(self, broker_id: int) -> bool:
+        reg = self.brokers.get(broker_id)
+        return reg is not None and reg.is_active
+
+
+@dataclass(frozen=True)
+class TopicsImage:
+    by_id: Mapping[str, TopicImage] = field(default_factory=lambda: EMPTY_MAP)
+    by_name: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+
+    def get(self, name: str) -> TopicImage | None:
+        topic_id = self.by_name.get(name)
+        return None if topic_id is None else self.by_id.get(topic_id)
+
+    def partition(self, topic_id: str, partition: int) -> PartitionRegistration | None:
+        topic = self.by_id.get(topic_id)
+        return None if topic is None else topic.partitions.get(partition)
+
+    def all_partitions(self) -> list[tuple[TopicImage, PartitionRegistration]]:
+        """Every partition, ordered by topic name then partition index (deterministic)."""
+        out = []
+        for name in sorted(self.by_name):
+            topic = self.by_id[self.by_name[name]]
+            out += [(topic, topic.partitions[p]) for p in sorted(topic.partitions)]
+        return out
+
+
+@dataclass(frozen=True)
+class StreamsImage:
+    streams: Mapping[int, StreamMetadata] = field(default_factory=lambda: EMPTY_MAP)
+
+    @cached_property
+    def object_refs(self) -> Mapping[str, tuple[int, ...]]:
+        """object_key -> ids of the streams that still reference it (computed once per image)."""
+        refs: dict[str, list[int]] = {}
+        for stream_id in sorted(self.streams):
+            for obj in self.streams[stream_id].objects:
+                refs.setdefault(obj.object_key, []).append(stream_id)
+        return frozen({k: tuple(v) for k, v in refs.items()})
+
+
+@dataclass(frozen=True)
+class ConfigsImage:
+    """Dynamic configs by (resource_type, resource_name)."""
+
+    configs: Mapping[tuple[str, str], Mapping[str, str]] = field(default_factory=lambda: EMPTY_MAP)
+
+    def get(self, resource_type: str, resource_name: str) -> Mapping[str, str]:
+        return self.configs.get((resource_type, resource_name), EMPTY_MAP)
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    offset: int = -1
+    epoch: int = -1
+    cluster: ClusterImage = field(default_factory=ClusterImage)
+    topics: TopicsImage = field(default_factory=TopicsImage)
+    streams: StreamsImage = field(default_factory=StreamsImage)
+    configs: ConfigsImage = field(default_factory=ConfigsImage)
+    kv: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+
+    @property
+    def next_stream_id(self) -> int:
+        """The id the next created stream gets: never reused, even after streams are removed."""
+        counter = int(self.kv.get(STREAM_ID_COUNTER_KEY, "0"))
+        highest = max(self.streams.streams, default=-1)
+        return max(counter, highest + 1)
+
+    def to_records(self) -> list[Record]:
+        """Records that rebuild this image (offset and epoch aside) when replayed onto the empty one."""
+        records: list[Record] = []
+        for broker_id in sorted(self.cluster.brokers):
+            records += self.cluster.brokers[broker_id].to_records()
+        for name in sorted(self.topics.by_name):
+            records += self.topics.by_id[self.topics.by_name[name]].to_records()
+        for stream_id in sorted(self.streams.streams):
+            records += self.streams.streams[stream_id].to_records()
+        for (rtype, rname) in sorted(self.configs.configs):
+            for key, value in sorted(self.configs.configs[(rtype, rname)].items()):
+                records.append(ConfigRecord(resource_type=rtype, resource_name=rname, key=key, value=value))
+        for key in sorted(self.kv):
+            records.append(KVRecord(key=key, value=self.kv[key]))
+        return records
+
+    def same_content(self, other: "MetadataImage") -> bool:
+        """Equal state, ignoring provenance (offset, epoch)."""
+        return (
+            dict(self.cluster.brokers) == dict(other.cluster.brokers)
+            and _topics_plain(self.topics) == _topics_plain(other.topics)
+            and dict(self.topics.by_name) == dict(other.topics.by_name)
+            and dict(self.streams.streams) == dict(other.streams.streams)
+            and {k: dict(v) for k, v in self.configs.configs.items()}
+            == {k: dict(v) for k, v in other.configs.configs.items()}
+            and dict(self.kv) == dict(other.kv)
+        )
+
+    @classmethod
+    def from_records(cls, records: list[Record], offset: int | None = None, epoch: int = -1) -> "MetadataImage":
+        """Build an image from a snapshot's records; ``offset`` is the snapshot's last offset."""
+        from metadata_quorum.delta import MetadataDelta
+
+        delta = MetadataDelta(EMPTY_IMAGE)
+        for record in records:
+            delta.replay(record)
+        image = delta.apply()
+        if offset is not None:
+            image = MetadataImage(offset, epoch, image.cluster, image.topics, image.streams, image.configs, image.kv)
+        return image
+
+
+def _topics_plain(topics: TopicsImage) -> dict[str, Any]:
+    return {
+        tid: (t.name, t.storage, dict(t.partitions)) for tid, t in topics.by_id.items()
+    }
+
+
+EMPTY_IMAGE = MetadataImage()
+
+__all__ = [
+    "STREAM_ID_COUNTER_KEY",
+    "BrokerRegistration",
+    "PartitionRegistration",
+    "TopicImage",
+    "StreamMetadata",
+    "ClusterImage",
+    "TopicsImage",
+    "StreamsImage",
+    "ConfigsImage",
+    "MetadataImage",
+    "EMPTY_IMAGE",
+    "STREAM_CLOSED",
+    "STREAM_OPENED",
+]

@@ -1,0 +1,1 @@
+"""Controller operations: pure functions ``(image, args, ctx) -> ControllerResult`` (see operations.py)."""

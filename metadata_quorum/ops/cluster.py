@@ -1,0 +1,195 @@
+"""Broker lifecycle: registration, heartbeats, controlled shutdown and session expiry (KRaft's
+ClusterControlManager and ReplicationControlManager's fencing paths).
+
+A broker's epoch is the log offset of its registration record, so a newer incarnation always
+has a higher epoch and every request carrying an older one is refused. Heartbeat times are not
+records: the active controller keeps them in memory and passes them in ``OpContext``; a broker
+with no recorded heartbeat counts as silent.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from metadata_quorum.controller_result import ControllerResult, OpContext
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.image import BrokerRegistration, MetadataImage
+from metadata_quorum.ops.placement import Placement, RecordBuilder, election_candidate, elect, evacuate, move_s3_partition
+from metadata_quorum.ops.validation import (
+    as_mapping,
+    invalid,
+    opt_bool,
+    opt_str,
+    req_int,
+    req_list,
+    req_str,
+    str_list,
+)
+from metadata_quorum.records import (
+    NO_LEADER,
+    STORAGE_S3,
+    BrokerRegistrationChangeRecord,
+    LogDirSpec,
+    RegisterBrokerRecord,
+)
+
+
+def heartbeat_expired(ctx: OpContext, broker_id: int) -> bool:
+    last = ctx.last_heartbeat_ms.get(broker_id)
+    return last is None or ctx.now_ms - last > ctx.session_timeout_ms
+
+
+def check_broker_epoch(image: MetadataImage, broker_id: int, broker_epoch: int) -> BrokerRegistration:
+    """The broker's registration, or BROKER_ID_NOT_REGISTERED / STALE_BROKER_EPOCH."""
+    reg = image.cluster.brokers.get(broker_id)
+    if reg is None:
+        raise FerryError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+    if reg.broker_epoch != broker_epoch:
+        raise FerryError(
+            ErrorCode.STALE_BROKER_EPOCH,
+            f"broker {broker_id} sent epoch {broker_epoch}, but its current registration has epoch "
+            f"{reg.broker_epoch}",
+            {"broker_epoch": reg.broker_epoch},
+        )
+    return reg
+
+
+def _log_dirs(value: Any) -> tuple[LogDirSpec, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise invalid(f"log_dirs must be a list of {{dir_id, path}}, got {value!r}")
+    dirs: list[LogDirSpec] = []
+    for item in value:
+        item = as_mapping(item, "log_dirs[]")
+        dir_id, path = item.get("dir_id"), item.get("path")
+        if not isinstance(dir_id, str) or not dir_id or not isinstance(path, str) or not os.path.isabs(path):
+            raise invalid(f"each log dir needs a non-empty dir_id and an absolute path, got {dict(item)!r}")
+        dirs.append(LogDirSpec(dir_id=dir_id, path=path))
+    if len({d.dir_id for d in dirs}) != len(dirs) or len({d.path for d in dirs}) != len(dirs):
+        raise invalid("log dir ids and paths must be unique")
+    return tuple(dirs)
+
+
+def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    broker_id = req_int(args, "broker_id", 0)
+    incarnation_id = req_str(args, "incarnation_id")
+    endpoints = str_list(args.get("endpoints"), "endpoints")
+    rack = opt_str(args, "rack")
+    log_dirs = _log_dirs(args.get("log_dirs"))
+    existing = image.cluster.brokers.get(broker_id)
+    if existing is not None and existing.incarnation_id == incarnation_id:
+        # A retry of a registration that already committed: same epoch, nothing new.
+        return ControllerResult((), {"broker_epoch": existing.broker_epoch})
+    if existing is not None and not existing.fenced and not heartbeat_expired(ctx, broker_id):
+        raise FerryError(
+            ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+            f"another incarnation of broker {broker_id} ({existing.incarnation_id}) is still alive; "
+            f"retry after its session expires ({ctx.session_timeout_ms} ms without heartbeats)",
+        )
+    builder = RecordBuilder(image)
+    epoch = ctx.next_offset
+    builder.add(RegisterBrokerRecord(
+        broker_id=broker_id, incarnation_id=incarnation_id, broker_epoch=epoch, endpoints=endpoints,
+        rack=rack, log_dirs=log_dirs, fenced=True, in_controlled_shutdown=False,
+    ))
+    if existing is not None:
+        # The old incarnation is gone: it must lead nothing (its partitions wait for a leader).
+        evacuate(builder, Placement(image), broker_id, "restart", ctx)
+    return ControllerResult(tuple(builder.records), {"broker_epoch": epoch})
+
+
+def broker_heartbeat(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    broker_id = req_int(args, "broker_id", 0)
+    broker_epoch = req_int(args, "broker_epoch")
+    metadata_offset = req_int(args, "metadata_offset", -1)
+    want_shutdown = opt_bool(args, "want_shutdown")
+    saturated = str_list(args.get("saturated_log_dirs"), "saturated_log_dirs")
+    offline = str_list(args.get("offline_log_dirs"), "offline_log_dirs")
+    reg = check_broker_epoch(image, broker_id, broker_epoch)
+    builder = RecordBuilder(image)
+    caught_up = metadata_offset >= reg.broker_epoch
+    if tuple(sorted(saturated)) != tuple(sorted(reg.saturated_log_dirs)) or \
+            tuple(sorted(offline)) != tuple(sorted(reg.offline_log_dirs)):
+        builder.add(BrokerRegistrationChangeRecord(
+            broker_id=broker_id, broker_epoch=broker_epoch,
+            saturated_log_dirs=tuple(sorted(saturated)), offline_log_dirs=tuple(sorted(offline)),
+        ))
+    if want_shutdown:
+        if not reg.in_controlled_shutdown:
+            builder.add(BrokerRegistrationChangeRecord(
+                broker_id=broker_id, broker_epoch=broker_epoch, in_controlled_shutdown=True,
+            ))
+        if not reg.fenced:
+            evacuate(builder, Placement(image), broker_id, "shutdown", ctx)
+    elif reg.fenced and caught_up and not reg.in_controlled_shutdown:
+        builder.add(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=False))
+    after = builder.view.broker(broker_id)
+    assert after is not None
+    leads = any(
+        p.leader == broker_id for _t, p in builder.result_image().topics.all_partitions()
+    ) if want_shutdown else True
+    return ControllerResult(tuple(builder.records), {
+        "is_fenced": after.fenced,
+        "is_caught_up": caught_up,
+        "should_shut_down": bool(want_shutdown and (after.fenced or not leads)),
+    })
+
+
+def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """Fence brokers silent past the session timeout and give their partitions away; elect
+    leaders for leaderless partitions whose re-election deadline passed."""
+    builder = RecordBuilder(image)
+    placement = Placement(image)
+    fenced: list[int] = []
+    for broker_id in sorted(image.cluster.brokers):
+        reg = image.cluster.brokers[broker_id]
+        if reg.fenced or not heartbeat_expired(ctx, broker_id):
+            continue
+        builder.add(BrokerRegistrationChangeRecord(
+            broker_id=broker_id, broker_epoch=reg.broker_epoch, fenced=True, in_controlled_shutdown=False,
+        ))
+        fenced.append(broker_id)
+    for broker_id in fenced:
+        evacuate(builder, placement, broker_id, "dead", ctx)
+    elected: list[dict[str, Any]] = []
+    for _topic, original in image.topics.all_partitions():
+        part = builder.view.partition(original.topic_id, original.partition)
+        if part is None or part.leader != NO_LEADER:
+            continue
+        if part.reelection_deadline_ms > ctx.now_ms:
+            continue
+        candidate = election_candidate(builder, part)
+        if candidate != NO_LEADER:
+            elect(builder, part, candidate)
+        elif part.storage == STORAGE_S3:
+            candidate = move_s3_partition(builder, placement, part, set(), ctx.now_ms, True, ctx)
+        if candidate != NO_LEADER:
+            elected.append({"topic_id": part.topic_id, "partition": part.partition, "leader": candidate})
+    return ControllerResult(tuple(builder.records), {"fenced_brokers": fenced, "elected": elected})
+
+
+def describe_broker(reg: BrokerRegistration) -> dict[str, Any]:
+    return {
+        "broker_id": reg.broker_id,
+        "incarnation_id": reg.incarnation_id,
+        "broker_epoch": reg.broker_epoch,
+        "endpoints": list(reg.endpoints),
+        "rack": reg.rack,
+        "log_dirs": [{"dir_id": d.dir_id, "path": d.path} for d in reg.log_dirs],
+        "fenced": reg.fenced,
+        "in_controlled_shutdown": reg.in_controlled_shutdown,
+        "saturated_log_dirs": list(reg.saturated_log_dirs),
+        "offline_log_dirs": list(reg.offline_log_dirs),
+    }
+
+
+def describe_cluster(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "brokers": [describe_broker(image.cluster.brokers[b]) for b in sorted(image.cluster.brokers)],
+        "metadata_offset": image.offset,
+    }
+
+
+__all__ = ["register_broker", "broker_heartbeat", "tick", "describe_cluster", "check_broker_epoch",
+           "heartbeat_expired", "req_list"]

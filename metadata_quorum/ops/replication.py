@@ -1,0 +1,290 @@
+"""Reassignments, leader elections and ISR changes (Kafka's AlterPartitionReassignments,
+ListPartitionReassignments, ElectLeaders and AlterPartition), with KRaft's epoch rules.
+
+storage=s3 partitions have one replica and their data in object storage, so a reassignment is a
+hand-over, not a copy: the target is written at once with no leader and a re-election deadline;
+the old owner sees it lose the partition, closes its streams and asks for the election, or
+``tick`` elects when the deadline passes. storage=local partitions keep Kafka's semantics:
+replicas = target + removing while the adding replicas catch up, then completion once they are
+all in the ISR.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from metadata_quorum.controller_result import ControllerResult, OpContext
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.image import MetadataImage, PartitionRegistration, TopicImage
+from metadata_quorum.ops.cluster import check_broker_epoch
+from metadata_quorum.ops.placement import Placement, RecordBuilder, elect, election_candidate
+from metadata_quorum.ops.validation import as_int, as_mapping, invalid, item_error, opt_list, req_int, req_list, req_str
+from metadata_quorum.records import NO_LEADER, STORAGE_S3, PartitionChangeRecord
+
+ANY_LOG_DIR = "any"
+
+
+def _find(image: MetadataImage, topic_name: Any, partition: Any) -> tuple[TopicImage, PartitionRegistration]:
+    topic = image.topics.get(topic_name) if isinstance(topic_name, str) else None
+    try:
+        index = int(partition)
+    except (TypeError, ValueError):
+        index = -1
+    part = None if topic is None else topic.partitions.get(index)
+    if topic is None or part is None:
+        raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         f"This server does not host this topic-partition: {topic_name}-{partition}")
+    return topic, part
+
+
+def _target(builder: RecordBuilder, raw: Any) -> tuple[int, ...]:
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment.")
+    try:
+        target = tuple(as_int(r, "replica", 0) for r in raw)
+    except FerryError:
+        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Invalid broker id in replica list: {raw}") from None
+    if len(set(target)) != len(target):
+        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         f"Duplicate replica ids in partition reassignment replica list: {list(target)}")
+    for b in target:
+        if builder.view.broker(b) is None:
+            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"The manual partition assignment includes broker {b}, but no such broker is registered.")
+    return target
+
+
+def _directories(builder: RecordBuilder, placement: Placement, target: tuple[int, ...], raw: Any,
+                 current: PartitionRegistration) -> tuple[str, ...]:
+    """Each replica's log dir id: the one named (absolute path it registered), else its current
+    dir if it already hosts the partition, else its least-loaded usable dir."""
+    if raw is not None and (not isinstance(raw, (list, tuple)) or len(raw) != len(target)):
+        raise invalid(f"log_dirs must list one dir per replica ({len(target)}), got {raw!r}")
+    dirs: list[str] = []
+    for i, broker_id in enumerate(target):
+        wanted = ANY_LOG_DIR if raw is None else raw[i]
+        reg = builder.view.broker(broker_id)
+        assert reg is not None
+        if wanted != ANY_LOG_DIR:
+            spec = reg.log_dir_by_path(wanted) if isinstance(wanted, str) and os.path.isabs(wanted) else None
+            if spec is None:
+                raise FerryError(ErrorCode.LOG_DIR_NOT_FOUND,
+                                 f"broker {broker_id} has no log dir {wanted!r}; expected \"any\" or one of "
+                                 f"{[d.path for d in reg.log_dirs]}")
+            dirs.append(spec.dir_id)
+            continue
+        if broker_id in current.replicas and current.replicas.index(broker_id) < len(current.directories):
+            existing = current.directories[current.replicas.index(broker_id)]
+            if existing:
+                dirs.append(existing)
+                continue
+        dir_id = placement.pick_dir(builder, broker_id)
+        placement.assign(broker_id, dir_id)
+        dirs.append(dir_id)
+    return tuple(dirs)
+
+
+def complete_local_reassignment(builder: RecordBuilder, part: PartitionRegistration) -> None:
+    """Finish a local reassignment once every adding replica is in the ISR (Kafka's rule)."""
+    if not (part.adding_replicas or part.removing_replicas):
+        return
+    if any(r not in part.isr for r in part.adding_replicas):
+        return
+    target = tuple(r for r in part.replicas if r not in part.removing_replicas)
+    isr = tuple(r for r in part.isr if r in target) or target[:1]
+    leader = part.leader
+    if leader not in target:
+        leader = next((r for r in target if r in isr and builder.is_active(r)), NO_LEADER)
+    dirs = tuple(d for r, d in zip(part.replicas, part.directories) if r in target) \
+        if len(part.directories) == len(part.replicas) else None
+    builder.add(PartitionChangeRecord(
+        topic_id=part.topic_id, partition=part.partition, replicas=target, isr=isr, adding_replicas=(),
+        removing_replicas=(), leader=leader if leader != part.leader else None, directories=dirs,
+        change_started_ms=0,
+    ))
+
+
+def _cancel(builder: RecordBuilder, part: PartitionRegistration, ctx: OpContext) -> None:
+    if not part.is_reassigning:
+        raise FerryError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                         f"No reassignment is in progress for partition {part.partition}.")
+    original = part.original_replicas
+    if part.storage == STORAGE_S3:
+        builder.add(PartitionChangeRecord(
+            topic_id=part.topic_id, partition=part.partition, replicas=original, isr=original,
+            adding_replicas=(), removing_replicas=(), directories=(), leader=NO_LEADER,
+            reelection_deadline_ms=ctx.now_ms + ctx.reelection_timeout_ms, change_started_ms=ctx.now_ms,
+        ))
+        return
+    isr = tuple(r for r in part.isr if r in original) or part.isr[:1]
+    leader = part.leader if part.leader in isr else next(
+        (r for r in original if r in isr and builder.is_active(r)), NO_LEADER)
+    dirs = tuple(d for r, d in zip(part.replicas, part.directories) if r in original) \
+        if len(part.directories) == len(part.replicas) else None
+    builder.add(PartitionChangeRecord(
+        topic_id=part.topic_id, partition=part.partition, replicas=original, isr=isr, adding_replicas=(),
+        removing_replicas=(), leader=leader if leader != part.leader else None, directories=dirs,
+        change_started_ms=0,
+    ))
+
+
+def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegistration, item: dict[str, Any],
+              ctx: OpContext) -> None:
+    target = _target(builder, item.get("replicas"))
+    if part.storage == STORAGE_S3 and len(target) != 1:
+        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         "storage=s3 partitions have exactly one replica: their data lives in object storage")
+    dirs = _directories(builder, placement, target, item.get("log_dirs"), part)
+    if target == part.replicas and not part.is_reassigning:
+        current_dirs = part.directories if len(part.directories) == len(target) else ()
+        if item.get("log_dirs") is not None and tuple(dirs) != tuple(current_dirs):
+            builder.add(PartitionChangeRecord(topic_id=part.topic_id, partition=part.partition, directories=dirs))
+        return
+    original = part.original_replicas
+    adding = tuple(r for r in target if r not in original)
+    removing = tuple(r for r in original if r not in target)
+    if part.storage == STORAGE_S3:
+        builder.add(PartitionChangeRecord(
+            topic_id=part.topic_id, partition=part.partition, replicas=target, isr=target,
+            adding_replicas=adding, removing_replicas=removing, leader=NO_LEADER, directories=dirs,
+            reelection_deadline_ms=ctx.now_ms + ctx.reelection_timeout_ms, change_started_ms=ctx.now_ms,
+        ))
+        return
+    old_dirs = dict(zip(part.replicas, part.directories)) if len(part.directories) == len(part.replicas) else {}
+    replicas = target + removing
+    all_dirs = dirs + tuple(old_dirs.get(r, "") for r in removing)
+    isr = tuple(r for r in part.isr if r in replicas) or part.isr
+    builder.add(PartitionChangeRecord(
+        topic_id=part.topic_id, partition=part.partition, replicas=replicas, isr=isr,
+        adding_replicas=adding, removing_replicas=removing, directories=all_dirs, change_started_ms=ctx.now_ms,
+    ))
+    updated = builder.view.partition(part.topic_id, part.partition)
+    assert updated is not None
+    complete_local_reassignment(builder, updated)
+
+
+def alter_partition_reassignments(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    builder = RecordBuilder(image)
+    placement = Placement(image)
+    responses: list[dict[str, Any]] = []
+    for raw in req_list(args, "reassignments"):
+        item = as_mapping(raw, "reassignments[]")
+        topic_name, partition = item.get("topic"), item.get("partition")
+        reply: dict[str, Any] = {"topic": topic_name, "partition": partition}
+        try:
+            _topic, part = _find(image, topic_name, partition)
+            current = builder.view.partition(part.topic_id, part.partition)
+            assert current is not None
+            if item.get("replicas") is None:
+                _cancel(builder, current, ctx)
+            else:
+                _reassign(builder, placement, current, item, ctx)
+        except FerryError as e:
+            reply.update(item_error(e.error, e.message))
+        responses.append(reply)
+    return ControllerResult(tuple(builder.records), {"responses": responses})
+
+
+def list_partition_reassignments(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+    wanted = opt_list(args, "partitions")
+    if wanted is None:
+        pairs = image.topics.all_partitions()
+    else:
+        pairs = []
+        for raw in wanted:
+            item = as_mapping(raw, "partitions[]")
+            try:
+                pairs.append(_find(image, item.get("topic"), item.get("partition")))
+            except FerryError:
+                continue
+    out = []
+    for topic, part in pairs:
+        if not part.is_reassigning:
+            continue
+        out.append({
+            "topic": topic.name, "partition": part.partition, "replicas": list(part.replicas),
+            "adding_replicas": list(part.adding_replicas), "removing_replicas": list(part.removing_replicas),
+            "leader": part.leader, "reelection_deadline_ms": part.reelection_deadline_ms,
+            "change_started_ms": part.change_started_ms,
+        })
+    return {"reassignments": out}
+
+
+def elect_leaders(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    election_type = args.get("election_type", "preferred")
+    if election_type not in ("preferred", "unclean"):
+        raise invalid(f"election_type must be \"preferred\" or \"unclean\", got {election_type!r}")
+    unclean = election_type == "unclean"
+    builder = RecordBuilder(image)
+    wanted = opt_list(args, "partitions")
+    items: list[tuple[Any, Any]]
+    if wanted is None:
+        items = [(t.name, p.partition) for t, p in image.topics.all_partitions()]
+    else:
+        items = [(as_mapping(r, "partitions[]").get("topic"), as_mapping(r, "partitions[]").get("partition"))
+                 for r in wanted]
+    results: list[dict[str, Any]] = []
+    for topic_name, partition in items:
+        result: dict[str, Any] = {"topic": topic_name, "partition": partition}
+        try:
+            _topic, found = _find(image, topic_name, partition)
+            part = builder.view.partition(found.topic_id, found.partition)
+            assert part is not None
+            leader = _elect_one(builder, part, unclean)
+            after = builder.view.partition(found.topic_id, found.partition)
+            assert after is not None
+            result.update({"leader": leader, "leader_epoch": after.leader_epoch})
+        except FerryError as e:
+            if wanted is None and e.error == ErrorCode.ELECTION_NOT_NEEDED:
+                continue
+            result.update(item_error(e.error, e.message))
+        results.append(result)
+    return ControllerResult(tuple(builder.records), {"results": results})
+
+
+def _elect_one(builder: RecordBuilder, part: PartitionRegistration, unclean: bool) -> int:
+    name = f"partition {part.partition} of topic {part.topic_id}"
+    if unclean and part.leader != NO_LEADER and builder.is_active(part.leader):
+        raise FerryError(ErrorCode.ELECTION_NOT_NEEDED, f"Leader election not needed for {name}")
+    candidate = election_candidate(builder, part, unclean=unclean)
+    if candidate == NO_LEADER:
+        if unclean:
+            raise FerryError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                             f"no live replica of {name} can lead (replicas {list(part.replicas)})")
+        raise FerryError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                         f"Failed to elect leader for {name}: no live replica in the ISR "
+                         f"(replicas {list(part.replicas)}, isr {list(part.isr)})")
+    if candidate == part.leader:
+        raise FerryError(ErrorCode.ELECTION_NOT_NEEDED, f"Leader election not needed for {name}")
+    elect(builder, part, candidate)
+    return candidate
+
+
+def alter_partition(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """A storage=local leader reports its new ISR (Kafka's AlterPartition); completes a
+    reassignment once every adding replica has joined."""
+    broker_id = req_int(args, "broker_id", 0)
+    check_broker_epoch(image, broker_id, req_int(args, "broker_epoch"))
+    _topic, part = _find(image, req_str(args, "topic"), req_int(args, "partition", 0))
+    if part.leader != broker_id:
+        raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                         f"broker {broker_id} does not lead partition {part.partition} (leader {part.leader})")
+    if req_int(args, "leader_epoch") != part.leader_epoch or req_int(args, "partition_epoch") != part.partition_epoch:
+        raise FerryError(ErrorCode.FENCED_LEADER_EPOCH,
+                         f"stale epochs for partition {part.partition}: current leader epoch {part.leader_epoch}, "
+                         f"partition epoch {part.partition_epoch}")
+    isr = tuple(as_int(r, "isr[]", 0) for r in req_list(args, "isr"))
+    if broker_id not in isr or any(r not in part.replicas for r in isr) or len(set(isr)) != len(isr):
+        raise invalid(f"isr {list(isr)} must be distinct replicas of {list(part.replicas)} including the leader")
+    builder = RecordBuilder(image)
+    if isr != part.isr:
+        builder.add(PartitionChangeRecord(topic_id=part.topic_id, partition=part.partition, isr=isr))
+    updated = builder.view.partition(part.topic_id, part.partition)
+    assert updated is not None
+    complete_local_reassignment(builder, updated)
+    final = builder.view.partition(part.topic_id, part.partition)
+    assert final is not None
+    return ControllerResult(tuple(builder.records), {
+        "leader": final.leader, "leader_epoch": final.leader_epoch, "partition_epoch": final.partition_epoch,
+        "isr": list(final.isr), "replicas": list(final.replicas),
+    })

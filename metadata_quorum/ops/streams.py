@@ -1,0 +1,214 @@
+"""Stream operations with AutoMQ's StreamControlManager fencing rules.
+
+A stream is owned by at most one broker at a time, under an epoch:
+
+* ``open_stream(epoch)``: the caller must be a registered, unfenced broker with its current
+  broker epoch. If the stream is OPENED by the same broker at the same epoch the call is a retry
+  and gets the same reply. Otherwise ``epoch`` must be greater than the stream's epoch
+  (``STREAM_FENCED`` if not), and the stream must be CLOSED — or OPENED by this same broker, or by
+  a broker that is gone (unregistered, fenced, or silent past the session timeout), whose
+  ownership is then taken over and whose later calls are fenced by the higher epoch. A stream
+  OPENED by another live broker answers ``STREAM_NOT_CLOSED`` (retriable: the owner is closing it).
+* ``close_stream``, ``commit_object``, ``trim_stream``: the caller must be the owner and give the
+  stream's current epoch (``STREAM_FENCED`` otherwise); commit and trim need the stream OPENED
+  (``STREAM_NOT_OPENED``). Closing a stream already closed by the same owner at the same epoch
+  succeeds (a retry).
+* ``commit_object``: each range must start exactly at its stream's end offset
+  (``OFFSET_NOT_MATCHED``); all ranges commit or none; committing an object key that is already
+  recorded for those streams succeeds without new records (a retry).
+* A stale broker epoch is refused with ``STALE_BROKER_EPOCH`` before anything else.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from metadata_quorum.controller_result import ControllerResult, OpContext
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.image import STREAM_ID_COUNTER_KEY, MetadataImage, StreamMetadata
+from metadata_quorum.ops.cluster import check_broker_epoch, heartbeat_expired
+from metadata_quorum.ops.validation import as_int, as_mapping, invalid, req_int, req_list, req_str
+from metadata_quorum.records import (
+    STREAM_CLOSED,
+    STREAM_OPENED,
+    KVRecord,
+    Record,
+    RemoveStreamObjectRecord,
+    StreamObjectRecord,
+    StreamRecord,
+)
+
+NO_OWNER = -1
+INITIAL_STREAM_EPOCH = -1
+
+
+def new_stream_records(image_next_id: int, count: int) -> tuple[list[Record], list[int]]:
+    """Records creating ``count`` CLOSED streams from ``image_next_id`` on, plus the id counter."""
+    ids = list(range(image_next_id, image_next_id + count))
+    records: list[Record] = [
+        StreamRecord(stream_id=s, epoch=INITIAL_STREAM_EPOCH, state=STREAM_CLOSED, owner=NO_OWNER) for s in ids
+    ]
+    records.append(KVRecord(key=STREAM_ID_COUNTER_KEY, value=str(image_next_id + count)))
+    return records, ids
+
+
+def _stream(image: MetadataImage, stream_id: int) -> StreamMetadata:
+    stream = image.streams.streams.get(stream_id)
+    if stream is None:
+        raise FerryError(ErrorCode.STREAM_NOT_EXIST, f"stream {stream_id} does not exist")
+    return stream
+
+
+def _fenced(stream: StreamMetadata, broker_id: int, epoch: int) -> FerryError:
+    return FerryError(
+        ErrorCode.STREAM_FENCED,
+        f"stream {stream.stream_id} is at epoch {stream.epoch} owned by broker {stream.owner}; "
+        f"broker {broker_id} with epoch {epoch} is fenced",
+        {"stream_epoch": stream.epoch, "owner": stream.owner},
+    )
+
+
+def _check_owner(stream: StreamMetadata, broker_id: int, epoch: int, need_opened: bool) -> None:
+    if stream.owner != broker_id or stream.epoch != epoch:
+        raise _fenced(stream, broker_id, epoch)
+    if need_opened and stream.state != STREAM_OPENED:
+        raise FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {stream.stream_id} is not opened")
+
+
+def _caller(image: MetadataImage, args: dict[str, Any]) -> int:
+    broker_id = req_int(args, "broker_id", 0)
+    check_broker_epoch(image, broker_id, req_int(args, "broker_epoch"))
+    return broker_id
+
+
+def create_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    records, ids = new_stream_records(image.next_stream_id, 1)
+    return ControllerResult(tuple(records), {"stream_id": ids[0]})
+
+
+def _owner_gone(image: MetadataImage, owner: int, ctx: OpContext) -> bool:
+    reg = image.cluster.brokers.get(owner)
+    return reg is None or reg.fenced or heartbeat_expired(ctx, owner)
+
+
+def open_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    broker_id = _caller(image, args)
+    stream_id = req_int(args, "stream_id", 0)
+    epoch = req_int(args, "epoch", 0)
+    stream = _stream(image, stream_id)
+    if stream.state == STREAM_OPENED and stream.owner == broker_id and stream.epoch == epoch:
+        return ControllerResult((), _open_reply(stream))
+    reg = image.cluster.brokers[broker_id]
+    if reg.fenced:
+        raise FerryError(ErrorCode.STREAM_FENCED,
+                         f"broker {broker_id} is fenced and may not open stream {stream_id}")
+    if epoch <= stream.epoch:
+        raise _fenced(stream, broker_id, epoch)
+    if stream.state == STREAM_OPENED and stream.owner != broker_id and not _owner_gone(image, stream.owner, ctx):
+        raise FerryError(
+            ErrorCode.STREAM_NOT_CLOSED,
+            f"stream {stream_id} is still opened by broker {stream.owner} at epoch {stream.epoch}",
+            {"owner": stream.owner, "stream_epoch": stream.epoch},
+        )
+    record = StreamRecord(stream_id=stream_id, epoch=epoch, state=STREAM_OPENED, owner=broker_id,
+                          start_offset=stream.start_offset, end_offset=stream.end_offset)
+    return ControllerResult((record,), {
+        "stream_id": stream_id, "epoch": epoch, "start_offset": stream.start_offset, "end_offset": stream.end_offset,
+    })
+
+
+def _open_reply(stream: StreamMetadata) -> dict[str, Any]:
+    return {"stream_id": stream.stream_id, "epoch": stream.epoch,
+            "start_offset": stream.start_offset, "end_offset": stream.end_offset}
+
+
+def close_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    broker_id = _caller(image, args)
+    stream = _stream(image, req_int(args, "stream_id", 0))
+    epoch = req_int(args, "epoch", 0)
+    _check_owner(stream, broker_id, epoch, need_opened=False)
+    if stream.state == STREAM_CLOSED:
+        return ControllerResult((), {})
+    record = StreamRecord(stream_id=stream.stream_id, epoch=epoch, state=STREAM_CLOSED, owner=broker_id,
+                          start_offset=stream.start_offset, end_offset=stream.end_offset)
+    return ControllerResult((record,), {})
+
+
+def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    broker_id = _caller(image, args)
+    object_key = req_str(args, "object_key")
+    size = req_int(args, "size", 0)
+    raw_ranges = req_list(args, "ranges")
+    if not raw_ranges:
+        raise invalid("ranges must not be empty")
+    ranges: list[tuple[int, int, int, int]] = []
+    for raw in raw_ranges:
+        item = as_mapping(raw, "ranges[]")
+        stream_id = as_int(item.get("stream_id"), "stream_id", 0)
+        epoch = as_int(item.get("epoch"), "epoch", 0)
+        start = as_int(item.get("start_offset"), "start_offset", 0)
+        end = as_int(item.get("end_offset"), "end_offset", 0)
+        if end <= start:
+            raise invalid(f"range of stream {stream_id} is empty or reversed: [{start}, {end})")
+        ranges.append((stream_id, epoch, start, end))
+    if len({r[0] for r in ranges}) != len(ranges):
+        raise invalid("an object holds at most one range per stream")
+    committed = [
+        any(o.object_key == object_key for o in _stream(image, stream_id).objects)
+        for stream_id, _e, _s, _end in ranges
+    ]
+    if all(committed):
+        return ControllerResult((), {})  # a retry of a commit that already happened
+    if any(committed):
+        raise FerryError(ErrorCode.INVALID_REQUEST,
+                         f"object {object_key} is already committed for some, not all, of these ranges")
+    records: list[Record] = []
+    for stream_id, epoch, start, end in ranges:
+        stream = _stream(image, stream_id)
+        _check_owner(stream, broker_id, epoch, need_opened=True)
+        if start != stream.end_offset:
+            raise FerryError(
+                ErrorCode.OFFSET_NOT_MATCHED,
+                f"stream {stream_id} ends at offset {stream.end_offset}; a commit must start there, not at {start}",
+                {"stream_id": stream_id, "end_offset": stream.end_offset},
+            )
+        records.append(StreamObjectRecord(object_key=object_key, stream_id=stream_id, start_offset=start,
+                                          end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms))
+        records.append(StreamRecord(stream_id=stream_id, epoch=stream.epoch, state=stream.state,
+                                    owner=stream.owner, start_offset=stream.start_offset, end_offset=end))
+    return ControllerResult(tuple(records), {})
+
+
+def trim_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """Move the stream's start offset forward; objects wholly below it are removed and the keys no
+    stream references any more are returned, for the caller to delete from object storage."""
+    broker_id = _caller(image, args)
+    stream = _stream(image, req_int(args, "stream_id", 0))
+    epoch = req_int(args, "epoch", 0)
+    new_start = req_int(args, "new_start_offset", 0)
+    _check_owner(stream, broker_id, epoch, need_opened=True)
+    if new_start > stream.end_offset:
+        raise FerryError(
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+            f"cannot trim stream {stream.stream_id} to {new_start}: it ends at {stream.end_offset}",
+        )
+    if new_start <= stream.start_offset:
+        return ControllerResult((), {"removed_objects": []})
+    records: list[Record] = []
+    removed: list[str] = []
+    refs = image.streams.object_refs
+    for obj in stream.objects:
+        if obj.end_offset <= new_start:
+            records.append(RemoveStreamObjectRecord(object_key=obj.object_key, stream_id=stream.stream_id))
+            if refs.get(obj.object_key, ()) == (stream.stream_id,):
+                removed.append(obj.object_key)
+    records.append(StreamRecord(stream_id=stream.stream_id, epoch=stream.epoch, state=stream.state,
+                                owner=stream.owner, start_offset=new_start, end_offset=stream.end_offset))
+    return ControllerResult(tuple(records), {"removed_objects": removed})
+
+
+def describe_stream(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+    return _stream(image, req_int(args, "stream_id", 0)).describe()
+
+
+__all__ = ["create_stream", "open_stream", "close_stream", "commit_object", "trim_stream",
+           "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]

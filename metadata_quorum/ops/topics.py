@@ -1,0 +1,259 @@
+"""Creating, deleting and describing topics (Kafka's CreateTopics / DeleteTopics / Metadata).
+
+Batch requests answer item by item, as Kafka does: a bad topic gets its error in the reply and
+the others proceed. Every storage=s3 partition gets a data and a meta stream, created CLOSED
+with epoch -1 in the same batch, and found through ``partition_stream_key``.
+"""
+from __future__ import annotations
+
+import base64
+import re
+import uuid
+import zlib
+from typing import Any
+
+from metadata_quorum.controller_result import ControllerResult, OpContext
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.image import STREAM_ID_COUNTER_KEY, MetadataImage, TopicImage
+from metadata_quorum.ops.placement import Placement, RecordBuilder
+from metadata_quorum.ops.streams import new_stream_records
+from metadata_quorum.ops.validation import as_int, as_mapping, invalid, item_error, opt_bool, opt_list, req_list
+from metadata_quorum.records import (
+    NO_LEADER,
+    STORAGE_LOCAL,
+    STORAGE_S3,
+    ConfigRecord,
+    KVRecord,
+    PartitionRecord,
+    Record,
+    RemoveStreamRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    partition_stream_key,
+)
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_TOPIC_ID_NAMESPACE = uuid.UUID("6f1c5c0e-9c55-4d8e-9b5e-5f2a1f0e7a11")
+
+
+def validate_topic_name(name: Any) -> str:
+    """Kafka's topic name rules (INVALID_TOPIC_EXCEPTION with Kafka's messages)."""
+    if not isinstance(name, str) or not name:
+        raise FerryError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise FerryError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise FerryError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
+                         f"topic name: {name}")
+    if not _LEGAL_NAME.match(name):
+        raise FerryError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
+                         "alphanumerics, '.', '_' and '-'")
+    return name
+
+
+def make_topic_id(name: str, offset: int) -> str:
+    """A Kafka-style (base64, 22 chars) id derived from the name and the log offset, so every
+    replay agrees and a re-created topic gets a new id."""
+    raw = uuid.uuid5(_TOPIC_ID_NAMESPACE, f"{name}@{offset}").bytes
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _assignments(raw: Any, n_brokers_known: set[int]) -> dict[int, tuple[int, ...]]:
+    if not isinstance(raw, dict) or not raw:
+        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "assignments must map partition -> [broker ids]")
+    out: dict[int, tuple[int, ...]] = {}
+    for key, replicas in raw.items():
+        try:
+            partition = int(key)
+        except (TypeError, ValueError):
+            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {key!r} is not a number") from None
+        if not isinstance(replicas, (list, tuple)) or not replicas:
+            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"The manual partition assignment includes an empty replica list for partition {partition}.")
+        ids = tuple(as_int(r, "replica") for r in replicas)
+        if len(set(ids)) != len(ids):
+            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"The manual partition assignment includes the partition {partition} with duplicate replicas.")
+        unknown = [b for b in ids if b not in n_brokers_known]
+        if unknown:
+            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"The manual partition assignment includes broker {unknown[0]}, but no such broker is registered.")
+        out[partition] = ids
+    if sorted(out) != list(range(len(out))):
+        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         "partitions should be a consecutive 0-based integer sequence")
+    sizes = {len(r) for r in out.values()}
+    if len(sizes) != 1:
+        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         "All partitions in the manual partition assignment must have the same replication factor")
+    return out
+
+
+def _plan(builder: RecordBuilder, item: dict[str, Any], ctx: OpContext) -> tuple[str, str, dict[int, tuple[int, ...]], dict[str, str]]:
+    name = validate_topic_name(item.get("name"))
+    if builder.view.topic_id_by_name(name) is not None:
+        raise FerryError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    storage = item.get("storage") or STORAGE_S3
+    if storage not in (STORAGE_S3, STORAGE_LOCAL):
+        raise invalid(f"storage must be {STORAGE_S3!r} or {STORAGE_LOCAL!r}, got {storage!r}")
+    configs = dict(as_mapping(item.get("configs") or {}, "configs"))
+    if not all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in configs.items()):
+        raise FerryError(ErrorCode.INVALID_CONFIG, "topic configs must map names to string values")
+    num_partitions = as_int(item.get("num_partitions", -1) if item.get("num_partitions") is not None else -1,
+                            "num_partitions")
+    rf = as_int(item.get("replication_factor", -1) if item.get("replication_factor") is not None else -1,
+                "replication_factor")
+    if item.get("assignments"):
+        if num_partitions != -1 or rf != -1:
+            raise invalid("give either assignments or num_partitions/replication_factor, not both")
+        assignment = _assignments(item["assignments"], set(builder.image.cluster.brokers))
+        if storage == STORAGE_S3 and any(len(r) != 1 for r in assignment.values()):
+            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             "storage=s3 partitions have exactly one replica: their data lives in object storage")
+        return name, storage, assignment, configs
+    num_partitions = 1 if num_partitions == -1 else num_partitions
+    rf = 1 if rf == -1 else rf
+    if num_partitions < 1:
+        raise FerryError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+    if rf < 1:
+        raise FerryError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+    if storage == STORAGE_S3 and rf != 1:
+        raise FerryError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"storage=s3 topics have replication factor 1 (their data lives in object storage), got {rf}")
+    active = builder.active_broker_ids()
+    if rf > len(active):
+        raise FerryError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
+                         f"cannot be reached because only {len(active)} broker(s) are registered.")
+    start = zlib.crc32(name.encode()) % len(active)
+    assignment = {
+        p: tuple(active[(start + p + j) % len(active)] for j in range(rf)) for p in range(num_partitions)
+    }
+    return name, storage, assignment, configs
+
+
+def create_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    items = req_list(args, "topics")
+    validate_only = opt_bool(args, "validate_only")
+    names = [as_mapping(i, "topics[]").get("name") for i in items]
+    duplicates = {n for n in names if names.count(n) > 1}
+    builder = RecordBuilder(image)
+    placement = Placement(image)
+    replies: list[dict[str, Any]] = []
+    for item in items:
+        name = item.get("name")
+        if name in duplicates:
+            replies.append({"name": name, **item_error(ErrorCode.INVALID_REQUEST,
+                                                       f"topic {name!r} appears more than once in the request")})
+            continue
+        try:
+            name, storage, assignment, configs = _plan(builder, item, ctx)
+        except FerryError as e:
+            replies.append({"name": name, **item_error(e.error, e.message)})
+            continue
+        topic_id = make_topic_id(name, ctx.next_offset + len(builder.records))
+        replies.append({"name": name, "topic_id": topic_id, "num_partitions": len(assignment),
+                        "replication_factor": len(assignment[0])})
+        if validate_only:
+            continue
+        _create(builder, placement, name, topic_id, storage, assignment, configs)
+    return ControllerResult(tuple(builder.records), {"topics": replies})
+
+
+def _create(builder: RecordBuilder, placement: Placement, name: str, topic_id: str, storage: str,
+            assignment: dict[int, tuple[int, ...]], configs: dict[str, str]) -> None:
+    builder.add(TopicRecord(name=name, topic_id=topic_id, storage=storage))
+    for partition in sorted(assignment):
+        replicas = assignment[partition]
+        dirs = []
+        for b in replicas:
+            dir_id = placement.pick_dir(builder, b)
+            placement.assign(b, dir_id)
+            dirs.append(dir_id)
+        leader = next((b for b in replicas if builder.is_active(b)), NO_LEADER)
+        builder.add(PartitionRecord(
+            topic_id=topic_id, partition=partition, replicas=replicas, isr=replicas, leader=leader,
+            leader_epoch=0, partition_epoch=0, directories=tuple(dirs), storage=storage,
+        ))
+        if storage == STORAGE_S3:
+            counter = builder.view.kv(STREAM_ID_COUNTER_KEY)
+            next_id = max(int(counter or 0), builder.image.next_stream_id)
+            records, (data_id, meta_id) = new_stream_records(next_id, 2)
+            for record in records:
+                builder.add(record)
+            builder.add(KVRecord(key=partition_stream_key(topic_id, partition, "data"), value=str(data_id)))
+            builder.add(KVRecord(key=partition_stream_key(topic_id, partition, "meta"), value=str(meta_id)))
+    for key, value in sorted(configs.items()):
+        builder.add(ConfigRecord(resource_type="topic", resource_name=name, key=key, value=value))
+
+
+def partition_streams(image: MetadataImage, topic_id: str, partition: int) -> dict[str, int]:
+    """The stream ids of an s3 partition: {"data": id, "meta": id} (empty for local partitions)."""
+    out = {}
+    for kind in ("data", "meta"):
+        value = image.kv.get(partition_stream_key(topic_id, partition, kind))
+        if value is not None:
+            out[kind] = int(value)
+    return out
+
+
+def delete_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """Remove topics, their partitions' streams and stream keys. The reply lists the objects no
+    stream references any more, which the brokers delete from object storage."""
+    names = req_list(args, "names")
+    records: list[Record] = []
+    replies: list[dict[str, Any]] = []
+    removed_streams: set[int] = set()
+    seen: set[str] = set()
+    for name in names:
+        topic = image.topics.get(name) if isinstance(name, str) else None
+        if topic is None or name in seen:
+            replies.append({"name": name, **item_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                       f"topic {name!r} does not exist")})
+            continue
+        seen.add(name)
+        records.append(RemoveTopicRecord(topic_id=topic.topic_id))
+        for partition in sorted(topic.partitions):
+            for kind, stream_id in sorted(partition_streams(image, topic.topic_id, partition).items()):
+                records.append(RemoveStreamRecord(stream_id=stream_id))
+                records.append(KVRecord(key=partition_stream_key(topic.topic_id, partition, kind), value=None))
+                removed_streams.add(stream_id)
+        for key in sorted(image.configs.get("topic", name)):
+            records.append(ConfigRecord(resource_type="topic", resource_name=name, key=key, value=None))
+        replies.append({"name": name, "topic_id": topic.topic_id})
+    refs = image.streams.object_refs
+    orphaned = sorted(k for k, ids in refs.items() if set(ids) <= removed_streams and ids)
+    return ControllerResult(tuple(records), {"topics": replies, "removed_objects": orphaned})
+
+
+def describe_topic(image: MetadataImage, topic: TopicImage) -> dict[str, Any]:
+    parts = []
+    for p in sorted(topic.partitions):
+        reg = topic.partitions[p]
+        parts.append({
+            "partition": p, "leader": reg.leader, "leader_epoch": reg.leader_epoch,
+            "partition_epoch": reg.partition_epoch, "replicas": list(reg.replicas), "isr": list(reg.isr),
+            "adding_replicas": list(reg.adding_replicas), "removing_replicas": list(reg.removing_replicas),
+            "directories": list(reg.directories), "reelection_deadline_ms": reg.reelection_deadline_ms,
+            "change_started_ms": reg.change_started_ms, "streams": partition_streams(image, topic.topic_id, p),
+        })
+    return {"name": topic.name, "topic_id": topic.topic_id, "storage": topic.storage, "partitions": parts,
+            "configs": dict(sorted(image.configs.get("topic", topic.name).items()))}
+
+
+def describe_topics(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+    names = opt_list(args, "names")
+    if names is None:
+        names = sorted(image.topics.by_name)
+    out = []
+    for name in names:
+        topic = image.topics.get(name) if isinstance(name, str) else None
+        if topic is None:
+            out.append({"name": name, **item_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                   f"topic {name!r} does not exist")})
+        else:
+            out.append(describe_topic(image, topic))
+    return {"topics": out}
