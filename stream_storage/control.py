@@ -1,0 +1,167 @@
+"""The controller's stream operations, as stream storage needs them.
+
+:class:`StreamControl` is the seam; :class:`OpStreamControl` implements it over any
+``write(op, args)`` / ``read(op, args)`` pair, which is all the controller offers. Two ready-made
+forms: :class:`HttpStreamControl` (``metadata_quorum.client.ControllerClient``, real processes) and
+:class:`LocalStreamControl` (``metadata_quorum.local_controller.LocalController``, in-process, for
+fast tests).
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Protocol, Sequence
+
+from metadata_quorum.errors import ErrorCode, FerryError
+from stream_storage.object_format import StreamRange
+
+
+@dataclass(frozen=True)
+class OpenedStream:
+    stream_id: int
+    epoch: int
+    start_offset: int
+    end_offset: int
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """``[start_offset, end_offset)`` of one stream lives in ``object_key`` (``size`` bytes in all)."""
+
+    object_key: str
+    start_offset: int
+    end_offset: int
+    size: int
+    epoch: int = 0
+
+
+@dataclass(frozen=True)
+class StreamDescription:
+    stream_id: int
+    epoch: int
+    state: str
+    owner: int
+    start_offset: int
+    end_offset: int
+    objects: tuple[ObjectRef, ...]
+
+
+class StreamControl(Protocol):
+    async def create_stream(self) -> int: ...
+
+    async def open_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> OpenedStream: ...
+
+    async def close_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> None: ...
+
+    async def commit_object(self, object_key: str, size: int, broker_id: int, broker_epoch: int,
+                            ranges: Sequence[tuple[StreamRange, int]]) -> None:
+        """Commit all ``(range, epoch)`` pairs atomically; the same key again is an idempotent retry."""
+        ...
+
+    async def trim_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
+                          new_start_offset: int) -> list[str]: ...
+
+    async def describe_stream(self, stream_id: int) -> StreamDescription: ...
+
+
+def parse_description(reply: dict[str, Any]) -> StreamDescription:
+    objects = tuple(sorted(
+        (ObjectRef(str(o["object_key"]), int(o["start_offset"]), int(o["end_offset"]), int(o.get("size", 0)),
+                   int(o.get("epoch", 0))) for o in reply.get("objects", [])),
+        key=lambda o: o.start_offset))
+    return StreamDescription(int(reply["stream_id"]), int(reply["epoch"]), str(reply["state"]), int(reply["owner"]),
+                             int(reply["start_offset"]), int(reply["end_offset"]), objects)
+
+
+Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class OpStreamControl:
+    """StreamControl over ``write(op, args)`` and ``read(op, args)`` coroutines returning the reply."""
+
+    def __init__(self, write: Call, read: Call) -> None:
+        self._write = write
+        self._read = read
+
+    async def create_stream(self) -> int:
+        return int((await self._write("create_stream", {}))["stream_id"])
+
+    async def open_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> OpenedStream:
+        reply = await self._write("open_stream", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
+                                                  "broker_epoch": broker_epoch})
+        return OpenedStream(int(reply["stream_id"]), int(reply["epoch"]), int(reply["start_offset"]),
+                            int(reply["end_offset"]))
+
+    async def close_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> None:
+        await self._write("close_stream", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
+                                           "broker_epoch": broker_epoch})
+
+    async def commit_object(self, object_key: str, size: int, broker_id: int, broker_epoch: int,
+                            ranges: Sequence[tuple[StreamRange, int]]) -> None:
+        await self._write("commit_object", {
+            "object_key": object_key, "size": size, "broker_id": broker_id, "broker_epoch": broker_epoch,
+            "ranges": [{"stream_id": r.stream_id, "epoch": epoch, "start_offset": r.start_offset,
+                        "end_offset": r.end_offset} for r, epoch in ranges]})
+
+    async def trim_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
+                          new_start_offset: int) -> list[str]:
+        reply = await self._write("trim_stream", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
+                                                  "broker_epoch": broker_epoch, "new_start_offset": new_start_offset})
+        return [str(k) for k in reply.get("removed_objects", [])]
+
+    async def describe_stream(self, stream_id: int) -> StreamDescription:
+        return parse_description(await self._read("describe_stream", {"stream_id": stream_id}))
+
+
+def _reply_of(result: Any) -> dict[str, Any]:
+    """Accept a bare reply, a ``ControllerResult``-like object, or ``{"reply": ..}``."""
+    if hasattr(result, "reply"):
+        return dict(result.reply)
+    if isinstance(result, dict) and "reply" in result and isinstance(result["reply"], dict):
+        return dict(result["reply"])
+    return dict(result or {})
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class HttpStreamControl(OpStreamControl):
+    """Over ``metadata_quorum.client.ControllerClient`` (follows NOT_CONTROLLER, retries retriable errors)."""
+
+    def __init__(self, client: Any) -> None:
+        async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
+            return _reply_of(await client.write(op, args))
+
+        async def read(op: str, args: dict[str, Any]) -> dict[str, Any]:
+            return _reply_of(await client.read(op, args))
+
+        super().__init__(write, read)
+        self.client = client
+
+
+class LocalStreamControl(OpStreamControl):
+    """Over an in-process ``LocalController`` (its ``write``/``read`` may be sync or async).
+
+    ``delay_ms`` adds a round trip's worth of latency to every call, so that fast tests can still
+    interleave concurrent callers the way a network would.
+    """
+
+    def __init__(self, controller: Any, delay_ms: float = 0.0) -> None:
+        async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
+            if delay_ms:
+                await asyncio.sleep(delay_ms / 1000)
+            return _reply_of(await _maybe_await(controller.write(op, args)))
+
+        async def read(op: str, args: dict[str, Any]) -> dict[str, Any]:
+            if delay_ms:
+                await asyncio.sleep(delay_ms / 1000)
+            return _reply_of(await _maybe_await(controller.read(op, args)))
+
+        super().__init__(write, read)
+        self.controller = controller
+
+
+def is_fenced(exc: BaseException) -> bool:
+    return isinstance(exc, FerryError) and exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH)

@@ -1,0 +1,387 @@
+"""StreamStorage: one broker's streams — WAL, log cache, uploader and reader behind one API.
+
+Typical life of a stream on its owner::
+
+    info = await storage.open_stream(stream_id, epoch)          # recovers this WAL's tail, if any
+    base = await storage.append(stream_id, batches)              # after fsync; offsets stamped
+    res  = await storage.fetch(stream_id, offset, max_bytes)     # cache, then S3
+    await storage.close_stream(stream_id)                        # drain, force upload, close
+
+A move's new owner opens with a higher epoch; if the old owner died, it first calls
+:meth:`recover_from_wal` with the dead broker's WAL dir (a shared volume) to bring back the
+acknowledged tail that never reached S3.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Iterable
+
+from metadata_quorum.errors import ErrorCode, FerryError
+from stream_storage.batches import assign_offsets, iter_batches, validate_batches
+from stream_storage.cache import BlockCache, IndexCache, LogCache
+from stream_storage.config import StreamStorageConfig
+from stream_storage.control import StreamControl, StreamDescription
+from stream_storage.object_format import Chunk
+from stream_storage.object_store import ObjectStore, ObjectStoreError
+from stream_storage.reader import ObjectReader, next_offset_of
+from stream_storage.stream import CLOSED, CLOSING, FAILED, FENCED, OPEN, StreamHandle, objects_for
+from stream_storage.uploader import Uploader
+from stream_storage.wal import ReplayResult, WalEntry, WriteAheadLog, read_wal
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OpenInfo:
+    stream_id: int
+    epoch: int
+    start_offset: int
+    end_offset: int
+    recovered_offsets: int = 0
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    data: bytes
+    start_offset: int
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+def recoverable_tail(entries: Iterable[WalEntry], stream_id: int, from_offset: int) -> list[WalEntry]:
+    """The contiguous run of ``stream_id``'s WAL entries starting at ``from_offset``; where two
+    epochs wrote the same offsets the higher epoch wins (the older owner had been fenced)."""
+    by_start: dict[int, WalEntry] = {}
+    for entry in entries:
+        if entry.stream_id != stream_id or entry.start_offset < from_offset:
+            continue
+        known = by_start.get(entry.start_offset)
+        if known is None or entry.epoch > known.epoch:
+            by_start[entry.start_offset] = entry
+    run, cursor = [], from_offset
+    while cursor in by_start:
+        entry = by_start[cursor]
+        run.append(entry)
+        cursor = entry.end_offset
+    return run
+
+
+class StreamStorage:
+    """One per broker. Call :meth:`start` first and :meth:`close` (or :meth:`abort`) last."""
+
+    def __init__(self, config: StreamStorageConfig, store: ObjectStore, control: StreamControl,
+                 broker_id: int, broker_epoch: int = 0) -> None:
+        self.config = config
+        self.store = store
+        self.control = control
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.wal = WriteAheadLog(config.wal_dir, config.wal_segment_bytes, config.wal_fsync)
+        self.cache = LogCache(config.cache_bytes)
+        self.index_cache = IndexCache(config.index_cache_entries)
+        self.block_cache = BlockCache(max(config.object_block_bytes * 8, 8 * 1024 * 1024))
+        self.reader = ObjectReader(store, self.index_cache, self.block_cache)
+        self.uploader = Uploader(config, store, control, self.cache, self.index_cache, self.wal,
+                                 lambda: (self.broker_id, self.broker_epoch))
+        self.handles = self.uploader.handles
+        self._replayed: list[WalEntry] = []
+        self.replay: ReplayResult | None = None
+        self._started = False
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    async def start(self) -> ReplayResult:
+        """Open the WAL (cutting a torn tail) and keep its entries for streams re-opened here."""
+        loop = asyncio.get_running_loop()
+        self.replay = await loop.run_in_executor(None, self.wal.open)
+        self._replayed = self.replay.entries
+        await self._release_committed_replay()
+        self.uploader.start()
+        self._started = True
+        return self.replay
+
+    async def _release_committed_replay(self) -> None:
+        """Entries already in S3 (committed before a crash, or recovered by another broker) free their segments."""
+        max_end: dict[int, int] = {}
+        for entry in self._replayed:
+            max_end[entry.stream_id] = max(max_end.get(entry.stream_id, 0), entry.end_offset)
+        for stream_id, end in max_end.items():
+            try:
+                desc = await self.control.describe_stream(stream_id)
+            except FerryError as exc:
+                if exc.error == ErrorCode.STREAM_NOT_EXIST:
+                    self.wal.release_stream(stream_id)
+                continue
+            self.wal.mark_committed(stream_id, desc.end_offset)
+        self._replayed = [e for e in self._replayed if e.end_offset > self.wal_committed(e.stream_id)]
+        await self.wal.trim()
+
+    def wal_committed(self, stream_id: int) -> int:
+        return self.wal._committed.get(stream_id, -1)
+
+    def set_broker_epoch(self, broker_epoch: int) -> None:
+        self.broker_epoch = broker_epoch
+
+    async def close(self) -> None:
+        """Clean shutdown: close every open stream (force upload + close at the controller)."""
+        for stream_id in list(self.handles):
+            try:
+                await self.close_stream(stream_id)
+            except FerryError as exc:
+                log.warning("closing stream %d at shutdown: %s", stream_id, exc)
+        await self.uploader.stop()
+        await self.wal.close()
+        await self.store.close()
+
+    async def abort(self) -> None:
+        """Stop without uploading (what a crash leaves behind: the WAL and S3 as they are)."""
+        for handle in self.handles.values():
+            handle.fence("storage aborted")
+        await self.uploader.stop()
+        await self.wal.close()
+
+    # -- ownership ---------------------------------------------------------------------------
+
+    async def create_stream(self) -> int:
+        return await self.control.create_stream()
+
+    async def open_stream(self, stream_id: int, epoch: int) -> OpenInfo:
+        """Take ownership at ``epoch`` (idempotent for the same epoch); recover this WAL's tail.
+
+        Raises STREAM_FENCED if the epoch is not newer, STREAM_NOT_CLOSED while another live
+        broker still owns it.
+        """
+        existing = self.handles.get(stream_id)
+        if existing is not None and existing.epoch == epoch and existing.state == OPEN:
+            return OpenInfo(stream_id, epoch, existing.start_offset, existing.durable_end)
+        opened = await self.control.open_stream(stream_id, epoch, self.broker_id, self.broker_epoch)
+        if existing is not None:
+            existing.fence(f"re-opened at epoch {epoch}")
+        handle = StreamHandle(stream_id, opened.epoch, opened.start_offset, opened.end_offset, opened.end_offset,
+                              opened.end_offset, opened.end_offset)
+        self.cache.reset(stream_id, opened.end_offset)
+        self.handles[stream_id] = handle
+        self.wal.mark_committed(stream_id, opened.end_offset)
+        tail = recoverable_tail(self._replayed, stream_id, opened.end_offset)
+        self._replayed = [e for e in self._replayed if e.stream_id != stream_id]
+        for entry in tail:  # already durable in this WAL: back into the cache, uploaded as usual
+            self.cache.add(stream_id, Chunk(entry.start_offset, entry.end_offset, entry.payload))
+            handle.next_offset = entry.end_offset
+            handle.mark_durable(entry.end_offset)
+            self.uploader.on_durable(handle, len(entry.payload))
+        if tail:
+            await self.force_upload(stream_id)
+        return OpenInfo(stream_id, opened.epoch, opened.start_offset, handle.durable_end,
+                        handle.durable_end - opened.end_offset)
+
+    async def recover_from_wal(self, wal_dir: str, stream_id: int) -> int:
+        """After opening ``stream_id``, bring back its uncommitted tail from another broker's WAL
+        (read-only; that WAL is not changed). Returns how many offsets were recovered; they are
+        durable here and in S3 when this returns."""
+        handle = self._writable(stream_id)
+        loop = asyncio.get_running_loop()
+        replay = await loop.run_in_executor(None, read_wal, wal_dir)
+        tail = recoverable_tail(replay.entries, stream_id, handle.next_offset)
+        for entry in tail:
+            await self._append_entry(handle, entry.start_offset, entry.end_offset, entry.payload)
+        if tail:
+            await self.force_upload(stream_id)
+        return tail[-1].end_offset - tail[0].start_offset if tail else 0
+
+    def fence(self, stream_id: int, reason: str = "a newer epoch owns it") -> None:
+        """The broker learned another owner has the stream: stop accepting appends at once."""
+        handle = self.handles.get(stream_id)
+        if handle is not None:
+            handle.fence(reason)
+            self._forget(stream_id)
+
+    def release_stream(self, stream_id: int) -> None:
+        """Nothing of ``stream_id`` left in this WAL is needed (it was recovered or abandoned)."""
+        self._replayed = [e for e in self._replayed if e.stream_id != stream_id]
+        self.wal.release_stream(stream_id)
+
+    def _forget(self, stream_id: int) -> None:
+        handle = self.handles.pop(stream_id, None)
+        if handle is not None:
+            self.uploader.pending_bytes -= sum(
+                len(c.data) for c in self.cache.chunks_between(stream_id, handle.taken_end, handle.durable_end))
+        self.cache.drop(stream_id)
+        self.wal.release_stream(stream_id)
+
+    def _writable(self, stream_id: int) -> StreamHandle:
+        handle = self.handles.get(stream_id)
+        if handle is None:
+            raise FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {stream_id} is not opened on broker "
+                             f"{self.broker_id}", {"stream_id": stream_id})
+        handle.check_writable()
+        return handle
+
+    # -- data --------------------------------------------------------------------------------
+
+    async def append(self, stream_id: int, batches: bytes | bytearray, leader_epoch: int | None = None) -> int:
+        """Append Kafka v2 RecordBatches; returns the first offset once the WAL has fsynced them.
+
+        Offsets (and the leader epoch, if given) are stamped into the batches; the CRC does not
+        cover them. Raises STREAM_FENCED / STREAM_NOT_OPENED / CORRUPT_MESSAGE / MESSAGE_TOO_LARGE.
+        """
+        self._writable(stream_id)
+        if len(batches) > self.config.max_append_bytes:
+            raise FerryError(ErrorCode.MESSAGE_TOO_LARGE, f"{len(batches)} bytes exceed the "
+                             f"{self.config.max_append_bytes}-byte limit of one append")
+        buf = bytearray(batches)
+        count = sum(info.offset_count for info in validate_batches(buf))
+        await self.uploader.wait_for_room()
+        handle = self._writable(stream_id)
+        base = handle.next_offset
+        assign_offsets(buf, base, leader_epoch)
+        await self._append_entry(handle, base, base + count, bytes(buf))
+        return base
+
+    async def _append_entry(self, handle: StreamHandle, base: int, end: int, data: bytes) -> None:
+        handle.next_offset = end
+        handle.inflight_appends += 1
+        handle.idle.clear()
+        self.cache.add(handle.stream_id, Chunk(base, end, data))
+        try:
+            await self.wal.append(handle.stream_id, handle.epoch, base, end, data)
+        except FerryError as exc:
+            handle.fail(base, exc.message)
+            raise
+        finally:
+            handle.inflight_appends -= 1
+            if handle.inflight_appends == 0:
+                handle.idle.set()
+        if handle.state == FENCED:
+            raise FerryError(ErrorCode.STREAM_FENCED, f"stream {handle.stream_id} was fenced while appending "
+                             f"offsets [{base}, {end}); they are not acknowledged", {"stream_id": handle.stream_id})
+        if not handle.mark_durable(end):
+            handle.check_writable()
+        self.uploader.on_durable(handle, len(data))
+
+    async def _describe(self, stream_id: int) -> StreamDescription:
+        return await self.control.describe_stream(stream_id)
+
+    async def fetch(self, stream_id: int, start_offset: int, max_bytes: int) -> FetchResult:
+        """Batches from the one holding ``start_offset`` up to ``max_bytes`` (at least one batch),
+        below the high watermark (acknowledged offsets). Works on streams owned elsewhere too
+        (committed offsets only). Raises OFFSET_OUT_OF_RANGE outside [start, high watermark]."""
+        handle = self.handles.get(stream_id)
+        desc: StreamDescription | None = None
+        if handle is not None and handle.state in (OPEN, CLOSING, FAILED):
+            log_start, hw = handle.start_offset, handle.durable_end
+        else:
+            desc = await self._describe(stream_id)
+            log_start, hw = desc.start_offset, desc.end_offset
+        if start_offset < log_start or start_offset > hw:
+            raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {start_offset} of stream {stream_id} is "
+                             f"outside [{log_start}, {hw}]", {"log_start_offset": log_start, "high_watermark": hw})
+        parts: list[bytes] = []
+        cursor, budget = start_offset, max(1, max_bytes)
+        for _ in range(16):
+            if cursor >= hw or budget <= 0:
+                break
+            piece = await self._read_piece(stream_id, handle, desc, cursor, budget, hw)
+            if not piece:
+                break
+            if parts and len(piece) > budget:
+                break
+            parts.append(piece)
+            budget -= len(piece)
+            cursor = next_offset_of(piece) or cursor
+        data = b"".join(parts)
+        return FetchResult(data, start_offset, cursor, hw, log_start)
+
+    async def _read_piece(self, stream_id: int, handle: StreamHandle | None, desc: StreamDescription | None,
+                          offset: int, max_bytes: int, hw: int) -> bytes:
+        if handle is not None:
+            cached = self.cache.read(stream_id, offset, max_bytes, hw)
+            if cached:
+                return cached
+            if handle.objects is None or handle.object_for(offset) is None:
+                fresh = await self._describe(stream_id)
+                handle.objects = list(fresh.objects)
+            ref = handle.object_for(offset)
+        else:
+            assert desc is not None
+            ref = objects_for(desc.objects, offset)
+        if ref is None:
+            raise FerryError(ErrorCode.OFFSET_NOT_AVAILABLE, f"offset {offset} of stream {stream_id} is below the "
+                             "high watermark but neither cached nor in a committed object")
+        try:
+            data = await self.reader.read(stream_id, ref, offset, max_bytes)
+        except ObjectStoreError as exc:
+            raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"reading {ref.object_key}: {exc}") from exc
+        return _below(data, hw)
+
+    async def force_upload(self, stream_id: int) -> None:
+        """Upload and commit everything acknowledged for this stream now (one PUT, one commit)."""
+        handle = self.handles.get(stream_id)
+        if handle is None:
+            raise FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {stream_id} is not opened here")
+        await self.uploader.force_upload(handle)
+
+    async def trim(self, stream_id: int, new_start_offset: int) -> None:
+        """Move the stream's start forward; objects wholly below are deleted from S3."""
+        handle = self._writable(stream_id)
+        if new_start_offset > handle.durable_end:
+            raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE, f"cannot trim stream {stream_id} to "
+                             f"{new_start_offset}: it ends at {handle.durable_end}")
+        if new_start_offset > handle.committed_end:
+            await self.force_upload(stream_id)
+        try:
+            removed = await self.control.trim_stream(stream_id, handle.epoch, self.broker_id, self.broker_epoch,
+                                                     new_start_offset)
+        except FerryError as exc:
+            if exc.error == ErrorCode.STREAM_FENCED:
+                handle.fence(str(exc))
+            raise
+        handle.trim_objects(new_start_offset)
+        self.cache.trim(stream_id, new_start_offset)
+        if removed:
+            try:
+                await self.store.delete(removed)
+            except ObjectStoreError as exc:
+                log.warning("trim of stream %d: could not delete %d objects: %s", stream_id, len(removed), exc)
+            for key in removed:
+                self.index_cache.discard(key)
+
+    async def close_stream(self, stream_id: int) -> None:
+        """Stop appends, wait for in-flight ones, force-upload, then close at the controller."""
+        handle = self.handles.get(stream_id)
+        if handle is None:
+            return
+        if handle.state == OPEN:
+            handle.state = CLOSING
+        await handle.idle.wait()
+        try:
+            if handle.state in (CLOSING, FAILED):
+                await self.uploader.force_upload(handle)
+            if handle.state == FENCED:
+                handle.check_writable()
+            await self.control.close_stream(stream_id, handle.epoch, self.broker_id, self.broker_epoch)
+            handle.state = CLOSED
+        except FerryError as exc:
+            if exc.error == ErrorCode.STREAM_FENCED:
+                handle.fence(str(exc))
+            raise
+        finally:
+            if handle.state in (CLOSED, FENCED):
+                self._forget(stream_id)
+
+    def stream(self, stream_id: int) -> StreamHandle | None:
+        return self.handles.get(stream_id)
+
+
+def _below(data: bytes, hw: int) -> bytes:
+    end = 0
+    for info in iter_batches(data):
+        if info.next_offset > hw:
+            break
+        end = info.position + info.size_bytes
+    return data[:end]
+
+
+__all__ = ["StreamStorage", "OpenInfo", "FetchResult", "recoverable_tail", "CLOSED", "FAILED"]

@@ -1,0 +1,278 @@
+"""The uploader: WAL-durable data → objects in S3 → committed at the controller → WAL trimmed.
+
+Uploads start when the buffered bytes reach ``upload_bytes`` or the oldest buffered byte is
+``upload_interval_ms`` old, and hold every stream's pending range in one stream-set object (few
+PUTs). ``force_upload`` puts one stream's pending bytes in an object of its own at once, so a
+close pays one PUT of its own data and nothing else. Commits of one stream happen in offset order
+(each upload waits for the previous upload touching the same stream). A PUT is retried with the
+same key and bytes; a commit with the same key is idempotent at the controller; so a lost reply
+never commits an object twice. A commit refused with ``STREAM_FENCED`` fences those streams and
+the object is rebuilt without them.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+from metadata_quorum.errors import ErrorCode, FerryError
+from stream_storage.cache import IndexCache, LogCache
+from stream_storage.config import StreamStorageConfig
+from stream_storage.control import ObjectRef, StreamControl, is_fenced
+from stream_storage.object_format import BuiltObject, Chunk, build_object
+from stream_storage.object_store import ObjectStore, ObjectStoreError
+from stream_storage.stream import FAILED, FENCED, StreamHandle
+from stream_storage.wal import WriteAheadLog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class UploadStats:
+    objects: int = 0
+    bytes: int = 0
+    put_retries: int = 0
+    commit_retries: int = 0
+    rebuilds: int = 0
+
+
+class Uploader:
+    def __init__(self, config: StreamStorageConfig, store: ObjectStore, control: StreamControl, cache: LogCache,
+                 index_cache: IndexCache, wal: WriteAheadLog, broker: Callable[[], tuple[int, int]]) -> None:
+        self.config = config
+        self.store = store
+        self.control = control
+        self.cache = cache
+        self.index_cache = index_cache
+        self.wal = wal
+        self.broker = broker
+        self.handles: dict[int, StreamHandle] = {}
+        self.pending_bytes = 0
+        self.stats = UploadStats()
+        self._kick = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._slots = asyncio.Semaphore(max(1, config.max_inflight_uploads))
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._run())
+
+    def on_durable(self, handle: StreamHandle, size_bytes: int) -> None:
+        if handle.oldest_pending_ms is None:
+            handle.oldest_pending_ms = time.monotonic() * 1000
+        self.pending_bytes += size_bytes
+        if self.pending_bytes >= self.config.upload_bytes:
+            self._kick.set()
+        if self.pending_bytes >= 4 * self.config.upload_bytes:
+            self._room.clear()
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: appends wait while four uploads' worth of bytes are buffered."""
+        while not self._room.is_set():
+            await self._room.wait()
+
+    def _take(self, handle: StreamHandle) -> list[Chunk]:
+        """Claim the stream's durable, not-yet-taken chunks for an upload (synchronous)."""
+        if handle.durable_end <= handle.taken_end or handle.state in (FENCED, FAILED):
+            return []
+        chunks = self.cache.chunks_between(handle.stream_id, handle.taken_end, handle.durable_end)
+        if not chunks:
+            return []
+        handle.taken_end = chunks[-1].end_offset
+        size = sum(len(c.data) for c in chunks)
+        self.pending_bytes -= size
+        if handle.taken_end >= handle.durable_end:
+            handle.oldest_pending_ms = None
+        if self.pending_bytes < 2 * self.config.upload_bytes:
+            self._room.set()
+        return chunks
+
+    # -- triggers ----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        interval_s = self.config.upload_interval_ms / 1000
+        while not self._stopping:
+            oldest = min((h.oldest_pending_ms for h in self.handles.values() if h.oldest_pending_ms is not None),
+                         default=None)
+            now_ms = time.monotonic() * 1000
+            due = oldest is not None and now_ms - oldest >= self.config.upload_interval_ms
+            if self.pending_bytes >= self.config.upload_bytes or due:
+                await self._slots.acquire()
+                self._kick.clear()
+                parts = [(h, c) for h in list(self.handles.values()) if (c := self._take(h))]
+                if parts:
+                    self._spawn(self._upload(parts, slot=True))
+                else:
+                    self._slots.release()
+                continue
+            wait_s = interval_s if oldest is None else max(0.001, (oldest + self.config.upload_interval_ms - now_ms) / 1000)
+            try:
+                await asyncio.wait_for(self._kick.wait(), timeout=wait_s)
+            except asyncio.TimeoutError:
+                pass
+
+    def _spawn(self, coro) -> asyncio.Task[None]:  # type: ignore[no-untyped-def]
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def force_upload(self, handle: StreamHandle) -> None:
+        """Upload everything durable of this stream now and wait until it is committed."""
+        chunks = self._take(handle)
+        if chunks:
+            self._spawn(self._upload([(handle, chunks)], slot=False))
+        if handle.last_commit is not None:
+            await asyncio.shield(handle.last_commit)
+        if handle.state in (FENCED, FAILED):
+            handle.check_writable()
+        if handle.committed_end < handle.taken_end:
+            raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"stream {handle.stream_id}: upload did not commit offsets "
+                             f"[{handle.committed_end}, {handle.taken_end})")
+
+    # -- one upload --------------------------------------------------------------------------
+
+    async def _upload(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        previous = []
+        for handle, _chunks in parts:
+            if handle.last_commit is not None:
+                previous.append(handle.last_commit)
+            handle.last_commit = done
+        try:
+            await self._upload_and_commit(parts, previous)
+        except Exception as exc:  # never leave a waiter hanging; the streams carry the outcome
+            log.exception("upload failed")
+            for handle, chunks in parts:
+                if handle.committed_end < chunks[-1].end_offset:
+                    handle.fail(chunks[0].start_offset, f"upload failed: {exc}")
+        finally:
+            if slot:
+                self._slots.release()
+            if not done.done():
+                done.set_result(None)
+
+    def _new_key(self) -> str:
+        broker_id, _ = self.broker()
+        return f"{self.config.object_key_prefix}/{broker_id}/{uuid.uuid4().hex}"
+
+    async def _upload_and_commit(self, parts: list[tuple[StreamHandle, list[Chunk]]],
+                                 previous: list[asyncio.Future[None]]) -> None:
+        put_done: tuple[str, BuiltObject] | None = None
+        attempt = 0
+        while True:
+            if put_done is None:
+                parts = [(h, c) for h, c in parts if h.state not in (FENCED, FAILED)]
+                if not parts:
+                    return
+                built = build_object([(h.stream_id, c) for h, c in parts], self.config.object_block_bytes)
+                key = self._new_key()
+                await self._put(key, built)
+                put_done = (key, built)
+            key, built = put_done
+            if previous:
+                await asyncio.gather(*(asyncio.shield(p) for p in previous))
+                previous = []
+                broken = [h for h, c in parts if h.state in (FENCED, FAILED) or h.committed_end != c[0].start_offset]
+                if broken:
+                    for h in broken:
+                        if h.state not in (FENCED, FAILED):
+                            h.fail(h.committed_end, "an earlier upload of this stream did not commit")
+                    await self._discard(key)
+                    put_done = None
+                    self.stats.rebuilds += 1
+                    continue
+            broker_id, broker_epoch = self.broker()
+            ranges = [(r, h.epoch) for r, (h, _c) in zip(built.ranges, parts)]
+            try:
+                await self.control.commit_object(key, len(built.data), broker_id, broker_epoch, ranges)
+            except FerryError as exc:
+                if is_fenced(exc):
+                    await self._find_fenced(parts, exc)
+                    await self._discard(key)
+                    put_done = None
+                    self.stats.rebuilds += 1
+                    continue
+                if exc.retriable and not self._stopping:
+                    attempt += 1
+                    self.stats.commit_retries += 1
+                    await asyncio.sleep(self.config.controller_retry.backoff_ms(attempt) / 1000)
+                    continue
+                raise
+            self._on_committed(key, built, parts)
+            return
+
+    async def _put(self, key: str, built: BuiltObject) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self.store.put(key, built.data)
+                return
+            except ObjectStoreError as exc:
+                if not exc.retriable or self._stopping:
+                    raise
+                attempt += 1
+                self.stats.put_retries += 1
+                log.warning("PUT %s failed after the store's retries (%s); trying again", key, exc)
+                await asyncio.sleep(self.config.controller_retry.backoff_ms(attempt) / 1000)
+
+    async def _discard(self, key: str) -> None:
+        try:
+            await self.store.delete([key])
+        except ObjectStoreError as exc:  # an uncommitted object is garbage, not a correctness problem
+            log.warning("could not delete uncommitted object %s: %s", key, exc)
+
+    async def _find_fenced(self, parts: list[tuple[StreamHandle, list[Chunk]]], exc: FerryError) -> None:
+        if len(parts) == 1 or exc.error == ErrorCode.STALE_BROKER_EPOCH:
+            for h, _c in parts:
+                h.fence(str(exc))
+            return
+        broker_id, _ = self.broker()
+        for h, _c in parts:
+            try:
+                desc = await self.control.describe_stream(h.stream_id)
+            except FerryError as err:
+                h.fence(str(err))
+                continue
+            if desc.owner != broker_id or desc.epoch != h.epoch:
+                h.fence(str(exc))
+
+    def _on_committed(self, key: str, built: BuiltObject, parts: list[tuple[StreamHandle, list[Chunk]]]) -> None:
+        self.stats.objects += 1
+        self.stats.bytes += len(built.data)
+        self.index_cache.put(key, built.index)
+        for stream_range, (handle, _chunks) in zip(built.ranges, parts):
+            handle.committed_end = stream_range.end_offset
+            handle.add_object(ObjectRef(key, stream_range.start_offset, stream_range.end_offset, len(built.data),
+                                        handle.epoch))
+            self.cache.mark_uploaded(handle.stream_id, stream_range.end_offset)
+            self.wal.mark_committed(handle.stream_id, stream_range.end_offset)
+        self._spawn(self._trim_wal())
+
+    async def _trim_wal(self) -> None:
+        try:
+            await self.wal.trim()
+        except OSError as exc:
+            log.warning("WAL trim failed: %s", exc)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._kick.set()
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

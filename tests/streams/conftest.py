@@ -1,0 +1,71 @@
+"""Fixtures for stream storage tests: an in-process controller, brokers registered on it,
+StreamStorage instances over a memory store, and a real moto server process."""
+from __future__ import annotations
+
+import time
+from typing import Any, AsyncIterator, Callable
+
+import pytest
+
+from metadata_quorum.local_controller import LocalController
+from stream_storage.batches import build_batch
+from stream_storage.config import RetryPolicy, StreamStorageConfig
+from stream_storage.control import LocalStreamControl
+from stream_storage.memory_store import MemoryObjectStore
+from stream_storage.object_store import ObjectStore, RetryingObjectStore
+from stream_storage.storage import StreamStorage
+
+FAST_RETRY = RetryPolicy(max_attempts=8, base_backoff_ms=1, max_backoff_ms=10)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def register_broker(controller: LocalController, broker_id: int) -> int:
+    """Register and unfence a broker; returns its broker epoch."""
+    epoch = int(controller.write("register_broker", {
+        "broker_id": broker_id, "incarnation_id": f"inc-{broker_id}-{controller.next_offset}",
+        "endpoints": [f"http://127.0.0.1:{10000 + broker_id}"], "rack": None, "log_dirs": []})["broker_epoch"])
+    controller.write("broker_heartbeat", {
+        "broker_id": broker_id, "broker_epoch": epoch, "metadata_offset": controller.next_offset - 1,
+        "want_shutdown": False, "saturated_log_dirs": [], "offline_log_dirs": []})
+    return epoch
+
+
+def batch_of(tag: str, count: int = 3, value_bytes: int = 16) -> bytes:
+    return build_batch([(f"{tag}-{i}".encode(), (f"{tag}-{i}:".encode() + b"x" * value_bytes)) for i in range(count)],
+                       timestamp_ms=1_700_000_000_000)
+
+
+@pytest.fixture
+def controller() -> LocalController:
+    return LocalController(now_ms)
+
+
+@pytest.fixture
+async def make_storage(tmp_path: Any, controller: LocalController) -> AsyncIterator[Callable[..., StreamStorage]]:
+    created: list[StreamStorage] = []
+
+    def make(broker_id: int, store: ObjectStore, wal_dir: str | None = None, register: bool = True,
+             control_delay_ms: float = 0.0, **overrides: Any) -> StreamStorage:
+        epoch = register_broker(controller, broker_id) if register else 0
+        cfg = StreamStorageConfig(wal_dir=wal_dir or str(tmp_path / f"wal-{broker_id}"),
+                                  controller_retry=FAST_RETRY, **overrides)
+        storage = StreamStorage(cfg, store, LocalStreamControl(controller, control_delay_ms), broker_id, epoch)
+        created.append(storage)
+        return storage
+
+    yield make
+    for storage in created:  # whatever a test left running: stop tasks, close files
+        if storage._started and storage.wal._fd is not None:
+            await storage.abort()
+
+
+@pytest.fixture
+def memory_store() -> MemoryObjectStore:
+    return MemoryObjectStore()
+
+
+def retrying(store: ObjectStore) -> RetryingObjectStore:
+    return RetryingObjectStore(store, FAST_RETRY)
