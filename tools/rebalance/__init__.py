@@ -1,0 +1,1 @@
+"""Load-balanced reassignment planning: samples -> Spark aggregation -> goal-driven plan -> Kafka reassignment JSON."""

@@ -1,0 +1,88 @@
+"""A Cruise-Control-like proposal summary: per resource before/after stats, floor, moves, load moved."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from tools.rebalance.model import RESOURCES, ClusterLoad
+
+
+def resource_stats(per_broker: np.ndarray) -> dict[str, float]:
+    """avg, max, min, stddev (population) and max/mean of one resource over brokers."""
+    values = np.asarray(per_broker, dtype=np.float64)
+    avg = float(values.mean()) if values.size else 0.0
+    return {"avg": avg, "max": float(values.max(initial=0.0)), "min": float(values.min(initial=0.0)),
+            "stddev": float(values.std()) if values.size else 0.0,
+            "max_over_mean": float(values.max() / avg) if avg > 0 else 1.0}
+
+
+def broker_totals(cluster: ClusterLoad, owners: np.ndarray, brokers: Sequence[int]) -> dict[str, np.ndarray]:
+    """Per broker (in ``brokers`` order): each resource's load, the partition count and bytes stored."""
+    index = {int(b): k for k, b in enumerate(brokers)}
+    pos = np.array([index[int(b)] for b in owners], dtype=np.int64)
+    out: dict[str, np.ndarray] = {}
+    for r, name in enumerate(RESOURCES):
+        out[name] = np.bincount(pos, weights=cluster.loads[:, r], minlength=len(brokers))
+    out["partition_count"] = np.bincount(pos, minlength=len(brokers)).astype(np.float64)
+    out["size_bytes"] = np.bincount(pos, weights=cluster.size_bytes.astype(np.float64), minlength=len(brokers))
+    return out
+
+
+def feasibility_floor(cluster: ClusterLoad, n_brokers: int) -> dict[str, float]:
+    """max(1, largest partition ÷ mean broker load): the best max/mean any plan can reach."""
+    floors = {}
+    for r, name in enumerate(RESOURCES):
+        total = float(cluster.loads[:, r].sum())
+        largest = float(cluster.loads[:, r].max(initial=0.0))
+        floors[name] = max(1.0, largest / (total / n_brokers)) if total > 0 else 1.0
+    return floors
+
+
+def summarize(cluster: ClusterLoad, owners_after: np.ndarray, brokers_before: Sequence[int],
+              brokers_after: Sequence[int]) -> dict[str, Any]:
+    before = broker_totals(cluster, cluster.owners, brokers_before)
+    after = broker_totals(cluster, owners_after, brokers_after)
+    moved = cluster.owners != owners_after
+    floors = feasibility_floor(cluster, len(brokers_after))
+    resources: dict[str, Any] = {}
+    for name in (*RESOURCES, "partition_count", "size_bytes"):
+        resources[name] = {"before": resource_stats(before[name]), "after": resource_stats(after[name])}
+        if name in floors:
+            resources[name]["floor"] = floors[name]
+    moved_share = {}
+    for r, name in enumerate(RESOURCES):
+        total = float(cluster.loads[:, r].sum())
+        moved_share[name] = float(cluster.loads[moved, r].sum() / total) if total > 0 else 0.0
+    total_size = float(cluster.size_bytes.sum())
+    moved_share["size_bytes"] = float(cluster.size_bytes[moved].sum() / total_size) if total_size > 0 else 0.0
+    return {
+        "partitions": cluster.n_partitions,
+        "brokers_before": [int(b) for b in brokers_before],
+        "brokers_after": [int(b) for b in brokers_after],
+        "moves": int(moved.sum()),
+        "moved_share": moved_share,
+        "resources": resources,
+    }
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    """The summary as a plain-text table (what `ferry rebalance` prints)."""
+    lines = [f"partitions {summary['partitions']}, brokers {len(summary['brokers_before'])} -> "
+             f"{len(summary['brokers_after'])}, moves {summary['moves']} "
+             f"({summary['moves'] / max(1, summary['partitions']):.1%} of partitions)"]
+    header = f"{'resource':<16}{'':>7}{'avg':>14}{'max':>14}{'min':>14}{'stddev':>14}{'max/mean':>10}{'floor':>8}"
+    lines.append(header)
+    for name, res in summary["resources"].items():
+        for when in ("before", "after"):
+            st = res[when]
+            floor = f"{res['floor']:.3f}" if "floor" in res and when == "after" else ""
+            lines.append(f"{name if when == 'before' else '':<16}{when:>7}{st['avg']:>14.1f}{st['max']:>14.1f}"
+                         f"{st['min']:>14.1f}{st['stddev']:>14.1f}{st['max_over_mean']:>10.3f}{floor:>8}")
+    share = ", ".join(f"{k} {v:.1%}" for k, v in summary["moved_share"].items())
+    lines.append(f"load moved: {share}")
+    if summary.get("unmet_goals"):
+        lines.append(f"goals not fully met: {', '.join(summary['unmet_goals'])}")
+    if "timings_s" in summary:
+        lines.append("plan time: " + ", ".join(f"{k} {v:.2f} s" for k, v in summary["timings_s"].items()))
+    return "\n".join(lines)
