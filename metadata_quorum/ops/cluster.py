@@ -3,8 +3,12 @@ ClusterControlManager and ReplicationControlManager's fencing paths).
 
 A broker's epoch is the log offset of its registration record, so a newer incarnation always
 has a higher epoch and every request carrying an older one is refused. Heartbeat times are not
-records: the active controller keeps them in memory and passes them in ``OpContext``; a broker
-with no recorded heartbeat counts as silent.
+records: the active controller keeps them in memory and passes them in ``OpContext``.
+
+A broker with no recorded heartbeat is one this controller has not heard from since it became
+active. ``tick`` does not fence it (a new active controller must not fence every broker before
+their first heartbeats arrive; it should seed the map with its activation time, as KRaft does),
+but a new incarnation may replace it and another broker may take over its streams.
 """
 from __future__ import annotations
 
@@ -21,7 +25,6 @@ from metadata_quorum.ops.validation import (
     opt_bool,
     opt_str,
     req_int,
-    req_list,
     req_str,
     str_list,
 )
@@ -34,9 +37,11 @@ from metadata_quorum.records import (
 )
 
 
-def heartbeat_expired(ctx: OpContext, broker_id: int) -> bool:
+def heartbeat_expired(ctx: OpContext, broker_id: int, unknown_is_expired: bool = True) -> bool:
     last = ctx.last_heartbeat_ms.get(broker_id)
-    return last is None or ctx.now_ms - last > ctx.session_timeout_ms
+    if last is None:
+        return unknown_is_expired
+    return ctx.now_ms - last > ctx.session_timeout_ms
 
 
 def check_broker_epoch(image: MetadataImage, broker_id: int, broker_epoch: int) -> BrokerRegistration:
@@ -144,7 +149,7 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
     fenced: list[int] = []
     for broker_id in sorted(image.cluster.brokers):
         reg = image.cluster.brokers[broker_id]
-        if reg.fenced or not heartbeat_expired(ctx, broker_id):
+        if reg.fenced or not heartbeat_expired(ctx, broker_id, unknown_is_expired=False):
             continue
         builder.add(BrokerRegistrationChangeRecord(
             broker_id=broker_id, broker_epoch=reg.broker_epoch, fenced=True, in_controlled_shutdown=False,
@@ -192,4 +197,4 @@ def describe_cluster(image: MetadataImage, args: dict[str, Any]) -> dict[str, An
 
 
 __all__ = ["register_broker", "broker_heartbeat", "tick", "describe_cluster", "check_broker_epoch",
-           "heartbeat_expired", "req_list"]
+           "heartbeat_expired"]
