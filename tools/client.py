@@ -366,6 +366,9 @@ class Producer:
     async def _deliver(self, tp: TopicPartition, queue: _PartitionQueue, batch: list[_Pending]) -> None:
         assert self._session is not None and self.metadata is not None
         seq = queue.sequence if self.producer_id >= 0 else -1
+        # Advance now, whatever the outcome: a batch given up on may still have been appended, and the
+        # next batch must never reuse its sequence (the broker would take it for a re-send).
+        queue.sequence = (queue.sequence + len(batch)) % 2**31
         body = encode_batch(((p.key, p.value, p.headers, p.timestamp_ms) for p in batch),
                             producer_id=self.producer_id, producer_epoch=0 if self.producer_id >= 0 else -1,
                             base_sequence=seq)
@@ -417,8 +420,6 @@ class Producer:
                 ack_s = time.monotonic()
                 base = int(answer["base_offset"])
                 epoch = int(answer.get("leader_epoch", -1))
-                if seq >= 0:
-                    queue.sequence = (seq + len(batch)) % 2**31
                 for i, p in enumerate(batch):
                     if not p.future.done():
                         p.future.set_result(RecordMetadata(tp.topic, tp.partition, base + i, epoch, broker_id, ack_s))
