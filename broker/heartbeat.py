@@ -56,7 +56,8 @@ class Heartbeater:
     def __init__(self, write: WriteFn, broker_id: int, interval_ms: int, session_timeout_ms: int,
                  registration: Callable[[], dict[str, Any]], metadata_offset: Callable[[], int],
                  dir_states: Callable[[], tuple[list[str], list[str]]],
-                 on_failure: Callable[[], None] | None = None) -> None:
+                 on_failure: Callable[[], None] | None = None,
+                 on_registered: Callable[[int], None] | None = None) -> None:
         self._write = write
         self.state = HeartbeatState(broker_id)
         self.interval_s = interval_ms / 1000.0
@@ -65,6 +66,7 @@ class Heartbeater:
         self._metadata_offset = metadata_offset
         self._dir_states = dir_states
         self._on_failure = on_failure
+        self.on_registered = on_registered
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.shutdown_granted = asyncio.Event()
@@ -80,6 +82,8 @@ class Heartbeater:
                 reply = await self._write("register_broker", args)
                 self.state.broker_epoch = int(reply["broker_epoch"])
                 self.lease.renewed(sent)
+                if self.on_registered is not None:
+                    self.on_registered(self.state.broker_epoch)
                 log.info("registered broker %d with epoch %d", self.state.broker_id, self.state.broker_epoch)
                 return self.state.broker_epoch
             except FerryError as exc:

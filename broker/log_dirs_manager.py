@@ -1,0 +1,193 @@
+"""The broker's log dirs on disk (the I/O shell around log_dirs.py).
+
+Each dir gets a stable id in ``meta.properties`` on first start (Kafka's directory id), a
+reserved-space file that is released to make room when the dir fills up (KIP-928), and KIP-113
+start-up recovery of ``-future``/``-delete`` leftovers. In ``storage=s3`` a replica's dir holds
+its ``partition.metadata``; its records live in the streams (buffered in the broker's WAL), so an
+AlterReplicaLogDirs move copies the replica dir through ``<topic>-<partition>.<uid>-future``,
+swaps it in, and deletes the old copy as ``…-delete``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from broker.log_dirs import (LogDirInfo, LogDirState, delete_dir_name, future_dir_name, next_dir_state,
+                             partition_dir_name, recovery_plan, validate_log_dir)
+from metadata_quorum.errors import ErrorCode, FerryError
+
+if TYPE_CHECKING:
+    from broker.partition_manager import PartitionManager
+
+log = logging.getLogger("ferry.broker.logdirs")
+META_PROPERTIES = "meta.properties"
+
+
+@dataclass(frozen=True)
+class LogDir:
+    dir_id: str
+    path: str
+
+
+class LogDirsManager:
+    def __init__(self, paths: list[str], reserved_bytes: int = 0) -> None:
+        self.paths = [os.path.normpath(p) for p in paths]
+        self.reserved_bytes = reserved_bytes
+        self.dirs: list[LogDir] = []
+        self._state: dict[str, LogDirState] = {p: LogDirState.ONLINE for p in self.paths}
+        self._space: dict[str, tuple[int, int]] = {}
+        self._futures: dict[tuple[str, int], str] = {}
+        self._alter_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ start-up
+    def prepare(self) -> None:
+        """Create the dirs, read or write their ids, recover KIP-113 leftovers."""
+        self.dirs = []
+        for path in self.paths:
+            try:
+                os.makedirs(path, exist_ok=True)
+                self.dirs.append(LogDir(self._dir_id(path), path))
+                self._recover(path)
+                self._refresh(path)
+            except OSError as exc:
+                log.error("log dir %s is offline: %s", path, exc)
+                self._state[path] = LogDirState.OFFLINE
+                self.dirs.append(LogDir(uuid.uuid5(uuid.NAMESPACE_URL, path).hex, path))
+
+    @staticmethod
+    def _dir_id(path: str) -> str:
+        meta = os.path.join(path, META_PROPERTIES)
+        if os.path.exists(meta):
+            with open(meta, encoding="utf-8") as f:
+                for line in f:
+                    if line.startswith("directory.id="):
+                        return line.split("=", 1)[1].strip()
+        dir_id = uuid.uuid4().hex
+        tmp = meta + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(f"version=1\ndirectory.id={dir_id}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, meta)
+        return dir_id
+
+    def _recover(self, path: str) -> None:
+        for step in recovery_plan(os.listdir(path)):
+            full = os.path.join(path, step.name)
+            if step.action == "delete":
+                log.info("log dir recovery: deleting %s", full)
+                shutil.rmtree(full, ignore_errors=True)
+            elif step.action == "promote":
+                topic_partition = _read_topic_partition(full)
+                if topic_partition is None:
+                    shutil.rmtree(full, ignore_errors=True)
+                    continue
+                dest = os.path.join(path, partition_dir_name(*topic_partition))
+                log.info("log dir recovery: promoting %s to %s", full, dest)
+                os.replace(full, dest)
+
+    # ------------------------------------------------------------------ state
+    def _refresh(self, path: str) -> None:
+        try:
+            st = shutil.disk_usage(path)
+            self._space[path] = (st.total, st.free)
+            self._state[path] = next_dir_state(self._state[path], st.free, self.reserved_bytes)
+        except OSError:
+            self._state[path] = next_dir_state(self._state[path], 0, self.reserved_bytes, io_error=True)
+
+    async def monitor(self, interval_ms: int) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            for path in self.paths:
+                before = self._state[path]
+                await asyncio.to_thread(self._refresh, path)
+                if self._state[path] is not before:
+                    log.warning("log dir %s is now %s", path, self._state[path].value)
+
+    def info(self, path: str) -> LogDirInfo:
+        total, free = self._space.get(path, (0, 0))
+        return LogDirInfo(path, self._state.get(path, LogDirState.OFFLINE), free, total)
+
+    def infos(self) -> list[LogDirInfo]:
+        return [self.info(d.path) for d in self.dirs]
+
+    def is_saturated(self, path: str | None) -> bool:
+        return path is not None and self._state.get(path) in (LogDirState.SATURATED, LogDirState.OFFLINE)
+
+    def heartbeat_dirs(self) -> tuple[list[str], list[str]]:
+        """(saturated dir ids, offline dir ids) for the heartbeat."""
+        sat = [d.dir_id for d in self.dirs if self._state[d.path] is LogDirState.SATURATED]
+        off = [d.dir_id for d in self.dirs if self._state[d.path] is LogDirState.OFFLINE]
+        return sat, off
+
+    def future_moves(self) -> dict[tuple[str, int], str]:
+        return dict(self._futures)
+
+    # ------------------------------------------------------------------ AlterReplicaLogDirs
+    async def alter(self, manager: "PartitionManager", topic: str, partition: int, path: str) -> None:
+        """Move one replica to ``path`` (validated first; nothing changes on bad input)."""
+        target = validate_log_dir(path, self.infos()).path
+        topic_id = manager.image.topics.by_name.get(topic)
+        if topic_id is None or manager.image.topics.partition(topic_id, partition) is None:
+            raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{partition}")
+        slot = manager.slot_by_name(topic, partition)
+        if slot is None or slot.log_dir is None:
+            reg = manager.image.topics.partition(topic_id, partition)
+            if reg is None or manager.broker_id not in reg.replicas:
+                raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                 f"broker {manager.broker_id} hosts no replica of {topic}-{partition}")
+            if slot is not None:
+                slot.requested_dir = target  # placed there when it opens
+            return
+        if os.path.normpath(slot.log_dir) == target:
+            return
+        async with self._alter_lock:  # one move at a time, in request order
+            self._futures[(topic, partition)] = target
+            try:
+                await asyncio.to_thread(_move_replica_dir, slot.log_dir, target, topic, partition)
+                slot.log_dir = target
+            except OSError as exc:
+                raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"moving {topic}-{partition} to {target} failed: "
+                                 f"{exc}") from exc
+            finally:
+                self._futures.pop((topic, partition), None)
+
+
+def _read_topic_partition(replica_dir: str) -> tuple[str, int] | None:
+    try:
+        with open(os.path.join(replica_dir, "partition.metadata"), encoding="utf-8") as f:
+            fields = dict(line.strip().split(": ", 1) for line in f if ": " in line)
+        return fields["topic"], int(fields["partition"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _move_replica_dir(src_root: str, dst_root: str, topic: str, partition: int) -> None:
+    """KIP-113: copy to ``-future`` in the target dir, swap it in, retire the old copy as ``-delete``."""
+    uid = uuid.uuid4().hex
+    current = os.path.join(src_root, partition_dir_name(topic, partition))
+    future = os.path.join(dst_root, future_dir_name(topic, partition, uid))
+    shutil.copytree(current, future)
+    _fsync_dir(dst_root)
+    doomed = os.path.join(src_root, delete_dir_name(topic, partition, uid))
+    os.replace(current, doomed)
+    os.replace(future, os.path.join(dst_root, partition_dir_name(topic, partition)))
+    _fsync_dir(dst_root)
+    _fsync_dir(src_root)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_ = Any

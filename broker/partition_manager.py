@@ -1,0 +1,384 @@
+"""Opens and closes this broker's partitions as the metadata log says (the I/O shell).
+
+For each committed delta the manager asks ``local_changes`` which partitions this broker gained,
+lost or must re-open, feeds that to the pure state machine (partition.py) and runs the actions
+it returns: open (step 6), close (steps 2-4), elect (step 5). It also records each move's
+timeline (move_timeline.py), publishes its half in the metadata log's KV, and logs it.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from broker import partition as sm
+from broker.log_dirs import choose_log_dir, partition_dir_name
+from broker.metrics import BrokerMetrics
+from broker.move_timeline import ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline, merge_all, move_kv_key
+from broker.replica import Replica, StreamPlan
+from metadata_quorum.delta import MetadataDelta, TopicIdPartition
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.image import MetadataImage, PartitionRegistration
+from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
+
+log = logging.getLogger("ferry.broker.partitions")
+
+WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+MOVE_HISTORY = 1000
+OPEN_RETRY_S = 0.1
+FENCED_ERRORS = (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Slot:
+    tp: TopicIdPartition
+    topic: str
+    status: sm.PartitionStatus = field(default_factory=sm.PartitionStatus)
+    replica: Replica | None = None
+    task: asyncio.Task[None] | None = None
+    source: MoveHalf | None = None
+    target: MoveHalf | None = None
+    log_dir: str | None = None
+    requested_dir: str | None = None
+
+
+class PartitionManager:
+    def __init__(self, broker_id: int, storage: Any, write: WriteFn, metrics: BrokerMetrics,
+                 wal_dir_of: Callable[[int], str], log_dirs: Callable[[], list[Any]]) -> None:
+        self.broker_id = broker_id
+        self.storage = storage
+        self._write = write
+        self.metrics = metrics
+        self._wal_dir_of = wal_dir_of
+        self._log_dirs = log_dirs
+        self.image = MetadataImage()
+        self.slots: dict[TopicIdPartition, Slot] = {}
+        self.history: collections.deque[MoveHalf] = collections.deque(maxlen=MOVE_HISTORY)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+
+    # ------------------------------------------------------------------ lookups
+    def slot_by_name(self, topic: str, partition: int) -> Slot | None:
+        topic_id = self.image.topics.by_name.get(topic)
+        if topic_id is None:
+            return None
+        return self.slots.get(TopicIdPartition(topic_id, partition))
+
+    def serving(self) -> list[Slot]:
+        return [s for s in self.slots.values() if s.status.accepts_produce and s.replica is not None]
+
+    def state_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {st.value: 0 for st in sm.PartitionState}
+        for s in self.slots.values():
+            counts[s.status.state.value] += 1
+        return counts
+
+    def partitions_per_dir(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.slots.values():
+            if s.log_dir and s.status.state is not sm.PartitionState.CLOSED:
+                out[s.log_dir] = out.get(s.log_dir, 0) + 1
+        return out
+
+    def busy(self) -> bool:
+        return any(s.status.busy or (s.task is not None and not s.task.done()) for s in self.slots.values())
+
+    # ------------------------------------------------------------------ deltas
+    def on_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """A committed batch of records: apply local changes (called in order, on the event loop)."""
+        seen_ms = now_ms()
+        changes = delta.local_changes(self.broker_id)
+        self.image = image
+        self.metrics.metadata_offset.set(image.offset)
+        for tp, reg in changes.gained.items():
+            self._target(tp, reg, lead=True, seen_ms=seen_ms, gained=True)
+        for tp, reg in changes.reopen.items():
+            self._target(tp, reg, lead=True, seen_ms=seen_ms, gained=False)
+        for tp, old in changes.lost.items():
+            new = image.topics.partition(tp.topic_id, tp.partition)
+            self._target(tp, new or old, lead=False, seen_ms=seen_ms, gained=False,
+                         elect=new is not None and new.leader == NO_LEADER)
+        self._update_gauges()
+
+    def _target(self, tp: TopicIdPartition, reg: PartitionRegistration, lead: bool, seen_ms: int, gained: bool,
+                elect: bool = False) -> None:
+        topic = self.image.topics.by_id.get(tp.topic_id)
+        if reg.storage != STORAGE_S3:
+            log.warning("partition %s-%d has storage=%s, which this broker does not serve", tp.topic_id,
+                        tp.partition, reg.storage)
+            return
+        slot = self.slots.get(tp)
+        if slot is None:
+            if not lead:
+                return
+            slot = self.slots[tp] = Slot(tp, topic.name if topic else tp.topic_id)
+        if lead and gained:
+            slot.target = MoveHalf(ROLE_TARGET, slot.topic, tp.partition, reg.change_started_ms or seen_ms,
+                                   self.broker_id, reg.leader_epoch)
+            slot.target.mark("t5_seen", seen_ms)
+            if reg.directories and reg.directories[0]:
+                slot.requested_dir = self._dir_path_of(reg.directories[0])
+        if not lead and slot.status.state in (sm.PartitionState.SERVING, sm.PartitionState.OPENING):
+            slot.source = MoveHalf(ROLE_SOURCE, slot.topic, tp.partition, reg.change_started_ms or seen_ms,
+                                   self.broker_id, reg.leader_epoch)
+            slot.source.mark("t1", seen_ms)
+            log.info("move %s-%d: step 1 done, change seen (t0=%d, +%d ms)", slot.topic, tp.partition,
+                     slot.source.move_id, seen_ms - slot.source.move_id)
+        status, actions = sm.on_target(slot.status, lead, reg.leader_epoch, elect_after_close=elect)
+        slot.status = status
+        self._run(slot, actions)
+
+    def _dir_path_of(self, dir_id_or_path: str) -> str | None:
+        for d in self._log_dirs():
+            if d.path == dir_id_or_path or getattr(d, "dir_id", None) == dir_id_or_path:
+                return str(d.path)
+        return None
+
+    # ------------------------------------------------------------------ actions
+    def _run(self, slot: Slot, actions: tuple[sm.Action, ...]) -> None:
+        for action in actions:
+            if action is sm.Action.OPEN:
+                slot.task = self._spawn(self._open(slot))
+            elif action is sm.Action.CLOSE:
+                if slot.replica is not None:
+                    slot.replica.closed = True  # step 2: refuse produce from this instant
+                slot.task = self._spawn(self._close(slot))
+            elif action is sm.Action.ELECT:
+                self._spawn(self._elect(slot))
+            elif action is sm.Action.SET_EPOCH:
+                if slot.replica is not None:
+                    slot.replica.leader_epoch = slot.status.leader_epoch
+            elif action is sm.Action.DROP:
+                if slot.replica is not None:
+                    slot.replica.abandon()
+                    self._spawn(slot.replica.wake_fetchers())
+                slot.replica = None
+        self._update_gauges()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _stream_plan(self, tp: TopicIdPartition, kind: str, leader_epoch: int) -> StreamPlan:
+        raw = self.image.kv.get(partition_stream_key(tp.topic_id, tp.partition, kind))
+        if raw is None:
+            raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"partition {tp.topic_id}-{tp.partition} has no {kind} stream yet")
+        stream_id = int(raw)
+        meta = self.image.streams.streams.get(stream_id)
+        opened = meta is not None and meta.state == STREAM_OPENED
+        s_epoch = meta.epoch if meta is not None else 0
+        owner = meta.owner if meta is not None else -1
+        epoch = sm.stream_open_epoch(leader_epoch, s_epoch, opened, owner, self.broker_id)
+        return StreamPlan(stream_id, epoch, owner if opened else -1, s_epoch)
+
+    async def _open(self, slot: Slot) -> None:
+        tp = slot.tp
+        epoch = slot.status.leader_epoch
+        try:
+            data_plan = self._stream_plan(tp, "data", epoch)
+            meta_plan = self._stream_plan(tp, "meta", epoch)
+            if slot.log_dir is None:
+                slot.log_dir = choose_log_dir(self._log_dirs(), self.partitions_per_dir(), slot.requested_dir)
+                await asyncio.to_thread(_ensure_partition_dir, slot.log_dir, slot.topic, tp)
+            replica = Replica(self.storage, slot.topic, tp.topic_id, tp.partition, self.broker_id,
+                              self._wal_dir_of, slot.log_dir)
+            result = await replica.open(data_plan, meta_plan, epoch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure goes through the state machine
+            if isinstance(exc, FerryError) and exc.error in FENCED_ERRORS:
+                log.warning("open %s-%d fenced: %s", slot.topic, tp.partition, exc)
+                self.metrics.stream_fenced.inc()
+                slot.status, actions = sm.on_fenced(slot.status)
+                self._run(slot, tuple(a for a in actions if a is not sm.Action.DROP))
+                return
+            retriable = not isinstance(exc, FerryError) or exc.retriable or exc.error is ErrorCode.STREAM_NOT_CLOSED
+            log.warning("open %s-%d at leader epoch %d failed (%s): %r", slot.topic, tp.partition, epoch,
+                        "retrying" if retriable and not self.stopping else "giving up", exc)
+            if retriable and not self.stopping:
+                await asyncio.sleep(OPEN_RETRY_S)
+            slot.status, actions = sm.on_open_failed(slot.status, retriable and not self.stopping)
+            self._run(slot, actions)
+            return
+        slot.replica = replica
+        slot.status, actions = sm.on_opened(slot.status)
+        served_ms = now_ms()
+        if not result.clean:
+            self.metrics.wal_recoveries.inc()
+        log.info("opened %s-%d at leader epoch %d (stream epoch %d, end offset %d, %s%s)", slot.topic, tp.partition,
+                 epoch, data_plan.epoch, result.end_offset, "clean" if result.clean else "recovered",
+                 f", {result.recovered_records} records from broker {data_plan.previous_owner}'s WAL"
+                 if result.recovered_records else "")
+        if slot.target is not None and slot.status.state is sm.PartitionState.SERVING:
+            half = slot.target
+            half.clean = result.clean
+            half.leader_epoch = epoch
+            half.mark("t6", served_ms)
+            slot.target = None
+            self._finish_half(half)
+        self._run(slot, actions)
+
+    async def _close(self, slot: Slot) -> None:
+        tp = slot.tp
+        replica = slot.replica
+        half = slot.source
+        try:
+            if replica is not None:
+                await replica.drain()
+                if half:
+                    half.mark("t2", now_ms())
+                await replica.persist_meta(clean=True)
+                if half:
+                    half.mark("t3", now_ms())
+                await replica.close_streams()
+                if half:
+                    half.mark("t4", now_ms())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, FerryError) and exc.error in FENCED_ERRORS:
+                log.warning("close %s-%d fenced: %s (another broker owns it now)", slot.topic, tp.partition, exc)
+                self.metrics.stream_fenced.inc()
+                slot.status, actions = sm.on_fenced(slot.status)
+                self._run(slot, actions)
+                return
+            log.warning("close %s-%d failed: %r; retrying", slot.topic, tp.partition, exc)
+            await asyncio.sleep(OPEN_RETRY_S)
+            if not self.stopping or True:
+                slot.task = self._spawn(self._close(slot))
+            return
+        slot.replica = None
+        slot.status, actions = sm.on_closed(slot.status)
+        log.info("closed %s-%d (meta persisted, streams uploaded and closed)", slot.topic, tp.partition)
+        if sm.Action.ELECT not in actions and half is not None:
+            slot.source = None
+            self._finish_half(half)
+        self._run(slot, actions)
+
+    async def _elect(self, slot: Slot) -> None:
+        half = slot.source
+        slot.source = None
+        args = {"election_type": "preferred", "partitions": [{"topic": slot.topic, "partition": slot.tp.partition}]}
+        for attempt in range(20):
+            try:
+                reply = await self._write("elect_leaders", args)
+                results = reply.get("results", [])
+                err = results[0].get("error") if results else None
+                if err and err not in ("NONE", "ELECTION_NOT_NEEDED"):
+                    log.info("elect %s-%d: %s %s", slot.topic, slot.tp.partition, err, results[0].get("message", ""))
+                    if err in ("PREFERRED_LEADER_NOT_AVAILABLE", "ELIGIBLE_LEADERS_NOT_AVAILABLE") and attempt < 19:
+                        await asyncio.sleep(0.1)
+                        continue
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the controller's deadline elects anyway
+                log.warning("elect %s-%d failed: %r", slot.topic, slot.tp.partition, exc)
+                await asyncio.sleep(0.1)
+        if half is not None:
+            half.mark("t5", now_ms())
+            self._finish_half(half)
+
+    # ------------------------------------------------------------------ fencing from produce
+    def on_fenced(self, slot: Slot, exc: BaseException) -> None:
+        log.warning("%s-%d: %s; stepping down", slot.topic, slot.tp.partition, exc)
+        self.metrics.stream_fenced.inc()
+        slot.status, actions = sm.on_fenced(slot.status)
+        self._run(slot, actions)
+
+    # ------------------------------------------------------------------ timelines
+    def _finish_half(self, half: MoveHalf) -> None:
+        self.history.append(half)
+        times = " ".join(f"{k}=+{v - half.move_id}ms" for k, v in sorted(half.times_ms.items()))
+        log.info("move %s-%d %s half (broker %d, leader epoch %d): %s", half.topic, half.partition, half.role,
+                 half.broker_id, half.leader_epoch, times)
+        topic_id = self.image.topics.by_name.get(half.topic)
+        if topic_id is None:
+            return
+        if half.role == ROLE_TARGET:
+            merged = self.timeline_for(half)
+            if merged is not None and merged.complete:
+                log.info("move %s-%d from broker %s to %d took %s ms: steps %s", half.topic, half.partition,
+                         merged.from_broker, self.broker_id, merged.total_ms, merged.steps_ms)
+                self.metrics.observe_move(ROLE_TARGET, merged.steps_ms, merged.total_ms)
+        else:
+            t = {k: half.times_ms.get(k) for k in ("t1", "t2", "t3", "t4", "t5")}
+            steps = {str(i): (t[f"t{i}"] - (t.get(f"t{i-1}") if i > 1 else half.move_id))  # type: ignore[operator]
+                     if t.get(f"t{i}") is not None and (i == 1 or t.get(f"t{i-1}") is not None) else None
+                     for i in range(1, 6)}
+            self.metrics.observe_move(ROLE_SOURCE, steps, None)
+        self._spawn(self._publish(move_kv_key(topic_id, half.partition, half.role), half.encode()))
+
+    async def _publish(self, key: str, value: str) -> None:
+        try:
+            await self._write("put_kv", {"key": key, "value": value})
+        except Exception as exc:  # noqa: BLE001 - timelines are best effort
+            log.info("could not publish move timeline %s: %r", key, exc)
+
+    def _all_halves(self) -> list[MoveHalf]:
+        halves = list(self.history)
+        for key, value in self.image.kv.items():
+            if key.startswith("move/"):
+                h = MoveHalf.decode(value)
+                if h is not None:
+                    halves.append(h)
+        return halves
+
+    def timeline_for(self, half: MoveHalf) -> MoveTimeline | None:
+        for m in merge_all([h for h in self._all_halves() if h.topic == half.topic and h.partition == half.partition]):
+            if m.move_id == half.move_id:
+                return m
+        return None
+
+    def moves(self, topic: str | None = None, partition: int | None = None, limit: int = 100) -> list[MoveTimeline]:
+        halves = [h for h in self._all_halves()
+                  if (topic is None or h.topic == topic) and (partition is None or h.partition == partition)]
+        return merge_all(halves)[:limit]
+
+    # ------------------------------------------------------------------ shutdown
+    async def close_all(self, timeout_s: float) -> None:
+        """Close every partition still open here (clean shutdown), without asking for elections."""
+        self.stopping = True
+        for slot in self.slots.values():
+            if slot.status.state is sm.PartitionState.SERVING:
+                slot.status, actions = sm.on_target(slot.status, lead=False, leader_epoch=slot.status.leader_epoch)
+                self._run(slot, actions)
+        deadline = time.monotonic() + timeout_s
+        while self.busy() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def cancel_tasks(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+
+    def _update_gauges(self) -> None:
+        for state, n in self.state_counts().items():
+            self.metrics.partitions.labels(state).set(n)
+
+
+def _ensure_partition_dir(log_dir: str, topic: str, tp: TopicIdPartition) -> None:
+    """A replica's dir in its log dir (``topic-partition``), holding its partition.metadata file."""
+    path = os.path.join(log_dir, partition_dir_name(topic, tp.partition))
+    os.makedirs(path, exist_ok=True)
+    meta = os.path.join(path, "partition.metadata")
+    if not os.path.exists(meta):
+        tmp = meta + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(f"version: 0\ntopic_id: {tp.topic_id}\ntopic: {topic}\npartition: {tp.partition}\n")
+        os.replace(tmp, meta)

@@ -1,0 +1,260 @@
+"""One partition on this broker: a data stream of Kafka v2 RecordBatches and a meta stream.
+
+This is the I/O side of steps 3, 4 and 6 of a move: ``close`` persists the partition meta
+(clean shutdown, offsets, leader-epoch checkpoint, producer state) and force-uploads and closes
+both streams; ``open`` opens them with an epoch above the previous owner's, reads the meta and,
+when the previous owner did not close them, replays that owner's WAL tail so that nothing it
+acknowledged is lost.
+
+Partition offsets are stream offsets. Only acknowledged data (``high_watermark``) is served.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from broker import partition_meta as pm
+from broker.load_sampler import LoadCounters
+from metadata_quorum.errors import ErrorCode, FerryError
+from stream_storage import batches
+from stream_storage.meta_stream import MetaStream
+
+log = logging.getLogger("ferry.broker.replica")
+
+META_KEY = "partition"
+REBUILD_SCAN_BYTES = 64 * 1024 * 1024
+TIMESTAMP_SCAN_BYTES = 1024 * 1024
+TIMESTAMP_SCAN_ROUNDS = 64
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """How to open one stream: its id, the epoch to open with, and whose WAL may hold its tail."""
+
+    stream_id: int
+    epoch: int
+    previous_owner: int  # -1 = nobody held it open (a clean close)
+    previous_epoch: int
+
+
+@dataclass(frozen=True)
+class OpenResult:
+    clean: bool
+    recovered_records: int
+    end_offset: int
+
+
+class Replica:
+    """A partition's streams, offsets and indexes while this broker owns it."""
+
+    def __init__(self, storage: Any, topic: str, topic_id: str, partition: int, broker_id: int,
+                 wal_dir_of: Callable[[int], str], log_dir: str) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self.broker_id = broker_id
+        self._wal_dir_of = wal_dir_of
+        self.log_dir = log_dir
+        self.data_stream_id = -1
+        self.meta_stream_id = -1
+        self.leader_epoch = -1
+        self.stream_epoch = -1
+        self.log_start_offset = 0
+        self.high_watermark = 0
+        self._next_offset = 0
+        self.size_bytes = 0
+        self.meta = pm.PartitionMeta()
+        self.meta_stream: MetaStream | None = None
+        self.producers = pm.ProducerState()
+        self.time_index = pm.TimeIndex()
+        self.counters = LoadCounters()
+        self._inflight = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._data_arrived = asyncio.Condition()
+        self.closed = False
+        self.fenced = False
+
+    # ------------------------------------------------------------------ open (step 6)
+    async def open(self, data: StreamPlan, meta: StreamPlan, leader_epoch: int) -> OpenResult:
+        self.data_stream_id, self.meta_stream_id = data.stream_id, meta.stream_id
+        self.leader_epoch = leader_epoch
+        self.stream_epoch = data.epoch
+        await asyncio.gather(self.storage.open_stream(meta.stream_id, meta.epoch),
+                             self.storage.open_stream(data.stream_id, data.epoch))
+        recovered = 0
+        for plan in (meta, data):
+            if plan.previous_owner >= 0 and plan.previous_owner != self.broker_id:
+                n = await self._recover_from_peer(plan)
+                if plan is data:
+                    recovered = n
+        self.meta_stream = MetaStream(self.storage, meta.stream_id)
+        values = await self.meta_stream.load()
+        self.meta = pm.PartitionMeta.decode(values.get(META_KEY))
+        clean = self.meta.clean_shutdown and data.previous_owner < 0 and meta.previous_owner < 0
+        handle = self.storage.stream(data.stream_id)
+        self.log_start_offset = int(handle.start_offset)
+        end = int(handle.durable_end)
+        self.high_watermark = end
+        self.size_bytes = self.meta.size_bytes
+        self.producers = pm.ProducerState.from_json(self.meta.producers)
+        self.time_index = pm.TimeIndex(self.meta.time_index)
+        if not clean:
+            rebuild_from = self.meta.end_offset if self.log_start_offset <= self.meta.end_offset <= end \
+                else self.log_start_offset
+            await self._rebuild_indexes(rebuild_from, end)
+        self.meta.leader_epochs = pm.add_leader_epoch(self.meta.leader_epochs, leader_epoch, end)
+        self.meta.end_offset = end
+        self.meta.clean_shutdown = False
+        return OpenResult(clean=clean, recovered_records=recovered, end_offset=end)
+
+    async def _recover_from_peer(self, plan: StreamPlan) -> int:
+        """The previous owner did not close the stream: bring back its WAL tail (nothing it
+        acknowledged is lost while its WAL is reachable)."""
+        wal_dir = self._wal_dir_of(plan.previous_owner)
+        if not os.path.isdir(wal_dir):
+            log.warning("%s-%d: WAL %s of broker %d is not reachable; stream %d is recovered from S3 only "
+                        "(what that broker had not uploaded is lost)", self.topic, self.partition, wal_dir,
+                        plan.previous_owner, plan.stream_id)
+            return 0
+        n = int(await self.storage.recover_from_wal(wal_dir, plan.stream_id))
+        if n:
+            log.info("%s-%d: recovered %d offsets of stream %d from broker %d's WAL", self.topic, self.partition,
+                     n, plan.stream_id, plan.previous_owner)
+        return n
+
+    async def _rebuild_indexes(self, start: int, end: int) -> None:
+        """After an unclean shutdown: producer state, time index and size from the unrecorded tail."""
+        offset = start
+        scanned = 0
+        while offset < end and scanned < REBUILD_SCAN_BYTES:
+            result = await self.storage.fetch(self.data_stream_id, offset, 4 * 1024 * 1024)
+            if not result.data:
+                break
+            for info in batches.iter_batches(result.data):
+                if info.next_offset <= offset:
+                    continue
+                self._observe(info, info.base_offset)
+                offset = info.next_offset
+            scanned += len(result.data)
+
+    def _observe(self, info: batches.BatchInfo, base_offset: int) -> None:
+        self.size_bytes += info.size_bytes
+        self.time_index.observe(info.max_timestamp_ms, base_offset)
+        self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.records_count,
+                              base_offset, base_offset + info.last_offset_delta)
+
+    # ------------------------------------------------------------------ produce
+    async def append(self, body: bytes | bytearray, infos: list[batches.BatchInfo]) -> tuple[int, int]:
+        """Append one batch (the storage stamps its offsets and our leader epoch); returns (base, last)
+        once the WAL has fsynced it."""
+        if self.closed or self.fenced:
+            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition} is closing here")
+        info = infos[0]
+        dup = self.producers.duplicate_of(info.producer_id, info.producer_epoch, info.base_sequence)
+        if dup is not None:
+            return dup
+        self._inflight += 1
+        self._drained.clear()
+        try:
+            base = int(await self.storage.append(self.data_stream_id, body, self.leader_epoch))
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._drained.set()
+        self._observe(info, base)
+        self.counters.bytes_in += len(body)
+        self.counters.records_in += info.offset_count
+        handle = self.storage.stream(self.data_stream_id)
+        if handle is not None and handle.durable_end > self.high_watermark:
+            self.high_watermark = int(handle.durable_end)
+        async with self._data_arrived:
+            self._data_arrived.notify_all()
+        return base, base + info.last_offset_delta
+
+    # ------------------------------------------------------------------ fetch
+    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int) -> bytes:
+        if offset < self.log_start_offset or offset > self.high_watermark:
+            raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"offset {offset} is outside [{self.log_start_offset}, {self.high_watermark}]",
+                             {"log_start_offset": self.log_start_offset, "high_watermark": self.high_watermark})
+        if offset == self.high_watermark and max_wait_ms > 0:
+            try:
+                async with self._data_arrived:
+                    await asyncio.wait_for(self._data_arrived.wait_for(
+                        lambda: self.high_watermark > offset or self.closed or self.fenced), max_wait_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+        if offset >= self.high_watermark or self.fenced:
+            return b""
+        result = await self.storage.fetch(self.data_stream_id, offset, max_bytes)
+        self.counters.bytes_out += len(result.data)
+        return bytes(result.data)
+
+    async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int]:
+        """Kafka's ListOffsets by timestamp: (offset, timestamp) of the first record at or after it."""
+        start = self.time_index.lookup(timestamp_ms)
+        if start is None:
+            return -1, -1
+        offset = max(start, self.log_start_offset)
+        for _ in range(TIMESTAMP_SCAN_ROUNDS):
+            if offset >= self.high_watermark:
+                break
+            result = await self.storage.fetch(self.data_stream_id, offset, TIMESTAMP_SCAN_BYTES)
+            if not result.data:
+                break
+            for rec in batches.read_records(result.data):
+                if rec.offset >= offset and rec.timestamp_ms >= timestamp_ms:
+                    return rec.offset, rec.timestamp_ms
+            offset = max(offset + 1, int(result.next_offset))
+        return -1, -1
+
+    # ------------------------------------------------------------------ close (steps 2-4)
+    async def drain(self, timeout_s: float = 10.0) -> None:
+        """Step 2: no new appends (the caller already refuses them); wait for those in flight."""
+        self.closed = True
+        async with self._data_arrived:
+            self._data_arrived.notify_all()
+        try:
+            await asyncio.wait_for(self._drained.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("%s-%d: appends still in flight after %.1fs", self.topic, self.partition, timeout_s)
+
+    def meta_snapshot(self, clean: bool) -> pm.PartitionMeta:
+        m = self.meta
+        m.clean_shutdown = clean
+        m.start_offset = self.log_start_offset
+        m.end_offset = self.high_watermark
+        m.size_bytes = self.size_bytes
+        m.producers = self.producers.to_json()
+        m.time_index = list(self.time_index.entries)
+        m.data_stream_id = self.data_stream_id
+        m.meta_stream_id = self.meta_stream_id
+        m.closed_by_broker = self.broker_id
+        m.stream_epoch = self.stream_epoch
+        return m
+
+    async def persist_meta(self, clean: bool) -> None:
+        """Step 3: the partition meta, as one record of the meta stream."""
+        assert self.meta_stream is not None, "persist_meta before open"
+        await self.meta_stream.put(META_KEY, self.meta_snapshot(clean).encode())
+
+    async def close_streams(self) -> None:
+        """Step 4: force-upload everything buffered, then close both streams at the controller."""
+        await asyncio.gather(self.storage.close_stream(self.data_stream_id),
+                             self.storage.close_stream(self.meta_stream_id))
+
+    def abandon(self) -> None:
+        """Fenced: forget the partition without touching its streams again."""
+        self.fenced = True
+        self.closed = True
+        for sid in (self.data_stream_id, self.meta_stream_id):
+            self.storage.fence(sid, "another broker owns the partition now")
+
+    async def wake_fetchers(self) -> None:
+        async with self._data_arrived:
+            self._data_arrived.notify_all()

@@ -1,0 +1,477 @@
+"""The broker process: `ferry broker --id N --config FILE` (aiohttp; API in docs/broker-api.md).
+
+Start-up: bind the HTTP port, open the stream storage (its WAL dir), register with the
+controllers, follow the committed metadata log (each delta opens/closes partitions through the
+PartitionManager), heartbeat. SIGTERM is a controlled shutdown: the heartbeat asks to shut down,
+the controller moves the partitions away (each is closed cleanly here, steps 2-5), and the
+process exits once the controller says it may (or every partition is closed).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from broker.config import BrokerConfig, load_config, wal_dir_of
+from broker.heartbeat import Heartbeater
+from broker.load_sampler import LoadSampler, PartitionLoad
+from broker.log_dirs_manager import LogDirsManager
+from broker.metrics import BrokerMetrics
+from broker.partition_manager import PartitionManager, Slot
+from broker.storage_factory import close_storage, open_object_store, open_storage
+from metadata_quorum.client import ControllerClient, MetadataLogFollower
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.records import NO_LEADER
+from stream_storage import batches
+
+log = logging.getLogger("ferry.broker")
+
+FETCH_DEFAULT_MAX_BYTES = 1024 * 1024
+FETCH_DEFAULT_MAX_WAIT_MS = 500
+
+
+def error_response(err: FerryError) -> web.Response:
+    return web.json_response(err.to_json(), status=err.error.http_status)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except FerryError as exc:
+        return error_response(exc)
+    except web.HTTPException:
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every answer carries a Kafka error name
+        log.exception("unexpected error in %s %s", request.method, request.path)
+        return error_response(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+def _int_param(request: web.Request, name: str, default: int | None = None) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"query parameter {name} is required")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"query parameter {name}={raw!r} is not an integer") from None
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.metrics = BrokerMetrics(config.broker_id)
+        self.state = "STARTING"
+        self.client = ControllerClient(list(config.controllers), timeout_ms=config.controller_timeout_ms)
+        self.log_dirs = LogDirsManager(list(config.log_dirs), config.log_dir_reserved_bytes)
+        self.storage: Any = None
+        self.object_store: Any = None
+        self.manager: PartitionManager | None = None
+        self.follower: MetadataLogFollower | None = None
+        self.heartbeater = Heartbeater(self._write, config.broker_id, config.heartbeat_interval_ms,
+                                       config.session_timeout_ms, self._registration, self._metadata_offset,
+                                       self.log_dirs.heartbeat_dirs)
+        self.sampler = LoadSampler(config.broker_id, config.metrics_interval_ms)
+        self._runner: web.AppRunner | None = None
+        self._background: list[asyncio.Task[Any]] = []
+        self.stopped = asyncio.Event()
+        self.url = config.advertised_url
+
+    # ------------------------------------------------------------------ controller calls
+    async def _write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.client.write(op, args)
+
+    def _registration(self) -> dict[str, Any]:
+        return {"endpoints": [self.url], "rack": self.config.rack,
+                "log_dirs": [{"dir_id": d.dir_id, "path": d.path} for d in self.log_dirs.dirs]}
+
+    def _metadata_offset(self) -> int:
+        return self.follower.offset if self.follower is not None else -1
+
+    # ------------------------------------------------------------------ lifecycle
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[errors_middleware], client_max_size=self.config.max_batch_bytes + 4096)
+        app.router.add_post("/v1/produce/{topic}/{partition}", self.produce)
+        app.router.add_get("/v1/fetch/{topic}/{partition}", self.fetch)
+        app.router.add_get("/v1/offsets/{topic}/{partition}", self.list_offsets)
+        app.router.add_get("/v1/metadata", self.metadata)
+        app.router.add_get("/v1/log-dirs", self.describe_log_dirs)
+        app.router.add_post("/v1/log-dirs/alter", self.alter_log_dirs)
+        app.router.add_get("/v1/moves", self.moves)
+        app.router.add_get("/v1/health", self.health)
+        app.router.add_get("/metrics", self.prometheus)
+        return app
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.log_dirs.prepare)
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        await site.start()
+        if self.config.port == 0:
+            port = self._runner.addresses[0][1]
+            self.url = f"http://{self.config.host}:{port}"
+        log.info("broker %d listening on %s", self.broker_id, self.url)
+        epoch = await self.heartbeater.register()
+        self.object_store = open_object_store(self.config)
+        self.storage = await open_storage(self.config, self.object_store, self.client, self.broker_id,
+                                          lambda: self.heartbeater.state.broker_epoch)
+        self.heartbeater.on_registered = self.storage.set_broker_epoch
+        self.manager = PartitionManager(self.broker_id, self.storage, self._write, self.metrics,
+                                        lambda b: wal_dir_of(self.config.effective_wal_root, b),
+                                        lambda: self.log_dirs.dirs)
+        self.follower = MetadataLogFollower(self.client, self._on_metadata, max_wait_ms=self.config.metadata_poll_wait_ms)
+        self.follower.start()
+        self.heartbeater.start()
+        self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
+        self._background.append(asyncio.create_task(self.log_dirs.monitor(self.config.log_dir_check_interval_ms)))
+        self.state = "RUNNING"
+        log.info("broker %d registered (broker epoch %d), following the metadata log", self.broker_id, epoch)
+
+    async def _on_metadata(self, records: list[Any], delta: Any, image: Any) -> None:
+        assert self.manager is not None
+        self.manager.on_delta(delta, image)
+        reg = image.cluster.brokers.get(self.broker_id)
+        if reg is not None and reg.fenced and not self.heartbeater.state.want_shutdown:
+            self.heartbeater.poke()
+
+    async def controlled_shutdown(self) -> None:
+        """SIGTERM: let the controller move every partition away, close what is left, stop."""
+        if self.state != "RUNNING":
+            self.stopped.set()
+            return
+        self.state = "SHUTTING_DOWN"
+        log.info("controlled shutdown: asking the controller to move partitions away")
+        self.heartbeater.request_shutdown()
+        deadline = time.monotonic() + self.config.shutdown_timeout_ms / 1000
+        assert self.manager is not None
+        while time.monotonic() < deadline:
+            if self.heartbeater.state.should_shut_down and not self.manager.busy():
+                break
+            await asyncio.sleep(0.05)
+        await self.manager.close_all(max(1.0, deadline - time.monotonic()))
+        await self.stop()
+
+    async def stop(self) -> None:
+        self.state = "STOPPED"
+        for t in self._background:
+            t.cancel()
+        await self.heartbeater.stop()
+        if self.follower is not None:
+            await self.follower.stop()
+        if self.manager is not None:
+            await self.manager.cancel_tasks()
+        if self.storage is not None:
+            await close_storage(self.storage, self.object_store)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.client.close()
+        self.stopped.set()
+
+    def _loads(self) -> list[PartitionLoad]:
+        if self.manager is None:
+            return []
+        return [PartitionLoad(s.topic, s.tp.partition, s.replica.counters, s.replica.size_bytes)
+                for s in self.manager.serving() if s.replica is not None]
+
+    # ------------------------------------------------------------------ leadership checks
+    def _slot_for(self, request: web.Request, for_write: bool) -> Slot:
+        topic = request.match_info["topic"]
+        try:
+            partition = int(request.match_info["partition"])
+        except ValueError:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"partition {request.match_info['partition']!r} "
+                             "is not an integer") from None
+        if self.manager is None:
+            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} is starting")
+        image = self.manager.image
+        topic_id = image.topics.by_name.get(topic)
+        reg = image.topics.partition(topic_id, partition) if topic_id is not None else None
+        if reg is None:
+            raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"this broker does not know partition {topic}-{partition} (metadata offset {image.offset})")
+        slot = self.manager.slot_by_name(topic, partition)
+        if slot is None or not slot.status.accepts_produce or slot.replica is None or slot.replica.closed:
+            raise self._not_leader(topic, partition, reg.leader, reg.leader_epoch, slot)
+        want = request.query.get("leader_epoch")
+        if want not in (None, "", "-1"):
+            client_epoch = _int_param(request, "leader_epoch")
+            if client_epoch < slot.replica.leader_epoch:
+                raise FerryError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {client_epoch} of {topic}-{partition} "
+                                 f"is older than the current {slot.replica.leader_epoch}",
+                                 {"leader_epoch": slot.replica.leader_epoch})
+            if client_epoch > slot.replica.leader_epoch:
+                raise FerryError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {client_epoch} of {topic}-{partition} "
+                                 f"is newer than this broker's {slot.replica.leader_epoch}",
+                                 {"leader_epoch": slot.replica.leader_epoch})
+        if for_write and not self.heartbeater.lease.valid(time.monotonic()):
+            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} has not heard from the "
+                             "controllers within its session timeout and may have been fenced")
+        return slot
+
+    def _not_leader(self, topic: str, partition: int, leader: int, leader_epoch: int, slot: Slot | None) -> FerryError:
+        url = None
+        if self.manager is not None and leader != NO_LEADER:
+            reg = self.manager.image.cluster.brokers.get(leader)
+            url = reg.endpoints[0] if reg is not None and reg.endpoints else None
+        if leader == self.broker_id:
+            state = slot.status.state.value if slot is not None else "CLOSED"
+            why = f"partition {topic}-{partition} is {state.lower()} on broker {self.broker_id}"
+        elif leader == NO_LEADER:
+            why = f"partition {topic}-{partition} is moving and has no leader right now"
+        else:
+            why = f"broker {self.broker_id} does not lead {topic}-{partition}; broker {leader} does"
+        return FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, why,
+                          {"leader_id": leader, "leader_url": url, "leader_epoch": leader_epoch})
+
+    # ------------------------------------------------------------------ produce
+    async def produce(self, request: web.Request) -> web.Response:
+        started = time.monotonic()
+        topic = request.match_info["topic"]
+        try:
+            acks_raw = request.query.get("acks", "-1")
+            acks = -1 if acks_raw == "all" else int(acks_raw)
+            if acks not in (-1, 0, 1):
+                raise ValueError
+        except ValueError:
+            self.metrics.produce_errors.labels("INVALID_REQUIRED_ACKS").inc()
+            raise FerryError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.query.get('acks')!r}; use -1, 1 or 0") from None
+        try:
+            slot = self._slot_for(request, for_write=True)
+            body = bytearray(await request.read())
+            if len(body) > self.config.max_batch_bytes:
+                raise FerryError(ErrorCode.MESSAGE_TOO_LARGE,
+                                 f"record batch of {len(body)} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
+            infos = batches.validate_batches(body, max_batches=1)
+            if infos[0].records_count <= 0:
+                raise FerryError(ErrorCode.INVALID_RECORD, "the record batch holds no records")
+            replica = slot.replica
+            assert replica is not None
+            if self.log_dirs.is_saturated(slot.log_dir):
+                raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {slot.log_dir} is full (saturated)")
+            append = replica.append(body, infos)
+            if acks == 0:
+                task = asyncio.ensure_future(append)
+                task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+                return web.json_response({"base_offset": -1, "last_offset": -1, "leader_epoch": replica.leader_epoch,
+                                          "log_append_time_ms": -1, "log_start_offset": replica.log_start_offset})
+            try:
+                base, last = await append
+            except FerryError as exc:
+                if exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH):
+                    assert self.manager is not None
+                    self.manager.on_fenced(slot, exc)
+                    raise self._not_leader(topic, slot.tp.partition, -1, replica.leader_epoch, slot) from exc
+                if exc.error is ErrorCode.STREAM_NOT_OPENED:
+                    raise self._not_leader(topic, slot.tp.partition, -1, replica.leader_epoch, slot) from exc
+                raise
+            if not self.heartbeater.lease.valid(time.monotonic()):
+                raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} lost its lease while "
+                                 "writing; the write is not acknowledged (retry)")
+        except FerryError as exc:
+            self.metrics.produce_errors.labels(exc.error.name).inc()
+            raise
+        labels = (topic, str(slot.tp.partition))
+        self.metrics.produce_requests.labels(*labels).inc()
+        self.metrics.produce_bytes.labels(*labels).inc(len(body))
+        self.metrics.produce_records.labels(*labels).inc(last - base + 1)
+        self.metrics.produce_latency.observe(time.monotonic() - started)
+        return web.json_response({"base_offset": base, "last_offset": last, "leader_epoch": replica.leader_epoch,
+                                  "log_append_time_ms": -1, "log_start_offset": replica.log_start_offset})
+
+    # ------------------------------------------------------------------ fetch / offsets
+    async def fetch(self, request: web.Request) -> web.StreamResponse:
+        try:
+            slot = self._slot_for(request, for_write=False)
+            offset = _int_param(request, "offset")
+            max_bytes = _int_param(request, "max_bytes", FETCH_DEFAULT_MAX_BYTES)
+            max_wait_ms = min(_int_param(request, "max_wait_ms", FETCH_DEFAULT_MAX_WAIT_MS),
+                              self.config.fetch_max_wait_ms_limit)
+            if max_bytes <= 0 or max_wait_ms < 0:
+                raise FerryError(ErrorCode.INVALID_REQUEST, "max_bytes must be positive and max_wait_ms not negative")
+            replica = slot.replica
+            assert replica is not None
+            data = await replica.fetch(offset, max_bytes, max_wait_ms)
+        except FerryError as exc:
+            self.metrics.fetch_errors.labels(exc.error.name).inc()
+            raise
+        labels = (request.match_info["topic"], str(slot.tp.partition))
+        self.metrics.fetch_requests.labels(*labels).inc()
+        self.metrics.fetch_bytes.labels(*labels).inc(len(data))
+        if data:
+            replica.counters.records_out += sum(i.offset_count for i in batches.iter_batches(data))
+        return web.Response(body=data, content_type="application/octet-stream", headers={
+            "X-Ferry-High-Watermark": str(replica.high_watermark),
+            "X-Ferry-Log-Start-Offset": str(replica.log_start_offset),
+            "X-Ferry-Leader-Epoch": str(replica.leader_epoch)})
+
+    async def list_offsets(self, request: web.Request) -> web.Response:
+        slot = self._slot_for(request, for_write=False)
+        replica = slot.replica
+        assert replica is not None
+        spec = request.query.get("spec", "latest")
+        if spec == "earliest":
+            return web.json_response({"offset": replica.log_start_offset, "timestamp_ms": -1,
+                                      "leader_epoch": replica.leader_epoch})
+        if spec == "latest":
+            return web.json_response({"offset": replica.high_watermark, "timestamp_ms": -1,
+                                      "leader_epoch": replica.leader_epoch})
+        if spec == "timestamp":
+            ts = _int_param(request, "timestamp_ms")
+            offset, found_ts = await replica.offset_for_timestamp(ts)
+            return web.json_response({"offset": offset, "timestamp_ms": found_ts, "leader_epoch": replica.leader_epoch})
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest or timestamp")
+
+    # ------------------------------------------------------------------ metadata
+    async def metadata(self, request: web.Request) -> web.Response:
+        image = self.manager.image if self.manager is not None else None
+        if image is None:
+            return web.json_response({"metadata_offset": -1, "broker_id": self.broker_id, "brokers": [], "topics": [],
+                                      "controllers": list(self.config.controllers)})
+        names_raw = request.query.get("topics")
+        names = [n for n in names_raw.split(",") if n] if names_raw else sorted(image.topics.by_name)
+        brokers = []
+        urls: dict[int, str | None] = {}
+        for bid, reg in sorted(image.cluster.brokers.items()):
+            urls[bid] = reg.endpoints[0] if reg.endpoints else None
+            brokers.append({"broker_id": bid, "url": urls[bid], "rack": reg.rack, "fenced": reg.fenced,
+                            "in_controlled_shutdown": reg.in_controlled_shutdown})
+        topics: list[dict[str, Any]] = []
+        for name in names:
+            topic_id = image.topics.by_name.get(name)
+            topic = image.topics.by_id.get(topic_id) if topic_id else None
+            if topic is None:
+                topics.append({"name": name, "topic_id": None, "error": "UNKNOWN_TOPIC_OR_PARTITION", "partitions": []})
+                continue
+            parts = [{"partition": p.partition, "leader": p.leader, "leader_url": urls.get(p.leader),
+                      "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+                      "replicas": list(p.replicas), "isr": list(p.isr), "adding_replicas": list(p.adding_replicas),
+                      "removing_replicas": list(p.removing_replicas), "directories": list(p.directories)}
+                     for _, p in sorted(topic.partitions.items())]
+            topics.append({"name": name, "topic_id": topic_id, "storage": topic.storage, "error": None,
+                           "partitions": parts})
+        return web.json_response({"metadata_offset": image.offset, "broker_id": self.broker_id, "brokers": brokers,
+                                  "topics": topics, "controllers": list(self.config.controllers)})
+
+    # ------------------------------------------------------------------ log dirs
+    async def describe_log_dirs(self, request: web.Request) -> web.Response:
+        names_raw = request.query.get("topics")
+        wanted = {n for n in names_raw.split(",") if n} if names_raw else None
+        per_dir: dict[str, list[dict[str, Any]]] = {d.path: [] for d in self.log_dirs.dirs}
+        if self.manager is not None:
+            for slot in self.manager.slots.values():
+                if slot.log_dir is None or slot.replica is None or (wanted is not None and slot.topic not in wanted):
+                    continue
+                per_dir.setdefault(slot.log_dir, []).append({
+                    "partition": f"{slot.topic}-{slot.tp.partition}", "size": slot.replica.size_bytes,
+                    "offsetLag": 0, "isFuture": False})
+            for (topic, partition), path in self.log_dirs.future_moves().items():
+                if wanted is None or topic in wanted:
+                    per_dir.setdefault(path, []).append({"partition": f"{topic}-{partition}", "size": 0,
+                                                         "offsetLag": 0, "isFuture": True})
+        dirs = []
+        for d in self.log_dirs.dirs:
+            info = self.log_dirs.info(d.path)
+            dirs.append({"logDir": d.path, "error": "KAFKA_STORAGE_ERROR" if info.state.value == "OFFLINE" else None,
+                         "state": info.state.value, "totalBytes": info.total_bytes, "usableBytes": info.usable_bytes,
+                         "partitions": sorted(per_dir.get(d.path, []), key=lambda p: p["partition"])})
+        return web.json_response({"version": 1, "brokers": [{"broker": self.broker_id, "logDirs": dirs}]})
+
+    async def alter_log_dirs(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise FerryError(ErrorCode.INVALID_REQUEST, "the body must be JSON: "
+                             '{"partitions": [{"topic", "partition", "log_dir"}]}') from None
+        entries = body.get("partitions") if isinstance(body, dict) else None
+        if not isinstance(entries, list):
+            raise FerryError(ErrorCode.INVALID_REQUEST, 'the body needs "partitions": [{"topic", "partition", "log_dir"}]')
+        parsed = []
+        for e in entries:
+            if not isinstance(e, dict) or not isinstance(e.get("topic"), str) or not isinstance(e.get("partition"), int) \
+                    or not isinstance(e.get("log_dir"), str):
+                raise FerryError(ErrorCode.INVALID_REQUEST, f"bad entry {e!r}: needs topic (string), partition "
+                                 "(integer) and log_dir (string)")
+            parsed.append((e["topic"], e["partition"], e["log_dir"]))
+        assert self.manager is not None
+        results = []
+        for topic, partition, path in parsed:
+            try:
+                await self.log_dirs.alter(self.manager, topic, partition, path)
+                results.append({"topic": topic, "partition": partition, "log_dir": path, "error": None})
+            except FerryError as exc:
+                results.append({"topic": topic, "partition": partition, "log_dir": path, "error": exc.error.name,
+                                "message": exc.message})
+        return web.json_response({"results": results})
+
+    # ------------------------------------------------------------------ moves, health, metrics
+    async def moves(self, request: web.Request) -> web.Response:
+        topic = request.query.get("topic") or None
+        partition = _int_param(request, "partition", -1)
+        limit = max(1, min(_int_param(request, "limit", 100), 10000))
+        out = self.manager.moves(topic, None if partition < 0 else partition, limit) if self.manager else []
+        return web.json_response({"moves": [m.to_json() for m in out]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        hb = self.heartbeater.state
+        return web.json_response({
+            "broker_id": self.broker_id, "state": self.state, "url": self.url, "broker_epoch": hb.broker_epoch,
+            "fenced": hb.fenced, "metadata_offset": self._metadata_offset(),
+            "lease_valid": self.heartbeater.lease.valid(time.monotonic()), "last_heartbeat_error": hb.last_error,
+            "partitions": self.manager.state_counts() if self.manager else {}})
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), content_type="text/plain")
+
+
+async def run(config: BrokerConfig) -> int:
+    broker = Broker(config)
+    loop = asyncio.get_running_loop()
+    shutdown: list[asyncio.Task[None]] = []
+
+    def on_term() -> None:
+        if not shutdown:
+            log.info("SIGTERM: controlled shutdown")
+            shutdown.append(loop.create_task(broker.controlled_shutdown()))
+
+    loop.add_signal_handler(signal.SIGTERM, on_term)
+    loop.add_signal_handler(signal.SIGINT, on_term)
+    try:
+        await broker.start()
+    except FerryError as exc:
+        log.error("broker %d could not start: %s", config.broker_id, exc)
+        await broker.stop()
+        return 1
+    await broker.stopped.wait()
+    log.info("broker %d stopped", config.broker_id)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ferry broker", description="Run a Ferry broker.")
+    parser.add_argument("--id", type=int, required=True, help="the broker id (must match broker_id in the config)")
+    parser.add_argument("--config", required=True, help="the broker's JSON config file")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config, args.id)
+    except FerryError as exc:
+        print(f"ferry broker: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=getattr(logging, config.log_level.upper(), logging.INFO),
+                        format=f"%(asctime)s broker-{config.broker_id} %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    os.makedirs(config.effective_wal_dir, exist_ok=True)
+    return asyncio.run(run(config))
