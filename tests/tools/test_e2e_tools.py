@@ -37,8 +37,6 @@ def server_flag(cluster) -> list[str]:
 async def snapshot(cluster) -> tuple[object, object]:
     async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
         topics = await admin.read("describe_topics", {})
-        for t in topics["topics"]:
-            t.get("configs", None)
         return topics, await admin.list_partition_reassignments()
 
 

@@ -1,0 +1,260 @@
+"""`ferry perf move [--json] [--quick]`: the six-step move under a steady produce load.
+
+1. Single-partition moves with 1 MiB, 100 MiB and 1 GiB already in the partition (`--quick`:
+   1 MiB, 16 MiB, 64 MiB), `--moves` each, back and forth between two brokers: p50/p99 of the
+   client-observed unavailability (last acknowledgement by the old owner → first by the new one)
+   and each step's share of the t0→t6 timeline.
+2. 100 partitions moved at once: seconds until every one is acknowledged by its new owner.
+3. Produce MB/s into one broker vs a bare aiohttp server on loopback (the raw baseline), same
+   request bodies, same concurrency.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import aiohttp
+from rich.console import Console
+from rich.table import Table
+
+from tools.admin import Admin
+from tools.client import TopicPartition, encode_batch, raise_for_error
+from tools.cluster import ROOT, LocalCluster
+from tools.move_workload import ProduceLoad, fetch_timeline, move_once, percentile
+
+MiB = 1024 * 1024
+FULL_SIZES = {"1MiB": 1 * MiB, "100MiB": 100 * MiB, "1GiB": 1024 * MiB}
+QUICK_SIZES = {"1MiB": 1 * MiB, "16MiB": 16 * MiB, "64MiB": 64 * MiB}
+TARGETS = {"move_p50_ms": 250, "move_p99_ms": 1000, "largest_vs_smallest_p50": 1.2, "batch100_s": 3.0,
+           "produce_vs_raw_ratio": 0.5}
+FILL_BATCH_BYTES = 4 * MiB
+
+
+async def fill_partition(session: aiohttp.ClientSession, url: str, tp: TopicPartition, size_bytes: int) -> float:
+    """Append `size_bytes` of 256 KiB records in 4 MiB batches; returns MB/s."""
+    record = os.urandom(256 * 1024)
+    body = encode_batch([(None, record, None, None)] * (FILL_BATCH_BYTES // len(record)))
+    started = time.monotonic()
+    written = 0
+    inflight: set[asyncio.Task[None]] = set()
+
+    async def post() -> None:
+        async with session.post(f"{url}/v1/produce/{tp.topic}/{tp.partition}?acks=-1", data=body,
+                                timeout=aiohttp.ClientTimeout(total=120)) as resp:
+            await raise_for_error(resp)
+
+    while written < size_bytes:
+        if len(inflight) >= 2:
+            done, inflight = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+            for d in done:
+                d.result()
+        inflight.add(asyncio.create_task(post()))
+        written += len(body)
+    for d in await asyncio.gather(*inflight, return_exceptions=True):
+        if isinstance(d, BaseException):
+            raise d
+    return written / MiB / max(1e-9, time.monotonic() - started)
+
+
+async def single_partition_moves(cluster: LocalCluster, admin: Admin, label: str, size_bytes: int, moves: int,
+                                 console: Console) -> dict[str, Any]:
+    topic = f"perf-move-{label.lower()}"
+    tp = TopicPartition(topic, 0)
+    await admin.create_topic(topic, 1, assignments={0: [1]})
+    await admin.wait_for_leader(tp, 1)
+    async with aiohttp.ClientSession() as session:
+        fill_mb_s = await fill_partition(session, cluster.broker_url(1), tp, size_bytes)
+    console.print(f"  {label}: filled at {fill_mb_s:.0f} MB/s; moving {moves} times under load ...")
+    load = await ProduceLoad(cluster.bootstrap_servers, [tp]).start()
+    gaps: list[float] = []
+    timelines: list[dict[str, Any]] = []
+    try:
+        await load.wait_ack_from(tp, 1, 0, 30)
+        await asyncio.sleep(0.5)
+        for i in range(moves):
+            src, dst = (1, 2) if i % 2 == 0 else (2, 1)
+            wall_ms = int(time.time() * 1000)
+            r = await move_once(admin, load, tp, src, dst, timeout_s=60)
+            if r.unavailability_ms is not None:
+                gaps.append(r.unavailability_ms)
+            t = await fetch_timeline(admin, tp, [src, dst], move_after_ms=wall_ms - 1000)
+            if t is not None:
+                timelines.append(t)
+            await asyncio.sleep(0.3)
+    finally:
+        await load.stop()
+    totals = [float(t["total_ms"]) for t in timelines if t.get("total_ms") is not None]
+    shares: dict[str, float] = {}
+    total_sum = sum(totals)
+    for k in range(1, 7):
+        step_sum = sum(float(t["steps_ms"].get(str(k)) or 0) for t in timelines)
+        shares[str(k)] = step_sum / total_sum if total_sum else 0.0
+    return {"size": label, "size_bytes": size_bytes, "moves": len(gaps), "fill_mb_s": round(fill_mb_s, 1),
+            "unavailability_ms": gaps, "p50_ms": percentile(gaps, 50), "p99_ms": percentile(gaps, 99),
+            "timeline_p50_ms": percentile(totals, 50), "step_share": shares,
+            "step_p50_ms": {str(k): percentile([float(t["steps_ms"][str(k)]) for t in timelines
+                                                if t["steps_ms"].get(str(k)) is not None], 50) for k in range(1, 7)}}
+
+
+async def batch_move(cluster: LocalCluster, admin: Admin, partitions: int) -> dict[str, Any]:
+    topic = "perf-batch"
+    await admin.create_topic(topic, partitions, assignments={p: [1] for p in range(partitions)})
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    for tp in tps:
+        await admin.wait_for_leader(tp, 1)
+    load = await ProduceLoad(cluster.bootstrap_servers, tps, window=1).start()
+    try:
+        for tp in tps:
+            await load.wait_ack_from(tp, 1, 0, 60)
+        started = time.monotonic()
+        result = await admin.alter_partition_reassignments(
+            [{"topic": topic, "partition": p, "replicas": [2]} for p in range(partitions)])
+        errors = {tp: e for tp, e in result.items() if e is not None}
+        if errors:
+            raise RuntimeError(f"reassignment refused: {errors}")
+        firsts = await asyncio.gather(*(load.wait_ack_from(tp, 2, started, 120) for tp in tps))
+        all_serving_s = max(a.time_s for a in firsts) - started
+    finally:
+        await load.stop()
+    return {"partitions": partitions, "all_serving_s": all_serving_s}
+
+
+def start_raw_sink() -> tuple[subprocess.Popen[bytes], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "tools.perf.raw_sink"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    return proc, f"http://127.0.0.1:{json.loads(line)['port']}"
+
+
+async def post_bodies(url_for: Any, body: bytes, requests: int, concurrency: int) -> float:
+    """MB/s of `requests` POSTs of `body`, `concurrency` at a time (one per partition)."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        counter = iter(range(requests))
+
+        async def worker(p: int) -> None:
+            for _ in counter:
+                async with session.post(url_for(p), data=body) as resp:
+                    await raise_for_error(resp)
+                    await resp.read()
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker(p) for p in range(concurrency)))
+        return requests * len(body) / MiB / (time.monotonic() - started)
+
+
+async def produce_vs_raw(cluster: LocalCluster, admin: Admin, requests: int, concurrency: int = 8) -> dict[str, Any]:
+    topic = "perf-produce"
+    await admin.create_topic(topic, concurrency, assignments={p: [3] for p in range(concurrency)})
+    for p in range(concurrency):
+        await admin.wait_for_leader(TopicPartition(topic, p), 3)
+    body = encode_batch([(None, os.urandom(1024), None, None)] * 64)  # ~64 KiB, 64 records of 1 KiB
+    broker = cluster.broker_url(3)
+    sink, sink_url = start_raw_sink()
+    try:
+        await post_bodies(lambda p: f"{sink_url}/v1/produce/{topic}/{p}?acks=-1", body, requests // 10, concurrency)
+        raw = await post_bodies(lambda p: f"{sink_url}/v1/produce/{topic}/{p}?acks=-1", body, requests, concurrency)
+        ferry = await post_bodies(lambda p: f"{broker}/v1/produce/{topic}/{p}?acks=-1", body, requests, concurrency)
+    finally:
+        from tools.proc import stop_process
+        stop_process(sink)
+        if sink.stdout is not None:
+            sink.stdout.close()
+    return {"body_bytes": len(body), "requests": requests, "concurrency": concurrency,
+            "produce_mb_s": ferry, "raw_mb_s": raw, "ratio": ferry / raw if raw else None}
+
+
+def render(result: dict[str, Any], console: Console) -> None:
+    table = Table(title="Single-partition moves under load: client-observed unavailability", title_justify="left")
+    for col in ("size", "moves", "p50 ms", "p99 ms", "t0→t6 p50 ms", *(f"step {k}" for k in range(1, 7))):
+        table.add_column(col, justify="right")
+    for s in result["sizes"]:
+        table.add_row(s["size"], str(s["moves"]), f"{s['p50_ms']:.0f}", f"{s['p99_ms']:.0f}",
+                      "-" if s["timeline_p50_ms"] is None else f"{s['timeline_p50_ms']:.0f}",
+                      *[f"{100 * s['step_share'][str(k)]:.0f}%" for k in range(1, 7)])
+    console.print(table)
+    t2 = Table(title="Summary vs targets", title_justify="left")
+    for col in ("measure", "value", "target", "met"):
+        t2.add_column(col)
+    rows = [
+        ("move p50 (all sizes)", f"{result['move_p50_ms']:.0f} ms", f"≤ {TARGETS['move_p50_ms']} ms",
+         result["move_p50_ms"] <= TARGETS["move_p50_ms"]),
+        ("move p99 (all sizes)", f"{result['move_p99_ms']:.0f} ms", f"≤ {TARGETS['move_p99_ms']} ms",
+         result["move_p99_ms"] <= TARGETS["move_p99_ms"]),
+        ("p50 largest / smallest", f"{result['largest_vs_smallest_p50']:.2f}", f"≤ {TARGETS['largest_vs_smallest_p50']}",
+         result["largest_vs_smallest_p50"] <= TARGETS["largest_vs_smallest_p50"]),
+        (f"{result['batch']['partitions']} partitions at once", f"{result['batch100_s']:.2f} s",
+         f"≤ {TARGETS['batch100_s']} s", result["batch100_s"] <= TARGETS["batch100_s"]),
+        ("produce MB/s vs raw aiohttp", f"{result['produce']['produce_mb_s']:.0f} / {result['produce']['raw_mb_s']:.0f}"
+         f" = {result['produce_vs_raw_ratio']:.2f}", f"≥ {TARGETS['produce_vs_raw_ratio']}",
+         result["produce_vs_raw_ratio"] >= TARGETS["produce_vs_raw_ratio"]),
+    ]
+    for name, value, target, met in rows:
+        t2.add_row(name, value, target, "yes" if met else "[red]no[/]")
+    console.print(t2)
+    console.print("AutoMQ documents about 1,500 ms per partition move.")
+
+
+async def run(cluster: LocalCluster, sizes: dict[str, int], moves: int, batch_partitions: int, produce_requests: int,
+              console: Console) -> dict[str, Any]:
+    async with Admin(bootstrap_controllers=cluster.controller_bootstrap, timeout_ms=60_000) as admin:
+        per_size = []
+        for label, size in sizes.items():
+            per_size.append(await single_partition_moves(cluster, admin, label, size, moves, console))
+        console.print(f"  moving {batch_partitions} partitions at once ...")
+        batch = await batch_move(cluster, admin, batch_partitions)
+        console.print("  produce throughput vs raw aiohttp ...")
+        produce = await produce_vs_raw(cluster, admin, produce_requests)
+    all_gaps = [g for s in per_size for g in s["unavailability_ms"]]
+    smallest, largest = per_size[0], per_size[-1]
+    return {
+        "move_p50_ms": percentile(all_gaps, 50), "move_p99_ms": percentile(all_gaps, 99),
+        "move_p50_ms_by_size": {s["size"]: s["p50_ms"] for s in per_size},
+        "move_p99_ms_by_size": {s["size"]: s["p99_ms"] for s in per_size},
+        "step_share_by_size": {s["size"]: s["step_share"] for s in per_size},
+        "step_p50_ms_by_size": {s["size"]: s["step_p50_ms"] for s in per_size},
+        "largest_vs_smallest_p50": (largest["p50_ms"] / smallest["p50_ms"]) if smallest["p50_ms"] else None,
+        "batch100_s": batch["all_serving_s"], "batch": batch,
+        "produce_vs_raw_ratio": produce["ratio"], "produce": produce,
+        "sizes": per_size, "targets": TARGETS,
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ferry perf move", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--quick", action="store_true", help="smaller partitions (1 MiB, 16 MiB, 64 MiB)")
+    parser.add_argument("--moves", type=int, default=10, help="moves per size (default 10)")
+    parser.add_argument("--batch-partitions", type=int, default=100)
+    parser.add_argument("--produce-requests", type=int, default=None, help="64 KiB produce requests per side")
+    parser.add_argument("--state-dir")
+    args = parser.parse_args(argv)
+    console = Console(stderr=args.json)
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    requests = args.produce_requests or (600 if args.quick else 2000)
+    state_dir = os.path.abspath(args.state_dir) if args.state_dir else tempfile.mkdtemp(prefix="ferry-perf-move-")
+    cluster = LocalCluster(state_dir)
+    try:
+        started = time.monotonic()
+        cluster.start()
+        console.print(f"cluster up in {time.monotonic() - started:.1f} s (state in {state_dir})")
+        result = asyncio.run(run(cluster, sizes, args.moves, args.batch_partitions, requests, console))
+    finally:
+        cluster.stop()
+    if not args.state_dir:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    if args.json:
+        out = {k: v for k, v in result.items() if k != "sizes"}
+        out["sizes"] = [{k: v for k, v in s.items() if k != "unavailability_ms"} for s in result["sizes"]]
+        print(json.dumps(out, indent=2))
+    else:
+        render(result, console)
+    return 0
