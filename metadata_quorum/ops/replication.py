@@ -246,6 +246,17 @@ def _elect_one(builder: RecordBuilder, part: PartitionRegistration, unclean: boo
     name = f"partition {part.partition} of topic {part.topic_id}"
     if unclean and part.leader != NO_LEADER and builder.is_active(part.leader):
         raise FerryError(ErrorCode.ELECTION_NOT_NEEDED, f"Leader election not needed for {name}")
+    if not unclean and part.storage != STORAGE_S3:
+        # Kafka's preferred election: the first replica, if it is alive and in the ISR.
+        preferred = part.replicas[0] if part.replicas else NO_LEADER
+        if preferred == part.leader:
+            raise FerryError(ErrorCode.ELECTION_NOT_NEEDED, f"Leader election not needed for {name}")
+        if not builder.is_active(preferred) or preferred not in part.isr:
+            raise FerryError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                             f"Failed to elect leader for {name}: preferred replica {preferred} is not alive "
+                             f"and in the ISR {list(part.isr)}")
+        elect(builder, part, preferred)
+        return preferred
     candidate = election_candidate(builder, part, unclean=unclean)
     if candidate == NO_LEADER:
         if unclean:

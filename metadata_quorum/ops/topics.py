@@ -107,9 +107,10 @@ def _plan(builder: RecordBuilder, item: dict[str, Any], ctx: OpContext) -> tuple
     rf = as_int(item.get("replication_factor", -1) if item.get("replication_factor") is not None else -1,
                 "replication_factor")
     if item.get("assignments"):
-        if num_partitions != -1 or rf != -1:
-            raise invalid("give either assignments or num_partitions/replication_factor, not both")
         assignment = _assignments(item["assignments"], set(builder.image.cluster.brokers))
+        if num_partitions not in (-1, len(assignment)) or rf not in (-1, len(assignment[0])):
+            raise invalid("both num_partitions/replication_factor and assignments were given, and they disagree; "
+                          "give assignments alone")
         if storage == STORAGE_S3 and any(len(r) != 1 for r in assignment.values()):
             raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              "storage=s3 partitions have exactly one replica: their data lives in object storage")

@@ -1,0 +1,250 @@
+"""Broker registration, heartbeats, controlled shutdown and session expiry: one rule per test."""
+from __future__ import annotations
+
+from metadata_quorum.errors import ErrorCode
+from metadata_quorum.records import NO_LEADER
+from tests.quorum.quorum_helpers import (
+    REELECTION_TIMEOUT_MS,
+    SESSION_TIMEOUT_MS,
+    ManualClock,
+    add_broker,
+    controller,
+    epoch_of,
+    expect_error,
+    heartbeat_all,
+    log_dirs,
+    partition,
+    run,
+)
+
+
+def register_args(broker_id: int, incarnation: str = "a") -> dict:  # type: ignore[type-arg]
+    return {"broker_id": broker_id, "incarnation_id": incarnation, "endpoints": ["http://127.0.0.1:1"],
+            "rack": "r1", "log_dirs": log_dirs(broker_id)}
+
+
+def test_broker_epoch_is_the_offset_of_the_registration_record() -> None:
+    c = controller(0)
+    c.write("put_kv", {"key": "x", "value": "1"})
+    out = run(c.image, "register_broker", register_args(4))
+    assert out.reply == {"broker_epoch": c.image.offset + 1}
+    reg = out.image.cluster.brokers[4]
+    assert reg.broker_epoch == c.image.offset + 1 and reg.fenced and reg.rack == "r1"
+    assert [d.path for d in reg.log_dirs] == ["/data/b4/d0", "/data/b4/d1"]
+
+
+def test_registration_retry_with_same_incarnation_returns_same_epoch() -> None:
+    c = controller(1)
+    out = run(c.image, "register_broker", register_args(0, "inc-0"))
+    assert out.records == () and out.reply == {"broker_epoch": epoch_of(c.image, 0)}
+
+
+def test_second_live_incarnation_is_refused() -> None:
+    c = controller(1)
+    now = c.clock_ms()
+    expect_error(c.image, "register_broker", register_args(0, "other"), ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                 now_ms=now, heartbeats={0: now})
+
+
+def test_expired_incarnation_is_replaced_and_its_partitions_wait_for_a_leader() -> None:
+    c = controller(2)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 2},
+                                         {"name": "l", "num_partitions": 1, "replication_factor": 2,
+                                          "storage": "local", "assignments": None}]})
+    led = [p for p in range(2) if partition(c.image, "t", p).leader == 0]
+    assert led
+    now = c.clock_ms() + SESSION_TIMEOUT_MS + 1
+    out = run(c.image, "register_broker", register_args(0, "new"), now_ms=now, heartbeats={0: c.clock_ms(), 1: now})
+    assert out.reply["broker_epoch"] == c.image.offset + 1
+    assert out.image.cluster.brokers[0].fenced
+    for p in led:
+        part = partition(out.image, "t", p)
+        assert part.leader == NO_LEADER and part.reelection_deadline_ms == now + REELECTION_TIMEOUT_MS
+        assert part.leader_epoch == partition(c.image, "t", p).leader_epoch + 1
+    local = partition(out.image, "l", 0)
+    assert 0 not in local.isr and local.leader == 1
+
+
+def test_fenced_broker_may_register_a_new_incarnation() -> None:
+    c = controller(1)
+    c.clock_ms.advance(SESSION_TIMEOUT_MS + 1)  # type: ignore[attr-defined]
+    c.tick()
+    assert c.image.cluster.brokers[0].fenced
+    out = run(c.image, "register_broker", register_args(0, "new"), now_ms=c.clock_ms(), heartbeats={0: c.clock_ms()})
+    assert out.image.cluster.brokers[0].incarnation_id == "new"
+
+
+def test_bad_registration_input_is_invalid_request() -> None:
+    c = controller(0)
+    for args in [
+        {"incarnation_id": "a"},
+        {"broker_id": -1, "incarnation_id": "a"},
+        {"broker_id": 1, "incarnation_id": ""},
+        {"broker_id": 1, "incarnation_id": "a", "log_dirs": [{"dir_id": "d", "path": "relative/dir"}]},
+        {"broker_id": 1, "incarnation_id": "a", "log_dirs": [{"dir_id": "d", "path": "/a"}, {"dir_id": "d", "path": "/b"}]},
+        {"broker_id": 1, "incarnation_id": "a", "endpoints": "http://x"},
+    ]:
+        expect_error(c.image, "register_broker", args, ErrorCode.INVALID_REQUEST)
+
+
+def test_heartbeat_from_unknown_broker() -> None:
+    c = controller(1)
+    expect_error(c.image, "broker_heartbeat", {"broker_id": 5, "broker_epoch": 0, "metadata_offset": 0},
+                 ErrorCode.BROKER_ID_NOT_REGISTERED)
+
+
+def test_heartbeat_with_stale_epoch() -> None:
+    c = controller(1)
+    err = expect_error(c.image, "broker_heartbeat",
+                       {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0) + 100, "metadata_offset": 0},
+                       ErrorCode.STALE_BROKER_EPOCH)
+    assert err.details == {"broker_epoch": epoch_of(c.image, 0)}
+
+
+def test_fenced_broker_is_unfenced_once_caught_up_to_its_registration() -> None:
+    c = controller(0)
+    epoch = c.write("register_broker", register_args(0))["broker_epoch"]
+    behind = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch, "metadata_offset": epoch - 1})
+    assert behind.records == () and behind.reply == {"is_fenced": True, "is_caught_up": False, "should_shut_down": False}
+    caught = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch, "metadata_offset": epoch})
+    assert caught.reply["is_fenced"] is False and caught.reply["is_caught_up"] is True
+    assert not caught.image.cluster.brokers[0].fenced
+
+
+def test_heartbeat_records_saturated_dirs_and_placement_avoids_them() -> None:
+    c = controller(1)
+    out = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+                                            "metadata_offset": c.image.offset, "saturated_log_dirs": ["b0-d0"]})
+    assert out.image.cluster.brokers[0].saturated_log_dirs == ("b0-d0",)
+    created = run(out.image, "create_topics", {"topics": [{"name": "t", "num_partitions": 4}]})
+    assert {partition(created.image, "t", p).directories for p in range(4)} == {("b0-d1",)}
+    again = run(out.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+                                                "metadata_offset": c.image.offset, "saturated_log_dirs": ["b0-d0"]})
+    assert again.records == ()
+
+
+def test_new_replicas_go_to_the_least_loaded_log_dir() -> None:
+    c = controller(1)
+    out = run(c.image, "create_topics", {"topics": [{"name": "t", "num_partitions": 4}]})
+    dirs = [partition(out.image, "t", p).directories[0] for p in range(4)]
+    assert sorted(dirs) == ["b0-d0", "b0-d0", "b0-d1", "b0-d1"]
+
+
+def test_controlled_shutdown_moves_s3_leadership_away_without_a_leader() -> None:
+    c = controller(2)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 4},
+                                         {"name": "l", "num_partitions": 1, "replication_factor": 2, "storage": "local"}]})
+    led = [p for p in range(4) if partition(c.image, "t", p).leader == 0]
+    now = c.clock_ms()
+    out = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+                                            "metadata_offset": c.image.offset, "want_shutdown": True}, now_ms=now)
+    assert out.image.cluster.brokers[0].in_controlled_shutdown
+    for p in led:
+        part = partition(out.image, "t", p)
+        assert part.replicas == (1,) and part.isr == (1,) and part.leader == NO_LEADER
+        assert part.removing_replicas == (0,) and part.adding_replicas == (1,)
+        assert part.reelection_deadline_ms == now + REELECTION_TIMEOUT_MS and part.change_started_ms == now
+    assert partition(out.image, "l", 0).leader == 1
+    assert out.reply["should_shut_down"] is True  # it leads nothing any more
+
+
+def test_controlled_shutdown_of_the_only_broker_leaves_partitions_leaderless() -> None:
+    c = controller(1)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 2}]})
+    out = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+                                            "metadata_offset": c.image.offset, "want_shutdown": True})
+    assert all(partition(out.image, "t", p).leader == NO_LEADER for p in range(2))
+    assert all(partition(out.image, "t", p).replicas == (0,) for p in range(2))
+    assert out.reply["should_shut_down"] is True
+
+
+def test_broker_in_controlled_shutdown_is_not_unfenced_and_gets_no_new_partitions() -> None:
+    c = controller(2)
+    c.write("broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+                                 "metadata_offset": c.image.offset, "want_shutdown": True})
+    out = run(c.image, "create_topics", {"topics": [{"name": "t", "num_partitions": 4}]})
+    assert {partition(out.image, "t", p).leader for p in range(4)} == {1}
+
+
+def test_tick_fences_silent_brokers_and_moves_their_s3_partitions_with_a_leader() -> None:
+    clock = ManualClock()
+    c = controller(3, clock)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 6},
+                                         {"name": "l", "num_partitions": 3, "replication_factor": 3, "storage": "local"}]})
+    before = c.image
+    clock.advance(SESSION_TIMEOUT_MS // 2)
+    for b in (1, 2):
+        c.write("broker_heartbeat", {"broker_id": b, "broker_epoch": epoch_of(c.image, b),
+                                     "metadata_offset": c.image.offset})
+    clock.advance(SESSION_TIMEOUT_MS // 2 + 1)
+    out = run(c.image, "tick", {}, now_ms=clock(), heartbeats=c.last_heartbeat_ms)
+    assert out.reply["fenced_brokers"] == [0]
+    assert out.image.cluster.brokers[0].fenced
+    for p in range(6):
+        old, new = partition(before, "t", p), partition(out.image, "t", p)
+        if old.leader == 0:
+            assert new.leader in (1, 2) and new.replicas == (new.leader,) and new.isr == (new.leader,)
+            assert new.leader_epoch == old.leader_epoch + 1 and new.reelection_deadline_ms == 0
+        else:
+            assert new == old
+    for p in range(3):
+        new = partition(out.image, "l", p)
+        assert 0 not in new.isr and new.leader in (1, 2) and new.replicas == partition(before, "l", p).replicas
+
+
+def test_tick_spreads_a_dead_brokers_partitions_over_live_brokers() -> None:
+    clock = ManualClock()
+    c = controller(3, clock)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 12}]})
+    clock.advance(SESSION_TIMEOUT_MS + 1)
+    c.last_heartbeat_ms[1] = c.last_heartbeat_ms[2] = clock()
+    c.tick()
+    leaders = [partition(c.image, "t", p).leader for p in range(12)]
+    assert leaders.count(1) == 6 and leaders.count(2) == 6
+
+
+def test_tick_does_not_fence_brokers_it_has_not_heard_from() -> None:
+    c = controller(2)
+    c.last_heartbeat_ms.clear()
+    out = run(c.image, "tick", {}, now_ms=c.clock_ms() + 10 * SESSION_TIMEOUT_MS, heartbeats={})
+    assert out.records == () and out.reply["fenced_brokers"] == []
+
+
+def test_tick_elects_when_the_reelection_deadline_passes() -> None:
+    c = controller(2)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 1, "assignments": {"0": [0]}}]})
+    c.write("alter_partition_reassignments", {"reassignments": [{"topic": "t", "partition": 0, "replicas": [1]}]})
+    deadline = partition(c.image, "t", 0).reelection_deadline_ms
+    early = run(c.image, "tick", {}, now_ms=deadline - 1, heartbeats={0: deadline - 1, 1: deadline - 1})
+    assert early.records == ()
+    late = run(c.image, "tick", {}, now_ms=deadline, heartbeats={0: deadline, 1: deadline})
+    part = partition(late.image, "t", 0)
+    assert part.leader == 1 and part.reelection_deadline_ms == 0 and not part.is_reassigning
+    assert late.reply["elected"] == [{"topic_id": part.topic_id, "partition": 0, "leader": 1}]
+
+
+def test_tick_moves_a_leaderless_partition_whose_targets_are_gone() -> None:
+    clock = ManualClock()
+    c = controller(3, clock)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 1, "assignments": {"0": [0]}}]})
+    c.write("alter_partition_reassignments", {"reassignments": [{"topic": "t", "partition": 0, "replicas": [1]}]})
+    clock.advance(SESSION_TIMEOUT_MS + 1)
+    c.last_heartbeat_ms[0] = c.last_heartbeat_ms[2] = clock()
+    c.tick()
+    part = partition(c.image, "t", 0)
+    assert c.image.cluster.brokers[1].fenced
+    assert part.leader in (0, 2) and part.replicas == (part.leader,)
+
+
+def test_partitions_left_without_brokers_are_led_again_when_one_returns() -> None:
+    clock = ManualClock()
+    c = controller(1, clock)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 2}]})
+    clock.advance(SESSION_TIMEOUT_MS + 1)
+    c.tick()
+    assert all(partition(c.image, "t", p).leader == NO_LEADER for p in range(2))
+    add_broker(c, 5)
+    heartbeat_all(c)
+    c.tick()
+    assert all(partition(c.image, "t", p).leader == 5 for p in range(2))
+    assert all(partition(c.image, "t", p).replicas == (5,) for p in range(2))

@@ -1,0 +1,188 @@
+"""CreateTopics / DeleteTopics / describe: Kafka's rules and error codes, one per test."""
+from __future__ import annotations
+
+import pytest
+
+from metadata_quorum.errors import ErrorCode
+from metadata_quorum.image import STREAM_ID_COUNTER_KEY
+from metadata_quorum.records import NO_LEADER, STREAM_CLOSED, partition_stream_key
+from metadata_quorum.operations import READ_OPERATIONS
+from tests.quorum.quorum_helpers import controller, epoch_of, expect_error, partition, run
+
+
+def create_one(c, **topic):  # type: ignore[no-untyped-def]
+    out = run(c.image, "create_topics", {"topics": [topic]})
+    return out, out.reply["topics"][0]
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad/name", "spa ce", "ü"])
+def test_illegal_topic_names(name: str) -> None:
+    c = controller(1)
+    out, item = create_one(c, name=name)
+    assert item["error"] == "INVALID_TOPIC_EXCEPTION" and item["message"]
+    assert out.records == ()
+
+
+def test_legal_topic_name_limits() -> None:
+    c = controller(1)
+    out = run(c.image, "create_topics", {"topics": [{"name": "a" * 249}, {"name": "a.b_c-D9"}, {"name": "..."}]})
+    assert all("error" not in t for t in out.reply["topics"])
+    assert set(out.image.topics.by_name) == {"a" * 249, "a.b_c-D9", "..."}
+
+
+def test_topic_already_exists() -> None:
+    c = controller(1)
+    c.write("create_topics", {"topics": [{"name": "t"}]})
+    out, item = create_one(c, name="t")
+    assert item["error"] == "TOPIC_ALREADY_EXISTS" and out.records == ()
+
+
+def test_duplicate_names_in_one_request_are_refused() -> None:
+    c = controller(1)
+    out = run(c.image, "create_topics", {"topics": [{"name": "t"}, {"name": "t"}, {"name": "u"}]})
+    errors = [t.get("error") for t in out.reply["topics"]]
+    assert errors == ["INVALID_REQUEST", "INVALID_REQUEST", None]
+    assert set(out.image.topics.by_name) == {"u"}
+
+
+@pytest.mark.parametrize("n", [0, -2])
+def test_invalid_partitions(n: int) -> None:
+    _out, item = create_one(controller(1), name="t", num_partitions=n)
+    assert item["error"] == "INVALID_PARTITIONS"
+
+
+def test_replication_factor_above_live_brokers() -> None:
+    _out, item = create_one(controller(2), name="t", replication_factor=3, storage="local")
+    assert item["error"] == "INVALID_REPLICATION_FACTOR" and "only 2 broker(s)" in item["message"]
+
+
+def test_replication_factor_below_one() -> None:
+    _out, item = create_one(controller(2), name="t", replication_factor=0, storage="local")
+    assert item["error"] == "INVALID_REPLICATION_FACTOR"
+
+
+def test_no_live_brokers_means_invalid_replication_factor() -> None:
+    _out, item = create_one(controller(0), name="t")
+    assert item["error"] == "INVALID_REPLICATION_FACTOR"
+
+
+def test_s3_topics_have_one_replica() -> None:
+    _out, item = create_one(controller(3), name="t", replication_factor=2)
+    assert item["error"] == "INVALID_REPLICATION_FACTOR"
+
+
+@pytest.mark.parametrize("assignments,fragment", [
+    ({"0": []}, "empty replica list"),
+    ({"0": [1, 1]}, "duplicate replicas"),
+    ({"0": [9]}, "broker 9"),
+    ({"0": [0], "2": [1]}, "consecutive"),
+    ({"0": [0, 1], "1": [1]}, "same replication factor"),
+])
+def test_invalid_explicit_assignments(assignments: dict, fragment: str) -> None:  # type: ignore[type-arg]
+    _out, item = create_one(controller(3), name="t", storage="local", assignments=assignments)
+    assert item["error"] == "INVALID_REPLICA_ASSIGNMENT" and fragment in item["message"]
+
+
+def test_explicit_assignment_is_used_with_first_replica_leading() -> None:
+    out, item = create_one(controller(3), name="t", storage="local", assignments={"0": [2, 0], "1": [1, 2]})
+    assert "error" not in item
+    p0, p1 = partition(out.image, "t", 0), partition(out.image, "t", 1)
+    assert (p0.replicas, p0.isr, p0.leader) == ((2, 0), (2, 0), 2)
+    assert (p1.replicas, p1.leader, p1.leader_epoch, p1.partition_epoch) == ((1, 2), 1, 0, 0)
+
+
+def test_default_placement_is_round_robin_over_unfenced_brokers() -> None:
+    c = controller(3)
+    out, _ = create_one(c, name="t", num_partitions=6, replication_factor=2, storage="local")
+    replicas = [partition(out.image, "t", p).replicas for p in range(6)]
+    leaders = [r[0] for r in replicas]
+    assert all(leaders.count(b) == 2 for b in range(3))
+    assert all(r[1] == (r[0] + 1) % 3 for r in replicas)
+    again, _ = create_one(c, name="t", num_partitions=6, replication_factor=2, storage="local")
+    assert [partition(again.image, "t", p).replicas for p in range(6)] == replicas  # deterministic
+
+
+def test_s3_partitions_get_closed_data_and_meta_streams() -> None:
+    c = controller(2)
+    out, item = create_one(c, name="t", num_partitions=2)
+    tid = item["topic_id"]
+    ids = [int(out.image.kv[partition_stream_key(tid, p, kind)]) for p in range(2) for kind in ("data", "meta")]
+    assert ids == [0, 1, 2, 3]
+    for sid in ids:
+        stream = out.image.streams.streams[sid]
+        assert (stream.state, stream.epoch, stream.owner, stream.end_offset) == (STREAM_CLOSED, -1, -1, 0)
+    assert out.image.kv[STREAM_ID_COUNTER_KEY] == "4"
+
+
+def test_local_partitions_have_no_streams() -> None:
+    out, item = create_one(controller(2), name="t", storage="local")
+    assert not out.image.streams.streams
+    assert partition_stream_key(item["topic_id"], 0, "data") not in out.image.kv
+
+
+def test_stream_ids_are_never_reused_after_delete() -> None:
+    c = controller(1)
+    c.write("create_topics", {"topics": [{"name": "a", "num_partitions": 2}]})
+    c.write("delete_topics", {"names": ["a"]})
+    assert not c.image.streams.streams
+    out, item = create_one(c, name="b")
+    assert int(out.image.kv[partition_stream_key(item["topic_id"], 0, "data")]) == 4
+
+
+def test_topic_id_is_derived_from_name_and_offset() -> None:
+    c = controller(1)
+    _o1, a = create_one(c, name="t")
+    _o2, b = create_one(c, name="t")
+    assert a["topic_id"] == b["topic_id"] and len(a["topic_id"]) == 22
+    c.write("put_kv", {"key": "k", "value": "v"})
+    _o3, d = create_one(c, name="t")
+    assert d["topic_id"] != a["topic_id"]
+
+
+def test_validate_only_changes_nothing() -> None:
+    out = run(controller(1).image, "create_topics", {"topics": [{"name": "t", "num_partitions": 3}], "validate_only": True})
+    assert out.records == () and out.reply["topics"][0]["num_partitions"] == 3
+
+
+def test_unknown_storage_mode_is_invalid() -> None:
+    _out, item = create_one(controller(1), name="t", storage="tape")
+    assert item["error"] == "INVALID_REQUEST"
+
+
+def test_topic_configs_are_recorded() -> None:
+    out, _ = create_one(controller(1), name="t", configs={"retention.ms": "60000"})
+    assert dict(out.image.configs.get("topic", "t")) == {"retention.ms": "60000"}
+
+
+def test_malformed_request_is_refused_whole() -> None:
+    expect_error(controller(1).image, "create_topics", {"topics": "t"}, ErrorCode.INVALID_REQUEST)
+
+
+def test_delete_topics_removes_topic_streams_keys_and_configs() -> None:
+    c = controller(1)
+    tid = c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 2, "configs": {"a": "b"}}]})["topics"][0]["topic_id"]
+    c.write("create_topics", {"topics": [{"name": "keep"}]})
+    sid = int(c.image.kv[partition_stream_key(tid, 0, "data")])
+    ep = epoch_of(c.image, 0)
+    c.write("open_stream", {"stream_id": sid, "epoch": 0, "broker_id": 0, "broker_epoch": ep})
+    c.write("commit_object", {"object_key": "o1", "size": 5, "broker_id": 0, "broker_epoch": ep,
+                              "ranges": [{"stream_id": sid, "epoch": 0, "start_offset": 0, "end_offset": 3}]})
+    out = run(c.image, "delete_topics", {"names": ["t", "missing"]})
+    assert out.reply["topics"][0] == {"name": "t", "topic_id": tid}
+    assert out.reply["topics"][1]["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert out.reply["removed_objects"] == ["o1"]
+    assert set(out.image.topics.by_name) == {"keep"}
+    assert not any(k.startswith(f"partition/{tid}/") for k in out.image.kv)
+    assert len(out.image.streams.streams) == 2  # keep's streams only
+    assert not out.image.configs.get("topic", "t")
+
+
+def test_describe_topics() -> None:
+    c = controller(2)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 2}]})
+    reply = READ_OPERATIONS["describe_topics"](c.image, {"names": ["t", "nope"]})
+    t, nope = reply["topics"]
+    assert t["name"] == "t" and t["storage"] == "s3" and len(t["partitions"]) == 2
+    assert t["partitions"][0]["streams"] == {"data": 0, "meta": 1}
+    assert t["partitions"][0]["leader"] != NO_LEADER
+    assert nope["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
