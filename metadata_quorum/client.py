@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_MS = 15_000
 BACKOFF_INITIAL_MS = 20
-BACKOFF_MAX_MS = 500
+BACKOFF_MAX_MS = 250
+NO_LEADER_BACKOFF_MS = 25  # an election takes a few hundred ms: poll it briskly
 
 
 def _base_url(address: str) -> str:
@@ -134,12 +135,14 @@ class ControllerClient:
                         self._leader_url = _base_url(hint)
                         continue  # go straight to the named leader
                     self._leader_url = None
+                    backoff_ms = min(backoff_ms, NO_LEADER_BACKOFF_MS)
                 elif not e.retriable:
                     raise
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 last = e
                 if to_leader and self._leader_url == url:
                     self._leader_url = None
+                    continue  # the leader is gone: ask the next controller at once
             sleep_ms = min(backoff_ms, max(0.0, (deadline - time.monotonic()) * 1000))
             await asyncio.sleep(sleep_ms / 1000 * (0.5 + random.random() / 2))
             backoff_ms = min(BACKOFF_MAX_MS, backoff_ms * 2)

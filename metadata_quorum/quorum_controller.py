@@ -14,21 +14,21 @@ rebuilt from the committed image.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import itertools
-import json
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping
 
 from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.raft import AppliedCommand, CommittedLog, RaftNode, advance_image
-from metadata_quorum.records import NoOpRecord, encode_record
+from metadata_quorum.raft import AppliedCommand, Command, CommittedLog, RaftNode, advance_image
+from metadata_quorum.records import KVRecord, NoOpRecord, Record
 
 log = logging.getLogger(__name__)
 
@@ -134,25 +134,34 @@ class QuorumController:
             return None, None
         return leader_id, self.config.controllers[leader_id].url
 
-    async def write(self, name: str, args: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], int]:
-        """Run one write operation; returns its reply and the last offset of its committed batch."""
+    def submit(self, name: str, args: dict[str, Any]) -> asyncio.Future[tuple[dict[str, Any], int]]:
+        """Queue one write operation; the future gets its reply and its batch's last committed offset."""
         if name not in self.operations:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown write operation {name!r}; known: {sorted(self.operations)}")
+        if not isinstance(args, dict):
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"the arguments of {name} must be a JSON object")
         self._check_leader()
         if name == "broker_heartbeat":
             self._note_heartbeat(args)
         fut: asyncio.Future[tuple[dict[str, Any], int]] = self.loop.create_future()
         self._queue.append(PendingOp(name, args, fut))
         self._wakeup.set()
+        return fut
+
+    async def write(self, name: str, args: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], int]:
+        """Run one write operation; returns its reply and the last offset of its committed batch."""
+        fut = self.submit(name, args)
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except asyncio.TimeoutError:
-            if not fut.done():
-                fut.cancel()
-            if not self.is_leader:
-                self._check_leader()
-            raise FerryError(ErrorCode.REQUEST_TIMED_OUT,
-                             f"{name} was not committed within {int(timeout_s * 1000)} ms") from None
+            fut.cancel()
+            raise self.timed_out(name, timeout_s) from None
+
+    def timed_out(self, name: str, timeout_s: float) -> FerryError:
+        if not self.is_leader:
+            leader_id, url = self.leader_hint()
+            return not_controller(leader_id, url, f"controller {self.config.node_id} lost leadership")
+        return FerryError(ErrorCode.REQUEST_TIMED_OUT, f"{name} was not committed within {int(timeout_s * 1000)} ms")
 
     def _check_leader(self) -> None:
         if not self.is_leader:
@@ -332,12 +341,12 @@ class QuorumController:
     def _submit_noop(self) -> None:
         record = NoOpRecord(term=self.epoch, leader_id=self.config.node_id)
         next_offset = self._view.offset + 1
-        self._view = advance_image(self._view, [record], next_offset, self.epoch)
-        self._submit([[encode_record(record)]], _Inflight([], time.perf_counter(), is_noop=True))
+        self._view = advance_view(self._view, (record,), next_offset, self.epoch)
+        self._submit([(record,)], _Inflight([], time.perf_counter(), is_noop=True))
 
     def _run_group(self) -> None:
         view = self._view
-        batches: list[list[dict[str, Any]]] = []
+        batches: list[tuple[Record, ...]] = []
         answers: list[tuple[PendingOp, dict[str, Any], int]] = []
         records_in_group = 0
         ops_in_group = 0
@@ -354,9 +363,8 @@ class QuorumController:
                             reelection_timeout_ms=self.config.reelection_timeout_ms)
             try:
                 result = self.operations[op.name](view, op.args, ctx)
-                records = list(result.records)
-                new_view = advance_image(view, records, next_offset, self.epoch) if records else view
-                encoded = [encode_record(r) for r in records]
+                records = tuple(result.records)
+                new_view = advance_view(view, records, next_offset, self.epoch) if records else view
             except FerryError as e:
                 op.future.set_exception(e)
                 continue
@@ -364,17 +372,17 @@ class QuorumController:
                 log.exception("operation %s failed", op.name)
                 op.future.set_exception(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{op.name} failed: {e!r}"))
                 continue
-            if encoded:
+            if records:
                 view = new_view
-                batches.append(encoded)
-                records_in_group += len(encoded)
+                batches.append(records)
+                records_in_group += len(records)
                 answers.append((op, dict(result.reply), view.offset))
             elif view.offset > self.state.high_watermark - 1 or batches:
                 self._answer_after_commit(op, dict(result.reply), view.offset)
             else:
                 op.future.set_result((dict(result.reply), view.offset))
         if batches:
-            self._view = view
+            self._view = flatten_view(view)
             self._submit(batches, _Inflight(answers, time.perf_counter()))
 
     def _fail_waiters_beyond(self, committed_offset: int) -> None:
@@ -402,11 +410,10 @@ class QuorumController:
         waiter.add_done_callback(done)
         heapq.heappush(self._commit_waiters, (offset, next(self._waiter_ids), waiter))
 
-    def _submit(self, batches: list[list[dict[str, Any]]], inflight: _Inflight) -> None:
+    def _submit(self, batches: list[tuple[Record, ...]], inflight: _Inflight) -> None:
         assert self.node is not None
         command_id = f"{self.config.node_id}.{self.epoch}.{next(self._ids)}"
-        payload = json.dumps({"id": command_id, "prev": self._view_last_id, "epoch": self.epoch,
-                              "batches": batches}, separators=(",", ":"))
+        payload = Command(command_id, self._view_last_id, self.epoch, tuple(batches))
         self._view_last_id = command_id
         self._inflight[command_id] = inflight
         loop = self.loop
@@ -443,6 +450,74 @@ class QuorumController:
             out[nid] = {"log_end_offset": leo, "last_fetch_ms": fetch_ms,
                         "last_caught_up_ms": self.voter_caught_up_ms.get(nid, -1)}
         return out
+
+
+class LayeredMapping(Mapping[str, str]):
+    """A read-only mapping: ``base`` with ``changes`` on top (``None`` = deleted).
+
+    The leader's view within one group of operations uses it for the KV map, so that an
+    operation that only writes KV records does not copy the whole map; the view is flattened
+    before the group's command is sent. Committed images are always built by ``MetadataDelta``.
+    """
+
+    __slots__ = ("base", "changes", "_len")
+
+    def __init__(self, base: Mapping[str, str], changes: dict[str, str | None]) -> None:
+        self.base = base
+        self.changes = changes
+        self._len: int | None = None
+
+    def __getitem__(self, key: str) -> str:
+        if key in self.changes:
+            value = self.changes[key]
+            if value is None:
+                raise KeyError(key)
+            return value
+        return self.base[key]
+
+    def __iter__(self) -> Iterator[str]:
+        for key in self.base:
+            if key not in self.changes:
+                yield key
+        for key, value in self.changes.items():
+            if value is not None:
+                yield key
+
+    def __len__(self) -> int:
+        if self._len is None:
+            self._len = sum(1 for _ in self)
+        return self._len
+
+    def flatten(self) -> Mapping[str, str]:
+        merged = dict(self.base)
+        for key, value in self.changes.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        return MappingProxyType(merged)
+
+
+def advance_view(view: Any, records: tuple[Record, ...], first_offset: int, epoch: int) -> Any:
+    """The leader's next view: KV-only batches layer their changes, anything else replays via the delta."""
+    if all(type(r) is KVRecord for r in records):
+        kv = view.kv
+        if isinstance(kv, LayeredMapping):
+            # The previous view is dropped once this one exists, so its changes are extended in place.
+            base, changes = kv.base, kv.changes
+        else:
+            base, changes = kv, {}
+        for r in records:
+            changes[r.key] = r.value  # type: ignore[union-attr]
+        return dataclasses.replace(view, offset=first_offset + len(records) - 1, epoch=epoch,
+                                   kv=LayeredMapping(base, changes))
+    return advance_image(flatten_view(view), list(records), first_offset, epoch)
+
+
+def flatten_view(view: Any) -> Any:
+    if isinstance(view.kv, LayeredMapping):
+        return dataclasses.replace(view, kv=view.kv.flatten())
+    return view
 
 
 def _log_internal_failure(fut: asyncio.Future[Any]) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import json
 import logging
 import os
 import threading
@@ -61,6 +60,20 @@ def advance_image(image: Any, records: list[Record], first_offset: int, epoch: i
 
 def image_records(image: Any) -> list[Record]:
     return list(image.to_records())
+
+
+@dataclass(frozen=True)
+class Command:
+    """One replicated command: operation batches computed after command ``prev``, in term ``epoch``.
+
+    Records travel as the record objects themselves (pysyncobj pickles the command), so that no
+    node decodes JSON on the apply path; the log keeps their self-describing encoding.
+    """
+
+    command_id: str
+    prev: str
+    epoch: int
+    batches: tuple[tuple[Record, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -149,31 +162,32 @@ class CommittedLog(SyncObjConsumer):
     # -- the replicated command -----------------------------------------------------------------
 
     @replicated
-    def append(self, payload: str) -> tuple[bool, int, int]:
-        """Apply one command: ``{"id", "prev", "epoch", "batches": [[encoded record, ...], ...]}``."""
-        command = json.loads(payload)
+    def append(self, command: Command) -> tuple[bool, int, int]:
+        """Apply one command; rejected unless ``command.prev`` is the last applied command's id."""
         with self._lock:
-            accepted = command["prev"] == self.last_command_id
+            accepted = command.prev == self.last_command_id
             first = self.next_offset
             if accepted:
-                epoch = int(command["epoch"])
-                image = self._image
-                for encoded in command["batches"]:
-                    if not encoded:
+                epoch = int(command.epoch)
+                flat: list[Record] = []
+                for batch in command.batches:
+                    if not batch:
                         continue
                     base = self.next_offset
-                    image = advance_image(image, [decode_record(r) for r in encoded], base, epoch)
+                    encoded = [encode_record(r) for r in batch]
                     self.batches.append((base, epoch, encoded))
                     self._bases.append(base)
                     self.next_offset += len(encoded)
-                self._image = image
+                    flat.extend(batch)
+                if flat:
+                    self._image = advance_image(self._image, flat, first, epoch)
                 self.epoch = epoch
-                self.last_command_id = str(command["id"])
+                self.last_command_id = command.command_id
                 self._maybe_drop_old_batches()
             raft_index = self._syncObj.raftLastApplied + 1 if self._syncObj is not None else 0
             self.applied_at_raft_index.append((raft_index, self.next_offset))
             self.last_apply_monotonic = time.monotonic()
-            result = AppliedCommand(str(command["id"]), accepted, first, self.next_offset, self.epoch)
+            result = AppliedCommand(command.command_id, accepted, first, self.next_offset, self.epoch)
         if self._on_applied is not None:
             try:
                 self._on_applied(result)
@@ -301,9 +315,9 @@ class RaftNode:
         conf = make_syncobj_conf(config, on_state_changed, on_ready)
         self.sync = SyncObj(config.me.raft, config.peer_raft_addresses(), conf=conf, consumers=[state])
 
-    def submit(self, payload: str, callback: Callable[[Any, int], None]) -> None:
+    def submit(self, command: Command, callback: Callable[[Any, int], None]) -> None:
         """Hand one command to pysyncobj (non-blocking); ``callback(result, fail_reason)`` on its thread."""
-        self.state.append(payload, callback=callback)
+        self.state.append(command, callback=callback)
 
     @property
     def is_leader(self) -> bool:

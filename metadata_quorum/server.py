@@ -200,19 +200,23 @@ class ControllerServer:
             if item["op"] not in self.write_ops:
                 raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown write operation {item['op']!r}")
         timeout_s = self.config.request_timeout_ms / 1000
-        results = await asyncio.gather(
-            *(self.controller.write(item["op"], item.get("args", {}), timeout_s) for item in ops),
-            return_exceptions=True)
+        futures = [self.controller.submit(item["op"], item.get("args", {})) for item in ops]
+        _done, pending = await asyncio.wait(futures, timeout=timeout_s)
+        for fut in pending:
+            fut.cancel()
         answers: list[dict[str, Any]] = []
-        for res in results:
-            if isinstance(res, FerryError):
-                if res.error is ErrorCode.NOT_CONTROLLER and not answers:
-                    raise res
-                answers.append(res.to_json())
-            elif isinstance(res, BaseException):
-                answers.append(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, repr(res)).to_json())
+        for item, fut in zip(ops, futures):
+            if fut.cancelled():
+                answers.append(self.controller.timed_out(item["op"], timeout_s).to_json())
+                continue
+            exc = fut.exception()
+            if isinstance(exc, FerryError):
+                answers.append(exc.to_json())
+            elif exc is not None:
+                answers.append(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, repr(exc)).to_json())
             else:
-                answers.append({"reply": res[0], "offset": res[1]})
+                reply, offset = fut.result()
+                answers.append({"reply": reply, "offset": offset})
         self.metrics.requests.labels("write_batch", "NONE").inc()
         return _json({"results": answers})
 

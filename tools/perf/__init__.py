@@ -1,0 +1,42 @@
+"""`ferry perf NAME [--json]`: benchmarks, each beside a raw baseline measured in the same run.
+
+Each benchmark is a module ``tools/perf/<name>.py`` with ``main(argv) -> int``; it prints a table,
+or one JSON object with ``--json``.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS: dict[str, str] = {
+    "quorum": "commit latency, throughput and failover of the 3-controller metadata quorum",
+    "streams": "stream storage: append, upload and read throughput against the S3 endpoint",
+    "move": "the six-step partition move, step by step",
+    "rebalance": "the PySpark rebalancing planner",
+}
+
+
+def usage() -> str:
+    width = max(len(n) for n in BENCHMARKS)
+    lines = ["usage: ferry perf NAME [--json]", "", "benchmarks:"]
+    lines += [f"  {name.ljust(width)}  {desc}" for name, desc in BENCHMARKS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in BENCHMARKS:
+        print(f"ferry perf: unknown benchmark {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(f"tools.perf.{name}")
+    except ModuleNotFoundError as e:
+        if e.name == f"tools.perf.{name}":
+            print(f"ferry perf: benchmark {name!r} is not available in this build", file=sys.stderr)
+            return 2
+        raise
+    return int(module.main(rest) or 0)
