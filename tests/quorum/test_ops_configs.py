@@ -1,0 +1,67 @@
+"""Dynamic configs and the key/value store."""
+from __future__ import annotations
+
+import pytest
+
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.operations import READ_OPERATIONS, run_read, run_write
+from tests.quorum.quorum_helpers import controller, expect_error, make_ctx, run
+
+
+def test_alter_configs_sets_and_deletes_keys() -> None:
+    c = controller(1)
+    c.write("create_topics", {"topics": [{"name": "t"}]})
+    out = run(c.image, "alter_configs", {"resources": [
+        {"type": "topic", "name": "t", "configs": {"retention.ms": "1000", "x": 5}},
+        {"type": "broker", "name": "0", "configs": {"throttle": "1"}},
+        {"type": "cluster", "name": "", "configs": {"flag": True}}]})
+    assert dict(out.image.configs.get("topic", "t")) == {"retention.ms": "1000", "x": "5"}
+    assert dict(out.image.configs.get("cluster", "")) == {"flag": "true"}
+    deleted = run(out.image, "alter_configs", {"resources": [{"type": "topic", "name": "t", "configs": {"x": None}}]})
+    assert dict(deleted.image.configs.get("topic", "t")) == {"retention.ms": "1000"}
+    described = READ_OPERATIONS["describe_configs"](deleted.image, {"resources": [{"type": "broker", "name": "0"}]})
+    assert described == {"resources": [{"type": "broker", "name": "0", "configs": {"throttle": "1"}}]}
+
+
+def test_unknown_resource_type_is_invalid_config() -> None:
+    expect_error(controller(1).image, "alter_configs", {"resources": [{"type": "group", "name": "g", "configs": {}}]},
+                 ErrorCode.INVALID_CONFIG)
+
+
+def test_alter_configs_is_all_or_nothing() -> None:
+    c = controller(1)
+    expect_error(c.image, "alter_configs", {"resources": [
+        {"type": "broker", "name": "0", "configs": {"a": "1"}},
+        {"type": "topic", "name": "missing", "configs": {"a": "1"}}]}, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    expect_error(c.image, "alter_configs", {"resources": [{"type": "broker", "name": "x", "configs": {}}]},
+                 ErrorCode.INVALID_CONFIG)
+    expect_error(c.image, "alter_configs", {"resources": [{"type": "broker", "name": "0", "configs": {"a": [1]}}]},
+                 ErrorCode.INVALID_CONFIG)
+
+
+def test_put_and_get_kv() -> None:
+    c = controller(0)
+    out = run(c.image, "put_kv", {"key": "a", "value": "1"})
+    assert READ_OPERATIONS["get_kv"](out.image, {"key": "a"}) == {"key": "a", "value": "1"}
+    gone = run(out.image, "put_kv", {"key": "a", "value": None})
+    assert READ_OPERATIONS["get_kv"](gone.image, {"key": "a"}) == {"key": "a", "value": None}
+    expect_error(c.image, "put_kv", {"key": "", "value": "1"}, ErrorCode.INVALID_REQUEST)
+    expect_error(c.image, "put_kv", {"key": "a", "value": 3}, ErrorCode.INVALID_REQUEST)
+
+
+def test_unknown_operations_and_non_object_args() -> None:
+    c = controller(0)
+    with pytest.raises(FerryError) as e:
+        run_write(c.image, "drop_everything", {}, make_ctx(c.image, 0))
+    assert e.value.error == ErrorCode.INVALID_REQUEST
+    with pytest.raises(FerryError):
+        run_write(c.image, "put_kv", ["k"], make_ctx(c.image, 0))
+    with pytest.raises(FerryError):
+        run_read(c.image, "nope", {})
+
+
+def test_describe_cluster_lists_brokers() -> None:
+    c = controller(2)
+    reply = c.read("describe_cluster")
+    assert [b["broker_id"] for b in reply["brokers"]] == [0, 1]
+    assert reply["brokers"][0]["fenced"] is False and reply["metadata_offset"] == c.image.offset
