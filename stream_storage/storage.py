@@ -132,6 +132,11 @@ class StreamStorage:
                 await self.close_stream(stream_id)
             except FerryError as exc:
                 log.warning("closing stream %d at shutdown: %s", stream_id, exc)
+        await self.uploader.drain()
+        try:
+            await self.wal.trim()
+        except OSError as exc:
+            log.warning("WAL trim at shutdown failed: %s", exc)
         await self.uploader.stop()
         await self.wal.close()
         await self.store.close()

@@ -109,7 +109,7 @@ class Uploader:
                 self._kick.clear()
                 parts = [(h, c) for h in list(self.handles.values()) if (c := self._take(h))]
                 if parts:
-                    self._spawn(self._upload(parts, slot=True))
+                    self._begin(parts, slot=True)
                 else:
                     self._slots.release()
                 continue
@@ -129,7 +129,7 @@ class Uploader:
         """Upload everything durable of this stream now and wait until it is committed."""
         chunks = self._take(handle)
         if chunks:
-            self._spawn(self._upload([(handle, chunks)], slot=False))
+            self._begin([(handle, chunks)], slot=False)
         if handle.last_commit is not None:
             await asyncio.shield(handle.last_commit)
         if handle.state in (FENCED, FAILED):
@@ -141,13 +141,18 @@ class Uploader:
 
     # -- one upload --------------------------------------------------------------------------
 
-    async def _upload(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool) -> None:
+    def _begin(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool) -> None:
+        """Chain this upload behind the previous one of each of its streams, synchronously."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         previous = []
         for handle, _chunks in parts:
-            if handle.last_commit is not None:
+            if handle.last_commit is not None and not handle.last_commit.done():
                 previous.append(handle.last_commit)
             handle.last_commit = done
+        self._spawn(self._upload(parts, slot, previous, done))
+
+    async def _upload(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool,
+                      previous: list[asyncio.Future[None]], done: asyncio.Future[None]) -> None:
         try:
             await self._upload_and_commit(parts, previous)
         except Exception as exc:  # never leave a waiter hanging; the streams carry the outcome
@@ -263,6 +268,11 @@ class Uploader:
             await self.wal.trim()
         except OSError as exc:
             log.warning("WAL trim failed: %s", exc)
+
+    async def drain(self) -> None:
+        """Wait for the uploads and WAL trims under way now."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def stop(self) -> None:
         self._stopping = True

@@ -18,6 +18,16 @@ from stream_storage.storage import StreamStorage
 FAST_RETRY = RetryPolicy(max_attempts=8, base_backoff_ms=1, max_backoff_ms=10)
 
 
+class Clock:
+    """Wall-clock milliseconds plus a skew tests can add (to expire a broker's session)."""
+
+    def __init__(self) -> None:
+        self.skew_ms = 0
+
+    def __call__(self) -> int:
+        return int(time.time() * 1000) + self.skew_ms
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -39,8 +49,39 @@ def batch_of(tag: str, count: int = 3, value_bytes: int = 16) -> bytes:
 
 
 @pytest.fixture
-def controller() -> LocalController:
-    return LocalController(now_ms)
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def controller(clock: Clock) -> LocalController:
+    return LocalController(clock)
+
+
+def heartbeat(controller: LocalController, broker_id: int, broker_epoch: int) -> None:
+    controller.write("broker_heartbeat", {
+        "broker_id": broker_id, "broker_epoch": broker_epoch, "metadata_offset": controller.next_offset - 1,
+        "want_shutdown": False, "saturated_log_dirs": [], "offline_log_dirs": []})
+
+
+def all_records(controller: LocalController, stream_id: int) -> list[Any]:
+    return [r for _o, r in controller.log if type(r).__name__ == "StreamObjectRecord" and r.stream_id == stream_id]
+
+
+async def read_all(storage: StreamStorage, stream_id: int, max_bytes: int = 1 << 20) -> list[Any]:
+    """Every record of the stream from its start, by repeated fetches."""
+    from stream_storage.batches import read_records
+    handle = storage.stream(stream_id)
+    desc = None if handle is not None else await storage.control.describe_stream(stream_id)
+    offset = handle.start_offset if handle is not None else desc.start_offset  # type: ignore[union-attr]
+    out: list[Any] = []
+    for _ in range(100_000):
+        res = await storage.fetch(stream_id, offset, max_bytes)
+        if not res.data:
+            break
+        out += [r for r in read_records(res.data) if r.offset >= offset]
+        offset = res.next_offset
+    return out
 
 
 @pytest.fixture
