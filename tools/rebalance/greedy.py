@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tools.rebalance.model import ClusterLoad
+from tools.rebalance.planner import mean_without_giants
 
 
 def greedy_owners(cluster: ClusterLoad, band: float = 0.10, max_moves: int | None = None) -> np.ndarray:
@@ -21,7 +22,8 @@ def greedy_owners(cluster: ClusterLoad, band: float = 0.10, max_moves: int | Non
     X = cluster.loads
     L = np.zeros((brokers.size, X.shape[1]))
     np.add.at(L, owner, X)
-    mean = L.mean(axis=0)
+    # the same target as the planner's: the band around the mean without giant partitions
+    mean = np.array([mean_without_giants(X[:, r], brokers.size, band) for r in range(X.shape[1])])
     mean = np.where(mean > 0, mean, 1.0)
     budget = 4 * cluster.n_partitions if max_moves is None else max_moves
     done = np.zeros(brokers.size, dtype=bool)  # brokers no single move can improve

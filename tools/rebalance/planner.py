@@ -5,7 +5,16 @@ Goals in priority order, as in Cruise Control's goal list and AutoMQ's AutoBalan
 1. capacity — no broker above its configured network-in/out limit (when limits are set);
 2. net_in — every broker's network-in within mean × (1 ± band);
 3. net_out — the same for network-out;
-4. partition count — every broker's partition count within mean × (1 ± count_band).
+4. partition count — no broker holds more than mean × (1 + count_band) partitions (and, when
+   ``count_lower_band`` is set, none fewer than mean × (1 - count_lower_band)). The lower side is
+   off by default: in Ferry a partition costs a broker open streams and WAL space, so too many on
+   one broker matters, while a broker holding few but hot partitions is balanced by the load goals;
+   filling it up with cold partitions would only add moves.
+
+A partition too big for the band (alone above mean × (1 + band)) is a giant: its broker may hold
+it above the band, and should hold nothing else; the band of the other brokers is then computed
+from the mean without the giants. This is how the plan reaches the feasibility floor
+max(1, largest partition ÷ mean broker load).
 
 Each goal is worked on in turn; a move for one goal must not make any higher-priority goal worse
 (it is first searched for without worsening any other load goal, then, failing that, with only
@@ -42,6 +51,7 @@ _INF = float("inf")
 class PlannerConfig:
     balance_band: float = 0.10
     count_band: float = 0.10
+    count_lower_band: float | None = None
     capacity_bytes_per_s: tuple[float | None, ...] = (None, None)  # per resource in RESOURCES
     min_move_share: float = 0.001
     add_brokers: tuple[int, ...] = ()
@@ -74,13 +84,13 @@ def validate_modes(cluster: ClusterLoad, cfg: PlannerConfig) -> None:
         raise FerryError(ErrorCode.INVALID_REQUEST, "cannot remove every broker: no broker would be left")
     if any(b < 0 for b in cfg.add_brokers):
         raise FerryError(ErrorCode.INVALID_REQUEST, f"broker ids must be non-negative, got {list(cfg.add_brokers)}")
-    if not 0 < cfg.balance_band < 1 or not 0 <= cfg.count_band < 1:
+    if not 0 < cfg.balance_band < 1 or not 0 <= cfg.count_band or not 0 <= (cfg.count_lower_band or 0) < 1:
         raise FerryError(ErrorCode.INVALID_REQUEST, "balance bands must be between 0 and 1")
     if len(cfg.capacity_bytes_per_s) != len(RESOURCES):
         raise FerryError(ErrorCode.INVALID_REQUEST, f"one capacity per resource {RESOURCES} is needed")
 
 
-def _mean_without_giants(x: np.ndarray, n_brokers: int, band: float) -> float:
+def mean_without_giants(x: np.ndarray, n_brokers: int, band: float) -> float:
     """Mean broker load once partitions too big for any band (each alone above it) have a broker each."""
     desc = np.sort(x)[::-1]
     total, k = float(desc.sum()), 0
@@ -113,7 +123,7 @@ class _Search:
             self.dest_ok = ~removed
         self.mode = "remove" if cfg.remove_brokers else ("add" if cfg.add_brokers else "balance")
         n_bal = int(self.balanced.sum())
-        self.mean = np.array([_mean_without_giants(self.X[:, r], n_bal, cfg.balance_band)
+        self.mean = np.array([mean_without_giants(self.X[:, r], n_bal, cfg.balance_band)
                               for r in range(len(RESOURCES))])
         self.upper = self.mean * (1 + cfg.balance_band)
         self.lower = self.mean * (1 - cfg.balance_band)
@@ -130,7 +140,8 @@ class _Search:
         self.cap = np.array([_INF if c is None else float(c) for c in cfg.capacity_bytes_per_s])
         mean_count = self.n / n_bal
         self.count_upper = math.ceil(mean_count * (1 + cfg.count_band) - 1e-9)
-        self.count_lower = math.floor(mean_count * (1 - cfg.count_band) + 1e-9)
+        self.count_lower = (0 if cfg.count_lower_band is None
+                            else math.floor(mean_count * (1 - cfg.count_lower_band) + 1e-9))
         self.idx = np.arange(n_brokers)
         self.passes = 0
         self.moves_by_goal: dict[str, int] = {}

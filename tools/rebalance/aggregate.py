@@ -1,0 +1,80 @@
+"""Aggregate load samples in Spark: per partition the mean rates over the window, per broker the sums.
+
+The rate of a partition is its bytes over the window divided by the time its samples cover
+(``sum(bytes) / sum(interval_ms)``), so a missed sample does not bias it; its owner is the broker
+of its latest sample (a partition that moved during the window is counted where it is now).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import pandas as pd
+
+from metadata_quorum.errors import ErrorCode, FerryError
+from tools.rebalance.model import ClusterLoad, make_cluster_load
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+SAMPLE_SCHEMA_DDL = ("ts_ms LONG, interval_ms LONG, broker_id INT, topic STRING, partition INT, bytes_in LONG, "
+                     "bytes_out LONG, records_in LONG, records_out LONG, size_bytes LONG")
+
+
+@dataclass
+class Aggregated:
+    cluster: ClusterLoad
+    partitions: pd.DataFrame  # one row per partition: owner, rates per second, size, samples
+    brokers: pd.DataFrame  # one row per broker: sums of its partitions' rates, partition count
+    end_ms: int
+    rows_in_window: int
+
+
+def read_samples(spark: "SparkSession", paths: Sequence[str]) -> "DataFrame":
+    if not paths:
+        raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found: nothing to plan")
+    return spark.read.schema(SAMPLE_SCHEMA_DDL).option("mode", "FAILFAST").json(list(paths))
+
+
+def aggregate_samples(spark: "SparkSession", samples: "DataFrame", window_ms: int, end_ms: int | None = None,
+                      brokers: Sequence[int] | None = None) -> Aggregated:
+    """Window the samples and aggregate them in Spark; collect only the per-partition and per-broker rows."""
+    from pyspark.sql import functions as F
+
+    if window_ms <= 0:
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"--window-ms must be positive, got {window_ms}")
+    if end_ms is None:
+        newest = samples.agg(F.max("ts_ms")).first()[0]
+        if newest is None:
+            raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found: nothing to plan")
+        end_ms = int(newest)
+    windowed = samples.where((F.col("ts_ms") > F.lit(end_ms - window_ms)) & (F.col("ts_ms") <= F.lit(end_ms))
+                             & (F.col("interval_ms") > 0))
+    per_partition = (windowed.groupBy("topic", "partition").agg(
+        F.max_by("broker_id", "ts_ms").alias("owner"),
+        F.sum("bytes_in").alias("bytes_in"), F.sum("bytes_out").alias("bytes_out"),
+        F.sum("records_in").alias("records_in"), F.sum("records_out").alias("records_out"),
+        F.sum("interval_ms").alias("covered_ms"), F.max_by("size_bytes", "ts_ms").alias("size_bytes"),
+        F.count(F.lit(1)).alias("samples"))
+        .withColumn("net_in", F.col("bytes_in") * 1000.0 / F.col("covered_ms"))
+        .withColumn("net_out", F.col("bytes_out") * 1000.0 / F.col("covered_ms"))
+        .withColumn("records_in_per_s", F.col("records_in") * 1000.0 / F.col("covered_ms"))
+        .withColumn("records_out_per_s", F.col("records_out") * 1000.0 / F.col("covered_ms"))
+        .drop("bytes_in", "bytes_out", "records_in", "records_out")).cache()
+    per_broker = (per_partition.groupBy("owner").agg(
+        F.sum("net_in").alias("net_in"), F.sum("net_out").alias("net_out"),
+        F.sum("size_bytes").alias("size_bytes"), F.count(F.lit(1)).alias("partition_count"))
+        .orderBy("owner"))
+    partitions = per_partition.toPandas()
+    broker_rows = per_broker.toPandas()
+    rows = int(partitions["samples"].sum()) if len(partitions) else 0
+    per_partition.unpersist()
+    if partitions.empty:
+        raise FerryError(ErrorCode.INVALID_REQUEST,
+                         f"no load samples in the window ({window_ms} ms ending at {end_ms}): nothing to plan")
+    cluster = make_cluster_load(partitions["topic"].to_numpy(dtype=object), partitions["partition"].to_numpy(),
+                                partitions["owner"].to_numpy(), partitions["net_in"].to_numpy(np.float64),
+                                partitions["net_out"].to_numpy(np.float64), partitions["size_bytes"].to_numpy(),
+                                brokers=None if brokers is None else sorted(set(brokers)))
+    return Aggregated(cluster, partitions, broker_rows, end_ms, rows)
