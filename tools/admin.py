@@ -251,7 +251,7 @@ class Admin:
         reply = await self.read("list_partition_reassignments", args)
         items = reply.get("reassignments", reply.get("partitions", [])) if isinstance(reply, dict) else reply
         out: dict[TopicPartition, PartitionState] = {}
-        for r in items:
+        for r in items or []:
             st = PartitionState(str(r["topic"]), int(r["partition"]), list(r.get("replicas", [])),
                                 adding_replicas=list(r.get("adding_replicas", []) or []),
                                 removing_replicas=list(r.get("removing_replicas", []) or []))

@@ -21,7 +21,7 @@ def kafka_log_dirs_json(answers: dict[int, Any], topics: list[str] | None) -> di
             body = next((b for b in body["brokers"] if int(b.get("broker", bid)) == bid), {"logDirs": []})
         dirs = body.get("log_dirs", body.get("logDirs", [])) if isinstance(body, dict) else body
         out_dirs = []
-        for d in dirs:
+        for d in dirs or []:
             parts = []
             for p in d.get("partitions", []):
                 name = p.get("partition") if isinstance(p.get("partition"), str) else f"{p.get('topic')}-{p.get('partition')}"

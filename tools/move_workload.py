@@ -35,6 +35,7 @@ class ProduceLoad:
     partitions: list[TopicPartition]
     value_bytes: int = 100
     window: int = 64  # records queued per partition ahead of acknowledgements
+    rate_per_s: float = 400.0  # records per second per partition (a steady load, not a flood)
     delivery_timeout_ms: int = 30_000
     acks: dict[TopicPartition, list[Ack]] = field(default_factory=dict)
     failed: dict[TopicPartition, int] = field(default_factory=dict)
@@ -65,18 +66,30 @@ class ProduceLoad:
         sem = asyncio.Semaphore(self.window)
         seq = 0
         pending: set[asyncio.Future[Any]] = set()
+        started = time.monotonic()
         while not self._stop.is_set():
+            delay = started + seq / self.rate_per_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif delay < -1.0:  # fell behind (a move, a pause): do not burst to catch up
+                started = time.monotonic() - seq / self.rate_per_s
             await sem.acquire()
             if self._stop.is_set():
                 break
             fut = await self.producer.send(tp.topic, self.value(tp, seq), partition=tp.partition)
             self.sent[tp] += 1
-            fut.add_done_callback(lambda f, s=seq: (self._on_done(tp, s, f), sem.release()))
+            fut.add_done_callback(self._callback(tp, seq, sem))
             pending.add(fut)
             fut.add_done_callback(pending.discard)
             seq += 1
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+
+    def _callback(self, tp: TopicPartition, seq: int, sem: asyncio.Semaphore) -> Any:
+        def done(fut: asyncio.Future[RecordMetadata]) -> None:
+            self._on_done(tp, seq, fut)
+            sem.release()
+        return done
 
     def _on_done(self, tp: TopicPartition, seq: int, fut: asyncio.Future[RecordMetadata]) -> None:
         if fut.cancelled() or fut.exception() is not None:

@@ -289,8 +289,8 @@ async def run_generate(admin: Admin, topics_text: str, broker_list: str, out: li
         if not tps:
             continue
         rf = len(current[sorted(tps)[0]])
-        for p, replicas in assign_replicas_to_brokers(len(tps), rf, brokers).items():
-            proposed[TopicPartition(name, p)] = replicas
+        for index, replicas in assign_replicas_to_brokers(len(tps), rf, brokers).items():
+            proposed[TopicPartition(name, index)] = replicas
     out.append("Current partition replica assignment")
     out.append(format_reassignment_json(current))
     out.append("")

@@ -58,9 +58,9 @@ async def fill_partition(session: aiohttp.ClientSession, url: str, tp: TopicPart
                 d.result()
         inflight.add(asyncio.create_task(post()))
         written += len(body)
-    for d in await asyncio.gather(*inflight, return_exceptions=True):
-        if isinstance(d, BaseException):
-            raise d
+    for outcome in await asyncio.gather(*inflight, return_exceptions=True):
+        if isinstance(outcome, BaseException):
+            raise outcome
     return written / MiB / max(1e-9, time.monotonic() - started)
 
 
@@ -110,7 +110,7 @@ async def batch_move(cluster: LocalCluster, admin: Admin, partitions: int) -> di
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     for tp in tps:
         await admin.wait_for_leader(tp, 1)
-    load = await ProduceLoad(cluster.bootstrap_servers, tps, window=1).start()
+    load = await ProduceLoad(cluster.bootstrap_servers, tps, window=1, rate_per_s=20).start()
     try:
         for tp in tps:
             await load.wait_ack_from(tp, 1, 0, 60)
