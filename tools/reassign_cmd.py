@@ -13,13 +13,14 @@ import json
 import os
 import random
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from metadata_quorum.errors import ErrorCode, FerryError
 from tools.admin import Admin, BrokerInfo, PartitionState
-from tools.client import TopicPartition
+from tools.client import RETRIABLE_CONNECTION_ERRORS, TopicPartition
 
 ANY_LOG_DIR = "any"
 CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE = (
@@ -298,7 +299,45 @@ async def run_generate(admin: Admin, topics_text: str, broker_list: str, out: li
     out.append(format_reassignment_json(proposed))
 
 
-async def run_execute(admin: Admin, text: str, additional: bool, out: list[str]) -> None:
+async def alter_replica_log_dirs(admin: Admin, moves: dict[tuple[TopicPartition, int], str]) -> set[tuple[TopicPartition, int]]:
+    """One AlterReplicaLogDirs round on each broker; returns the replicas whose move was accepted."""
+    urls = await admin.brokers()
+    accepted: set[tuple[TopicPartition, int]] = set()
+    for broker in sorted({b for _tp, b in moves}):
+        items = sorted((tp, d) for (tp, b), d in moves.items() if b == broker)
+        if broker not in urls:
+            continue
+        try:
+            answer = await admin.http_post(f"{urls[broker]}/v1/log-dirs/alter", {"partitions": [
+                {"topic": tp.topic, "partition": tp.partition, "log_dir": d} for tp, d in items]})
+        except (FerryError, *RETRIABLE_CONNECTION_ERRORS):
+            continue
+        for r in answer.get("results", []):
+            if not r.get("error"):
+                accepted.add((TopicPartition(str(r["topic"]), int(r["partition"])), broker))
+    return accepted
+
+
+async def execute_log_dir_moves(admin: Admin, moves: dict[tuple[TopicPartition, int], str], timeout_ms: int,
+                                out: list[str]) -> None:
+    """Kafka's executeMoves: retry AlterReplicaLogDirs until every replica's move has started or --timeout."""
+    pending = dict(moves)
+    deadline = time.monotonic() + timeout_ms / 1000
+    while pending:
+        done = await alter_replica_log_dirs(admin, pending)
+        for tp, b in sorted(done):
+            out.append(f"Successfully started moving log directory to {pending[(tp, b)]} for replica "
+                       f"{tp.topic}-{tp.partition} with broker {b} ")
+            del pending[(tp, b)]
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            raise CommandError(f"Timed out before log directory move{plural(len(pending))} could be started for: "
+                               + ",".join(f"{tp}-{b}" for tp, b in sorted(pending)))
+        await asyncio.sleep(0.1)
+
+
+async def run_execute(admin: Admin, text: str, additional: bool, out: list[str], timeout_ms: int = 10_000) -> None:
     r = parse_reassignment_json(text)
     parts = validate_execute(r)
     if not additional and await admin.list_partition_reassignments():
@@ -324,6 +363,8 @@ async def run_execute(admin: Admin, text: str, additional: bool, out: list[str])
             next(iter(errors.values())).error)
     out.append(f"Successfully started partition reassignment{plural(len(parts))} for "
                + ",".join(str(tp) for tp in sorted(parts)))
+    if r.log_dirs:
+        await execute_log_dir_moves(admin, r.log_dirs, timeout_ms, out)
 
 
 STEP_NAMES = {"1": "accept", "2": "stop", "3": "meta", "4": "upload+close", "5": "elect", "6": "open+serve"}
@@ -372,7 +413,41 @@ async def run_verify(admin: Admin, text: str, out: list[str]) -> None:
                 continue
         states[tp] = (current, target, True)
     out.extend(verify_lines(states))
+    if r.log_dirs:
+        out.extend(await replica_move_lines(admin, r.log_dirs))
     out.extend(timeline_lines(await admin.moves(), set(targets)))
+
+
+async def replica_move_lines(admin: Admin, moves: dict[tuple[TopicPartition, int], str]) -> list[str]:
+    """Kafka's replica move states, from the brokers' DescribeLogDirs answers."""
+    lines = []
+    answers: dict[int, Any] = {}
+    for broker in sorted({b for _tp, b in moves}):
+        try:
+            answers.update(await admin.describe_log_dirs([broker], sorted({tp.topic for tp, b in moves if b == broker})))
+        except FerryError:
+            continue
+    for (tp, broker), target in sorted(moves.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        current = future = None
+        body = answers.get(broker) or {}
+        for b in body.get("brokers", []):
+            for d in b.get("logDirs", []):
+                for p in d.get("partitions", []):
+                    if p.get("partition") == str(tp):
+                        if p.get("isFuture"):
+                            future = d.get("logDir")
+                        else:
+                            current = d.get("logDir")
+        if current is None:
+            lines.append(f"Partition {tp} cannot be found in any live log directory on broker {broker}.")
+        elif future is not None:
+            lines.append(f"Reassignment of replica {tp}-{broker} is still in progress." if future == target else
+                         f"Partition {tp} on broker {broker} is being moved to log dir {future} instead of {target}.")
+        elif current.rstrip("/") == target.rstrip("/"):
+            lines.append(f"Reassignment of replica {tp}-{broker} completed successfully.")
+        else:
+            lines.append(f"Partition {tp} on broker {broker} is not being moved from log dir {current} to {target}.")
+    return lines
 
 
 async def run_cancel(admin: Admin, text: str, out: list[str]) -> None:
@@ -451,7 +526,7 @@ async def run(args: argparse.Namespace, out: list[str]) -> None:
         if action == "generate":
             await run_generate(admin, topics_text, args.broker_list, out)
         elif action == "execute":
-            await run_execute(admin, text, args.additional, out)
+            await run_execute(admin, text, args.additional, out, args.timeout)
         elif action == "verify":
             await run_verify(admin, text, out)
         elif action == "cancel":

@@ -102,6 +102,7 @@ def test_execute_verify_list_through_a_broker(shared_cluster, topic, tmp_path):
         {"topic": "tools", "partition": 0, "replicas": [1], "log_dirs": ["any"]}]}
     assert lines[4] == "Save this to use as the --reassignment-json-file option during rollback"
     assert lines[5] == "Successfully started partition reassignment for tools-0"
+    assert lines[6] == f"Successfully started moving log directory to {d2} for replica tools-0 with broker 2 "
 
     async def wait_moved():
         async with Admin(bootstrap_controllers=shared_cluster.controller_bootstrap) as admin:
@@ -113,6 +114,7 @@ def test_execute_verify_list_through_a_broker(shared_cluster, topic, tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.splitlines()
     assert out[:2] == ["Status of partition reassignment:", "Reassignment of partition tools-0 is completed."]
+    assert "Reassignment of replica tools-0-2 completed successfully." in out, proc.stdout
     assert any(line.startswith("  tools-0 1 -> 2:") and "total" in line for line in out), proc.stdout
     proc = ferry(["reassign-partitions", *server_flag(shared_cluster), "--list"], shared_cluster)
     assert proc.stdout.strip() == "No partition reassignments found."

@@ -61,7 +61,8 @@ class FakeController:
         raise AssertionError(op)
 
 
-async def run_tool(fake: FakeController, argv_action: dict[str, Any], files: dict[str, str], tmp_path) -> tuple[int, str]:
+async def run_tool(fake: FakeController, argv_action: dict[str, Any], files: dict[str, str], tmp_path,
+                   timeout_ms: int = 10_000) -> tuple[int, str]:
     paths = {}
     for name, text in files.items():
         p = tmp_path / name
@@ -76,7 +77,7 @@ async def run_tool(fake: FakeController, argv_action: dict[str, Any], files: dic
         action = next(a for a in ("generate", "execute", "verify", "cancel", "list") if getattr(args, a))
         if action == "execute":
             text = open(args.reassignment_json_file).read()
-            await rc.run_execute(admin, text, args.additional, out)
+            await rc.run_execute(admin, text, args.additional, out, timeout_ms)
         elif action == "verify":
             await rc.run_verify(admin, open(args.reassignment_json_file).read(), out)
         elif action == "generate":
@@ -159,10 +160,11 @@ async def test_execute_refuses_while_another_reassignment_runs_unless_additional
 
 async def test_log_dirs_are_passed_to_the_controller(tmp_path):
     fake = FakeController()
+    # No broker answers AlterReplicaLogDirs here: the reassignment is started, the log-dir move times out.
     code, out = await run_tool(fake, {"--execute": True, "--reassignment-json-file": "r.json"},
                                {"r.json": move([{"topic": "t", "partition": 1, "replicas": [3], "log_dirs": ["/data/b3"]}])},
-                               tmp_path)
-    assert code == 0, out
+                               tmp_path, timeout_ms=200)
+    assert code == 1 and out == "Timed out before log directory move could be started for: t-1-3", out
     (op, args), = fake.writes
     assert args["reassignments"] == [{"topic": "t", "partition": 1, "replicas": [3], "log_dirs": ["/data/b3"]}]
 
