@@ -93,6 +93,7 @@ class MetaStream:
         self.snapshot_ratio = snapshot_ratio
         self.fetch_bytes = fetch_bytes
         self.state = KVState()
+        self._trim_to: int | None = None
 
     async def load(self) -> dict[str, bytes]:
         """Replay from the stream's start (the last snapshot, once compacted) to its end."""
@@ -132,6 +133,8 @@ class MetaStream:
         self.state.apply(bytearray(batch))
         if self.state.needs_snapshot(self.snapshot_min_bytes, self.snapshot_ratio):
             await self.compact()
+        else:
+            await self._trim_if_committed()
         return offset
 
     async def put(self, key: str, value: bytes | None) -> int:
@@ -148,8 +151,24 @@ class MetaStream:
         self.state.snapshot_offset = offset
         self.state.snapshot_bytes = len(batch)
         self.state.bytes_since_snapshot = 0
-        await self.storage.trim(self.stream_id, offset)
+        self._trim_to = offset
+        await self._trim_if_committed()
         return offset
+
+    async def _trim_if_committed(self, force: bool = False) -> None:
+        """Trim to the last snapshot once the uploader has committed it (no extra PUT for it);
+        ``force`` uploads it now instead."""
+        handle = self.storage.stream(self.stream_id)
+        if self._trim_to is None or handle is None:
+            return
+        if force or handle.committed_end > self._trim_to:
+            target, self._trim_to = self._trim_to, None
+            await self.storage.trim(self.stream_id, target)
+
+    async def flush(self) -> None:
+        """Upload what is buffered and apply a pending trim (before a close, for a tidy stream)."""
+        await self.storage.force_upload(self.stream_id)
+        await self._trim_if_committed(force=True)
 
 
 def _from_offset(data: bytes, offset: int) -> bytes:
