@@ -11,9 +11,10 @@ from tools.rebalance.model import RESOURCES, ClusterLoad
 def resource_stats(per_broker: np.ndarray) -> dict[str, float]:
     """avg, max, min, stddev (population) and max/mean of one resource over brokers."""
     values = np.asarray(per_broker, dtype=np.float64)
-    avg = float(values.mean()) if values.size else 0.0
-    return {"avg": avg, "max": float(values.max(initial=0.0)), "min": float(values.min(initial=0.0)),
-            "stddev": float(values.std()) if values.size else 0.0,
+    if values.size == 0:
+        return {"avg": 0.0, "max": 0.0, "min": 0.0, "stddev": 0.0, "max_over_mean": 1.0}
+    avg = float(values.mean())
+    return {"avg": avg, "max": float(values.max()), "min": float(values.min()), "stddev": float(values.std()),
             "max_over_mean": float(values.max() / avg) if avg > 0 else 1.0}
 
 
