@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from broker import partition as sm
 from broker.log_dirs import choose_log_dir, partition_dir_name
@@ -25,11 +25,15 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
 
+if TYPE_CHECKING:
+    from broker.log_dirs_manager import LogDirsManager
+
 log = logging.getLogger("ferry.broker.partitions")
 
 WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 MOVE_HISTORY = 1000
 OPEN_RETRY_S = 0.1
+CLOSE_ATTEMPTS = 20
 FENCED_ERRORS = (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH)
 
 
@@ -48,11 +52,14 @@ class Slot:
     target: MoveHalf | None = None
     log_dir: str | None = None
     requested_dir: str | None = None
+    close_phase: int = 0  # 0 = nothing done yet, 1 = meta persisted (steps 2-3 done)
+    close_attempts: int = 0
+    open_attempts: int = 0
 
 
 class PartitionManager:
     def __init__(self, broker_id: int, storage: Any, write: WriteFn, metrics: BrokerMetrics,
-                 wal_dir_of: Callable[[int], str], log_dirs: Callable[[], list[Any]]) -> None:
+                 wal_dir_of: Callable[[int], str], log_dirs: "LogDirsManager") -> None:
         self.broker_id = broker_id
         self.storage = storage
         self._write = write
@@ -137,8 +144,8 @@ class PartitionManager:
         self._run(slot, actions)
 
     def _dir_path_of(self, dir_id_or_path: str) -> str | None:
-        for d in self._log_dirs():
-            if d.path == dir_id_or_path or getattr(d, "dir_id", None) == dir_id_or_path:
+        for d in self._log_dirs.dirs:
+            if d.path == dir_id_or_path or d.dir_id == dir_id_or_path:
                 return str(d.path)
         return None
 
@@ -189,7 +196,7 @@ class PartitionManager:
             data_plan = self._stream_plan(tp, "data", epoch)
             meta_plan = self._stream_plan(tp, "meta", epoch)
             if slot.log_dir is None:
-                slot.log_dir = choose_log_dir(self._log_dirs(), self.partitions_per_dir(), slot.requested_dir)
+                slot.log_dir = choose_log_dir(self._log_dirs.infos(), self.partitions_per_dir(), slot.requested_dir)
                 await asyncio.to_thread(_ensure_partition_dir, slot.log_dir, slot.topic, tp)
             replica = Replica(self.storage, slot.topic, tp.topic_id, tp.partition, self.broker_id,
                               self._wal_dir_of, slot.log_dir)
@@ -197,6 +204,19 @@ class PartitionManager:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure goes through the state machine
+            current = self.image.topics.partition(tp.topic_id, tp.partition)
+            still_leader = current is not None and current.leader == self.broker_id and \
+                current.leader_epoch == epoch and not self.stopping
+            me = self.image.cluster.brokers.get(self.broker_id)
+            if isinstance(exc, FerryError) and exc.error in FENCED_ERRORS and still_leader and \
+                    (me is None or me.fenced or slot.open_attempts < 3):
+                # this broker is not unfenced yet, or its image was behind: try again, bounded
+                slot.open_attempts += 1
+                log.info("open %s-%d: %s; retrying", slot.topic, tp.partition, exc)
+                await asyncio.sleep(OPEN_RETRY_S)
+                slot.status, actions = sm.on_open_failed(slot.status, True)
+                self._run(slot, actions)
+                return
             if isinstance(exc, FerryError) and exc.error in FENCED_ERRORS:
                 log.warning("open %s-%d fenced: %s", slot.topic, tp.partition, exc)
                 self.metrics.stream_fenced.inc()
@@ -212,6 +232,7 @@ class PartitionManager:
             self._run(slot, actions)
             return
         slot.replica = replica
+        slot.open_attempts = 0
         slot.status, actions = sm.on_opened(slot.status)
         served_ms = now_ms()
         if not result.clean:
@@ -230,17 +251,20 @@ class PartitionManager:
         self._run(slot, actions)
 
     async def _close(self, slot: Slot) -> None:
+        """Steps 2-4, each done once; a failed step is retried (bounded) from where it stopped."""
         tp = slot.tp
         replica = slot.replica
         half = slot.source
         try:
             if replica is not None:
-                await replica.drain()
-                if half:
-                    half.mark("t2", now_ms())
-                await replica.persist_meta(clean=True)
-                if half:
-                    half.mark("t3", now_ms())
+                if slot.close_phase == 0:
+                    await replica.drain()
+                    if half:
+                        half.mark("t2", now_ms())
+                    await replica.persist_meta(clean=True)
+                    slot.close_phase = 1
+                    if half:
+                        half.mark("t3", now_ms())
                 await replica.close_streams()
                 if half:
                     half.mark("t4", now_ms())
@@ -250,14 +274,23 @@ class PartitionManager:
             if isinstance(exc, FerryError) and exc.error in FENCED_ERRORS:
                 log.warning("close %s-%d fenced: %s (another broker owns it now)", slot.topic, tp.partition, exc)
                 self.metrics.stream_fenced.inc()
+                slot.close_phase = 0
                 slot.status, actions = sm.on_fenced(slot.status)
                 self._run(slot, actions)
                 return
-            log.warning("close %s-%d failed: %r; retrying", slot.topic, tp.partition, exc)
-            await asyncio.sleep(OPEN_RETRY_S)
-            if not self.stopping or True:
+            slot.close_attempts += 1
+            if slot.close_attempts <= CLOSE_ATTEMPTS:
+                log.warning("close %s-%d failed (attempt %d): %r; retrying", slot.topic, tp.partition,
+                            slot.close_attempts, exc)
+                await asyncio.sleep(min(1.0, OPEN_RETRY_S * slot.close_attempts))
                 slot.task = self._spawn(self._close(slot))
-            return
+                return
+            log.error("close %s-%d failed %d times (%r); leaving its streams to the next owner's recovery",
+                      slot.topic, tp.partition, slot.close_attempts, exc)
+            if replica is not None:
+                replica.abandon()
+        slot.close_phase = 0
+        slot.close_attempts = 0
         slot.replica = None
         slot.status, actions = sm.on_closed(slot.status)
         log.info("closed %s-%d (meta persisted, streams uploaded and closed)", slot.topic, tp.partition)
