@@ -345,5 +345,9 @@ class RaftNode:
         times = getattr(self.sync, "_SyncObj__lastResponseTime", {})
         return {getattr(node, "id", str(node)): float(t) for node, t in dict(times).items()}
 
-    def destroy(self) -> None:
+    def destroy(self, timeout_s: float = 5.0) -> None:
+        """Stop the tick thread and close the journal and sockets (blocks until done)."""
         self.sync.destroy()
+        thread = getattr(self.sync, "_SyncObj__thread", None)
+        if thread is not None:
+            thread.join(timeout_s)

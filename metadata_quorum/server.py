@@ -107,7 +107,7 @@ class ControllerServer:
         if self._ticker is not None:
             self._ticker.cancel()
         await self.controller.stop()
-        self.node.destroy()
+        await self.loop.run_in_executor(None, self.node.destroy)
 
     async def _tick_loop(self) -> None:
         """Run ``tick`` on the active controller, expire stuck commands, refresh gauges."""

@@ -1,0 +1,180 @@
+"""The controller HTTP API on a real (single-node) pysyncobj quorum running in-process."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from metadata_quorum.delta import MetadataDelta
+from metadata_quorum.image import EMPTY_IMAGE
+from metadata_quorum.records import KVRecord, NoOpRecord, decode_record
+
+
+async def hw(ctl: Any) -> int:
+    status, body = await ctl.get("/v1/health")
+    assert status == 200
+    return int(body["high_watermark"])
+
+
+async def test_write_then_read_and_log(controller: Any) -> None:
+    status, body = await controller.post("/v1/write/put_kv", {"key": "a", "value": "1"})
+    assert status == 200
+    offset = body["offset"]
+    assert body["reply"] == {}
+    status, body = await controller.post("/v1/read/get_kv", {"key": "a"})
+    assert status == 200 and body["reply"]["value"] == "1" and body["offset"] >= offset
+    status, log = await controller.get("/v1/log?offset=0")
+    records = [(r["offset"], decode_record(r["record"])) for r in log["records"]]
+    assert [o for o, _ in records] == list(range(len(records)))
+    assert isinstance(records[0][1], NoOpRecord)  # the leader's first record fences the old term
+    assert records[-1] == (offset, KVRecord(key="a", value="1"))
+    assert log["high_watermark"] == offset + 1
+
+
+async def test_each_write_is_one_batch_with_increasing_offsets(controller: Any) -> None:
+    offsets = []
+    for i in range(20):
+        status, body = await controller.post("/v1/write/put_kv", {"key": f"k{i}", "value": str(i)})
+        assert status == 200
+        offsets.append(body["offset"])
+    assert offsets == list(range(offsets[0], offsets[0] + 20))
+
+
+async def test_concurrent_writes_are_all_committed_once(controller: Any) -> None:
+    results = await asyncio.gather(*(controller.post("/v1/write/put_kv", {"key": f"c{i}", "value": str(i)})
+                                     for i in range(50)))
+    offsets = sorted(body["offset"] for status, body in results if status == 200)
+    assert len(offsets) == 50 and len(set(offsets)) == 50
+    _, log = await controller.get("/v1/log?offset=0")
+    kv = [decode_record(r["record"]) for r in log["records"]]
+    assert sorted(r.key for r in kv if isinstance(r, KVRecord)) == sorted(f"c{i}" for i in range(50))
+
+
+async def test_batch_endpoint_answers_each_op_in_order(controller: Any) -> None:
+    status, body = await controller.post("/v1/write", {"ops": [
+        {"op": "put_kv", "args": {"key": "x", "value": "1"}},
+        {"op": "put_kv", "args": {"value": "no key"}},
+        {"op": "put_kv", "args": {"key": "y", "value": "2"}},
+    ]})
+    assert status == 200
+    first, bad, third = body["results"]
+    assert third["offset"] == first["offset"] + 1
+    assert bad["error"] == "INVALID_REQUEST" and "key" in bad["message"]
+
+
+async def test_bad_input_is_4xx_with_kafka_error_and_changes_nothing(controller: Any) -> None:
+    before = await hw(controller)
+    cases = [
+        await controller.post_raw("/v1/write/put_kv", b"{not json"),
+        await controller.post_raw("/v1/write/put_kv", b"[1, 2]"),
+        await controller.post("/v1/write/no_such_op", {}),
+        await controller.post("/v1/write/put_kv", {"value": "missing key"}),
+        await controller.post("/v1/write", {"ops": []}),
+        await controller.post("/v1/write", {"ops": [{"op": "put_kv", "args": {"key": "z", "value": "1"}},
+                                                     {"op": "nope"}]}),
+        await controller.post("/v1/read/no_such_read", {}),
+        await controller.get("/v1/log?offset=-1"),
+        await controller.get("/v1/log?offset=abc"),
+        await controller.get("/v1/log"),
+    ]
+    for status, body in cases:
+        assert 400 <= status < 500, (status, body)
+        assert body["error"] in {"INVALID_REQUEST", "INVALID_CONFIG"}, body
+        assert body["message"]
+    assert await hw(controller) == before
+
+
+async def test_long_poll_returns_when_a_record_commits(controller: Any) -> None:
+    start = await hw(controller)
+    poll = asyncio.ensure_future(controller.get(f"/v1/log?offset={start}&max_wait_ms=20000"))
+    await asyncio.sleep(0.1)
+    assert not poll.done()
+    await controller.post("/v1/write/put_kv", {"key": "late", "value": "v"})
+    status, body = await asyncio.wait_for(poll, 20)
+    assert status == 200
+    assert [r["offset"] for r in body["records"]] == [start]
+    assert decode_record(body["records"][0]["record"]) == KVRecord(key="late", value="v")
+
+
+async def test_long_poll_without_new_records_returns_empty(controller: Any) -> None:
+    start = await hw(controller)
+    status, body = await controller.get(f"/v1/log?offset={start}&max_wait_ms=50")
+    assert status == 200 and body["records"] == [] and body["high_watermark"] == start
+
+
+async def test_snapshot_rebuilds_the_image(controller: Any) -> None:
+    for i in range(5):
+        await controller.post("/v1/write/put_kv", {"key": f"s{i}", "value": str(i)})
+    await controller.post("/v1/write/put_kv", {"key": "s0", "value": None})
+    _, snap = await controller.get("/v1/snapshot")
+    image = MetadataDelta(EMPTY_IMAGE).replay_all([decode_record(r) for r in snap["records"]]).apply()
+    assert dict(image.kv) == {f"s{i}": str(i) for i in range(1, 5)}
+    assert snap["offset"] == await hw(controller) - 1
+
+
+async def test_old_offsets_are_served_as_a_snapshot(controller_factory: Any) -> None:
+    ctl = await controller_factory(log_retention_records=10)
+    for i in range(40):
+        status, _ = await ctl.post("/v1/write/put_kv", {"key": f"r{i % 7}", "value": str(i)})
+        assert status == 200
+    _, health = await ctl.get("/v1/health")
+    assert health["log_start_offset"] > 0
+    _, body = await ctl.get("/v1/log?offset=0")
+    snap = body["snapshot"]
+    image = MetadataDelta(EMPTY_IMAGE).replay_all([decode_record(r) for r in snap["records"]]).apply()
+    expected = {f"r{k}": str(max(i for i in range(40) if i % 7 == k)) for k in range(7)}
+    assert dict(image.kv) == expected
+    _, recent = await ctl.get(f"/v1/log?offset={health['log_start_offset']}")
+    assert recent["records"][0]["offset"] == health["log_start_offset"]
+    assert recent["records"][-1]["offset"] == health["high_watermark"] - 1
+
+
+async def test_restart_recovers_log_and_image(controller_factory: Any) -> None:
+    ctl = await controller_factory(log_retention_records=25)
+    for i in range(60):
+        await ctl.post("/v1/write/put_kv", {"key": f"p{i % 9}", "value": str(i)})
+    _, health = await ctl.get("/v1/health")
+    start = health["log_start_offset"]
+    assert start > 0  # some batches were dropped: the restart must rebuild from the snapshot
+    _, before_log = await ctl.get(f"/v1/log?offset={start}")
+    _, before_snap = await ctl.get("/v1/snapshot")
+    before_hw = await hw(ctl)
+    await ctl.stop()
+    await ctl.start()
+    assert await hw(ctl) >= before_hw  # a new term writes its NoOp
+    _, after_log = await ctl.get(f"/v1/log?offset={start}")
+    assert after_log["records"][: len(before_log["records"])] == before_log["records"]
+    status, body = await ctl.post("/v1/read/get_kv", {"key": "p5"})
+    assert body["reply"]["value"] == "59"
+    _, after_snap = await ctl.get("/v1/snapshot")
+    kv = lambda s: sorted(r["fields"]["key"] for r in s["records"] if r["type"] == "KV")  # noqa: E731
+    assert kv(after_snap) == kv(before_snap)
+
+
+async def test_status_replication_health_and_metrics(controller: Any) -> None:
+    await controller.post("/v1/write/put_kv", {"key": "m", "value": "1"})
+    _, status = await controller.get("/v1/quorum/status")
+    assert status["leader_id"] == 1 and status["leader_epoch"] >= 1
+    assert [v["id"] for v in status["current_voters"]] == [1]
+    _, repl = await controller.get("/v1/quorum/replication")
+    (row,) = repl["replicas"]
+    assert row["status"] == "Leader" and row["lag"] == 0 and row["log_end_offset"] == repl["high_watermark"]
+    code, text = await controller.get("/metrics")
+    assert code == 200
+    assert "ferry_controller_commit_latency_seconds_count" in text
+    assert "ferry_controller_log_end_offset" in text
+
+
+async def test_heartbeating_brokers_are_observers(controller: Any) -> None:
+    _, reg = await controller.post("/v1/write/register_broker", {
+        "broker_id": 7, "incarnation_id": "inc-7", "endpoints": ["http://127.0.0.1:1"],
+        "log_dirs": [{"dir_id": "d1", "path": "/tmp/ferry-d1"}]})
+    epoch = reg["reply"]["broker_epoch"]
+    status, hb = await controller.post("/v1/write/broker_heartbeat", {
+        "broker_id": 7, "broker_epoch": epoch, "metadata_offset": reg["offset"]})
+    assert status == 200 and hb["reply"]["is_fenced"] is False
+    _, repl = await controller.get("/v1/quorum/replication")
+    observers = [r for r in repl["replicas"] if r["status"] == "Observer"]
+    assert [o["node_id"] for o in observers] == [7]
+    assert observers[0]["log_end_offset"] == reg["offset"] + 1
+    _, status_body = await controller.get("/v1/quorum/status")
+    assert status_body["current_observers"] == [{"id": 7}]
