@@ -188,15 +188,23 @@ class LocalCluster:
         except OSError:
             return ""
 
-    def stop(self) -> None:
-        """Stop everything (brokers first, SIGCONT any stopped one so that it can exit)."""
-        for bid, proc in list(self.broker_procs.items()):
-            if bid in self.stopped_brokers and proc.poll() is None:
-                self._signal(proc, signal.SIGCONT)
-            stop_process(proc, signal.SIGKILL if bid in self.stopped_brokers else signal.SIGTERM, timeout_s=10)
+    def stop(self, graceful: bool = True) -> None:
+        """Stop everything, brokers first: SIGTERM (a controlled shutdown) or, not graceful, SIGKILL."""
+        procs = list(self.broker_procs.items())
+        for bid, proc in procs:  # signal all first so that they shut down in parallel
+            if proc.poll() is None:
+                if bid in self.stopped_brokers:
+                    self._signal(proc, signal.SIGCONT)
+                self._signal(proc, signal.SIGTERM if graceful and bid not in self.stopped_brokers else signal.SIGKILL)
+        for bid, proc in procs:
+            stop_process(proc, signal.SIGTERM, timeout_s=10)
         self.broker_procs.clear()
         if self.quorum is not None:
-            self.quorum.stop_all()
+            if graceful:
+                self.quorum.stop_all()
+            else:
+                for nid in list(self.quorum.procs):
+                    self.quorum.kill(nid)
         if self.s3 is not None:
             self.s3.stop()
             self.s3 = None

@@ -12,7 +12,7 @@ def cluster(tmp_path):
     c = LocalCluster(str(tmp_path / "cluster"))
     c.start()
     yield c
-    c.stop()
+    c.stop(graceful=False)
 
 
 @pytest.fixture(scope="module")
@@ -21,4 +21,4 @@ def shared_cluster(tmp_path_factory):
     c = LocalCluster(str(tmp_path_factory.mktemp("cluster")))
     c.start()
     yield c
-    c.stop()
+    c.stop(graceful=False)
