@@ -23,7 +23,8 @@ from tools.client import TopicPartition
 from tools.cluster import LocalCluster
 from tools.move_workload import MoveResult, ProduceLoad, check_read_back, fetch_timeline, move_once, percentile
 
-STEP_TITLES = ["1 accept", "2 stop", "3 meta", "4 upload+close", "5 elect", "6 open+serve"]
+STEP_LEGEND = ("steps: 1 controller accepted → old owner saw it, 2 stopped produce, 3 meta persisted, "
+               "4 force-uploaded and closed, 5 new leader elected, 6 new owner serving")
 
 
 def fmt_ms(value: Any) -> str:
@@ -31,17 +32,18 @@ def fmt_ms(value: Any) -> str:
 
 
 def moves_table(results: list[MoveResult]) -> Table:
-    table = Table(title="Partition moves (ms)", title_justify="left")
+    table = Table(title="Partition moves: six-step timeline and client-observed unavailability (ms)",
+                  title_justify="left", caption=STEP_LEGEND, caption_justify="left")
     table.add_column("#", justify="right")
-    table.add_column("partition")
-    table.add_column("from → to")
-    for title in STEP_TITLES:
-        table.add_column(title, justify="right")
+    table.add_column("partition", no_wrap=True)
+    table.add_column("move", no_wrap=True)
+    for k in range(1, 7):
+        table.add_column(str(k), justify="right")
     table.add_column("t0→t6", justify="right")
-    table.add_column("client unavailable", justify="right", style="bold")
+    table.add_column("unavailable", justify="right", style="bold")
     for i, r in enumerate(results, 1):
         steps = (r.timeline or {}).get("steps_ms") or {}
-        table.add_row(str(i), str(r.tp), f"{r.from_broker} → {r.to_broker}",
+        table.add_row(str(i), str(r.tp), f"{r.from_broker}→{r.to_broker}",
                       *[fmt_ms(steps.get(str(k))) for k in range(1, 7)],
                       fmt_ms((r.timeline or {}).get("total_ms")), fmt_ms(r.unavailability_ms))
     return table
