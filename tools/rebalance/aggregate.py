@@ -6,6 +6,7 @@ of its latest sample (a partition that moved during the window is counted where 
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -66,8 +67,10 @@ def aggregate_samples(spark: "SparkSession", samples: "DataFrame", window_ms: in
         F.sum("net_in").alias("net_in"), F.sum("net_out").alias("net_out"),
         F.sum("size_bytes").alias("size_bytes"), F.count(F.lit(1)).alias("partition_count"))
         .orderBy("owner"))
-    partitions = per_partition.toPandas()
-    broker_rows = per_broker.toPandas()
+    with warnings.catch_warnings():  # pyspark's notice about the pandas version, on every collect
+        warnings.simplefilter("ignore", FutureWarning)
+        partitions = per_partition.toPandas()
+        broker_rows = per_broker.toPandas()
     rows = int(partitions["samples"].sum()) if len(partitions) else 0
     per_partition.unpersist()
     if partitions.empty:
