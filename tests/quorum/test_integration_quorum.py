@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import urllib.request
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from metadata_quorum.client import ControllerClient, MetadataLogFollower
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.records import KVRecord, decode_record
-from tools.proc import Quorum, http_get_json
+from tools.proc import Quorum, http_get_json, start_quorum
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +87,18 @@ async def test_killed_follower_restarts_and_catches_up(quorum: Quorum) -> None:
     assert snapshot_kv(quorum, follower) == snapshot_kv(quorum, leader)
 
 
-async def test_all_three_killed_come_back_with_the_same_log_and_image(quorum: Quorum) -> None:
+@pytest.fixture
+def compacting_quorum(tmp_path: Any) -> Any:
+    """A quorum whose Raft logs are compacted into full dumps every few dozen entries."""
+    q = start_quorum(str(tmp_path / "compacting"), raft={"log_compaction_min_entries": 30})
+    try:
+        yield q
+    finally:
+        q.stop_all()
+
+
+async def test_all_three_killed_come_back_with_the_same_log_and_image(compacting_quorum: Quorum) -> None:
+    quorum = compacting_quorum
     async with ControllerClient(quorum.bootstrap, timeout_ms=20_000) as client:
         acked = await write_keys(client, "k-", 80)
         reg = await client.write_with_offset("register_broker", {
@@ -98,6 +110,8 @@ async def test_all_three_killed_come_back_with_the_same_log_and_image(quorum: Qu
         quorum.wait_ready(nid, min_high_watermark=hw)
     before_logs = {nid: full_log(quorum, nid) for nid in quorum.running()}
     before_snaps = {nid: http_get_json(f"{quorum.url(nid)}/v1/snapshot")["records"] for nid in quorum.running()}
+    dumps = [os.path.join(quorum.directory, "data", f"controller-{nid}", "raft.dump") for nid in quorum.peers]
+    assert all(os.path.exists(d) for d in dumps)  # recovery below reads a full dump plus the journal
     for nid in list(quorum.running()):
         quorum.kill(nid)
     quorum.start_all()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from metadata_quorum.delta import MetadataDelta
@@ -148,6 +149,26 @@ async def test_restart_recovers_log_and_image(controller_factory: Any) -> None:
     _, after_snap = await ctl.get("/v1/snapshot")
     kv = lambda s: sorted(r["fields"]["key"] for r in s["records"] if r["type"] == "KV")  # noqa: E731
     assert kv(after_snap) == kv(before_snap)
+
+
+async def test_restart_after_raft_log_compaction(controller_factory: Any) -> None:
+    """pysyncobj compacts its journal into a full dump; a restart must rebuild from both."""
+    ctl = await controller_factory(raft={"log_compaction_min_entries": 20})
+    for i in range(120):
+        await ctl.post("/v1/write/put_kv", {"key": f"q{i % 11}", "value": str(i)})
+    _, before = await ctl.get("/v1/log?offset=0&max_records=100000")
+    dump = os.path.join(ctl.directory, "data", "controller-1", "raft.dump")
+    for _ in range(100):
+        if os.path.exists(dump):
+            break
+        await asyncio.sleep(0.05)
+    assert os.path.exists(dump)
+    await ctl.stop()
+    await ctl.start()
+    _, after = await ctl.get("/v1/log?offset=0&max_records=100000")
+    assert after["records"][: len(before["records"])] == before["records"]
+    _, body = await ctl.post("/v1/read/get_kv", {"key": "q10"})
+    assert body["reply"]["value"] == "109"
 
 
 async def test_status_replication_health_and_metrics(controller: Any) -> None:
