@@ -25,6 +25,7 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
+from metadata_quorum.errors import FerryError
 from tools.admin import Admin
 from tools.client import TopicPartition, encode_batch, raise_for_error
 from tools.cluster import ROOT, LocalCluster
@@ -47,9 +48,17 @@ async def fill_partition(session: aiohttp.ClientSession, url: str, tp: TopicPart
     inflight: set[asyncio.Task[None]] = set()
 
     async def post() -> None:
-        async with session.post(f"{url}/v1/produce/{tp.topic}/{tp.partition}?acks=-1", data=body,
-                                timeout=aiohttp.ClientTimeout(total=120)) as resp:
-            await raise_for_error(resp)
+        deadline = time.monotonic() + 60
+        while True:  # the partition may still be opening: retry what is retriable, for a bounded time
+            try:
+                async with session.post(f"{url}/v1/produce/{tp.topic}/{tp.partition}?acks=-1", data=body,
+                                        timeout=aiohttp.ClientTimeout(total=120)) as resp:
+                    await raise_for_error(resp)
+                    return
+            except FerryError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
 
     while written < size_bytes:
         if len(inflight) >= 2:
@@ -173,9 +182,11 @@ async def produce_vs_raw(cluster: LocalCluster, admin: Admin, requests: int, con
 
 
 def render(result: dict[str, Any], console: Console) -> None:
-    table = Table(title="Single-partition moves under load: client-observed unavailability", title_justify="left")
-    for col in ("size", "moves", "p50 ms", "p99 ms", "t0→t6 p50 ms", *(f"step {k}" for k in range(1, 7))):
-        table.add_column(col, justify="right")
+    table = Table(title="Single-partition moves under load: client-observed unavailability (ms) and step shares",
+                  title_justify="left", caption="steps: 1 accepted→seen, 2 stop produce, 3 persist meta, "
+                  "4 force-upload+close, 5 elect, 6 open+serve", caption_justify="left")
+    for col in ("size", "n", "p50", "p99", "t0→t6", *(f"s{k}" for k in range(1, 7))):
+        table.add_column(col, justify="right", no_wrap=True)
     for s in result["sizes"]:
         table.add_row(s["size"], str(s["moves"]), f"{s['p50_ms']:.0f}", f"{s['p99_ms']:.0f}",
                       "-" if s["timeline_p50_ms"] is None else f"{s['timeline_p50_ms']:.0f}",
