@@ -432,7 +432,14 @@ class QuorumController:
         now = now_ms()
         hw = self.state.high_watermark
         out: dict[int, dict[str, int]] = {}
-        status = self.node.status() if self.is_leader else {}
+        status: dict[str, Any] = {}
+        if self.is_leader:
+            for _attempt in range(3):  # pysyncobj's status reads its tick thread's dicts unlocked
+                try:
+                    status = self.node.status()
+                    break
+                except RuntimeError:
+                    continue
         responses = self.node.last_response_monotonic() if self.is_leader else {}
         mono_now = time.monotonic()
         for nid, peer in sorted(self.config.controllers.items()):

@@ -77,10 +77,13 @@ class ControllerServer:
         self.controller = QuorumController(config, self.state, self.write_ops, self.loop,
                                            on_commit_latency=self.metrics.commit_latency.observe)
         self.node = RaftNode(config, self.state, on_state_changed=self.controller.on_state_changed_threadsafe,
-                             on_ready=lambda: self.loop.call_soon_threadsafe(self.ready.set))
+                             on_ready=self._on_ready)
         self.controller.start(self.node)
         self.started_ms = now_ms()
         self._ticker: asyncio.Task[None] | None = None
+
+    def _on_ready(self) -> None:
+        self.loop.call_soon_threadsafe(self.ready.set)
 
     def _on_applied(self, applied: Any) -> None:
         self.controller.on_applied_threadsafe(applied)
