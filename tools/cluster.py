@@ -253,6 +253,39 @@ class LocalCluster:
             self.kill_broker(broker_id)
         self.start_broker(broker_id, wait=True, timeout_s=timeout_s)
 
+    def add_broker(self, broker_id: int | None = None, wait: bool = True, timeout_s: float = 30.0) -> int:
+        """Scale out: configure and start one more broker (the next free id by default)."""
+        bid = broker_id if broker_id is not None else max(self.broker_ports, default=0) + 1
+        if bid in self.broker_procs:
+            raise ValueError(f"broker {bid} is already running")
+        if bid not in self.broker_ports:
+            (self.broker_ports[bid],) = free_ports(1)
+            self._write_broker_config(bid)
+        self.start_broker(bid, wait=wait, timeout_s=timeout_s)
+        self.write_state()
+        return bid
+
+    def broker_pid(self, broker_id: int) -> int:
+        return self.broker_procs[broker_id].pid
+
+    def _controller_proc(self, node_id: int) -> subprocess.Popen[bytes]:
+        assert self.quorum is not None
+        return self.quorum.procs[node_id]
+
+    def pause_controller(self, node_id: int) -> None:
+        self._signal(self._controller_proc(node_id), signal.SIGSTOP)
+
+    def resume_controller(self, node_id: int) -> None:
+        self._signal(self._controller_proc(node_id), signal.SIGCONT)
+
+    def terminate_controller(self, node_id: int) -> None:
+        assert self.quorum is not None
+        self.quorum.stop(node_id)
+
+    def start_controller(self, node_id: int) -> None:
+        assert self.quorum is not None
+        self.quorum.start(node_id)
+
     def controller_leader(self, timeout_s: float = 20.0, exclude: set[int] | None = None) -> int:
         assert self.quorum is not None
         return self.quorum.wait_leader(timeout_s, exclude)
