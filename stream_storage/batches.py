@@ -196,4 +196,8 @@ def slice_from(buf: bytes | bytearray | memoryview, start_offset: int, max_bytes
         if info.position + info.size_bytes - first > max_bytes:
             break
         end = info.position + info.size_bytes
-    return b"" if first < 0 else bytes(view[first:end])
+    if first < 0:
+        return b""
+    if first == 0 and end == len(view) and isinstance(buf, bytes):
+        return buf
+    return bytes(view[first:end])

@@ -104,7 +104,7 @@ class ObjectIndex:
 
 def build_object(streams: Sequence[tuple[int, Sequence[Chunk]]], block_bytes: int = 1024 * 1024) -> BuiltObject:
     """Lay out ``(stream_id, chunks)`` pairs (each stream's chunks contiguous in offsets)."""
-    parts: list[bytes] = []
+    parts: list[bytes] = []  # chunk data as is: the object is assembled with one copy at the end
     entries: list[IndexEntry] = []
     ranges: list[StreamRange] = []
     position = 0
@@ -112,34 +112,26 @@ def build_object(streams: Sequence[tuple[int, Sequence[Chunk]]], block_bytes: in
         if not chunks:
             continue
         expected = chunks[0].start_offset
-        block: list[bytes] = []
-        block_start = expected
-        block_size = 0
-
-        def flush(end_offset: int) -> None:
-            nonlocal position, block, block_size, block_start
-            data = b"".join(block)
-            entries.append(IndexEntry(stream_id, block_start, end_offset, position, len(data), crc32c(data)))
-            parts.append(data)
-            position += len(data)
-            block, block_size, block_start = [], 0, end_offset
-
+        block_start, block_size, block_crc = expected, 0, 0
         for chunk in chunks:
             if chunk.start_offset != expected:
                 raise ValueError(f"stream {stream_id}: chunk at {chunk.start_offset} does not follow {expected}")
-            if block and block_size + len(chunk.data) > block_bytes:
-                flush(chunk.start_offset)
-            block.append(chunk.data)
+            if block_size and block_size + len(chunk.data) > block_bytes:
+                entries.append(IndexEntry(stream_id, block_start, chunk.start_offset, position, block_size, block_crc))
+                position += block_size
+                block_start, block_size, block_crc = chunk.start_offset, 0, 0
+            parts.append(chunk.data)
+            block_crc = crc32c(chunk.data, block_crc)
             block_size += len(chunk.data)
             expected = chunk.end_offset
-        if block:
-            flush(expected)
+        entries.append(IndexEntry(stream_id, block_start, expected, position, block_size, block_crc))
+        position += block_size
         ranges.append(StreamRange(stream_id, chunks[0].start_offset, expected))
     index_body = _COUNT.pack(len(entries)) + b"".join(
         _ENTRY.pack(e.stream_id, e.start_offset, e.end_offset, e.position, e.size, e.crc) for e in entries)
     footer_head = _FOOTER.pack(MAGIC, position, len(index_body), crc32c(index_body), VERSION, 0, 0)[:-4]
     footer = footer_head + struct.pack(">I", crc32c(footer_head))
-    data = b"".join(parts) + index_body + footer
+    data = b"".join([*parts, index_body, footer])
     return BuiltObject(data, tuple(ranges), ObjectIndex(entries, position))
 
 

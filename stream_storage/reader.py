@@ -51,19 +51,23 @@ class ObjectReader:
             view = memoryview(data)
             for k in range(i, j):
                 rel = blocks[k].position - first.position
-                block = bytes(view[rel: rel + blocks[k].size])
+                block = data if j - i == 1 else bytes(view[rel: rel + blocks[k].size])
                 check_block(block, blocks[k], key)
                 self.block_cache.put((key, blocks[k].position), block)
                 out[k] = block
             i = j
         return [b for b in out if b is not None]
 
-    async def read(self, stream_id: int, ref: ObjectRef, start_offset: int, max_bytes: int) -> bytes:
+    async def read(self, stream_id: int, ref: ObjectRef, start_offset: int, max_bytes: int,
+                   first: bool = True) -> bytes:
         """Whole batches of ``stream_id`` from the one holding ``start_offset``, up to ``max_bytes``
-        (at least one batch), within the object's committed range."""
+        (at least one batch when ``first``), within the object's committed range. When not
+        ``first``, a block that cannot fit is not fetched at all (the next fetch starts there)."""
         index = await self.index(ref.object_key, ref.size)
         blocks = index.blocks_for(stream_id, start_offset, max_bytes)
         if not blocks:
+            return b""
+        if not first and blocks[0].size > max_bytes and self.block_cache.get((ref.object_key, blocks[0].position)) is None:
             return b""
         data = b"".join(await self._blocks(ref.object_key, blocks))
         return slice_from(data, start_offset, max_bytes)

@@ -288,7 +288,7 @@ class StreamStorage:
         for _ in range(16):
             if cursor >= hw or budget <= 0:
                 break
-            piece = await self._read_piece(stream_id, handle, desc, cursor, budget, hw)
+            piece = await self._read_piece(stream_id, handle, desc, cursor, budget, hw, first=not parts)
             if not piece:
                 break
             if parts and len(piece) > budget:
@@ -300,7 +300,7 @@ class StreamStorage:
         return FetchResult(data, start_offset, cursor, hw, log_start)
 
     async def _read_piece(self, stream_id: int, handle: StreamHandle | None, desc: StreamDescription | None,
-                          offset: int, max_bytes: int, hw: int) -> bytes:
+                          offset: int, max_bytes: int, hw: int, first: bool = True) -> bytes:
         if handle is not None:
             cached = self.cache.read(stream_id, offset, max_bytes, hw)
             if cached:
@@ -316,7 +316,7 @@ class StreamStorage:
             raise FerryError(ErrorCode.OFFSET_NOT_AVAILABLE, f"offset {offset} of stream {stream_id} is below the "
                              "high watermark but neither cached nor in a committed object")
         try:
-            data = await self.reader.read(stream_id, ref, offset, max_bytes)
+            data = await self.reader.read(stream_id, ref, offset, max_bytes, first)
         except ObjectStoreError as exc:
             raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"reading {ref.object_key}: {exc}") from exc
         return _below(data, hw)

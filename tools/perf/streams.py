@@ -1,0 +1,342 @@
+"""`ferry perf streams [--json]`: stream storage beside raw baselines, measured in the same run.
+
+Every figure is paired with the raw operation it is built on, on the same disk and the same S3
+endpoint (a ``ferry s3 serve`` process started here unless ``--endpoint`` is given):
+
+* append MB/s (WAL, fsync before acknowledging) vs raw ``write`` + ``fdatasync`` of the same sizes;
+* upload MB/s (force upload: build object, PUT, commit) vs raw boto3 PUT of the same sizes;
+* fetch MB/s from S3 (cold cache: index GET + block GETs) vs raw ranged GETs of the same bytes;
+* close latency p50 (force upload + commit + close) with 0, 1 MiB and 8 MiB pending vs raw PUT p50.
+
+The controller is the in-process LocalController, so the figures are stream storage's own cost.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from metadata_quorum.local_controller import LocalController
+from stream_storage.batches import build_batch
+from stream_storage.config import MIB, S3Config, StreamStorageConfig
+from stream_storage.control import LocalStreamControl
+from stream_storage.s3_server import S3Server
+from stream_storage.s3_store import make_s3_client, open_s3_store
+from stream_storage.storage import StreamStorage
+
+TARGET_RATIO = 0.70
+CLOSE_TARGET_MS = 100.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _register(controller: LocalController, broker_id: int) -> int:
+    epoch = int(controller.write("register_broker", {"broker_id": broker_id, "incarnation_id": f"perf-{broker_id}",
+                                                     "endpoints": [], "rack": None, "log_dirs": []})["broker_epoch"])
+    controller.write("broker_heartbeat", {"broker_id": broker_id, "broker_epoch": epoch,
+                                          "metadata_offset": controller.next_offset - 1, "want_shutdown": False,
+                                          "saturated_log_dirs": [], "offline_log_dirs": []})
+    return epoch
+
+
+def _batch(size_bytes: int) -> bytes:
+    record_bytes = 4096
+    count = max(1, size_bytes // (record_bytes + 80))
+    return build_batch([(None, os.urandom(record_bytes)) for _ in range(count)], timestamp_ms=_now_ms())
+
+
+def raw_fsync_writes(directory: str, chunk: bytes, count: int) -> float:
+    """Seconds for ``count`` write + fdatasync of ``chunk`` to a fresh file."""
+    path = os.path.join(directory, "raw.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    try:
+        start = time.perf_counter()
+        for _ in range(count):
+            os.write(fd, chunk)
+            os.fdatasync(fd)
+        return time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.remove(path)
+
+
+def raw_puts(client: Any, bucket: str, body: bytes, count: int, threads: int) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+
+    def one(i: int) -> None:
+        t0 = time.perf_counter()
+        client.put_object(Bucket=bucket, Key=f"perf-raw/{os.getpid()}/{i}", Body=body)
+        latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(one, range(count)))
+    return time.perf_counter() - start, latencies
+
+
+def raw_ranged_gets(client: Any, bucket: str, key: str, size: int, chunk: int) -> tuple[float, int]:
+    start, got = time.perf_counter(), 0
+    for pos in range(0, size, chunk):
+        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={pos}-{min(size, pos + chunk) - 1}")["Body"]
+        got += len(body.read())
+    return time.perf_counter() - start, got
+
+
+class Bench:
+    def __init__(self, endpoint: str, bucket: str, work_dir: str, total_mib: int) -> None:
+        self.endpoint = endpoint
+        self.bucket = bucket
+        self.work_dir = work_dir
+        self.total_mib = total_mib
+        self.controller = LocalController(_now_ms)
+        self.client = make_s3_client(S3Config(endpoint_url=endpoint, bucket=bucket))
+        self.results: dict[str, Any] = {}
+        self._broker = 0
+
+    def storage(self, **overrides: Any) -> StreamStorage:
+        self._broker += 1
+        epoch = _register(self.controller, self._broker)
+        wal_dir = os.path.join(self.work_dir, f"wal-{self._broker}")
+        cfg = StreamStorageConfig(wal_dir=wal_dir, **overrides)
+        store = open_s3_store(S3Config(endpoint_url=self.endpoint, bucket=self.bucket))
+        return StreamStorage(cfg, store, LocalStreamControl(self.controller), self._broker, epoch)
+
+    async def append(self, rounds: int) -> None:
+        batch = _batch(64 * 1024)
+        count = self.total_mib * MIB // len(batch)
+        loop = asyncio.get_running_loop()
+        quiet = dict(upload_bytes=1 << 40, upload_interval_ms=3_600_000, cache_bytes=1 << 40)
+        st = self.storage(**quiet)
+        await st.start()
+        raw, one, many, fsyncs = [], [], [], []
+        writers = 8
+        per_writer = count // writers
+
+        async def timed_single() -> float:
+            sid = await st.create_stream()
+            await st.open_stream(sid, 0)
+            t0 = time.perf_counter()
+            for _ in range(count):
+                await st.append(sid, batch)
+            elapsed = time.perf_counter() - t0
+            st.release_stream(sid)
+            st.fence(sid, "benchmark done with it")
+            return count * len(batch) / elapsed / 1e6
+
+        async def timed_many() -> float:
+            sid = await st.create_stream()
+            await st.open_stream(sid, 0)
+
+            async def writer() -> None:
+                for _ in range(per_writer):
+                    await st.append(sid, batch)
+
+            fsyncs0 = st.wal.fsyncs
+            t0 = time.perf_counter()
+            await asyncio.gather(*(writer() for _ in range(writers)))
+            elapsed = time.perf_counter() - t0
+            fsyncs.append((st.wal.fsyncs - fsyncs0) / (writers * per_writer))
+            st.fence(sid, "benchmark done with it")
+            return writers * per_writer * len(batch) / elapsed / 1e6
+
+        for _ in range(rounds):  # interleaved: the disk is shared and its speed drifts
+            raw_s = await loop.run_in_executor(None, raw_fsync_writes, self.work_dir, batch, count)
+            raw.append(count * len(batch) / raw_s / 1e6)
+            one.append(await timed_single())
+            many.append(await timed_many())
+            await st.wal.trim()
+        self.results["append_1_writer_mb_s"] = round(statistics.median(one), 1)
+        self.results["append_8_writers_mb_s"] = round(statistics.median(many), 1)
+        self.results["append_8_writers_fsyncs_per_append"] = round(statistics.median(fsyncs), 3)
+        self.results["raw_fsync_write_mb_s"] = round(statistics.median(raw), 1)
+        self.results["append_batch_bytes"] = len(batch)
+        await st.abort()
+
+    async def upload_and_fetch(self, rounds: int) -> None:
+        object_bytes = 8 * MIB
+        streams = max(2, self.total_mib // 8)
+        batch = _batch(256 * 1024)
+        per_stream = object_bytes // len(batch)
+        body = os.urandom(per_stream * len(batch))
+        loop = asyncio.get_running_loop()
+        samples: dict[str, list[float]] = {}
+        put_latencies: list[float] = []
+        st = self.storage(upload_bytes=1 << 40, upload_interval_ms=3_600_000, cache_bytes=1 << 40)
+        await st.start()
+        uploaded: list[int] = []
+        for _ in range(rounds):
+            for threads in (1, 2):
+                raw_s, lat = await loop.run_in_executor(None, raw_puts, self.client, self.bucket, body, streams,
+                                                        threads)
+                samples.setdefault(f"raw_put_{threads}_mb_s", []).append(streams * len(body) / raw_s / 1e6)
+                if threads == 1:
+                    put_latencies += lat
+                sids = []
+                for _ in range(streams):
+                    sid = await st.create_stream()
+                    await st.open_stream(sid, 0)
+                    for _ in range(per_stream):
+                        await st.append(sid, batch)
+                    sids.append(sid)
+                t0 = time.perf_counter()
+                for i in range(0, len(sids), threads):
+                    await asyncio.gather(*(st.force_upload(s) for s in sids[i:i + threads]))
+                elapsed = time.perf_counter() - t0
+                samples.setdefault(f"upload_{threads}_mb_s", []).append(
+                    streams * per_stream * len(batch) / elapsed / 1e6)
+                for sid in sids:
+                    await st.close_stream(sid)
+                uploaded += sids
+        await st.close()
+        fetch_sids = uploaded[:streams]
+        keys = [(o["object_key"], o["size"]) for sid in fetch_sids
+                for o in self.controller.read("describe_stream", {"stream_id": sid})["objects"]]
+        gets = 0
+        for _ in range(rounds):
+            s, n = 0.0, 0
+            for key, size in keys:
+                ks, kn = await loop.run_in_executor(None, raw_ranged_gets, self.client, self.bucket, key, size, MIB)
+                s, n = s + ks, n + kn
+            samples.setdefault("raw_ranged_get_mb_s", []).append(n / s / 1e6)
+            reader = self.storage()  # a cold reader (another broker): indexes and blocks from S3
+            await reader.start()
+            fetched = 0
+            t0 = time.perf_counter()
+            for sid in fetch_sids:
+                offset = 0
+                while True:
+                    res = await reader.fetch(sid, offset, 1 * MIB)
+                    if not res.data:
+                        break
+                    fetched += len(res.data)
+                    offset = res.next_offset
+            samples.setdefault("fetch_mb_s", []).append(fetched / (time.perf_counter() - t0) / 1e6)
+            gets = reader.reader.gets
+            await reader.close()
+        for name, values in samples.items():
+            self.results[name] = round(statistics.median(values), 1)
+        self.results["raw_put_8mib_p50_ms"] = round(statistics.median(put_latencies) * 1000, 1)
+        self.results["fetch_gets"] = gets
+        self.results["fetch_objects"] = len(keys)
+
+    async def close_latency(self, repeats: int) -> None:
+        """Close with 0 / 1 MiB / 8 MiB pending; each close beside a raw PUT of the same bytes
+        made just before it (the endpoint's speed drifts on a shared machine)."""
+        st = self.storage(upload_bytes=1 << 40, upload_interval_ms=3_600_000)
+        await st.start()
+        batch = _batch(256 * 1024)
+        loop = asyncio.get_running_loop()
+        for label, pending in (("0", 0), ("1mib", 1 * MIB), ("8mib", 8 * MIB)):
+            samples, raw = [], []
+            count = pending // len(batch)
+            body = os.urandom(count * len(batch))
+            for _ in range(repeats):
+                sid = await st.create_stream()
+                await st.open_stream(sid, 0)
+                for _ in range(count):
+                    await st.append(sid, batch)
+                if count:
+                    _s, lat = await loop.run_in_executor(None, raw_puts, self.client, self.bucket, body, 1, 1)
+                    raw.append(lat[0] * 1000)
+                t0 = time.perf_counter()
+                await st.close_stream(sid)
+                samples.append((time.perf_counter() - t0) * 1000)
+            self.results[f"close_{label}_p50_ms"] = round(statistics.median(samples), 1)
+            self.results[f"close_{label}_max_ms"] = round(max(samples), 1)
+            self.results[f"close_{label}_pending_bytes"] = count * len(batch)
+            if raw:
+                self.results[f"raw_put_{label}_p50_ms"] = round(statistics.median(raw), 1)
+        await st.close()
+
+
+def ratios(r: dict[str, Any]) -> list[tuple[str, float, float, float, str]]:
+    """(figure, value, raw baseline, ratio, verdict) rows."""
+    rows = []
+
+    def row(name: str, value: float, raw: float) -> None:
+        ratio = value / raw if raw else 0.0
+        rows.append((name, value, raw, round(ratio, 2), "ok" if ratio >= TARGET_RATIO else "below target"))
+
+    row("append MB/s, 1 writer (vs raw fsync'd writes)", r["append_1_writer_mb_s"], r["raw_fsync_write_mb_s"])
+    row("append MB/s, 8 writers (vs raw fsync'd writes)", r["append_8_writers_mb_s"], r["raw_fsync_write_mb_s"])
+    row("upload MB/s, 1 at a time (vs raw PUT, 1 thread)", r["upload_1_mb_s"], r["raw_put_1_mb_s"])
+    row("upload MB/s, 2 at a time (vs raw PUT, 2 threads)", r["upload_2_mb_s"], r["raw_put_2_mb_s"])
+    row("fetch MB/s from S3 (vs raw ranged GET)", r["fetch_mb_s"], r["raw_ranged_get_mb_s"])
+    return rows
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    server: S3Server | None = None
+    work_dir = tempfile.mkdtemp(prefix="ferry-perf-streams-", dir=args.dir)
+    try:
+        if args.endpoint:
+            endpoint, bucket = args.endpoint, args.bucket
+        else:
+            server = S3Server(bucket=args.bucket).start()
+            endpoint, bucket = server.endpoint_url, server.bucket
+        bench = Bench(endpoint, bucket, work_dir, args.mib)
+        await bench.append(args.rounds)
+        await bench.upload_and_fetch(args.rounds)
+        await bench.close_latency(args.repeats)
+        out = dict(bench.results)
+        out["endpoint"] = endpoint
+        out["work_dir_fs"] = os.path.dirname(work_dir)
+        out["rows"] = [dict(zip(("figure", "value", "raw", "ratio", "verdict"), row)) for row in ratios(out)]
+        out["close_target_ms"] = CLOSE_TARGET_MS
+        out["close_8mib_within_target"] = out["close_8mib_p50_ms"] <= CLOSE_TARGET_MS
+        return out
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def print_table(out: dict[str, Any]) -> None:
+    print(f"stream storage vs raw (endpoint {out['endpoint']}, WAL dir under {out['work_dir_fs']})")
+    print(f"{'figure':52} {'value':>9} {'raw':>9} {'ratio':>6}  target ≥ {TARGET_RATIO:.0%}")
+    for row in out["rows"]:
+        print(f"{row['figure']:52} {row['value']:>9} {row['raw']:>9} {row['ratio']:>6}  {row['verdict']}")
+    print(f"close p50 (force upload + commit + close), beside a raw PUT of the same bytes just before each close:")
+    for label, name in (("0", "nothing"), ("1mib", "1 MiB"), ("8mib", "8 MiB")):
+        raw = out.get(f"raw_put_{label}_p50_ms", "-")
+        print(f"  {name + ' pending':50} {out[f'close_{label}_p50_ms']:>9} {raw:>9} ms   (max {out[f'close_{label}_max_ms']} ms)")
+    print(f"close with 8 MiB pending ≤ {CLOSE_TARGET_MS:.0f} ms p50: {'ok' if out['close_8mib_within_target'] else 'missed'}")
+    print(f"group commit: {out['append_8_writers_fsyncs_per_append']} fsyncs per append with 8 writers; "
+          f"a cold fetch of {out['fetch_objects']} objects used {out['fetch_gets']} GETs; throughputs are medians of "
+          f"interleaved rounds")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ferry perf streams", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--endpoint", default=None, help="S3 endpoint URL (default: start a moto server)")
+    parser.add_argument("--bucket", default="ferry-perf")
+    parser.add_argument("--dir", default=None, help="directory for the WAL and the raw-write file")
+    parser.add_argument("--mib", type=int, default=32, help="MiB per throughput figure (bounded: 8..256)")
+    parser.add_argument("--repeats", type=int, default=9, help="closes per pending size")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per throughput figure (median)")
+    args = parser.parse_args(argv)
+    args.mib = max(8, min(256, args.mib))
+    args.repeats = max(1, min(50, args.repeats))
+    args.rounds = max(1, min(9, args.rounds))
+    out = asyncio.run(run(args))
+    if args.json:
+        print(json.dumps(out, sort_keys=True))
+    else:
+        print_table(out)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
