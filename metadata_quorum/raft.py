@@ -163,24 +163,32 @@ class CommittedLog(SyncObjConsumer):
 
     @replicated
     def append(self, command: Command) -> tuple[bool, int, int]:
-        """Apply one command; rejected unless ``command.prev`` is the last applied command's id."""
+        """Apply one command; rejected unless ``command.prev`` is the last applied command's id.
+
+        The new batches and image are computed before anything changes, so a command whose records
+        cannot be replayed is rejected whole — the same way on every node, since replay is deterministic.
+        """
         with self._lock:
             accepted = command.prev == self.last_command_id
             first = self.next_offset
             if accepted:
-                epoch = int(command.epoch)
-                flat: list[Record] = []
-                for batch in command.batches:
-                    if not batch:
-                        continue
-                    base = self.next_offset
-                    encoded = [encode_record(r) for r in batch]
-                    self.batches.append((base, epoch, encoded))
-                    self._bases.append(base)
-                    self.next_offset += len(encoded)
-                    flat.extend(batch)
-                if flat:
-                    self._image = advance_image(self._image, flat, first, epoch)
+                try:
+                    epoch = int(command.epoch)
+                    new_batches: list[tuple[int, int, list[dict[str, Any]]]] = []
+                    flat: list[Record] = []
+                    for batch in command.batches:
+                        if batch:
+                            new_batches.append((first + len(flat), epoch, [encode_record(r) for r in batch]))
+                            flat.extend(batch)
+                    image = advance_image(self._image, flat, first, epoch) if flat else self._image
+                except Exception:
+                    log.exception("command %s cannot be replayed; rejected", command.command_id)
+                    accepted = False
+            if accepted:
+                self.batches.extend(new_batches)
+                self._bases.extend(b[0] for b in new_batches)
+                self.next_offset = first + len(flat)
+                self._image = image
                 self.epoch = epoch
                 self.last_command_id = command.command_id
                 self._maybe_drop_old_batches()
