@@ -1,0 +1,257 @@
+"""The replicated log and the leader's write pipeline, driven without Raft (deterministic, fast).
+
+A fake node applies submitted commands on the event loop in order, as Raft would once they commit;
+tests can hold commands back, reorder the leader's fate, or inject a foreign command.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+import pytest
+
+from metadata_quorum.config import ControllerConfig, PeerAddress
+from metadata_quorum.controller_result import ControllerResult, OpContext
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.quorum_controller import QuorumController
+from metadata_quorum.raft import Command, CommittedLog
+from metadata_quorum.records import KVRecord, NoOpRecord, decode_record
+
+
+def put(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    if not args.get("key"):
+        raise FerryError(ErrorCode.INVALID_REQUEST, "key is required")
+    return ControllerResult((KVRecord(key=args["key"], value=args.get("value")),), {"next_offset": ctx.next_offset})
+
+
+def get_nothing(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    return ControllerResult((), {"value": image.kv.get(args["key"])})
+
+
+def two(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """Two records that must commit together, the second depending on the first being visible."""
+    n = int(image.kv.get("counter", "0"))
+    return ControllerResult((KVRecord("counter", str(n + 1)), KVRecord(f"seen-{n}", "1")), {"n": n})
+
+
+OPS: dict[str, Callable[..., ControllerResult]] = {"put": put, "get": get_nothing, "two": two}
+
+
+class FakeNode:
+    """Stands in for RaftNode: leadership is set by the test; commands apply when released."""
+
+    def __init__(self, state: CommittedLog, loop: asyncio.AbstractEventLoop) -> None:
+        self.state = state
+        self.loop = loop
+        self.is_leader = False
+        self.term = 0
+        self.held: list[Command] = []
+        self.hold = False
+        self.submitted: list[Command] = []
+
+    def submit(self, command: Command, callback: Any) -> None:
+        self.submitted.append(command)
+        if self.hold:
+            self.held.append(command)
+        else:
+            self.loop.call_soon(self.apply, command)
+
+    def apply(self, command: Command) -> None:
+        self.state.append(command, _doApply=True)  # what pysyncobj does once the entry commits
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for command in held:
+            self.apply(command)
+
+    def leader_id(self) -> int | None:
+        return 1 if self.is_leader else None
+
+    def status(self) -> dict[str, Any]:
+        return {}
+
+    def last_response_monotonic(self) -> dict[str, float]:
+        return {}
+
+
+def make(loop: asyncio.AbstractEventLoop, **overrides: Any) -> tuple[QuorumController, FakeNode, CommittedLog]:
+    config = ControllerConfig(node_id=1, controllers={1: PeerAddress("127.0.0.1:1", "127.0.0.1:2")},
+                              data_dir="/nonexistent", **overrides)
+    holder: dict[str, QuorumController] = {}
+    state = CommittedLog(1000, on_applied=lambda a: holder["c"].on_applied_threadsafe(a))
+    controller = QuorumController(config, state, OPS, loop)
+    holder["c"] = controller
+    node = FakeNode(state, loop)
+    controller.start(node)  # type: ignore[arg-type]
+    return controller, node, state
+
+
+async def become_leader(controller: QuorumController, node: FakeNode) -> None:
+    node.is_leader, node.term = True, node.term + 1
+    controller.on_state_changed_threadsafe(1, 2)
+    for _ in range(200):
+        if controller.active:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("never became active")
+
+
+def kv_log(state: CommittedLog) -> list[Any]:
+    return [decode_record(r) for r in (rec for _o, rec in state.read(0, 10_000).records)]
+
+
+async def test_not_leader_answers_not_controller() -> None:
+    controller, _node, _state = make(asyncio.get_running_loop())
+    with pytest.raises(FerryError) as err:
+        await controller.write("put", {"key": "a"}, 1.0)
+    assert err.value.error is ErrorCode.NOT_CONTROLLER
+    assert err.value.details == {"leader_id": -1, "leader_url": None}
+    await controller.stop()
+
+
+async def test_new_leader_commits_a_noop_first_and_the_term_is_the_epoch() -> None:
+    controller, node, state = make(asyncio.get_running_loop())
+    await become_leader(controller, node)
+    reply, offset = await controller.write("put", {"key": "a", "value": "1"}, 1.0)
+    assert offset == 1 and reply == {"next_offset": 1}
+    assert kv_log(state) == [NoOpRecord(term=1, leader_id=1), KVRecord("a", "1")]
+    assert state.image.epoch == 1
+    await controller.stop()
+
+
+async def test_ops_run_one_at_a_time_against_uncommitted_records_and_group_into_one_command() -> None:
+    controller, node, state = make(asyncio.get_running_loop())
+    await become_leader(controller, node)
+    node.hold = True
+    before = len(node.submitted)
+    writes = [asyncio.ensure_future(controller.write("two", {}, 2.0)) for _ in range(5)]
+    await asyncio.sleep(0.01)
+    assert not any(w.done() for w in writes)  # nothing is answered before it commits
+    assert len(node.submitted) == before + 1  # five operations, one Raft command
+    node.release()
+    replies = [await w for w in writes]
+    assert [r[0]["n"] for r in replies] == [0, 1, 2, 3, 4]  # each saw the previous, uncommitted ones
+    assert [r[1] for r in replies] == [2, 4, 6, 8, 10]  # each op's last offset
+    assert state.image.kv["counter"] == "5"
+    await controller.stop()
+
+
+async def test_bad_input_fails_alone_and_writes_nothing() -> None:
+    controller, node, state = make(asyncio.get_running_loop())
+    await become_leader(controller, node)
+    hw = state.high_watermark
+    with pytest.raises(FerryError) as err:
+        await controller.write("put", {"value": "x"}, 1.0)
+    assert err.value.error is ErrorCode.INVALID_REQUEST
+    with pytest.raises(FerryError):
+        await controller.write("nope", {}, 1.0)
+    assert state.high_watermark == hw
+    await controller.stop()
+
+
+async def test_an_op_without_records_waits_for_earlier_writes_to_commit() -> None:
+    controller, node, state = make(asyncio.get_running_loop())
+    await become_leader(controller, node)
+    node.hold = True
+    w = asyncio.ensure_future(controller.write("put", {"key": "k", "value": "v"}, 2.0))
+    r = asyncio.ensure_future(controller.write("get", {"key": "k"}, 2.0))
+    await asyncio.sleep(0.01)
+    assert not r.done()
+    node.release()
+    assert (await r)[0] == {"value": "v"}
+    await w
+    await controller.stop()
+
+
+async def test_a_foreign_command_rejects_the_leaders_view_which_is_rebuilt() -> None:
+    loop = asyncio.get_running_loop()
+    controller, node, state = make(loop)
+    await become_leader(controller, node)
+    node.hold = True
+    w = asyncio.ensure_future(controller.write("put", {"key": "mine", "value": "1"}, 2.0))
+    await asyncio.sleep(0.01)
+    # Another leader's command commits first at the same position: ours must be rejected.
+    node.apply(Command("other.9.0", state.last_command_id, 9, ((KVRecord("theirs", "1"),),)))
+    node.release()
+    with pytest.raises(FerryError) as err:
+        await w
+    assert err.value.error is ErrorCode.NOT_CONTROLLER and err.value.retriable
+    assert "mine" not in state.image.kv and state.image.kv["theirs"] == "1"
+    node.hold = False
+    _reply, offset = await controller.write("put", {"key": "mine", "value": "2"}, 2.0)  # view rebuilt
+    assert kv_log(state)[offset] == KVRecord("mine", "2")
+    await controller.stop()
+
+
+async def test_losing_leadership_fails_pending_writes_and_refuses_new_ones() -> None:
+    controller, node, state = make(asyncio.get_running_loop())
+    await become_leader(controller, node)
+    node.hold = True
+    w = asyncio.ensure_future(controller.write("put", {"key": "k", "value": "v"}, 2.0))
+    await asyncio.sleep(0.01)
+    node.is_leader = False
+    controller.on_state_changed_threadsafe(2, 0)
+    with pytest.raises(FerryError) as err:
+        await w
+    assert err.value.error is ErrorCode.NOT_CONTROLLER
+    with pytest.raises(FerryError):
+        await controller.write("put", {"key": "k2"}, 1.0)
+    await controller.stop()
+
+
+async def test_commands_that_never_commit_time_out_and_reset_the_view() -> None:
+    controller, node, state = make(asyncio.get_running_loop(), commit_timeout_ms=1)
+    await become_leader(controller, node)
+    node.hold = True
+    w = asyncio.ensure_future(controller.write("put", {"key": "lost", "value": "1"}, 2.0))
+    await asyncio.sleep(0.01)
+    controller.expire_inflight()
+    with pytest.raises(FerryError) as err:
+        await w
+    assert err.value.error is ErrorCode.REQUEST_TIMED_OUT
+    node.held.clear()  # the command never commits
+    node.hold = False
+    _reply, offset = await controller.write("put", {"key": "next", "value": "1"}, 2.0)
+    assert "lost" not in state.image.kv and kv_log(state)[offset] == KVRecord("next", "1")
+    await controller.stop()
+
+
+def test_log_rejects_stale_and_duplicate_commands_the_same_way_everywhere() -> None:
+    logs = [CommittedLog(1000) for _ in range(3)]
+    commands = [
+        Command("a", "", 1, ((KVRecord("x", "1"),),)),
+        Command("b", "a", 1, ((KVRecord("y", "1"), KVRecord("z", "1")), (KVRecord("w", "1"),))),
+        Command("b", "a", 1, ((KVRecord("y", "2"),),)),  # duplicate id, stale prev
+        Command("c", "zzz", 2, ((KVRecord("q", "1"),),)),  # computed against another view
+        Command("d", "b", 2, ((object(),),)),  # cannot be replayed: rejected whole
+        Command("e", "b", 2, ((KVRecord("x", "2"),),)),
+    ]
+    for log in logs:
+        results = [log.append(c, _doApply=True) for c in commands]
+        assert [r[0] for r in results] == [True, True, False, False, False, True]
+        assert log.high_watermark == 5
+        assert dict(log.image.kv) == {"x": "2", "y": "1", "z": "1", "w": "1"}
+        assert (log.image.offset, log.image.epoch) == (4, 2)
+    assert logs[0].read(0, 100) == logs[1].read(0, 100) == logs[2].read(0, 100)
+    piece = logs[0].read(1, 1)
+    assert [o for o, _ in piece.records] == [1, 2]  # whole batches, even past max_records
+
+
+def test_log_keeps_recent_batches_and_snapshots_older_offsets_and_survives_a_dump() -> None:
+    log = CommittedLog(10)
+    prev = ""
+    for i in range(30):
+        log.append(Command(f"c{i}", prev, 1, ((KVRecord(f"k{i % 4}", str(i)),),)), _doApply=True)
+        prev = f"c{i}"
+    assert log.log_start_offset > 0
+    old = log.read(0, 100)
+    assert old.snapshot_offset == 29 and old.records == []
+    assert {decode_record(r).key for r in old.snapshot_records or []} == {"k0", "k1", "k2", "k3"}
+    recent = log.read(log.log_start_offset, 100)
+    assert [o for o, _ in recent.records] == list(range(log.log_start_offset, 30))
+    restored = CommittedLog(10)
+    restored._deserialize(log._serialize())
+    assert dict(restored.image.kv) == dict(log.image.kv) and restored.image.offset == 29
+    assert restored.read(log.log_start_offset, 100) == recent
+    restored.append(Command("c30", "c29", 1, ((KVRecord("k9", "x"),),)), _doApply=True)
+    assert restored.image.kv["k9"] == "x" and restored.high_watermark == 31
