@@ -24,8 +24,36 @@ ROLE_SOURCE = "source"
 ROLE_TARGET = "target"
 
 
+KV_HALVES_KEPT = 16  # per partition and role: the latest moves, so that any broker can merge them
+
+
 def move_kv_key(topic_id: str, partition: int, role: str) -> str:
     return f"move/{topic_id}/{partition}/{role}"
+
+
+def encode_halves(previous: str | None, half: "MoveHalf") -> str:
+    """The KV value after adding ``half``: a JSON list of the latest halves, oldest first."""
+    halves = [h for h in decode_halves(previous) if h.move_id != half.move_id]
+    halves.append(half)
+    return json.dumps([h.to_json() for h in halves[-KV_HALVES_KEPT:]], separators=(",", ":"), sort_keys=True)
+
+
+def decode_halves(raw: str | None) -> list["MoveHalf"]:
+    """The halves of a KV value (a list, or one half); garbage decodes to nothing."""
+    if not raw:
+        return []
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return []
+    items = data if isinstance(data, list) else [data]
+    out = []
+    for item in items:
+        try:
+            out.append(MoveHalf.from_json(item))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
 
 
 @dataclass

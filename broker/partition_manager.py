@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from broker import partition as sm
 from broker.log_dirs import choose_log_dir, partition_dir_name
 from broker.metrics import BrokerMetrics
-from broker.move_timeline import ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline, merge_all, move_kv_key
+from broker.move_timeline import (ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline, decode_halves, encode_halves,
+                                  merge_all, move_kv_key)
 from broker.replica import Replica, StreamPlan
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -351,10 +352,11 @@ class PartitionManager:
                      if t.get(f"t{i}") is not None and (i == 1 or t.get(f"t{i-1}") is not None) else None
                      for i in range(1, 6)}
             self.metrics.observe_move(ROLE_SOURCE, steps, None)
-        self._spawn(self._publish(move_kv_key(topic_id, half.partition, half.role), half.encode()))
+        self._spawn(self._publish(move_kv_key(topic_id, half.partition, half.role), half))
 
-    async def _publish(self, key: str, value: str) -> None:
+    async def _publish(self, key: str, half: MoveHalf) -> None:
         try:
+            value = encode_halves(self.image.kv.get(key), half)
             await self._write("put_kv", {"key": key, "value": value})
         except Exception as exc:  # noqa: BLE001 - timelines are best effort
             log.info("could not publish move timeline %s: %r", key, exc)
@@ -363,9 +365,7 @@ class PartitionManager:
         halves = list(self.history)
         for key, value in self.image.kv.items():
             if key.startswith("move/"):
-                h = MoveHalf.decode(value)
-                if h is not None:
-                    halves.append(h)
+                halves.extend(decode_halves(value))
         return halves
 
     def timeline_for(self, half: MoveHalf) -> MoveTimeline | None:

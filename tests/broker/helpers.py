@@ -85,3 +85,20 @@ async def leader_of(session: aiohttp.ClientSession, url: str, topic: str, partit
     async with session.get(f"{url}/v1/metadata", params={"topics": topic}) as resp:
         body = await resp.json()
     return int(body["topics"][0]["partitions"][partition]["leader"])
+
+
+async def wait_running(session: aiohttp.ClientSession, url: str, timeout_s: float = 30.0) -> None:
+    """Until the broker is registered (a restarted broker waits for its old incarnation's session
+    to expire) and unfenced."""
+    deadline = time.monotonic() + timeout_s
+    body: Any = None
+    while time.monotonic() < deadline:
+        try:
+            async with session.get(f"{url}/v1/health") as resp:
+                body = await resp.json()
+            if body.get("state") == "RUNNING" and body.get("fenced") is False:
+                return
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{url} is not running: {body}")

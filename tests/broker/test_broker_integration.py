@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 
 from tests.broker.conftest import FAST
-from tests.broker.helpers import (batch, create_topic, fetch_all, leader_of, produce, reassign, wait_serving)
+from tests.broker.helpers import (batch, create_topic, fetch_all, leader_of, produce, reassign, wait_running,
+                                  wait_serving)
 from tools.cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -203,6 +204,7 @@ async def test_controlled_shutdown_moves_partitions_then_restart(two_brokers: Lo
         log_text = open(c.broker_log_path(1)).read()
         assert "controlled shutdown" in log_text and "closed cs-0" in log_text
         c.restart_broker(1)
+        await wait_running(s, c.broker_url(1))
         reassign(c, "cs", 0, 1)
         await wait_serving(s, c.broker_url(1), "cs", 0)
         recs = await fetch_all(s, c.broker_url(1), "cs", 0)
@@ -241,6 +243,7 @@ async def test_killed_owner_recovered_from_its_wal_then_paused_owner_steps_down(
 
         # now broker 2 owns it; bring broker 1 back, move the partition there, then freeze it
         c.restart_broker(1)
+        await wait_running(s, c.broker_url(1))
         reassign(c, "kw", 0, 1)
         await wait_serving(s, c.broker_url(1), "kw", 0)
         for i in range(30, 40):

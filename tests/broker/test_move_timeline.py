@@ -67,3 +67,17 @@ def test_step_durations_with_gaps() -> None:
 
 def test_kv_key() -> None:
     assert move_kv_key("abc", 3, ROLE_SOURCE) == "move/abc/3/source"
+
+
+def test_kv_value_keeps_latest_halves_and_replaces_same_move() -> None:
+    from broker.move_timeline import KV_HALVES_KEPT, decode_halves, encode_halves
+    raw = None
+    for move_id in range(1, KV_HALVES_KEPT + 5):
+        raw = encode_halves(raw, source(move_id))
+    halves = decode_halves(raw)
+    assert [h.move_id for h in halves] == list(range(5, KV_HALVES_KEPT + 5))
+    updated = source(KV_HALVES_KEPT + 4)
+    updated.mark("t6", 1)
+    assert len(decode_halves(encode_halves(raw, updated))) == KV_HALVES_KEPT
+    assert decode_halves("garbage") == [] and decode_halves(None) == []
+    assert decode_halves(source(7).encode())[0].move_id == 7
