@@ -281,7 +281,16 @@ class MetadataLogFollower:
                 await asyncio.sleep(backoff_ms / 1000 * (0.5 + random.random() / 2))
                 backoff_ms = min(BACKOFF_MAX_MS, backoff_ms * 2)
                 continue
-            await self.handle(body)
+            try:
+                await self.handle(body)
+            except FerryError as e:  # a gap: ask another controller from where we are
+                log.warning("metadata log from %s: %s", url, e)
+                self._current += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("metadata log callback failed at offset %d", self.offset)
+                await asyncio.sleep(backoff_ms / 1000)
 
     async def poll_once(self, max_wait_ms: int = 0) -> int:
         """Fetch and apply one response; returns how many records (or snapshot records) it carried."""

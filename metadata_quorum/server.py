@@ -388,7 +388,12 @@ def main(argv: list[str] | None = None) -> int:
     except FerryError as e:
         print(f"ferry controller: {e}", file=sys.stderr)
         return 2
-    asyncio.run(serve(config))
+    try:
+        asyncio.run(serve(config))
+    except OSError as e:
+        print(f"ferry controller {config.node_id}: cannot serve on {config.me.http}: {e.strerror or e}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
