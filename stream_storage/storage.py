@@ -305,9 +305,9 @@ class StreamStorage:
             cached = self.cache.read(stream_id, offset, max_bytes, hw)
             if cached:
                 return cached
-            if handle.objects is None or handle.object_for(offset) is None:
+            if handle.object_for(offset) is None:
                 fresh = await self._describe(stream_id)
-                handle.objects = list(fresh.objects)
+                handle.merge_objects(fresh.objects)
             ref = handle.object_for(offset)
         else:
             assert desc is not None

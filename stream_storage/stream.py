@@ -36,7 +36,7 @@ class StreamHandle:
     committed_end: int
     state: str = OPEN
     reason: str = ""
-    objects: list[ObjectRef] | None = None  # None until first needed (fetch from S3)
+    objects: list[ObjectRef] = field(default_factory=list)  # committed objects known here, by start
     inflight_appends: int = 0
     durable_limit: int | None = None  # set when a WAL write failed: nothing at or past it is valid
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -76,9 +76,13 @@ class StreamHandle:
             self.durable_end = end_offset
         return True
 
+    def merge_objects(self, refs: "list[ObjectRef] | tuple[ObjectRef, ...]") -> None:
+        """Merge the controller's list (a follower's may lag behind our own commits)."""
+        for ref in refs:
+            if ref.end_offset > self.start_offset:
+                self.add_object(ref)
+
     def add_object(self, ref: ObjectRef) -> None:
-        if self.objects is None:
-            return  # loaded lazily from the controller, which already has it
         if any(o.object_key == ref.object_key for o in self.objects):
             return
         starts = [o.start_offset for o in self.objects]
@@ -95,8 +99,7 @@ class StreamHandle:
 
     def trim_objects(self, new_start: int) -> None:
         self.start_offset = max(self.start_offset, new_start)
-        if self.objects is not None:
-            self.objects = [o for o in self.objects if o.end_offset > new_start]
+        self.objects = [o for o in self.objects if o.end_offset > new_start]
 
 
 def objects_for(objects: list[ObjectRef] | tuple[ObjectRef, ...], offset: int) -> ObjectRef | None:

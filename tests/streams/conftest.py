@@ -3,7 +3,7 @@ StreamStorage instances over a memory store, and a real moto server process."""
 from __future__ import annotations
 
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import pytest
 
@@ -13,6 +13,7 @@ from stream_storage.config import RetryPolicy, StreamStorageConfig
 from stream_storage.control import LocalStreamControl
 from stream_storage.memory_store import MemoryObjectStore
 from stream_storage.object_store import ObjectStore, RetryingObjectStore
+from stream_storage.s3_server import S3Server
 from stream_storage.storage import StreamStorage
 
 FAST_RETRY = RetryPolicy(max_attempts=8, base_backoff_ms=1, max_backoff_ms=10)
@@ -101,6 +102,17 @@ async def make_storage(tmp_path: Any, controller: LocalController) -> AsyncItera
     for storage in created:  # whatever a test left running: stop tasks, close files
         if storage._started and storage.wal._fd is not None:
             await storage.abort()
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: Any) -> Iterator[S3Server]:
+    """A real ``ferry s3 serve`` process for the module's tests (killed at the end)."""
+    log = str(tmp_path_factory.mktemp("s3") / "s3.log")
+    server = S3Server(bucket="ferry-streams-test", log_path=log).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -23,16 +23,6 @@ from tests.streams.test_faults import check_committed_objects
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: Any) -> Iterator[S3Server]:
-    log = str(tmp_path_factory.mktemp("s3") / "s3.log")
-    server = S3Server(bucket="ferry-streams-test", log_path=log).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def s3_config(endpoint: str, bucket: str, **kw: Any) -> S3Config:
     return S3Config(endpoint_url=endpoint, bucket=bucket, retry=RetryPolicy(max_attempts=8, base_backoff_ms=5,
                                                                          max_backoff_ms=50), **kw)
