@@ -128,3 +128,19 @@ def test_topics_bad_input_fails_clearly_and_changes_nothing(
     _, listed_after, _ = run(topics_cmd, boot + ["--list"], capsys)
     assert listed_after == listed_before
     assert shared_quorum.health(shared_quorum.wait_leader())["high_watermark"] == before  # type: ignore[index]
+
+
+def test_ferry_command_line_dispatches_to_the_tools(shared_quorum: Quorum) -> None:
+    """The same tools through `python -m tools.cli`, as a user runs them."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "tools.cli", "metadata-quorum", "--bootstrap-controller",
+                          shared_quorum.bootstrap[2], "describe", "--status"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].startswith("ClusterId:")
+    bad = subprocess.run([sys.executable, "-m", "tools.cli", "topics", "--bootstrap-controller",
+                          shared_quorum.bootstrap[0], "--create", "--topic", "..", "--partitions", "1"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 1 and "INVALID_TOPIC_EXCEPTION" in bad.stderr
