@@ -85,6 +85,7 @@ async def single_partition_moves(cluster: LocalCluster, admin: Admin, label: str
     load = await ProduceLoad(cluster.bootstrap_servers, [tp]).start()
     gaps: list[float] = []
     timelines: list[dict[str, Any]] = []
+    per_move: list[dict[str, Any]] = []
     try:
         await load.wait_ack_from(tp, 1, 0, 30)
         await asyncio.sleep(0.5)
@@ -97,6 +98,9 @@ async def single_partition_moves(cluster: LocalCluster, admin: Admin, label: str
             t = await fetch_timeline(admin, tp, [src, dst], move_after_ms=wall_ms - 1000)
             if t is not None:
                 timelines.append(t)
+            per_move.append({"from": src, "to": dst, "unavailability_ms": r.unavailability_ms,
+                             "total_ms": None if t is None else t.get("total_ms"),
+                             "steps_ms": None if t is None else t.get("steps_ms")})
             await asyncio.sleep(0.3)
     finally:
         await load.stop()
@@ -107,6 +111,7 @@ async def single_partition_moves(cluster: LocalCluster, admin: Admin, label: str
         step_sum = sum(float(t["steps_ms"].get(str(k)) or 0) for t in timelines)
         shares[str(k)] = step_sum / total_sum if total_sum else 0.0
     return {"size": label, "size_bytes": size_bytes, "moves": len(gaps), "fill_mb_s": round(fill_mb_s, 1),
+            "per_move": per_move,
             "unavailability_ms": gaps, "p50_ms": percentile(gaps, 50), "p99_ms": percentile(gaps, 99),
             "timeline_p50_ms": percentile(totals, 50), "step_share": shares,
             "step_p50_ms": {str(k): percentile([float(t["steps_ms"][str(k)]) for t in timelines
@@ -264,7 +269,7 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(state_dir, ignore_errors=True)
     if args.json:
         out = {k: v for k, v in result.items() if k != "sizes"}
-        out["sizes"] = [{k: v for k, v in s.items() if k != "unavailability_ms"} for s in result["sizes"]]
+        out["sizes"] = result["sizes"]
         print(json.dumps(out, indent=2))
     else:
         render(result, console)
