@@ -78,7 +78,11 @@ async def test_streams_through_controller_processes(quorum: Quorum, s3_server: S
         assert [r.key for r in got] == [f"{t}-{i}".encode() for t in tags for i in range(3)]
         assert await other.append(sid, batch_of("next")) == 36
         await other.close_stream(sid)
-        desc = await client.read("describe_stream", {"stream_id": sid})
+        for _ in range(100):  # reads go to any controller; a follower applies the close a moment later
+            desc = await client.read("describe_stream", {"stream_id": sid})
+            if desc["state"] == "CLOSED":
+                break
+            await asyncio.sleep(0.02)
         assert desc["end_offset"] == 39 and desc["state"] == "CLOSED" and desc["epoch"] == 2
         await a.close()
         await b.close()
