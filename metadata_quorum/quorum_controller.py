@@ -260,6 +260,7 @@ class QuorumController:
                 if inflight.is_noop and self.is_leader:
                     self.active = True
                     self._active_event.set()
+                    self._start_broker_sessions()
                     log.info("controller %d is active in term %d at offset %d", self.config.node_id,
                              self.epoch, applied.next_offset - 1)
             else:
@@ -273,6 +274,14 @@ class QuorumController:
             if not fut.done():
                 fut.set_result(None)
         self._wakeup.set()
+
+    def _start_broker_sessions(self) -> None:
+        """A new active controller gives every unfenced broker a full session (heartbeats are not
+        records, so it cannot know when they last beat): one that died meanwhile is fenced on time."""
+        now = now_ms()
+        for broker_id, reg in self.state.image.cluster.brokers.items():
+            if not reg.fenced:
+                self.last_heartbeat_ms.setdefault(broker_id, now)
 
     def _fail_inflight(self, inflight: _Inflight, why: str) -> None:
         leader_id, url = self.leader_hint()

@@ -255,3 +255,32 @@ def test_log_keeps_recent_batches_and_snapshots_older_offsets_and_survives_a_dum
     assert restored.read(log.log_start_offset, 100) == recent
     restored.append(Command("c30", "c29", 1, ((KVRecord("k9", "x"),),)), _doApply=True)
     assert restored.image.kv["k9"] == "x" and restored.high_watermark == 31
+
+
+async def test_a_new_leader_fences_a_broker_that_stops_heartbeating_after_failover() -> None:
+    from metadata_quorum.operations import WRITE_OPERATIONS
+
+    loop = asyncio.get_running_loop()
+    controller, node, state = make(loop, session_timeout_ms=50)
+    controller.operations = dict(WRITE_OPERATIONS)
+    await become_leader(controller, node)
+    reply, offset = await controller.write("register_broker", {
+        "broker_id": 4, "incarnation_id": "i4", "endpoints": ["http://127.0.0.1:1"],
+        "log_dirs": [{"dir_id": "d", "path": "/tmp/ferry-d"}]}, 2.0)
+    hb, _ = await controller.write("broker_heartbeat", {"broker_id": 4, "broker_epoch": reply["broker_epoch"],
+                                                        "metadata_offset": offset}, 2.0)
+    assert hb["is_fenced"] is False
+    node.is_leader = False
+    controller.on_state_changed_threadsafe(2, 0)
+    await asyncio.sleep(0.01)
+    assert controller.last_heartbeat_ms == {}  # heartbeats are the active controller's memory only
+    await become_leader(controller, node)
+    assert 4 in controller.last_heartbeat_ms  # a fresh session, not "never heard of"
+    await asyncio.sleep(0.1)
+    controller.enqueue_internal("tick")
+    for _ in range(200):
+        if state.image.cluster.brokers[4].fenced:
+            break
+        await asyncio.sleep(0.005)
+    assert state.image.cluster.brokers[4].fenced
+    await controller.stop()
