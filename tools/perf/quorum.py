@@ -73,12 +73,12 @@ def _raw_syncobj_node(index: int, ports: list[int], calls: int, out_path: str) -
                        raftMaxTimeout=raft.raft_max_timeout_s, appendEntriesPeriod=raft.append_entries_period_s,
                        connectionRetryTime=raft.connection_retry_time_s)
     node = Counter(addrs[index], [a for i, a in enumerate(addrs) if i != index], conf)
-    if index != 0:
-        while True:
-            time.sleep(1)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not (node._isReady() and node._getLeader() is not None):
         time.sleep(0.05)
+    if not node._isLeader():  # the leader measures, as the controllers' leader commits
+        while True:
+            time.sleep(1)
     latencies = []
     for i in range(calls + 50):
         t0 = time.perf_counter()
@@ -131,7 +131,11 @@ def raw_syncobj_baseline(calls: int, workdir: str) -> list[float]:
     procs = [_spawn_self("--raw-syncobj-node", str(i), ",".join(map(str, ports)), str(calls), out_path)
              for i in range(3)]
     try:
-        procs[0].wait(timeout=60)
+        deadline = time.monotonic() + 90
+        while not any(p.poll() is not None for p in procs):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the raw pysyncobj baseline did not finish")
+            time.sleep(0.05)
         with open(out_path, encoding="utf-8") as f:
             return list(json.load(f))
     finally:
