@@ -9,6 +9,7 @@ without recomputing it — which is why the storage layer can assign offsets che
 from __future__ import annotations
 
 import struct
+import typing
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -71,7 +72,7 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-def build_batch(records: Iterable[tuple[bytes | None, bytes | None]] | Sequence[Record],
+def build_batch(records: Iterable[tuple[bytes | None, bytes | None] | Record],
                 base_offset: int = 0, timestamp_ms: int | None = None,
                 headers: Sequence[tuple[str, bytes | None]] = (), producer_id: int = -1,
                 producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
@@ -84,7 +85,7 @@ def build_batch(records: Iterable[tuple[bytes | None, bytes | None]] | Sequence[
         if isinstance(item, Record):
             builder.append(i, item.timestamp_ms, item.key, item.value, list(item.headers))
         else:
-            key, value = item
+            key, value = typing.cast("tuple[bytes | None, bytes | None]", item)
             builder.append(i, timestamp_ms, key, value, list(headers))
         count += 1
     if count == 0:

@@ -305,9 +305,12 @@ class StreamStorage:
             cached = self.cache.read(stream_id, offset, max_bytes, hw)
             if cached:
                 return cached
-            if handle.object_for(offset) is None:
-                fresh = await self._describe(stream_id)
-                handle.merge_objects(fresh.objects)
+            for attempt in range(8):  # a follower controller may not have applied the commit yet
+                if handle.object_for(offset) is not None:
+                    break
+                if attempt:
+                    await asyncio.sleep(self.config.controller_retry.backoff_ms(attempt) / 1000)
+                handle.merge_objects((await self._describe(stream_id)).objects)
             ref = handle.object_for(offset)
         else:
             assert desc is not None
