@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -25,7 +26,7 @@ from tools.rebalance.greedy import greedy_owners
 from tools.rebalance.model import RESOURCES, ClusterLoad
 from tools.rebalance.planner import PlannerConfig, plan
 from tools.rebalance.round_robin import round_robin_owners
-from tools.rebalance.samples import write_samples_dir
+from tools.rebalance.samples import keys_in_window, local_sample_files, write_samples_dir
 from tools.rebalance.spark_session import timed_spark_session
 from tools.rebalance.summary import summarize
 from tools.rebalance.synthetic import SyntheticSpec, synthetic_cluster, synthetic_samples
@@ -75,7 +76,9 @@ def run_case(spark: Any, case: Case, workdir: Path) -> dict[str, Any]:
     root = workdir / case.label
     paths = write_sample_files(cluster, root)
     started = time.perf_counter()
-    agg = aggregate_samples(spark, read_samples(spark, paths), window_ms=60_000)
+    keys, end_ms = keys_in_window(local_sample_files(root), window_ms=60_000)
+    agg = aggregate_samples(spark, read_samples(spark, [str(root / k) for k in keys]), window_ms=60_000,
+                            end_ms=end_ms)
     aggregated = time.perf_counter()
     result = plan(agg.cluster, PlannerConfig(balance_band=BAND))
     planned = time.perf_counter()
@@ -120,6 +123,7 @@ def warm_up(spark: Any, workdir: Path) -> float:
 
 
 def run(cases: tuple[Case, ...], master: str) -> dict[str, Any]:
+    load_start = os.getloadavg()[0]  # the machine is shared: say how busy it was
     workdir = Path(tempfile.mkdtemp(prefix="ferry-perf-rebalance-"))
     try:
         spark, startup_s = timed_spark_session(master)
@@ -134,6 +138,7 @@ def run(cases: tuple[Case, ...], master: str) -> dict[str, Any]:
 
     return {
         "spark_startup_s": startup_s, "spark_warmup_s": warmup_s,
+        "load_average_1m": {"start": load_start, "end": os.getloadavg()[0]}, "cpus": os.cpu_count(),
         "plan_s_by_partitions": {str(r["partitions"]): r["plan_s"] for r in series},
         "aggregation_s": by("aggregation_s"), "planning_s": by("planning_s"), "plan_s": by("plan_s"),
         "max_over_mean_before": {k: max(v.values()) for k, v in by("max_over_mean_before").items()},
@@ -150,8 +155,9 @@ def run(cases: tuple[Case, ...], master: str) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> str:
+    load = report["load_average_1m"]
     lines = [f"Spark start-up {report['spark_startup_s']:.1f} s, first-job warm-up {report['spark_warmup_s']:.1f} s "
-             f"(not in plan time)",
+             f"(not in plan time); load average {load['start']:.1f} -> {load['end']:.1f} on {report['cpus']} CPUs",
              f"{'case':<14}{'brokers':>8}{'plan s':>8}{'(agg':>7}{'+ plan)':>8}{'before':>8}{'after':>8}{'floor':>7}"
              f"{'moves':>7}{'greedy':>8}{'ratio':>7}{'g after':>8}{'rr moves':>9}{'rr after':>9}{'replan':>7}  targets"]
     for r in report["cases"]:

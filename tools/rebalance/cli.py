@@ -79,13 +79,13 @@ def _check_args(args: argparse.Namespace) -> None:
         raise FerryError(ErrorCode.INVALID_REQUEST, f"--window-ms must be positive, got {args.window_ms}")
 
 
-def _sample_paths(args: argparse.Namespace, scratch: Path) -> list[str]:
+def _sample_paths(args: argparse.Namespace, scratch: Path) -> tuple[list[str], int | None]:
+    """The window's sample files and the window's end (from the keys: Spark need not scan for it)."""
     if args.input:
         root = Path(args.input).resolve()
-        keys, _end = keys_in_window(local_sample_files(root), args.window_ms, args.end_ms)
-        return [str(root / k) for k in keys]
-    paths, _end = download_window(S3SampleSource(args.s3_endpoint, args.bucket), scratch, args.window_ms, args.end_ms)
-    return paths
+        keys, end_ms = keys_in_window(local_sample_files(root), args.window_ms, args.end_ms)
+        return [str(root / k) for k in keys], end_ms
+    return download_window(S3SampleSource(args.s3_endpoint, args.bucket), scratch, args.window_ms, args.end_ms)
 
 
 async def _cluster_brokers(args: argparse.Namespace) -> list[int]:
@@ -127,12 +127,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     scratch = Path(tempfile.mkdtemp(prefix="ferry-rebalance-"))
     try:
-        paths = _sample_paths(args, scratch)
+        paths, end_ms = _sample_paths(args, scratch)
         if not paths:
             raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found in the window: nothing to plan")
         spark, startup_s = timed_spark_session(args.master)
         started = time.perf_counter()
-        agg = aggregate_samples(spark, read_samples(spark, paths), args.window_ms, args.end_ms, brokers=brokers)
+        agg = aggregate_samples(spark, read_samples(spark, paths), args.window_ms, end_ms, brokers=brokers)
         aggregated = time.perf_counter()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

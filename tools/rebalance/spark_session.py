@@ -1,7 +1,8 @@
 """One local Spark session, configured for a small loopback-only machine.
 
 Spark binds the loopback address only, its workers run this interpreter, the web UI is off and
-shuffles use few partitions (the data is small; default 200 partitions would mostly add latency).
+shuffles use few partitions (the data is small; default 200 partitions would mostly add latency),
+and many small sample files share a task.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def spark_session(master: str = "local[2]", app_name: str = "ferry-rebalance",
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               # sample objects are small (one broker's interval): pack many per task, not one each
+               .config("spark.sql.files.openCostInBytes", str(256 * 1024))
                .config("spark.sql.session.timeZone", "UTC"))
     if master.startswith("local"):
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
