@@ -116,11 +116,9 @@ class StreamStorage:
                     self.wal.release_stream(stream_id)
                 continue
             self.wal.mark_committed(stream_id, desc.end_offset)
-        self._replayed = [e for e in self._replayed if e.end_offset > self.wal_committed(e.stream_id)]
+        self._replayed = [e for e in self._replayed if e.end_offset > self.wal.committed_end(e.stream_id)]
         await self.wal.trim()
 
-    def wal_committed(self, stream_id: int) -> int:
-        return self.wal._committed.get(stream_id, -1)
 
     def set_broker_epoch(self, broker_epoch: int) -> None:
         self.broker_epoch = broker_epoch
@@ -211,8 +209,8 @@ class StreamStorage:
     def _forget(self, stream_id: int) -> None:
         handle = self.handles.pop(stream_id, None)
         if handle is not None:
-            self.uploader.pending_bytes -= sum(
-                len(c.data) for c in self.cache.chunks_between(stream_id, handle.taken_end, handle.durable_end))
+            self.uploader.discard(sum(
+                len(c.data) for c in self.cache.chunks_between(stream_id, handle.taken_end, handle.durable_end)))
         self.cache.drop(stream_id)
         self.wal.release_stream(stream_id)
 

@@ -74,6 +74,12 @@ class Uploader:
         if self.pending_bytes >= 4 * self.config.upload_bytes:
             self._room.clear()
 
+    def discard(self, size_bytes: int) -> None:
+        """Bytes that will never be uploaded (a fenced or forgotten stream's) leave the count."""
+        self.pending_bytes = max(0, self.pending_bytes - size_bytes)
+        if self.pending_bytes < 2 * self.config.upload_bytes:
+            self._room.set()
+
     async def wait_for_room(self) -> None:
         """Backpressure: appends wait while four uploads' worth of bytes are buffered."""
         while not self._room.is_set():
@@ -100,8 +106,8 @@ class Uploader:
     async def _run(self) -> None:
         interval_s = self.config.upload_interval_ms / 1000
         while not self._stopping:
-            oldest = min((h.oldest_pending_ms for h in self.handles.values() if h.oldest_pending_ms is not None),
-                         default=None)
+            oldest = min((h.oldest_pending_ms for h in self.handles.values()
+                          if h.oldest_pending_ms is not None and h.state not in (FENCED, FAILED)), default=None)
             now_ms = time.monotonic() * 1000
             due = oldest is not None and now_ms - oldest >= self.config.upload_interval_ms
             if self.pending_bytes >= self.config.upload_bytes or due:
@@ -110,9 +116,8 @@ class Uploader:
                 parts = [(h, c) for h in list(self.handles.values()) if (c := self._take(h))]
                 if parts:
                     self._begin(parts, slot=True)
-                else:
-                    self._slots.release()
-                continue
+                    continue
+                self._slots.release()  # nothing uploadable (e.g. only failed streams): wait below
             wait_s = interval_s if oldest is None else max(0.001, (oldest + self.config.upload_interval_ms - now_ms) / 1000)
             try:
                 await asyncio.wait_for(self._kick.wait(), timeout=wait_s)
@@ -160,6 +165,9 @@ class Uploader:
             for handle, chunks in parts:
                 if handle.committed_end < chunks[-1].end_offset:
                     handle.fail(chunks[0].start_offset, f"upload failed: {exc}")
+                    self.discard(sum(len(c.data) for c in self.cache.chunks_between(
+                        handle.stream_id, handle.taken_end, handle.durable_end)))
+                    handle.taken_end = max(handle.taken_end, handle.durable_end)
         finally:
             if slot:
                 self._slots.release()
@@ -207,7 +215,7 @@ class Uploader:
                     put_done = None
                     self.stats.rebuilds += 1
                     continue
-                if exc.retriable and not self._stopping:
+                if exc.retriable and not self._stopping and attempt < self.config.controller_retry.max_attempts:
                     attempt += 1
                     self.stats.commit_retries += 1
                     await asyncio.sleep(self.config.controller_retry.backoff_ms(attempt) / 1000)
@@ -223,7 +231,7 @@ class Uploader:
                 await self.store.put(key, built.data)
                 return
             except ObjectStoreError as exc:
-                if not exc.retriable or self._stopping:
+                if not exc.retriable or self._stopping or attempt >= self.config.controller_retry.max_attempts:
                     raise
                 attempt += 1
                 self.stats.put_retries += 1

@@ -251,6 +251,10 @@ class WriteAheadLog:
         if end_offset > self._committed.get(stream_id, -1):
             self._committed[stream_id] = end_offset
 
+    def committed_end(self, stream_id: int) -> int:
+        """What :meth:`mark_committed` was told for the stream (-1 = nothing)."""
+        return self._committed.get(stream_id, -1)
+
     def release_stream(self, stream_id: int) -> None:
         """Nothing of ``stream_id`` in this WAL is needed any more (closed, or recovered elsewhere)."""
         self._committed[stream_id] = 2 ** 63 - 1
