@@ -206,6 +206,7 @@ class MetadataDelta:
             start_offset=r.start_offset,
             end_offset=r.end_offset,
             objects=objects,
+            owner_epoch=r.owner_epoch,
         )
 
     def _remove_stream(self, r: RemoveStreamRecord) -> None:

@@ -197,7 +197,8 @@ class StreamMetadata:
     """A stream as the controller knows it (AutoMQ's S3StreamMetadata).
 
     A stream is created CLOSED with ``epoch = -1`` and ``owner = -1``, so the first owner opens it
-    with any epoch >= 0 (brokers use the partition's leader epoch).
+    with any epoch >= 0 (brokers use the partition's leader epoch). ``owner_epoch`` is the broker
+    epoch of the owner's incarnation that opened it.
     """
 
     stream_id: int
@@ -207,6 +208,7 @@ class StreamMetadata:
     start_offset: int = 0
     end_offset: int = 0
     objects: tuple[StreamObjectRecord, ...] = ()
+    owner_epoch: int = -1
 
     @property
     def is_opened(self) -> bool:
@@ -220,6 +222,7 @@ class StreamMetadata:
             owner=self.owner,
             start_offset=self.start_offset,
             end_offset=self.end_offset,
+            owner_epoch=self.owner_epoch,
         )
 
     def to_records(self) -> list[Record]:
@@ -231,6 +234,7 @@ class StreamMetadata:
             "epoch": self.epoch,
             "state": self.state,
             "owner": self.owner,
+            "owner_epoch": self.owner_epoch,
             "start_offset": self.start_offset,
             "end_offset": self.end_offset,
             "objects": [

@@ -7,6 +7,7 @@ fields and fills missing ones from defaults, so a newer writer and an older read
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -110,7 +111,11 @@ class PartitionChangeRecord:
 
 @dataclass(frozen=True)
 class StreamRecord:
-    """The whole state of a stream (an upsert)."""
+    """The whole state of a stream (an upsert).
+
+    ``owner_epoch`` is the owner's broker epoch when it opened the stream (-1 = none), so a
+    restarted broker (same id, new incarnation) is not mistaken for the one that opened it.
+    """
 
     stream_id: int
     epoch: int
@@ -118,6 +123,7 @@ class StreamRecord:
     owner: int
     start_offset: int = 0
     end_offset: int = 0
+    owner_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -232,12 +238,18 @@ def _from_plain(tp: Any, value: Any) -> Any:
     return value
 
 
-def _build(cls: type, data: dict[str, Any]) -> Any:
+@functools.lru_cache(maxsize=None)
+def _field_hints(cls: type) -> tuple[tuple[str, Any], ...]:
+    """(name, type) of each field; resolving string annotations is slow, so once per class."""
     hints = typing.get_type_hints(cls, globalns=globals() | _NESTED)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
     kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in data:
-            kwargs[f.name] = _from_plain(hints[f.name], data[f.name])
+    for name, hint in _field_hints(cls):
+        if name in data:
+            kwargs[name] = _from_plain(hint, data[name])
     return cls(**kwargs)
 
 

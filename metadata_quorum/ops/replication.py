@@ -88,10 +88,10 @@ def complete_local_reassignment(builder: RecordBuilder, part: PartitionRegistrat
     """Finish a local reassignment once every adding replica is in the ISR (Kafka's rule)."""
     if not (part.adding_replicas or part.removing_replicas):
         return
-    if any(r not in part.isr for r in part.adding_replicas):
-        return
     target = tuple(r for r in part.replicas if r not in part.removing_replicas)
-    isr = tuple(r for r in part.isr if r in target) or target[:1]
+    if any(r not in part.isr for r in target):
+        return
+    isr = tuple(r for r in part.isr if r in target)
     leader = part.leader
     if leader not in target:
         leader = next((r for r in target if r in isr and builder.is_active(r)), NO_LEADER)
@@ -116,7 +116,8 @@ def _cancel(builder: RecordBuilder, part: PartitionRegistration, ctx: OpContext)
             reelection_deadline_ms=ctx.now_ms + ctx.reelection_timeout_ms, change_started_ms=ctx.now_ms,
         ))
         return
-    isr = tuple(r for r in part.isr if r in original) or part.isr[:1]
+    # If no original replica is in sync, the first one is put back in the ISR (an unclean revert).
+    isr = tuple(r for r in part.isr if r in original) or original[:1]
     leader = part.leader if part.leader in isr else next(
         (r for r in original if r in isr and builder.is_active(r)), NO_LEADER)
     dirs = tuple(d for r, d in zip(part.replicas, part.directories) if r in original) \
@@ -141,15 +142,19 @@ def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegis
             builder.add(PartitionChangeRecord(topic_id=part.topic_id, partition=part.partition, directories=dirs))
         return
     original = part.original_replicas
-    adding = tuple(r for r in target if r not in original)
-    removing = tuple(r for r in original if r not in target)
     if part.storage == STORAGE_S3:
+        adding = tuple(r for r in target if r not in original)
+        removing = tuple(r for r in original if r not in target)
         builder.add(PartitionChangeRecord(
             topic_id=part.topic_id, partition=part.partition, replicas=target, isr=target,
             adding_replicas=adding, removing_replicas=removing, leader=NO_LEADER, directories=dirs,
             reelection_deadline_ms=ctx.now_ms + ctx.reelection_timeout_ms, change_started_ms=ctx.now_ms,
         ))
         return
+    # Kafka's rule: every replica hosting the partition now and not in the target is removing
+    # (this also replaces a reassignment in progress); the targets not hosting it are adding.
+    adding = tuple(r for r in target if r not in part.replicas)
+    removing = tuple(r for r in part.replicas if r not in target)
     old_dirs = dict(zip(part.replicas, part.directories)) if len(part.directories) == len(part.replicas) else {}
     replicas = target + removing
     all_dirs = dirs + tuple(old_dirs.get(r, "") for r in removing)

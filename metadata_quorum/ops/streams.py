@@ -3,14 +3,17 @@
 A stream is owned by at most one broker at a time, under an epoch:
 
 * ``open_stream(epoch)``: the caller must be a registered, unfenced broker with its current
-  broker epoch. If the stream is OPENED by the same broker at the same epoch the call is a retry
-  and gets the same reply. Otherwise ``epoch`` must be greater than the stream's epoch
-  (``STREAM_FENCED`` if not), and the stream must be CLOSED — or OPENED by this same broker, or by
-  a broker that is gone (unregistered, fenced, or silent past the session timeout), whose
-  ownership is then taken over and whose later calls are fenced by the higher epoch. A stream
-  OPENED by another live broker answers ``STREAM_NOT_CLOSED`` (retriable: the owner is closing it).
-* ``close_stream``, ``commit_object``, ``trim_stream``: the caller must be the owner and give the
-  stream's current epoch (``STREAM_FENCED`` otherwise); commit and trim need the stream OPENED
+  broker epoch. If the stream is OPENED by the same incarnation at the same epoch the call is a
+  retry and gets the same reply. Otherwise ``epoch`` must be greater than the stream's epoch
+  (``STREAM_FENCED`` if not; the one exception: the incarnation that closed the stream may reopen
+  it at the same epoch, since nobody else can have written since), and the stream must be CLOSED — or OPENED by this same broker id, or
+  by an incarnation that is gone (unregistered, fenced, silent past the session timeout, or
+  replaced by a newer registration), whose ownership is then taken over and whose later calls are
+  fenced by the higher epoch. A stream OPENED by another live broker answers
+  ``STREAM_NOT_CLOSED`` (retriable: the owner is closing it).
+* ``close_stream``, ``commit_object``, ``trim_stream``: the caller must be the owner incarnation
+  (broker id and the broker epoch it opened with) and give the stream's current epoch
+  (``STREAM_FENCED`` otherwise); commit and trim need the stream OPENED
   (``STREAM_NOT_OPENED``). Closing a stream already closed by the same owner at the same epoch
   succeeds (a retry).
 * ``commit_object``: each range must start exactly at its stream's end offset
@@ -20,6 +23,7 @@ A stream is owned by at most one broker at a time, under an epoch:
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
@@ -67,17 +71,18 @@ def _fenced(stream: StreamMetadata, broker_id: int, epoch: int) -> FerryError:
     )
 
 
-def _check_owner(stream: StreamMetadata, broker_id: int, epoch: int, need_opened: bool) -> None:
-    if stream.owner != broker_id or stream.epoch != epoch:
+def _check_owner(stream: StreamMetadata, broker_id: int, broker_epoch: int, epoch: int, need_opened: bool) -> None:
+    if stream.owner != broker_id or stream.epoch != epoch or stream.owner_epoch not in (-1, broker_epoch):
         raise _fenced(stream, broker_id, epoch)
     if need_opened and stream.state != STREAM_OPENED:
         raise FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {stream.stream_id} is not opened")
 
 
-def _caller(image: MetadataImage, args: dict[str, Any]) -> int:
+def _caller(image: MetadataImage, args: dict[str, Any]) -> tuple[int, int]:
     broker_id = req_int(args, "broker_id", 0)
-    check_broker_epoch(image, broker_id, req_int(args, "broker_epoch"))
-    return broker_id
+    broker_epoch = req_int(args, "broker_epoch")
+    check_broker_epoch(image, broker_id, broker_epoch)
+    return broker_id, broker_epoch
 
 
 def create_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
@@ -85,32 +90,36 @@ def create_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     return ControllerResult(tuple(records), {"stream_id": ids[0]})
 
 
-def _owner_gone(image: MetadataImage, owner: int, ctx: OpContext) -> bool:
-    reg = image.cluster.brokers.get(owner)
-    return reg is None or reg.fenced or heartbeat_expired(ctx, owner)
+def _owner_gone(image: MetadataImage, stream: StreamMetadata, ctx: OpContext) -> bool:
+    """The incarnation that opened the stream is gone: unregistered, fenced, silent, or replaced."""
+    reg = image.cluster.brokers.get(stream.owner)
+    return reg is None or reg.fenced or heartbeat_expired(ctx, stream.owner) or \
+        stream.owner_epoch not in (-1, reg.broker_epoch)
 
 
 def open_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
-    broker_id = _caller(image, args)
+    broker_id, broker_epoch = _caller(image, args)
     stream_id = req_int(args, "stream_id", 0)
     epoch = req_int(args, "epoch", 0)
     stream = _stream(image, stream_id)
-    if stream.state == STREAM_OPENED and stream.owner == broker_id and stream.epoch == epoch:
+    if stream.state == STREAM_OPENED and stream.owner == broker_id and stream.epoch == epoch and \
+            stream.owner_epoch == broker_epoch:
         return ControllerResult((), _open_reply(stream))
     reg = image.cluster.brokers[broker_id]
     if reg.fenced:
         raise FerryError(ErrorCode.STREAM_FENCED,
                          f"broker {broker_id} is fenced and may not open stream {stream_id}")
-    if epoch <= stream.epoch:
+    same_incarnation = stream.owner == broker_id and stream.owner_epoch == broker_epoch
+    reopen = stream.state == STREAM_CLOSED and same_incarnation and epoch == stream.epoch
+    if epoch <= stream.epoch and not reopen:
         raise _fenced(stream, broker_id, epoch)
-    if stream.state == STREAM_OPENED and stream.owner != broker_id and not _owner_gone(image, stream.owner, ctx):
+    if stream.state == STREAM_OPENED and stream.owner != broker_id and not _owner_gone(image, stream, ctx):
         raise FerryError(
             ErrorCode.STREAM_NOT_CLOSED,
             f"stream {stream_id} is still opened by broker {stream.owner} at epoch {stream.epoch}",
             {"owner": stream.owner, "stream_epoch": stream.epoch},
         )
-    record = StreamRecord(stream_id=stream_id, epoch=epoch, state=STREAM_OPENED, owner=broker_id,
-                          start_offset=stream.start_offset, end_offset=stream.end_offset)
+    record = replace(stream.to_record(), epoch=epoch, state=STREAM_OPENED, owner=broker_id, owner_epoch=broker_epoch)
     return ControllerResult((record,), {
         "stream_id": stream_id, "epoch": epoch, "start_offset": stream.start_offset, "end_offset": stream.end_offset,
     })
@@ -122,19 +131,18 @@ def _open_reply(stream: StreamMetadata) -> dict[str, Any]:
 
 
 def close_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
-    broker_id = _caller(image, args)
+    broker_id, broker_epoch = _caller(image, args)
     stream = _stream(image, req_int(args, "stream_id", 0))
     epoch = req_int(args, "epoch", 0)
-    _check_owner(stream, broker_id, epoch, need_opened=False)
+    _check_owner(stream, broker_id, broker_epoch, epoch, need_opened=False)
     if stream.state == STREAM_CLOSED:
         return ControllerResult((), {})
-    record = StreamRecord(stream_id=stream.stream_id, epoch=epoch, state=STREAM_CLOSED, owner=broker_id,
-                          start_offset=stream.start_offset, end_offset=stream.end_offset)
+    record = replace(stream.to_record(), state=STREAM_CLOSED)
     return ControllerResult((record,), {})
 
 
 def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
-    broker_id = _caller(image, args)
+    broker_id, broker_epoch = _caller(image, args)
     object_key = req_str(args, "object_key")
     size = req_int(args, "size", 0)
     raw_ranges = req_list(args, "ranges")
@@ -164,7 +172,7 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     records: list[Record] = []
     for stream_id, epoch, start, end in ranges:
         stream = _stream(image, stream_id)
-        _check_owner(stream, broker_id, epoch, need_opened=True)
+        _check_owner(stream, broker_id, broker_epoch, epoch, need_opened=True)
         if start != stream.end_offset:
             raise FerryError(
                 ErrorCode.OFFSET_NOT_MATCHED,
@@ -173,19 +181,18 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
             )
         records.append(StreamObjectRecord(object_key=object_key, stream_id=stream_id, start_offset=start,
                                           end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms))
-        records.append(StreamRecord(stream_id=stream_id, epoch=stream.epoch, state=stream.state,
-                                    owner=stream.owner, start_offset=stream.start_offset, end_offset=end))
+        records.append(replace(stream.to_record(), end_offset=end))
     return ControllerResult(tuple(records), {})
 
 
 def trim_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
     """Move the stream's start offset forward; objects wholly below it are removed and the keys no
     stream references any more are returned, for the caller to delete from object storage."""
-    broker_id = _caller(image, args)
+    broker_id, broker_epoch = _caller(image, args)
     stream = _stream(image, req_int(args, "stream_id", 0))
     epoch = req_int(args, "epoch", 0)
     new_start = req_int(args, "new_start_offset", 0)
-    _check_owner(stream, broker_id, epoch, need_opened=True)
+    _check_owner(stream, broker_id, broker_epoch, epoch, need_opened=True)
     if new_start > stream.end_offset:
         raise FerryError(
             ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -201,8 +208,7 @@ def trim_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> C
             records.append(RemoveStreamObjectRecord(object_key=obj.object_key, stream_id=stream.stream_id))
             if refs.get(obj.object_key, ()) == (stream.stream_id,):
                 removed.append(obj.object_key)
-    records.append(StreamRecord(stream_id=stream.stream_id, epoch=stream.epoch, state=stream.state,
-                                owner=stream.owner, start_offset=new_start, end_offset=stream.end_offset))
+    records.append(replace(stream.to_record(), start_offset=new_start))
     return ControllerResult(tuple(records), {"removed_objects": removed})
 
 

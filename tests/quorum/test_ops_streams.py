@@ -56,6 +56,30 @@ def test_open_with_an_epoch_not_above_the_current_is_fenced() -> None:
     assert err.details == {"stream_epoch": 5, "owner": 0}
 
 
+def test_the_incarnation_that_closed_a_stream_may_reopen_it_at_the_same_epoch() -> None:
+    c, sid = setup()
+    c.write("open_stream", op_args(c, sid, 0, 4))
+    c.write("close_stream", op_args(c, sid, 0, 4))
+    out = run(c.image, "open_stream", op_args(c, sid, 0, 4))
+    assert (out.image.streams.streams[sid].state, out.image.streams.streams[sid].epoch) == (STREAM_OPENED, 4)
+
+
+def test_a_new_incarnation_is_not_the_owner_of_streams_its_predecessor_opened() -> None:
+    c, sid = setup()
+    c.write("open_stream", op_args(c, sid, 0, 1))
+    c.clock_ms.advance(SESSION_TIMEOUT_MS + 1)  # type: ignore[attr-defined]
+    c.last_heartbeat_ms[1] = c.clock_ms()
+    c.write("register_broker", {"broker_id": 0, "incarnation_id": "restarted"})
+    c.write("broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0), "metadata_offset": c.image.offset})
+    # the new incarnation cannot write with its predecessor's epoch ...
+    expect_error(c.image, "commit_object", commit_args(c, sid, 0, 1, 0, 5), ErrorCode.STREAM_FENCED)
+    expect_error(c.image, "close_stream", op_args(c, sid, 0, 1), ErrorCode.STREAM_FENCED)
+    # ... and another broker may take the stream over although broker 0 is alive again
+    now = c.clock_ms()
+    out = run(c.image, "open_stream", op_args(c, sid, 1, 2), now_ms=now, heartbeats={0: now, 1: now})
+    assert out.image.streams.streams[sid].owner == 1
+
+
 def test_open_while_another_live_broker_holds_it_is_not_closed() -> None:
     c, sid = setup()
     c.write("open_stream", op_args(c, sid, 0, 1))

@@ -1,0 +1,482 @@
+"""A seeded, deterministic simulation of the controller with brokers that come, go and misbehave.
+
+One ``random.Random(seed)`` drives everything: brokers register, heartbeat, die, restart and
+shut down; topics are created, deleted and reassigned; brokers follow the six-step move
+(the loser closes its streams and asks for the election, the winner opens them with its leader
+epoch) but also act on stale beliefs — opening with old epochs, committing at wrong offsets,
+closing streams they no longer own. A manual clock advances and ``tick`` runs. After every step
+the invariants are checked; a violation raises ``InvariantViolation`` naming the seed and step,
+so a failing seed is a regression test (like Kafka's RaftEventSimulationTest or TigerBeetle's VOPR).
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from metadata_quorum.delta import MetadataDelta
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.image import EMPTY_IMAGE, STREAM_ID_COUNTER_KEY, MetadataImage
+from metadata_quorum.local_controller import LocalController
+from metadata_quorum.records import NO_LEADER, STORAGE_LOCAL, STORAGE_S3, STREAM_OPENED, partition_stream_key
+
+SESSION_TIMEOUT_MS = 3000
+REELECTION_TIMEOUT_MS = 1000
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+class SimClock:
+    def __init__(self) -> None:
+        self.now_ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+@dataclass
+class SimBroker:
+    broker_id: int
+    incarnation: int = 0
+    broker_epoch: int = -1
+    alive: bool = False
+    #: stream id -> the epoch this broker believes it opened the stream with (may be stale).
+    opened: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class SimulationResult:
+    seed: int
+    steps: int
+    ops: Counter[str]
+    errors: Counter[str]
+    moves_completed: int
+    log_length: int
+
+
+class Simulation:
+    def __init__(self, seed: int, steps: int = 200, max_brokers: int = 5) -> None:
+        self.seed = seed
+        self.steps = steps
+        self.rng = random.Random(seed)
+        self.clock = SimClock()
+        self.controller = LocalController(self.clock, session_timeout_ms=SESSION_TIMEOUT_MS,
+                                          reelection_timeout_ms=REELECTION_TIMEOUT_MS, check_encoding=True)
+        self.brokers = {b: SimBroker(b) for b in range(max_brokers)}
+        self.ops: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.moves_completed = 0
+        self.step = 0
+        self.trace: list[str] = []
+        self._topic_seq = 0
+
+    # ------------------------------------------------------------------ driving
+    def run(self) -> SimulationResult:
+        actions: list[tuple[int, Callable[[], None]]] = [
+            (6, self.register), (14, self.heartbeat), (2, self.die), (2, self.shutdown),
+            (5, self.create_topic), (1, self.delete_topic), (6, self.reassign), (3, self.elect),
+            (16, self.broker_sync), (10, self.produce), (4, self.rogue_stream_call), (2, self.trim),
+            (10, self.advance_and_tick),
+        ]
+        weights = [w for w, _ in actions]
+        for _ in range(3):
+            self.register()
+        for self.step in range(self.steps):
+            before = self.controller.image
+            action = self.rng.choices([a for _, a in actions], weights)[0]
+            action()
+            self.check(before, self.controller.image)
+        self.step = self.steps
+        self.settle()
+        self.check_log_replay()
+        return SimulationResult(self.seed, self.steps, self.ops, self.errors, self.moves_completed,
+                                len(self.controller.log))
+
+    def call(self, op: str, args: dict[str, Any], must_succeed: bool = False) -> dict[str, Any] | None:
+        """Run a write; a FerryError is an expected outcome (counted), anything else a bug."""
+        self.ops[op] += 1
+        self.trace.append(f"{self.step}: {op} {args}")
+        del self.trace[:-40]
+        before = self.controller.image
+        try:
+            return self.controller.write(op, args)
+        except FerryError as e:
+            if self.controller.image is not before:
+                self.fail(f"{op} failed with {e.error.name} but changed the image")
+            if must_succeed:
+                self.fail(f"{op} {args} should have succeeded: {e}")
+            self.errors[f"{op}:{e.error.name}"] += 1
+            return None
+
+    def fail(self, message: str) -> None:
+        raise InvariantViolation(f"seed {self.seed} step {self.step}: {message}\n  recent: " +
+                                 "\n  ".join(self.trace[-12:]))
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.controller.image
+
+    def alive(self) -> list[SimBroker]:
+        return [b for b in self.brokers.values() if b.alive]
+
+    # ------------------------------------------------------------------ broker lifecycle
+    def register(self) -> None:
+        dead = [b for b in self.brokers.values() if not b.alive]
+        if not dead:
+            return
+        b = self.rng.choice(dead)
+        b.incarnation += 1
+        reply = self.call("register_broker", {
+            "broker_id": b.broker_id, "incarnation_id": f"{b.broker_id}-{b.incarnation}",
+            "endpoints": [f"http://127.0.0.1:{9000 + b.broker_id}"],
+            "log_dirs": [{"dir_id": f"{b.broker_id}-{i}", "path": f"/sim/{b.broker_id}/{i}"} for i in range(2)],
+        })
+        if reply is None:
+            return
+        b.broker_epoch, b.alive, b.opened = int(reply["broker_epoch"]), True, {}
+        self.beat(b)
+
+    def beat(self, b: SimBroker, want_shutdown: bool = False) -> dict[str, Any] | None:
+        reply = self.call("broker_heartbeat", {"broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
+                                               "metadata_offset": self.image.offset, "want_shutdown": want_shutdown})
+        if reply is None and b.broker_epoch != self.image.cluster.brokers[b.broker_id].broker_epoch:
+            b.alive = False  # replaced by a newer incarnation: this process is a zombie now
+        return reply
+
+    def heartbeat(self) -> None:
+        live = self.alive()
+        for b in self.rng.sample(live, k=min(len(live), self.rng.randint(1, 3))):
+            self.beat(b)
+
+    def die(self) -> None:
+        live = self.alive()
+        if len(live) > 1:
+            self.rng.choice(live).alive = False  # kill -9: no close, no goodbye
+
+    def shutdown(self) -> None:
+        live = self.alive()
+        if len(live) <= 1:
+            return
+        b = self.rng.choice(live)
+        reply = self.beat(b, want_shutdown=True)
+        if reply and reply["should_shut_down"]:
+            self.close_lost(b)
+            b.alive = False
+
+    # ------------------------------------------------------------------ admin
+    def create_topic(self) -> None:
+        self._topic_seq += 1
+        storage = STORAGE_S3 if self.rng.random() < 0.75 else STORAGE_LOCAL
+        topic: dict[str, Any] = {"name": f"t{self._topic_seq}", "num_partitions": self.rng.randint(1, 4),
+                                 "storage": storage}
+        if storage == STORAGE_LOCAL:
+            topic["replication_factor"] = self.rng.randint(1, 3)
+        if self.rng.random() < 0.1:
+            topic["name"] = self.rng.choice(["", "..", "bad name", f"t{self._topic_seq - 1}"])
+        self.call("create_topics", {"topics": [topic]})
+
+    def delete_topic(self) -> None:
+        names = sorted(self.image.topics.by_name)
+        if names and self.rng.random() < 0.5:
+            self.call("delete_topics", {"names": [self.rng.choice(names)]})
+
+    def random_partition(self) -> tuple[str, int, Any] | None:
+        parts = self.image.topics.all_partitions()
+        if not parts:
+            return None
+        topic, part = self.rng.choice(parts)
+        return topic.name, part.partition, part
+
+    def reassign(self) -> None:
+        picked = self.random_partition()
+        if picked is None:
+            return
+        name, index, part = picked
+        ids = sorted(self.brokers) + [99]
+        if self.rng.random() < 0.15:
+            replicas: list[int] | None = None
+        elif part.storage == STORAGE_S3:
+            replicas = [self.rng.choice(ids)]
+        else:
+            replicas = self.rng.sample(ids, k=min(len(ids), self.rng.randint(1, 3)))
+        self.call("alter_partition_reassignments",
+                  {"reassignments": [{"topic": name, "partition": index, "replicas": replicas}]})
+
+    def elect(self) -> None:
+        picked = self.random_partition()
+        if picked is not None:
+            name, index, _part = picked
+            self.call("elect_leaders", {"election_type": self.rng.choice(["preferred", "unclean"]),
+                                        "partitions": [{"topic": name, "partition": index}]})
+
+    def advance_and_tick(self) -> None:
+        self.clock.now_ms += self.rng.choice([10, 200, 700, 1500, 3500])
+        self.call("tick", {})
+
+    # ------------------------------------------------------------------ brokers following the log
+    def streams_of(self, topic_id: str, partition: int) -> list[int]:
+        return [int(v) for kind in ("data", "meta")
+                if (v := self.image.kv.get(partition_stream_key(topic_id, partition, kind))) is not None]
+
+    def close_lost(self, b: SimBroker) -> None:
+        """Steps 3-5 of a move on the old owner: close what it no longer leads, ask for the election."""
+        for stream_id in sorted(b.opened):
+            owner = self.image.streams.streams.get(stream_id)
+            if owner is None:
+                b.opened.pop(stream_id)
+                continue
+            if self.leads_stream(b.broker_id, stream_id):
+                continue
+            self.call("close_stream", {"stream_id": stream_id, "epoch": b.opened.pop(stream_id),
+                                       "broker_id": b.broker_id, "broker_epoch": b.broker_epoch})
+        for topic, part in self.image.topics.all_partitions():
+            if part.leader == NO_LEADER and b.broker_id in part.removing_replicas:
+                reply = self.call("elect_leaders", {"partitions": [{"topic": topic.name, "partition": part.partition}]})
+                if reply and "error" not in reply["results"][0]:
+                    self.moves_completed += 1
+
+    def leads_stream(self, broker_id: int, stream_id: int) -> bool:
+        for _topic, part in self.image.topics.all_partitions():
+            if part.leader == broker_id and stream_id in self.streams_of(part.topic_id, part.partition):
+                return True
+        return False
+
+    def broker_sync(self) -> None:
+        live = self.alive()
+        if live:
+            self.sync(self.rng.choice(live))
+
+    def sync(self, b: SimBroker) -> None:
+        """A live broker reacts to the metadata: closes what it lost, opens what it leads."""
+        self.close_lost(b)
+        for _topic, part in self.image.topics.all_partitions():
+            if part.leader != b.broker_id or part.storage != STORAGE_S3:
+                continue
+            for stream_id in self.streams_of(part.topic_id, part.partition):
+                if b.opened.get(stream_id) == part.leader_epoch:
+                    continue
+                stream = self.image.streams.streams[stream_id]
+                reply = self.call("open_stream", {"stream_id": stream_id, "epoch": part.leader_epoch,
+                                                  "broker_id": b.broker_id, "broker_epoch": b.broker_epoch})
+                if reply is not None:
+                    b.opened[stream_id] = part.leader_epoch
+                elif stream.state != STREAM_OPENED and part.leader_epoch > stream.epoch and \
+                        self.image.cluster.brokers[b.broker_id].broker_epoch == b.broker_epoch and \
+                        not self.image.cluster.brokers[b.broker_id].fenced:
+                    self.fail(f"broker {b.broker_id} could not open closed stream {stream_id} "
+                              f"with leader epoch {part.leader_epoch} > {stream.epoch}")
+
+    def produce(self) -> None:
+        """An owner commits the next object of one of its streams (sometimes at a wrong offset)."""
+        live = [b for b in self.alive() if b.opened]
+        if not live:
+            return
+        b = self.rng.choice(live)
+        stream_id = self.rng.choice(sorted(b.opened))
+        stream = self.image.streams.streams.get(stream_id)
+        if stream is None:
+            b.opened.pop(stream_id)
+            return
+        start = stream.end_offset if self.rng.random() < 0.85 else stream.end_offset + self.rng.choice([-1, 1])
+        start = max(start, 0)
+        key = f"o-{self.seed}-{self.step}"
+        rightful = stream.owner == b.broker_id and stream.epoch == b.opened[stream_id] and \
+            stream.state == STREAM_OPENED and start == stream.end_offset and \
+            self.image.cluster.brokers[b.broker_id].broker_epoch == b.broker_epoch
+        self.call("commit_object", {
+            "object_key": key, "size": 100, "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
+            "ranges": [{"stream_id": stream_id, "epoch": b.opened[stream_id], "start_offset": start,
+                        "end_offset": start + self.rng.randint(1, 50)}]}, must_succeed=rightful)
+        if self.rng.random() < 0.1:  # a retried commit is idempotent
+            stream_now = self.image.streams.streams.get(stream_id)
+            if stream_now is not None and any(o.object_key == key for o in stream_now.objects):
+                self.call("commit_object", {
+                    "object_key": key, "size": 100, "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
+                    "ranges": [{"stream_id": stream_id, "epoch": b.opened[stream_id], "start_offset": start,
+                                "end_offset": start + 1}]}, must_succeed=True)
+
+    def trim(self) -> None:
+        live = [b for b in self.alive() if b.opened]
+        if not live:
+            return
+        b = self.rng.choice(live)
+        stream_id = self.rng.choice(sorted(b.opened))
+        stream = self.image.streams.streams.get(stream_id)
+        if stream is None:
+            return
+        target = self.rng.randint(stream.start_offset, stream.end_offset)
+        self.call("trim_stream", {"stream_id": stream_id, "epoch": b.opened[stream_id], "broker_id": b.broker_id,
+                                  "broker_epoch": b.broker_epoch, "new_start_offset": target})
+
+    def rogue_stream_call(self) -> None:
+        """Stale beliefs: any broker (even a zombie) opens, commits or closes with a guessed epoch."""
+        streams = sorted(self.image.streams.streams)
+        if not streams:
+            return
+        b = self.rng.choice(list(self.brokers.values()))
+        stream = self.image.streams.streams[self.rng.choice(streams)]
+        epoch = max(0, stream.epoch + self.rng.choice([-1, 0, 0, 1]))
+        base = {"stream_id": stream.stream_id, "epoch": epoch, "broker_id": b.broker_id, "broker_epoch": b.broker_epoch}
+        kind = self.rng.choice(["open", "close", "commit"])
+        if kind == "open":
+            # Only partition leaders open with new epochs (their leader epoch); a stale broker
+            # can only re-use an epoch it saw, which must be fenced unless it is a true retry.
+            if stream.epoch < 0:
+                return
+            base["epoch"] = min(epoch, stream.epoch)
+            retry = stream.owner == b.broker_id and stream.epoch == base["epoch"] and \
+                stream.owner_epoch == b.broker_epoch  # a retried open, or a reopen after its own close
+            if self.call("open_stream", base) is not None:
+                if not retry:
+                    self.fail(f"open of stream {stream.stream_id} at a used epoch succeeded: {base}")
+                b.opened[stream.stream_id] = base["epoch"]
+        elif kind == "close":
+            if self.call("close_stream", base) is not None:
+                b.opened.pop(stream.stream_id, None)
+        else:
+            self.call("commit_object", {"object_key": f"rogue-{self.step}", "size": 1, "broker_id": b.broker_id,
+                                        "broker_epoch": b.broker_epoch,
+                                        "ranges": [{"stream_id": stream.stream_id, "epoch": epoch,
+                                                    "start_offset": stream.end_offset,
+                                                    "end_offset": stream.end_offset + 1}]})
+
+    def settle(self) -> None:
+        """Liveness: with faults stopped, every s3 partition ends up led by a live broker that has
+        opened its streams at the partition's leader epoch."""
+        for _round in range(8):
+            self.clock.now_ms += REELECTION_TIMEOUT_MS + 1
+            for b in self.alive():
+                reg = self.image.cluster.brokers.get(b.broker_id)
+                reply = self.beat(b, want_shutdown=reg is not None and reg.in_controlled_shutdown)
+                if reply and reply["should_shut_down"]:
+                    self.close_lost(b)
+                    b.alive = False
+            before = self.image
+            self.call("tick", {})
+            self.check(before, self.image)
+            for b in sorted(self.alive(), key=lambda x: x.broker_id):
+                before = self.image
+                self.sync(b)
+                self.check(before, self.image)
+        active = [b for b in self.alive() if self.image.cluster.is_active(b.broker_id)]
+        if not active:
+            return
+        for topic, part in self.image.topics.all_partitions():
+            if part.storage != STORAGE_S3:
+                continue
+            if part.leader == NO_LEADER:
+                self.fail(f"{topic.name}-{part.partition} has no leader although brokers are alive")
+            for stream_id in self.streams_of(part.topic_id, part.partition):
+                stream = self.image.streams.streams[stream_id]
+                if (stream.state, stream.owner, stream.epoch) != (STREAM_OPENED, part.leader, part.leader_epoch):
+                    self.fail(f"{topic.name}-{part.partition} stream {stream_id} is {stream} after settling, "
+                              f"leader {part.leader} epoch {part.leader_epoch}")
+
+    # ------------------------------------------------------------------ invariants
+    def check(self, before: MetadataImage, after: MetadataImage) -> None:
+        for broker_id, reg in after.cluster.brokers.items():
+            old = before.cluster.brokers.get(broker_id)
+            if old is not None and reg.broker_epoch < old.broker_epoch:
+                self.fail(f"broker {broker_id} epoch went back {old.broker_epoch} -> {reg.broker_epoch}")
+        for topic, part in after.topics.all_partitions():
+            if part.leader != NO_LEADER:
+                reg = after.cluster.brokers.get(part.leader)
+                if part.leader not in part.replicas:
+                    self.fail(f"{topic.name}-{part.partition} leader {part.leader} not in replicas {part.replicas}")
+                if reg is None or not reg.is_active:
+                    self.fail(f"{topic.name}-{part.partition} led by fenced or departing broker {part.leader}")
+                if part.storage == STORAGE_LOCAL and part.leader not in part.isr:
+                    self.fail(f"{topic.name}-{part.partition} leader {part.leader} not in ISR {part.isr}")
+            if not set(part.isr) <= set(part.replicas) or not part.isr:
+                self.fail(f"{topic.name}-{part.partition} ISR {part.isr} not a non-empty subset of {part.replicas}")
+            old_part = before.topics.partition(part.topic_id, part.partition)
+            if old_part is not None and old_part != part:
+                if part.partition_epoch <= old_part.partition_epoch or part.leader_epoch < old_part.leader_epoch:
+                    self.fail(f"{topic.name}-{part.partition} epochs went back: {old_part} -> {part}")
+                if part.leader != old_part.leader and part.leader_epoch <= old_part.leader_epoch:
+                    self.fail(f"{topic.name}-{part.partition} leader changed without a new leader epoch")
+            if part.storage == STORAGE_S3:
+                for stream_id in self.streams_of_image(after, part.topic_id, part.partition):
+                    if stream_id not in after.streams.streams:
+                        self.fail(f"{topic.name}-{part.partition} points at missing stream {stream_id}")
+        next_id = int(after.kv.get(STREAM_ID_COUNTER_KEY, "0"))
+        for stream_id, stream in after.streams.streams.items():
+            if stream_id >= next_id:
+                self.fail(f"stream {stream_id} not below the id counter {next_id}")
+            old = before.streams.streams.get(stream_id)
+            if old is not None:
+                if stream.epoch < old.epoch or stream.end_offset < old.end_offset or stream.start_offset < old.start_offset:
+                    self.fail(f"stream {stream_id} went back: {old} -> {stream}")
+                if old.state == STREAM_OPENED and stream.owner != old.owner and stream.epoch <= old.epoch:
+                    self.fail(f"stream {stream_id} changed owner without a new epoch")
+            if stream.state == STREAM_OPENED and stream.owner not in after.cluster.brokers:
+                self.fail(f"stream {stream_id} opened by unregistered broker {stream.owner}")
+            self.check_ranges(stream)
+            if old is not None:
+                known = {o.object_key for o in old.objects}
+                for obj in stream.objects:
+                    if obj.object_key not in known and (old.state != STREAM_OPENED or obj.epoch != old.epoch):
+                        self.fail(f"stream {stream_id} accepted {obj} from a non-owner (stream was {old})")
+        if self.step % 10 == 0:
+            if not MetadataImage.from_records(after.to_records()).same_content(after):
+                self.fail("to_records() does not rebuild the image")
+
+    @staticmethod
+    def streams_of_image(image: MetadataImage, topic_id: str, partition: int) -> list[int]:
+        return [int(v) for kind in ("data", "meta")
+                if (v := image.kv.get(partition_stream_key(topic_id, partition, kind))) is not None]
+
+    def check_ranges(self, stream: Any) -> None:
+        objects = stream.objects
+        if stream.start_offset > stream.end_offset:
+            self.fail(f"stream {stream.stream_id} start {stream.start_offset} beyond end {stream.end_offset}")
+        if not objects:
+            if stream.start_offset != stream.end_offset:
+                self.fail(f"stream {stream.stream_id} has offsets [{stream.start_offset}, {stream.end_offset}) "
+                          "but no objects")
+            return
+        for a, b in zip(objects, objects[1:]):
+            if a.end_offset != b.start_offset:
+                self.fail(f"stream {stream.stream_id} has a gap or overlap: {a} then {b}")
+        if objects[-1].end_offset != stream.end_offset:
+            self.fail(f"stream {stream.stream_id} objects end at {objects[-1].end_offset}, stream at {stream.end_offset}")
+        if not objects[0].start_offset <= stream.start_offset < objects[0].end_offset:
+            self.fail(f"stream {stream.stream_id} start {stream.start_offset} outside its first object {objects[0]}")
+
+    def check_log_replay(self) -> None:
+        delta = MetadataDelta(EMPTY_IMAGE)
+        for offset, record in self.controller.log:
+            delta.replay(record, offset)
+        if not delta.apply().same_content(self.image):
+            self.fail("replaying the whole log does not give the controller's image")
+
+
+def run_seed(seed: int, steps: int = 200) -> SimulationResult:
+    return Simulation(seed, steps).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m metadata_quorum.simulation [FIRST_SEED] [COUNT] [STEPS]``: run seeds, print a summary."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    first = int(args[0]) if args else 0
+    count = int(args[1]) if len(args) > 1 else 100
+    steps = int(args[2]) if len(args) > 2 else 200
+    totals: Counter[str] = Counter()
+    for seed in range(first, first + count):
+        result = run_seed(seed, steps)
+        totals.update(result.errors)
+        totals["moves_completed"] += result.moves_completed
+    for key, value in sorted(totals.items()):
+        print(f"{key:50s} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+_ = ErrorCode
