@@ -11,6 +11,7 @@ import asyncio
 import collections
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
@@ -128,12 +129,12 @@ class PartitionManager:
             if not lead:
                 return
             slot = self.slots[tp] = Slot(tp, topic.name if topic else tp.topic_id)
-        if lead and gained:
+        if lead and gained and reg.change_started_ms > 0:  # a move, not the partition's creation
             slot.target = MoveHalf(ROLE_TARGET, slot.topic, tp.partition, reg.change_started_ms or seen_ms,
                                    self.broker_id, reg.leader_epoch)
             slot.target.mark("t5_seen", seen_ms)
-            if reg.directories and reg.directories[0]:
-                slot.requested_dir = self._dir_path_of(reg.directories[0])
+        if lead and gained and reg.directories and reg.directories[0]:
+            slot.requested_dir = self._dir_path_of(reg.directories[0])
         if not lead and slot.status.state in (sm.PartitionState.SERVING, sm.PartitionState.OPENING):
             slot.source = MoveHalf(ROLE_SOURCE, slot.topic, tp.partition, reg.change_started_ms or seen_ms,
                                    self.broker_id, reg.leader_epoch)
@@ -193,6 +194,7 @@ class PartitionManager:
     async def _open(self, slot: Slot) -> None:
         tp = slot.tp
         epoch = slot.status.leader_epoch
+        replica: Replica | None = None
         try:
             data_plan = self._stream_plan(tp, "data", epoch)
             meta_plan = self._stream_plan(tp, "meta", epoch)
@@ -230,6 +232,8 @@ class PartitionManager:
             if retriable and not self.stopping:
                 await asyncio.sleep(OPEN_RETRY_S)
             slot.status, actions = sm.on_open_failed(slot.status, retriable and not self.stopping)
+            if sm.Action.OPEN not in actions and replica is not None:
+                await self._release_half_open(slot, replica)
             self._run(slot, actions)
             return
         slot.replica = replica
@@ -250,6 +254,14 @@ class PartitionManager:
             slot.target = None
             self._finish_half(half)
         self._run(slot, actions)
+
+    async def _release_half_open(self, slot: Slot, replica: Replica) -> None:
+        """An open that will not be retried may have opened one of the two streams: close what it
+        holds so that the next owner is not kept waiting for this broker (STREAM_NOT_CLOSED)."""
+        try:
+            await replica.close_streams()
+        except Exception as exc:  # noqa: BLE001 - best effort; a dead owner is recovered anyway
+            log.info("releasing half-opened streams of %s-%d: %r", slot.topic, slot.tp.partition, exc)
 
     async def _close(self, slot: Slot) -> None:
         """Steps 2-4, each done once; a failed step is retried (bounded) from where it stopped."""
@@ -293,6 +305,9 @@ class PartitionManager:
         slot.close_phase = 0
         slot.close_attempts = 0
         slot.replica = None
+        if slot.log_dir is not None:  # the replica left this broker: its local dir goes too
+            await asyncio.to_thread(_remove_partition_dir, slot.log_dir, slot.topic, tp)
+            slot.log_dir = None
         slot.status, actions = sm.on_closed(slot.status)
         log.info("closed %s-%d (meta persisted, streams uploaded and closed)", slot.topic, tp.partition)
         if sm.Action.ELECT not in actions and half is not None:
@@ -415,3 +430,7 @@ def _ensure_partition_dir(log_dir: str, topic: str, tp: TopicIdPartition) -> Non
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(f"version: 0\ntopic_id: {tp.topic_id}\ntopic: {topic}\npartition: {tp.partition}\n")
         os.replace(tmp, meta)
+
+
+def _remove_partition_dir(log_dir: str, topic: str, tp: TopicIdPartition) -> None:
+    shutil.rmtree(os.path.join(log_dir, partition_dir_name(topic, tp.partition)), ignore_errors=True)
