@@ -236,11 +236,14 @@ class StreamStorage:
                              f"{self.config.max_append_bytes}-byte limit of one append")
         buf = bytearray(batches)
         count = sum(info.offset_count for info in validate_batches(buf))
-        await self.uploader.wait_for_room()
-        handle = self._writable(stream_id)
-        base = handle.next_offset
-        assign_offsets(buf, base, leader_epoch)
-        await self._append_entry(handle, base, base + count, bytes(buf))
+        await self.uploader.admit(len(buf))
+        try:
+            handle = self._writable(stream_id)
+            base = handle.next_offset
+            assign_offsets(buf, base, leader_epoch)
+            await self._append_entry(handle, base, base + count, bytes(buf))
+        finally:
+            self.uploader.release_admitted(len(buf))
         return base
 
     async def _append_entry(self, handle: StreamHandle, base: int, end: int, data: bytes) -> None:

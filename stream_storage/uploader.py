@@ -50,7 +50,8 @@ class Uploader:
         self.wal = wal
         self.broker = broker
         self.handles: dict[int, StreamHandle] = {}
-        self.pending_bytes = 0
+        self.pending_bytes = 0  # durable in the WAL, not yet taken by an upload
+        self.admitted_bytes = 0  # admitted appends on their way to the WAL
         self.stats = UploadStats()
         self._kick = asyncio.Event()
         self._room = asyncio.Event()
@@ -65,25 +66,42 @@ class Uploader:
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._run())
 
+    @property
+    def buffered_limit_bytes(self) -> int:
+        return 4 * self.config.upload_bytes
+
+    def _update_room(self) -> None:
+        if self.pending_bytes + self.admitted_bytes < self.buffered_limit_bytes:
+            self._room.set()
+        else:
+            self._room.clear()
+
+    async def admit(self, size_bytes: int) -> None:
+        """Backpressure: an append waits while four uploads' worth of bytes are buffered or on
+        their way to the WAL (one append is always admitted when nothing is buffered)."""
+        while self.pending_bytes + self.admitted_bytes > 0 and \
+                self.pending_bytes + self.admitted_bytes + size_bytes > self.buffered_limit_bytes:
+            self._room.clear()
+            await self._room.wait()
+        self.admitted_bytes += size_bytes
+        self._update_room()
+
+    def release_admitted(self, size_bytes: int) -> None:
+        self.admitted_bytes = max(0, self.admitted_bytes - size_bytes)
+        self._update_room()
+
     def on_durable(self, handle: StreamHandle, size_bytes: int) -> None:
         if handle.oldest_pending_ms is None:
             handle.oldest_pending_ms = time.monotonic() * 1000
         self.pending_bytes += size_bytes
         if self.pending_bytes >= self.config.upload_bytes:
             self._kick.set()
-        if self.pending_bytes >= 4 * self.config.upload_bytes:
-            self._room.clear()
+        self._update_room()
 
     def discard(self, size_bytes: int) -> None:
         """Bytes that will never be uploaded (a fenced or forgotten stream's) leave the count."""
         self.pending_bytes = max(0, self.pending_bytes - size_bytes)
-        if self.pending_bytes < 2 * self.config.upload_bytes:
-            self._room.set()
-
-    async def wait_for_room(self) -> None:
-        """Backpressure: appends wait while four uploads' worth of bytes are buffered."""
-        while not self._room.is_set():
-            await self._room.wait()
+        self._update_room()
 
     def _take(self, handle: StreamHandle) -> list[Chunk]:
         """Claim the stream's durable, not-yet-taken chunks for an upload (synchronous)."""
@@ -97,8 +115,7 @@ class Uploader:
         self.pending_bytes -= size
         if handle.taken_end >= handle.durable_end:
             handle.oldest_pending_ms = None
-        if self.pending_bytes < 2 * self.config.upload_bytes:
-            self._room.set()
+        self._update_room()
         return chunks
 
     # -- triggers ----------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""Bounds and failures: backpressure, a full disk under the WAL, and `ferry s3 serve` bad input."""
+from __future__ import annotations
+
+import asyncio
+import errno
+
+import pytest
+
+from metadata_quorum.errors import ErrorCode, FerryError
+from stream_storage import s3_server
+from stream_storage.memory_store import MemoryObjectStore
+from stream_storage.wal import WriteAheadLog
+from tests.streams.conftest import batch_of, read_all
+
+
+async def test_appends_wait_while_four_uploads_worth_is_buffered(make_storage) -> None:
+    store = MemoryObjectStore(latency_ms=20)
+    a = make_storage(1, store, upload_bytes=4096, max_inflight_uploads=1)
+    await a.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 0)
+    peak = 0
+
+    async def watch() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, a.uploader.pending_bytes + a.uploader.admitted_bytes)
+            await asyncio.sleep(0.001)
+
+    watcher = asyncio.create_task(watch())
+    batch = batch_of("bp", count=4, value_bytes=250)
+    await asyncio.gather(*(a.append(sid, batch) for _ in range(120)))
+    watcher.cancel()
+    assert peak <= 4 * 4096  # buffered + admitted bytes never exceed four uploads
+    assert peak > 0
+    await a.close_stream(sid)
+    assert len(await read_all(a, sid)) == 480
+    await a.close()
+
+
+async def test_full_disk_fails_the_append_and_the_stream_keeps_what_was_acknowledged(make_storage, memory_store,
+                                                                                  monkeypatch) -> None:
+    a = make_storage(1, memory_store, upload_interval_ms=60_000)
+    await a.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 0)
+    await a.append(sid, batch_of("ok"))
+    real = WriteAheadLog._write_batch
+
+    def full(self, entries, ranges):  # type: ignore[no-untyped-def]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(WriteAheadLog, "_write_batch", full)
+    with pytest.raises(FerryError) as err:
+        await a.append(sid, batch_of("lost"))
+    assert err.value.error == ErrorCode.KAFKA_STORAGE_ERROR
+    monkeypatch.setattr(WriteAheadLog, "_write_batch", real)
+    with pytest.raises(FerryError) as err:
+        await a.append(sid, batch_of("after"))
+    assert err.value.error == ErrorCode.KAFKA_STORAGE_ERROR
+    assert (await a.fetch(sid, 0, 1 << 20)).high_watermark == 3
+    assert [r.key for r in await read_all(a, sid)] == [b"ok-0", b"ok-1", b"ok-2"]
+    await a.abort()
+
+
+def test_s3_serve_refuses_a_bad_bucket_name(capsys) -> None:
+    assert s3_server.main(["serve", "--bucket", "ab"]) == 2
+    assert "3 to 63 characters" in capsys.readouterr().err
