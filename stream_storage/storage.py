@@ -160,9 +160,19 @@ class StreamStorage:
         existing = self.handles.get(stream_id)
         if existing is not None and existing.epoch == epoch and existing.state == OPEN:
             return OpenInfo(stream_id, epoch, existing.start_offset, existing.durable_end)
+        if existing is not None and existing.state == OPEN:
+            # moving to a newer epoch on this broker: what the old epoch acknowledged goes to S3 first
+            existing.state = CLOSING
+            await existing.idle.wait()
+            try:
+                await self.uploader.force_upload(existing)
+            except FerryError as exc:
+                log.warning("stream %d: upload before re-opening at epoch %d failed: %s", stream_id, epoch, exc)
         opened = await self.control.open_stream(stream_id, epoch, self.broker_id, self.broker_epoch)
         if existing is not None:
             existing.fence(f"re-opened at epoch {epoch}")
+            self.uploader.discard(sum(len(c.data) for c in self.cache.chunks_between(
+                stream_id, existing.taken_end, existing.durable_end)))
         handle = StreamHandle(stream_id, opened.epoch, opened.start_offset, opened.end_offset, opened.end_offset,
                               opened.end_offset, opened.end_offset)
         self.cache.reset(stream_id, opened.end_offset)

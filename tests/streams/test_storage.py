@@ -277,3 +277,16 @@ async def test_multi_record_and_multi_batch_appends_advance_by_record_count(make
     res = await a.fetch(sid, 0, 1 << 20)
     assert res.high_watermark == 8 and res.next_offset == 8
     await a.close()
+
+
+async def test_reopen_at_a_newer_epoch_on_the_same_broker_keeps_acknowledged_data(make_storage, memory_store) -> None:
+    a = make_storage(1, memory_store, upload_interval_ms=60_000)
+    await a.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 1)
+    await a.append(sid, batch_of("e1"))
+    info = await a.open_stream(sid, 2)  # e.g. the partition's leader epoch moved on, same leader
+    assert (info.epoch, info.end_offset) == (2, 3)
+    assert await a.append(sid, batch_of("e2")) == 3
+    assert keys_of(await read_all(a, sid)) == expected_keys(["e1", "e2"])
+    await a.close()
