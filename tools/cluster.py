@@ -30,6 +30,7 @@ STATE_FILE = "cluster.json"
 # Failure detection a little quicker than Kafka's defaults (2 s / 9 s) so that local runs and tests
 # see a dead broker fenced in seconds; every value can be overridden.
 LOCAL_BROKER_DEFAULTS: dict[str, Any] = {"heartbeat_interval_ms": 500, "session_timeout_ms": 4000}
+LOCAL_CONTROLLER_DEFAULTS: dict[str, Any] = {"session_timeout_ms": 4000}  # the controllers fence on their own setting
 
 
 def _spawn(args: list[str], log_path: str) -> subprocess.Popen[bytes]:
@@ -65,7 +66,7 @@ class LocalCluster:
         self.bucket = bucket
         self.log_dirs_per_broker = log_dirs_per_broker
         self.broker_overrides = dict(LOCAL_BROKER_DEFAULTS, **(broker_overrides or {}))
-        self.controller_overrides = controller_overrides or {}
+        self.controller_overrides = dict(LOCAL_CONTROLLER_DEFAULTS, **(controller_overrides or {}))
         self.s3: S3Server | None = None
         self.quorum: Quorum | None = None
         self.broker_procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -156,7 +157,10 @@ class LocalCluster:
         raise RuntimeError(f"no controller answered {op}: {last}")
 
     def wait_brokers(self, broker_ids: list[int] | None = None, timeout_s: float = 60.0) -> None:
-        """Until each broker answers /v1/health and the controllers have it registered and unfenced."""
+        """Until each broker's own /v1/health says RUNNING and unfenced, and the controllers list it unfenced.
+
+        The broker's view matters after a restart: the controllers may still list the previous
+        incarnation as unfenced until its session expires."""
         ids = broker_ids if broker_ids is not None else sorted(self.broker_procs)
         deadline = time.monotonic() + timeout_s
         pending = set(ids)
@@ -171,7 +175,8 @@ class LocalCluster:
                 brokers = {}
             for bid in sorted(pending):
                 b = brokers.get(bid)
-                if b is not None and not b.get("fenced", True) and self.broker_health(bid) is not None:
+                health = self.broker_health(bid) if b is not None and not b.get("fenced", True) else None
+                if health is not None and health.get("state", "RUNNING") == "RUNNING" and not health.get("fenced"):
                     pending.discard(bid)
             if pending and time.monotonic() > deadline:
                 raise TimeoutError(f"brokers {sorted(pending)} not ready within {timeout_s} s; logs in {self.state_dir}")
