@@ -1,0 +1,71 @@
+"""Config validation, the heartbeat lease and load samples (pure parts of the broker shell)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from broker.config import config_from_dict, load_config, wal_dir_of
+from broker.heartbeat import BrokerLease
+from broker.load_sampler import LoadCounters, LoadSampler, PartitionLoad
+from metadata_quorum.errors import ErrorCode, FerryError
+from tools.rebalance.samples import decode_samples, encode_samples
+
+BASE = {"broker_id": 1, "controllers": ["127.0.0.1:9001"], "log_dirs": ["/var/ferry/d0"]}
+
+
+def test_config_defaults_are_kafkas() -> None:
+    cfg = config_from_dict(dict(BASE))
+    assert (cfg.heartbeat_interval_ms, cfg.session_timeout_ms, cfg.metrics_interval_ms) == (2000, 9000, 10000)
+    assert cfg.controllers == ("http://127.0.0.1:9001",)
+    assert cfg.effective_wal_dir == wal_dir_of("/var/ferry/wal", 1) == "/var/ferry/wal/broker-1"
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"log_dirs": ["relative"]}, "absolute"),
+    ({"log_dirs": []}, "log_dirs"),
+    ({"controllers": []}, "controllers"),
+    ({"surprise": 1}, "surprise"),
+    ({"heartbeat_interval_ms": 9000}, "below"),
+    ({"session_timeout_ms": 0}, "positive"),
+    ({"log_dirs": ["/a", "/a/"]}, "duplicate"),
+])
+def test_bad_config_is_invalid_config(change: dict, needle: str) -> None:
+    with pytest.raises(FerryError) as e:
+        config_from_dict(dict(BASE, **change))
+    assert e.value.error is ErrorCode.INVALID_CONFIG and needle in e.value.message
+
+
+def test_load_config_id_must_match(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(BASE))
+    assert load_config(str(path), 1).broker_id == 1
+    with pytest.raises(FerryError, match="does not match"):
+        load_config(str(path), 2)
+    path.write_text("{nope")
+    with pytest.raises(FerryError, match="not valid JSON"):
+        load_config(str(path), 1)
+
+
+def test_lease_ends_a_session_after_the_last_acknowledged_send() -> None:
+    lease = BrokerLease(session_timeout_ms=2000)
+    assert not lease.valid(0.0)
+    lease.renewed(10.0)
+    assert lease.valid(11.9)
+    assert not lease.valid(12.0)
+    lease.renewed(9.0)  # a late answer to an older heartbeat does not shorten or extend it
+    assert lease.valid(11.9) and not lease.valid(12.0)
+
+
+def test_load_samples_are_per_interval_differences() -> None:
+    s = LoadSampler(broker_id=3, interval_ms=1000)
+    c = LoadCounters(bytes_in=100, records_in=10)
+    first = s.sample(1000, [PartitionLoad("t", 0, c, 500)])
+    assert (first[0].bytes_in, first[0].records_in, first[0].size_bytes) == (100, 10, 500)
+    c.bytes_in, c.bytes_out, c.records_out = 250, 40, 4
+    second = s.sample(2000, [PartitionLoad("t", 0, c, 650)])
+    assert (second[0].bytes_in, second[0].bytes_out, second[0].records_out) == (150, 40, 4)
+    assert decode_samples(encode_samples(second)) == second
+    # the partition left and came back with fresh counters
+    third = s.sample(3000, [PartitionLoad("t", 0, LoadCounters(bytes_in=5), 650)])
+    assert third[0].bytes_in == 5
