@@ -115,7 +115,8 @@ class CommittedLog(SyncObjConsumer):
         self.snapshot_offset = -1
         self.snapshot_epoch = 0
         self.snapshot_records: list[dict[str, Any]] = []
-        self.batches: list[tuple[int, int, list[dict[str, Any]]]] = []
+        # [base_offset, epoch, records, their encoding (filled on first read, then kept)]
+        self.batches: list[list[Any]] = []
         self.last_command_id = ""
         self.next_offset = 0
         self.epoch = 0
@@ -152,9 +153,9 @@ class CommittedLog(SyncObjConsumer):
             image = advance_image(image, [decode_record(r) for r in self.snapshot_records],
                                   self.snapshot_offset - len(self.snapshot_records) + 1, self.snapshot_epoch,
                                   last_offset=self.snapshot_offset)
-        for base, epoch, records in self.batches:
+        for base, epoch, records, _encoded in self.batches:
             if base > self.snapshot_offset:
-                image = advance_image(image, [decode_record(r) for r in records], base, epoch)
+                image = advance_image(image, list(records), base, epoch)
         self._image = image
         self._bases = [b[0] for b in self.batches]
         self._snapshot_cache = None
@@ -174,11 +175,11 @@ class CommittedLog(SyncObjConsumer):
             if accepted:
                 try:
                     epoch = int(command.epoch)
-                    new_batches: list[tuple[int, int, list[dict[str, Any]]]] = []
+                    new_batches: list[list[Any]] = []
                     flat: list[Record] = []
                     for batch in command.batches:
                         if batch:
-                            new_batches.append((first + len(flat), epoch, [encode_record(r) for r in batch]))
+                            new_batches.append([first + len(flat), epoch, tuple(batch), None])
                             flat.extend(batch)
                     image = advance_image(self._image, flat, first, epoch) if flat else self._image
                 except Exception:
@@ -253,28 +254,40 @@ class CommittedLog(SyncObjConsumer):
         return result
 
     def read(self, offset: int, max_records: int) -> LogSlice:
-        """Whole batches starting at ``offset`` (at least one if any), or a snapshot if dropped."""
+        """Whole batches starting at ``offset`` (at least one if any), or a snapshot if dropped.
+
+        Batches are encoded on their first read (not on the Raft thread), outside the lock.
+        """
+        entries: list[list[Any]] = []
         with self._lock:
             hw = self.next_offset
-            if offset < (self.batches[0][0] if self.batches else hw) and not (offset == hw):
-                snap = None
-            else:
-                records: list[tuple[int, dict[str, Any]]] = []
-                i = bisect.bisect_right(self._bases, offset) - 1
-                i = max(i, 0)
+            start = self.batches[0][0] if self.batches else hw
+            dropped = offset < start
+            if not dropped:
+                i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+                count = 0
                 while i < len(self.batches):
-                    base, _epoch, batch = self.batches[i]
-                    if base + len(batch) <= offset:
-                        i += 1
-                        continue
-                    if records and len(records) + len(batch) > max_records:
-                        break
-                    records.extend((base + k, r) for k, r in enumerate(batch) if base + k >= offset)
+                    entry = self.batches[i]
                     i += 1
-                return LogSlice(records=records, high_watermark=hw)
-        snap_offset, snap_records = self.snapshot()
-        return LogSlice(records=[], high_watermark=snap_offset + 1, snapshot_offset=snap_offset,
-                        snapshot_records=snap_records)
+                    size = len(entry[2])
+                    if entry[0] + size <= offset:
+                        continue
+                    if entries and count + size > max_records:
+                        break
+                    entries.append(entry)
+                    count += size
+        if dropped:
+            snap_offset, snap_records = self.snapshot()
+            return LogSlice(records=[], high_watermark=snap_offset + 1, snapshot_offset=snap_offset,
+                            snapshot_records=snap_records)
+        records: list[tuple[int, dict[str, Any]]] = []
+        for entry in entries:
+            encoded = entry[3]
+            if encoded is None:
+                encoded = entry[3] = [encode_record(r) for r in entry[2]]
+            base = entry[0]
+            records.extend((base + k, r) for k, r in enumerate(encoded) if base + k >= offset)
+        return LogSlice(records=records, high_watermark=hw)
 
     def committed_offset_at_raft_index(self, raft_index: int) -> int:
         """The metadata log end offset once Raft entry ``raft_index`` was applied (best known)."""
