@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import aiohttp
+from kafka.partitioner.default import murmur2
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
@@ -235,6 +236,7 @@ class _PartitionQueue:
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.sequence = 0
+        self.inflight: list[asyncio.Future[RecordMetadata]] = []
 
 
 class Producer:
@@ -304,7 +306,8 @@ class Producer:
             raise FerryError(ErrorCode.INVALID_REQUEST, "producer is not started or already closed")
         if partition is None:
             tps = await self.partitions_for(topic)
-            partition = (hash(key) if key is not None else random.randrange(len(tps))) % len(tps)
+            # Kafka's default partitioner for keyed records (murmur2), so keys land where Kafka puts them.
+            partition = ((murmur2(key) & 0x7FFFFFFF) if key is not None else random.randrange(len(tps))) % len(tps)
         tp = TopicPartition(topic, partition)
         queue = self._queues.get(tp)
         if queue is None:
@@ -324,7 +327,7 @@ class Producer:
     async def flush(self) -> None:
         """Wait until every record sent so far is acknowledged or failed."""
         futures = [p.future for q in self._queues.values() for p in q.records]
-        futures += [f for q in self._queues.values() for f in getattr(q, "inflight", [])]
+        futures += [f for q in self._queues.values() for f in q.inflight]
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
 
@@ -354,14 +357,14 @@ class Producer:
                 queue.bytes -= p.size_bytes
                 size += p.size_bytes
                 batch.append(p)
-            queue.inflight = [p.future for p in batch]  # type: ignore[attr-defined]
+            queue.inflight = [p.future for p in batch]
             try:
                 await self._deliver(tp, queue, batch)
             except Exception as exc:  # pragma: no cover - defensive: never leave futures hanging
                 for p in batch:
                     if not p.future.done():
                         p.future.set_exception(exc)
-            queue.inflight = []  # type: ignore[attr-defined]
+            queue.inflight = []
 
     async def _deliver(self, tp: TopicPartition, queue: _PartitionQueue, batch: list[_Pending]) -> None:
         assert self._session is not None and self.metadata is not None

@@ -102,3 +102,10 @@ async def test_consumer_seek_and_poll(fake):
             if consumer.position(tp) >= 30:
                 break
     assert [r.offset for r in got] == [25, 26, 27, 28, 29]
+
+
+async def test_keyed_records_use_kafkas_murmur2_partitioner(fake):
+    from kafka.partitioner.default import murmur2
+    async with Producer(list(fake.urls.values())) as producer:
+        metas = [await producer.send_and_wait("t", b"v", key=b"key-%d" % i) for i in range(20)]
+    assert [m.partition for m in metas] == [(murmur2(b"key-%d" % i) & 0x7FFFFFFF) % 2 for i in range(20)]

@@ -19,6 +19,19 @@ from tools.move_workload import ProduceLoad, check_read_back, fetch_timeline, mo
 pytestmark = pytest.mark.integration
 
 
+async def fenced_count(session: aiohttp.ClientSession, url: str, timeout_s: float = 10.0) -> float:
+    """`ferry_broker_stream_fenced_total` of a broker, polled until it is non-zero or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        async with session.get(f"{url}/metrics") as resp:
+            text = await resp.text()
+        value = sum(float(line.split()[-1]) for line in text.splitlines()
+                    if line.startswith("ferry_broker_stream_fenced_total"))
+        if value > 0 or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.2)
+
+
 async def owner(admin: Admin, tp: TopicPartition) -> int:
     return (await admin.wait_for_leader(tp, timeout_s=20)).leader
 
@@ -132,6 +145,7 @@ async def test_paused_old_owner_cannot_write_after_new_owner_opened(cluster):
             c.resume_broker(1)
             resp = await asyncio.wait_for(late, 30)
             answer = await resp.json(content_type=None)
+            print("write held by the paused old owner was answered:", resp.status, answer)
             assert resp.status != 200, answer
             assert answer["error"] in ("STREAM_FENCED", "NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH"), answer
             await asyncio.sleep(0.5)
@@ -139,6 +153,8 @@ async def test_paused_old_owner_cannot_write_after_new_owner_opened(cluster):
                 assert again.status == 421 and (await again.json())["error"] == "NOT_LEADER_OR_FOLLOWER"
             meta = await admin.broker_metadata([c.broker_url(1)])
             assert meta.partitions[tp].leader == 2  # the old owner stepped down
+            # Its attempt to finish the move (persist meta, upload, close) met the new owner's epoch.
+            assert await fenced_count(session, c.broker_url(1)) >= 1
         finally:
             if late is not None and not late.done():
                 late.cancel()
