@@ -504,15 +504,6 @@ class LayeredMapping(Mapping[str, str]):
             self._len = sum(1 for _ in self)
         return self._len
 
-    def flatten(self) -> Mapping[str, str]:
-        merged = dict(self.base)
-        for key, value in self.changes.items():
-            if value is None:
-                merged.pop(key, None)
-            else:
-                merged[key] = value
-        return MappingProxyType(merged)
-
 
 def advance_view(view: Any, records: tuple[Record, ...], first_offset: int, epoch: int) -> Any:
     """The leader's next view: KV-only batches layer their changes, anything else replays via the delta."""
@@ -531,9 +522,19 @@ def advance_view(view: Any, records: tuple[Record, ...], first_offset: int, epoc
 
 
 def flatten_view(view: Any) -> Any:
-    if isinstance(view.kv, LayeredMapping):
-        return dataclasses.replace(view, kv=view.kv.flatten())
-    return view
+    """The view with its layered KV changes replayed through ``MetadataDelta`` (the one replay path)."""
+    kv = view.kv
+    if not isinstance(kv, LayeredMapping):
+        return view
+    from metadata_quorum.delta import MetadataDelta
+
+    delta = MetadataDelta(dataclasses.replace(view, kv=kv.base))
+    for key, value in kv.changes.items():
+        delta.replay(KVRecord(key=key, value=value), view.offset, view.epoch)
+    flat = delta.apply()
+    if flat.offset != view.offset or flat.epoch != view.epoch:
+        flat = dataclasses.replace(flat, offset=view.offset, epoch=view.epoch)
+    return flat
 
 
 def _log_internal_failure(fut: asyncio.Future[Any]) -> None:

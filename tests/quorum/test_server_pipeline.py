@@ -284,3 +284,27 @@ async def test_a_new_leader_fences_a_broker_that_stops_heartbeating_after_failov
         await asyncio.sleep(0.005)
     assert state.image.cluster.brokers[4].fenced
     await controller.stop()
+
+
+def test_the_leaders_layered_view_equals_replaying_the_records() -> None:
+    from metadata_quorum.delta import MetadataDelta
+    from metadata_quorum.image import EMPTY_IMAGE
+    from metadata_quorum.quorum_controller import advance_view, flatten_view
+    from metadata_quorum.records import RegisterBrokerRecord
+
+    batches = [
+        (KVRecord("a", "1"),), (KVRecord("b", "2"), KVRecord("a", None)),
+        (RegisterBrokerRecord(broker_id=1, incarnation_id="i", broker_epoch=3),), (KVRecord("c", "3"),),
+        (KVRecord("b", None), KVRecord("d", "4")),
+    ]
+    view, offset = EMPTY_IMAGE, 0
+    for batch in batches:
+        view = advance_view(view, batch, offset, 7)
+        assert view.offset == offset + len(batch) - 1 and view.epoch == 7
+        offset += len(batch)
+    assert dict(view.kv) == {"c": "3", "d": "4"} and len(view.kv) == 2 and "b" not in view.kv
+    flat = flatten_view(view)
+    expected = MetadataDelta(EMPTY_IMAGE).replay_all([r for b in batches for r in b]).apply()
+    assert flat.same_content(expected)
+    assert type(flat.kv) is type(expected.kv)
+    assert (flat.offset, flat.epoch) == (offset - 1, 7)
