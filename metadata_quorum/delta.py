@@ -9,7 +9,7 @@ every node.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 from metadata_quorum.image import (
     BrokerRegistration,
@@ -19,12 +19,14 @@ from metadata_quorum.image import (
     PartitionRegistration,
     StreamMetadata,
     StreamsImage,
+    TopicIdPartition,
     TopicImage,
     TopicsImage,
-    frozen,
 )
+from metadata_quorum.pmap import REMOVE, PMap
 from metadata_quorum.records import (
     BrokerRegistrationChangeRecord,
+    NO_LEADER,
     ConfigRecord,
     KVRecord,
     NoOpRecord,
@@ -40,11 +42,6 @@ from metadata_quorum.records import (
     TopicRecord,
     UnregisterBrokerRecord,
 )
-
-
-class TopicIdPartition(NamedTuple):
-    topic_id: str
-    partition: int
 
 
 @dataclass(frozen=True)
@@ -65,25 +62,22 @@ class LocalChanges:
         return bool(self.gained or self.lost or self.reopen)
 
 
-_REMOVED = object()
-
-
 class MetadataDelta:
-    """Changes on top of ``image``; the image itself is never modified."""
+    """Changes on top of ``image``, kept as overlays; the image itself is never modified."""
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
         self.offset = image.offset
         self.epoch = image.epoch
         self._brokers: dict[int, BrokerRegistration | None] = {}
-        self._topics: dict[str, TopicImage | None] = {}  # topic_id -> new header (partitions ignored)
-        self._partitions: dict[str, dict[int, PartitionRegistration]] = {}  # copied on first write
+        self._topics: dict[str, TopicImage | None] = {}  # created (empty partitions) or None = removed
+        self._parts: dict[str, dict[int, PartitionRegistration]] = {}  # per-topic partition overlay
         self._names: dict[str, str | None] = {}
         self._streams: dict[int, StreamMetadata | None] = {}
+        self._refs: dict[str, tuple[int, ...]] = {}  # object key -> streams referencing it (() = none)
         self._configs: dict[tuple[str, str], dict[str, str]] = {}
         self._kv: dict[str, str | None] = {}
         self._changed_partitions: set[TopicIdPartition] = set()
-        self._removed_topics: set[str] = set()
 
     # ----------------------------------------------------------------- current view
     def broker(self, broker_id: int) -> BrokerRegistration | None:
@@ -91,7 +85,11 @@ class MetadataDelta:
             return self._brokers[broker_id]
         return self.image.cluster.brokers.get(broker_id)
 
+    def broker_ids(self) -> set[int]:
+        return {b for b in set(self.image.cluster.brokers) | set(self._brokers) if self.broker(b) is not None}
+
     def topic(self, topic_id: str) -> TopicImage | None:
+        """The topic's header; its ``partitions`` do not include this delta's changes."""
         if topic_id in self._topics:
             return self._topics[topic_id]
         return self.image.topics.by_id.get(topic_id)
@@ -101,19 +99,30 @@ class MetadataDelta:
             return self._names[name]
         return self.image.topics.by_name.get(name)
 
-    def partitions(self, topic_id: str) -> Mapping[int, PartitionRegistration]:
-        if topic_id in self._partitions:
-            return self._partitions[topic_id]
-        topic = self.topic(topic_id)
-        return {} if topic is None else topic.partitions
-
     def partition(self, topic_id: str, partition: int) -> PartitionRegistration | None:
-        return self.partitions(topic_id).get(partition)
+        topic = self.topic(topic_id)
+        if topic is None:
+            return None
+        overlay = self._parts.get(topic_id)
+        if overlay is not None and partition in overlay:
+            return overlay[partition]
+        return topic.partitions.get(partition)
+
+    def partition_ids(self, topic_id: str) -> list[int]:
+        topic = self.topic(topic_id)
+        if topic is None:
+            return []
+        return sorted(set(topic.partitions) | set(self._parts.get(topic_id, {})))
 
     def stream(self, stream_id: int) -> StreamMetadata | None:
         if stream_id in self._streams:
             return self._streams[stream_id]
         return self.image.streams.streams.get(stream_id)
+
+    def object_refs(self, object_key: str) -> tuple[int, ...]:
+        if object_key in self._refs:
+            return self._refs[object_key]
+        return self.image.streams.object_refs.get(object_key, ())
 
     def kv(self, key: str) -> str | None:
         if key in self._kv:
@@ -158,42 +167,33 @@ class MetadataDelta:
     def _topic(self, r: TopicRecord) -> None:
         if self.topic(r.topic_id) is not None or self.topic_id_by_name(r.name) is not None:
             return
+        if r.topic_id in self.image.topics.by_id:
+            return  # an id is never reused, even after the topic was removed in this delta
         self._topics[r.topic_id] = TopicImage(name=r.name, topic_id=r.topic_id, storage=r.storage)
-        self._partitions[r.topic_id] = {}
         self._names[r.name] = r.topic_id
-        self._removed_topics.discard(r.topic_id)
 
     def _remove_topic(self, r: RemoveTopicRecord) -> None:
         topic = self.topic(r.topic_id)
         if topic is None:
             return
-        for p in self.partitions(r.topic_id):
+        for p in self.partition_ids(r.topic_id):
             self._changed_partitions.add(TopicIdPartition(r.topic_id, p))
         self._topics[r.topic_id] = None
-        self._partitions[r.topic_id] = {}
+        self._parts.pop(r.topic_id, None)
         self._names[topic.name] = None
-        self._removed_topics.add(r.topic_id)
 
-    def _writable_partitions(self, topic_id: str) -> dict[int, PartitionRegistration] | None:
-        if self.topic(topic_id) is None:
-            return None
-        if topic_id not in self._partitions:
-            self._partitions[topic_id] = dict(self.partitions(topic_id))
-        return self._partitions[topic_id]
+    def _set_partition(self, topic_id: str, partition: int, reg: PartitionRegistration) -> None:
+        self._parts.setdefault(topic_id, {})[partition] = reg
+        self._changed_partitions.add(TopicIdPartition(topic_id, partition))
 
     def _partition(self, r: PartitionRecord) -> None:
-        parts = self._writable_partitions(r.topic_id)
-        if parts is None:
-            return
-        parts[r.partition] = PartitionRegistration.from_record(r)
-        self._changed_partitions.add(TopicIdPartition(r.topic_id, r.partition))
+        if self.topic(r.topic_id) is not None:
+            self._set_partition(r.topic_id, r.partition, PartitionRegistration.from_record(r))
 
     def _partition_change(self, r: PartitionChangeRecord) -> None:
-        parts = self._writable_partitions(r.topic_id)
-        if parts is None or r.partition not in parts:
-            return
-        parts[r.partition] = parts[r.partition].merge(r)
-        self._changed_partitions.add(TopicIdPartition(r.topic_id, r.partition))
+        current = self.partition(r.topic_id, r.partition)
+        if current is not None:
+            self._set_partition(r.topic_id, r.partition, current.merge(r))
 
     def _stream(self, r: StreamRecord) -> None:
         current = self.stream(r.stream_id)
@@ -209,18 +209,32 @@ class MetadataDelta:
             owner_epoch=r.owner_epoch,
         )
 
+    def _unref(self, object_key: str, stream_id: int) -> None:
+        self._refs[object_key] = tuple(s for s in self.object_refs(object_key) if s != stream_id)
+
     def _remove_stream(self, r: RemoveStreamRecord) -> None:
-        if self.stream(r.stream_id) is not None:
-            self._streams[r.stream_id] = None
+        current = self.stream(r.stream_id)
+        if current is None:
+            return
+        for obj in current.objects:
+            self._unref(obj.object_key, r.stream_id)
+        self._streams[r.stream_id] = None
 
     def _stream_object(self, r: StreamObjectRecord) -> None:
         current = self.stream(r.stream_id)
         if current is None:
             return
-        kept = [o for o in current.objects if o.object_key != r.object_key]
-        kept.append(r)
-        kept.sort(key=lambda o: (o.start_offset, o.end_offset, o.object_key))
-        self._streams[r.stream_id] = replace(current, objects=tuple(kept))
+        objects = current.objects
+        if any(o.object_key == r.object_key for o in objects):
+            objects = tuple(o for o in objects if o.object_key != r.object_key)
+        else:
+            self._refs[r.object_key] = tuple(sorted(self.object_refs(r.object_key) + (r.stream_id,)))
+        if objects and (objects[-1].start_offset, objects[-1].end_offset, objects[-1].object_key) > \
+                (r.start_offset, r.end_offset, r.object_key):
+            objects = tuple(sorted(objects + (r,), key=lambda o: (o.start_offset, o.end_offset, o.object_key)))
+        else:
+            objects = objects + (r,)  # the usual case: an object appended at the end
+        self._streams[r.stream_id] = replace(current, objects=objects)
 
     def _remove_stream_object(self, r: RemoveStreamObjectRecord) -> None:
         current = self.stream(r.stream_id)
@@ -229,6 +243,7 @@ class MetadataDelta:
         kept = tuple(o for o in current.objects if o.object_key != r.object_key)
         if len(kept) != len(current.objects):
             self._streams[r.stream_id] = replace(current, objects=kept)
+            self._unref(r.object_key, r.stream_id)
 
     def _config(self, r: ConfigRecord) -> None:
         key = (r.resource_type, r.resource_name)
@@ -251,42 +266,66 @@ class MetadataDelta:
         image = self.image
         cluster = image.cluster
         if self._brokers:
-            brokers = dict(image.cluster.brokers)
-            _merge(brokers, self._brokers)
-            cluster = ClusterImage(frozen(brokers))
+            cluster = ClusterImage(image.cluster.brokers.update(_removals(self._brokers)))
         topics = image.topics
-        if self._topics or self._partitions:
-            by_id = dict(image.topics.by_id)
-            for topic_id, parts in self._partitions.items():
-                header = self.topic(topic_id)
-                if header is not None:
-                    by_id[topic_id] = replace(header, partitions=frozen(dict(parts)))
-            for topic_id, header in self._topics.items():
-                if header is None:
-                    by_id.pop(topic_id, None)
-            by_name = dict(image.topics.by_name)
-            _merge(by_name, self._names)
-            topics = TopicsImage(frozen(by_id), frozen(by_name))
+        if self._topics or self._parts:
+            topics = self._apply_topics()
         streams = image.streams
-        if self._streams:
-            stream_map = dict(image.streams.streams)
-            _merge(stream_map, self._streams)
-            streams = StreamsImage(frozen(stream_map))
+        if self._streams or self._refs:
+            streams = StreamsImage(
+                image.streams.streams.update(_removals(self._streams)),
+                image.streams.object_refs.update({k: (v if v else REMOVE) for k, v in self._refs.items()}),
+            )
         configs = image.configs
         if self._configs:
-            config_map = dict(image.configs.configs)
-            for key, values in self._configs.items():
-                if values:
-                    config_map[key] = frozen(dict(values))
-                else:
-                    config_map.pop(key, None)
-            configs = ConfigsImage(frozen(config_map))
-        kv = image.kv
-        if self._kv:
-            kv_map = dict(image.kv)
-            _merge(kv_map, self._kv)
-            kv = frozen(kv_map)
+            configs = ConfigsImage(image.configs.configs.update(
+                {k: (PMap(v) if v else REMOVE) for k, v in self._configs.items()}))
+        kv = image.kv.update(_removals(self._kv)) if self._kv else image.kv
         return MetadataImage(self.offset, self.epoch, cluster, topics, streams, configs, kv)
+
+    def _apply_topics(self) -> TopicsImage:
+        old = self.image.topics
+        changes: dict[str, Any] = {}
+        for topic_id in set(self._topics) | set(self._parts):
+            header = self.topic(topic_id)
+            if header is None:
+                changes[topic_id] = REMOVE
+            else:
+                overlay = self._parts.get(topic_id, {})
+                changes[topic_id] = replace(header, partitions=header.partitions.update(overlay))
+        leaderless = set(old.leaderless)
+        counts = {"replicas": dict[Any, int](), "leaders": dict[Any, int](), "dirs": dict[Any, int]()}
+        current = {"replicas": old.replica_counts, "leaders": old.leader_counts, "dirs": old.dir_counts}
+
+        def bump(kind: str, key: Any, by: int) -> None:
+            table = counts[kind]
+            table[key] = table.get(key, current[kind].get(key, 0)) + by
+
+        for tp in self._changed_partitions:
+            before = old.partition(tp.topic_id, tp.partition)
+            after = self.partition(tp.topic_id, tp.partition)
+            for reg, sign in ((before, -1), (after, 1)):
+                if reg is None:
+                    continue
+                for r in reg.replicas:
+                    bump("replicas", r, sign)
+                for d in reg.directories:
+                    if d:
+                        bump("dirs", d, sign)
+                if reg.leader != NO_LEADER:
+                    bump("leaders", reg.leader, sign)
+            if after is not None and after.leader == NO_LEADER:
+                leaderless.add(tp)
+            else:
+                leaderless.discard(tp)
+        return TopicsImage(
+            by_id=old.by_id.update(changes),
+            by_name=old.by_name.update(_removals(self._names)),
+            leaderless=frozenset(leaderless) if leaderless != old.leaderless else old.leaderless,
+            replica_counts=old.replica_counts.update({k: v or REMOVE for k, v in counts["replicas"].items()}),
+            leader_counts=old.leader_counts.update({k: v or REMOVE for k, v in counts["leaders"].items()}),
+            dir_counts=old.dir_counts.update({k: v or REMOVE for k, v in counts["dirs"].items()}),
+        )
 
     def changed_partitions(self) -> set[TopicIdPartition]:
         return set(self._changed_partitions)
@@ -314,15 +353,12 @@ class MetadataDelta:
                 lost[tp] = old
             elif led and leads and old is not None and new is not None and new.leader_epoch != old.leader_epoch:
                 reopen[tp] = new
-        return LocalChanges(frozen(gained), frozen(lost), frozen(reopen))
+        return LocalChanges(gained, lost, reopen)
 
 
-def _merge(target: dict[Any, Any], changes: Mapping[Any, Any]) -> None:
-    for key, value in changes.items():
-        if value is None:
-            target.pop(key, None)
-        else:
-            target[key] = value
+def _removals(changes: Mapping[Any, Any]) -> dict[Any, Any]:
+    """Delta entries (None = removed) as PMap updates."""
+    return {k: (REMOVE if v is None else v) for k, v in changes.items()}
 
 
 _HANDLERS: dict[type, Any] = {

@@ -1,18 +1,20 @@
 """The metadata image: an immutable view of everything the metadata log has said so far.
 
 An image is only ever built by replaying records (see ``delta.py``); nothing else changes it.
-Mappings are read-only views over dicts that a delta copies on write, so building the next image
-costs the size of what changed plus one shallow copy of each touched mapping, not a deep copy.
+Mappings are ``PMap``s: immutable, and an update copies only the buckets it touches, so building
+the next image costs the size of what changed, not the size of the cluster. The image also keeps
+a few indexes (leaderless partitions, replicas per broker and per log dir, object references)
+that the delta maintains as it applies changes, so the controller's periodic work does not scan
+every partition.
 ``offset`` is the log offset of the last record applied (-1 = empty); ``epoch`` is the Raft term
 under which that record was written (-1 = unknown).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from functools import cached_property
-from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
+from metadata_quorum.pmap import EMPTY_PMAP, PMap
 from metadata_quorum.records import (
     NO_LEADER,
     STORAGE_S3,
@@ -35,12 +37,12 @@ from metadata_quorum.records import (
 STREAM_ID_COUNTER_KEY = "ferry/next_stream_id"
 
 
-def frozen(mapping: dict[Any, Any]) -> Mapping[Any, Any]:
-    """A read-only view of ``mapping``; the caller must not keep writing to it."""
-    return MappingProxyType(mapping)
+EMPTY_MAP: Mapping[Any, Any] = EMPTY_PMAP
 
 
-EMPTY_MAP: Mapping[Any, Any] = frozen({})
+class TopicIdPartition(NamedTuple):
+    topic_id: str
+    partition: int
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ class TopicImage:
     name: str
     topic_id: str
     storage: str
-    partitions: Mapping[int, PartitionRegistration] = field(default_factory=lambda: EMPTY_MAP)
+    partitions: PMap[int, PartitionRegistration] = field(default_factory=lambda: EMPTY_PMAP)
 
     def to_records(self) -> list[Record]:
         records: list[Record] = [TopicRecord(name=self.name, topic_id=self.topic_id, storage=self.storage)]
@@ -253,7 +255,7 @@ class StreamMetadata:
 
 @dataclass(frozen=True)
 class ClusterImage:
-    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: EMPTY_MAP)
+    brokers: PMap[int, BrokerRegistration] = field(default_factory=lambda: EMPTY_PMAP)
 
     def active_broker_ids(self) -> list[int]:
         """Unfenced brokers not in controlled shutdown, sorted by id."""
@@ -266,8 +268,14 @@ class ClusterImage:
 
 @dataclass(frozen=True)
 class TopicsImage:
-    by_id: Mapping[str, TopicImage] = field(default_factory=lambda: EMPTY_MAP)
-    by_name: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    by_id: PMap[str, TopicImage] = field(default_factory=lambda: EMPTY_PMAP)
+    by_name: PMap[str, str] = field(default_factory=lambda: EMPTY_PMAP)
+    #: partitions with no leader (maintained by the delta; ``tick`` looks only at these)
+    leaderless: frozenset[TopicIdPartition] = frozenset()
+    #: broker id -> replicas it hosts / partitions it leads; log dir id -> replicas in it
+    replica_counts: PMap[int, int] = field(default_factory=lambda: EMPTY_PMAP)
+    leader_counts: PMap[int, int] = field(default_factory=lambda: EMPTY_PMAP)
+    dir_counts: PMap[str, int] = field(default_factory=lambda: EMPTY_PMAP)
 
     def get(self, name: str) -> TopicImage | None:
         topic_id = self.by_name.get(name)
@@ -288,23 +296,16 @@ class TopicsImage:
 
 @dataclass(frozen=True)
 class StreamsImage:
-    streams: Mapping[int, StreamMetadata] = field(default_factory=lambda: EMPTY_MAP)
-
-    @cached_property
-    def object_refs(self) -> Mapping[str, tuple[int, ...]]:
-        """object_key -> ids of the streams that still reference it (computed once per image)."""
-        refs: dict[str, list[int]] = {}
-        for stream_id in sorted(self.streams):
-            for obj in self.streams[stream_id].objects:
-                refs.setdefault(obj.object_key, []).append(stream_id)
-        return frozen({k: tuple(v) for k, v in refs.items()})
+    streams: PMap[int, StreamMetadata] = field(default_factory=lambda: EMPTY_PMAP)
+    #: object_key -> ids (sorted) of the streams that still reference it
+    object_refs: PMap[str, tuple[int, ...]] = field(default_factory=lambda: EMPTY_PMAP)
 
 
 @dataclass(frozen=True)
 class ConfigsImage:
     """Dynamic configs by (resource_type, resource_name)."""
 
-    configs: Mapping[tuple[str, str], Mapping[str, str]] = field(default_factory=lambda: EMPTY_MAP)
+    configs: PMap[tuple[str, str], PMap[str, str]] = field(default_factory=lambda: EMPTY_PMAP)
 
     def get(self, resource_type: str, resource_name: str) -> Mapping[str, str]:
         return self.configs.get((resource_type, resource_name), EMPTY_MAP)
@@ -318,14 +319,15 @@ class MetadataImage:
     topics: TopicsImage = field(default_factory=TopicsImage)
     streams: StreamsImage = field(default_factory=StreamsImage)
     configs: ConfigsImage = field(default_factory=ConfigsImage)
-    kv: Mapping[str, str] = field(default_factory=lambda: EMPTY_MAP)
+    kv: PMap[str, str] = field(default_factory=lambda: EMPTY_PMAP)
 
     @property
     def next_stream_id(self) -> int:
         """The id the next created stream gets: never reused, even after streams are removed."""
-        counter = int(self.kv.get(STREAM_ID_COUNTER_KEY, "0"))
-        highest = max(self.streams.streams, default=-1)
-        return max(counter, highest + 1)
+        counter = self.kv.get(STREAM_ID_COUNTER_KEY)
+        if counter is not None:  # every operation creating streams advances it
+            return int(counter)
+        return max(self.streams.streams, default=-1) + 1
 
     def to_records(self) -> list[Record]:
         """Records that rebuild this image (offset and epoch aside) when replayed onto the empty one."""
@@ -353,6 +355,35 @@ class MetadataImage:
             and {k: dict(v) for k, v in self.configs.configs.items()}
             == {k: dict(v) for k, v in other.configs.configs.items()}
             and dict(self.kv) == dict(other.kv)
+        )
+
+    def indexes_consistent(self) -> bool:
+        """Whether the maintained indexes equal ones computed from scratch (a self-check)."""
+        leaderless: set[TopicIdPartition] = set()
+        replicas: dict[int, int] = {}
+        leaders: dict[int, int] = {}
+        dirs: dict[str, int] = {}
+        for topic in self.topics.by_id.values():
+            for part in topic.partitions.values():
+                if part.leader == NO_LEADER:
+                    leaderless.add(TopicIdPartition(part.topic_id, part.partition))
+                else:
+                    leaders[part.leader] = leaders.get(part.leader, 0) + 1
+                for r in part.replicas:
+                    replicas[r] = replicas.get(r, 0) + 1
+                for d in part.directories:
+                    if d:
+                        dirs[d] = dirs.get(d, 0) + 1
+        refs: dict[str, list[int]] = {}
+        for stream_id in sorted(self.streams.streams):
+            for obj in self.streams.streams[stream_id].objects:
+                refs.setdefault(obj.object_key, []).append(stream_id)
+        return (
+            leaderless == set(self.topics.leaderless)
+            and replicas == dict(self.topics.replica_counts)
+            and leaders == dict(self.topics.leader_counts)
+            and dirs == dict(self.topics.dir_counts)
+            and {k: tuple(v) for k, v in refs.items()} == dict(self.streams.object_refs)
         )
 
     @classmethod
@@ -389,6 +420,8 @@ __all__ = [
     "ConfigsImage",
     "MetadataImage",
     "EMPTY_IMAGE",
+    "TopicIdPartition",
+    "PMap",
     "STREAM_CLOSED",
     "STREAM_OPENED",
 ]

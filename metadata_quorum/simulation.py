@@ -423,6 +423,8 @@ class Simulation:
         if self.step % 10 == 0:
             if not MetadataImage.from_records(after.to_records()).same_content(after):
                 self.fail("to_records() does not rebuild the image")
+            if not after.indexes_consistent():
+                self.fail("the image's indexes differ from ones computed from scratch")
 
     @staticmethod
     def streams_of_image(image: MetadataImage, topic_id: str, partition: int) -> list[int]:

@@ -131,9 +131,7 @@ def broker_heartbeat(image: MetadataImage, args: dict[str, Any], ctx: OpContext)
         builder.add(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=False))
     after = builder.view.broker(broker_id)
     assert after is not None
-    leads = any(
-        p.leader == broker_id for _t, p in builder.result_image().topics.all_partitions()
-    ) if want_shutdown else True
+    leads = builder.result_image().topics.leader_counts.get(broker_id, 0) > 0 if want_shutdown else True
     return ControllerResult(tuple(builder.records), {
         "is_fenced": after.fenced,
         "is_caught_up": caught_up,
@@ -158,8 +156,11 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
     for broker_id in fenced:
         evacuate(builder, placement, broker_id, "dead", ctx)
     elected: list[dict[str, Any]] = []
-    for _topic, original in image.topics.all_partitions():
-        part = builder.view.partition(original.topic_id, original.partition)
+    leaderless = set(image.topics.leaderless) | {
+        tp for tp in builder.view.changed_partitions()
+        if (p := builder.view.partition(*tp)) is not None and p.leader == NO_LEADER}
+    for tp in sorted(leaderless):
+        part = builder.view.partition(tp.topic_id, tp.partition)
         if part is None or part.leader != NO_LEADER:
             continue
         if part.reelection_deadline_ms > ctx.now_ms:

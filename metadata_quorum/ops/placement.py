@@ -33,8 +33,7 @@ class RecordBuilder:
         return reg is not None and reg.is_active
 
     def active_broker_ids(self) -> list[int]:
-        ids = set(self.image.cluster.brokers) | set(self.view._brokers)
-        return sorted(b for b in ids if self.is_active(b))
+        return sorted(b for b in self.view.broker_ids() if self.is_active(b))
 
     def result_image(self) -> MetadataImage:
         return self.view.apply()
@@ -44,14 +43,8 @@ class Placement:
     """Per-broker and per-log-dir partition counts, updated as an operation places replicas."""
 
     def __init__(self, image: MetadataImage) -> None:
-        self.broker_load: dict[int, int] = {b: 0 for b in image.cluster.brokers}
-        self.dir_load: dict[str, int] = {}
-        for _topic, part in image.topics.all_partitions():
-            for replica in part.replicas:
-                self.broker_load[replica] = self.broker_load.get(replica, 0) + 1
-            for d in part.directories:
-                if d:
-                    self.dir_load[d] = self.dir_load.get(d, 0) + 1
+        self.broker_load: dict[int, int] = dict(image.topics.replica_counts)
+        self.dir_load: dict[str, int] = dict(image.topics.dir_counts)
 
     def least_loaded(self, candidates: Iterable[int]) -> int | None:
         ordered = sorted(candidates, key=lambda b: (self.broker_load.get(b, 0), b))

@@ -226,7 +226,8 @@ def delete_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
             records.append(ConfigRecord(resource_type="topic", resource_name=name, key=key, value=None))
         replies.append({"name": name, "topic_id": topic.topic_id})
     refs = image.streams.object_refs
-    orphaned = sorted(k for k, ids in refs.items() if set(ids) <= removed_streams and ids)
+    keys = {o.object_key for s in removed_streams for o in image.streams.streams[s].objects}
+    orphaned = sorted(k for k in keys if set(refs.get(k, ())) <= removed_streams)
     return ControllerResult(tuple(records), {"topics": replies, "removed_objects": orphaned})
 
 

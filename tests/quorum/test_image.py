@@ -69,6 +69,7 @@ def test_every_prefix_of_the_log_has_a_snapshot_that_rebuilds_it() -> None:
         image = delta.apply()
         assert image.offset == offset
         assert MetadataImage.from_records(image.to_records()).same_content(image), offset
+        assert image.indexes_consistent(), offset
     assert delta.apply().same_content(c.image)
 
 
