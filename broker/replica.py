@@ -169,6 +169,7 @@ class Replica:
         try:
             assert self.meta_stream is not None
             await self.meta_stream.compact()
+            await self.meta_stream.flush()  # upload the snapshot and trim the history before it now
         except Exception as exc:  # noqa: BLE001 - compaction is an optimisation; the history stays readable
             log.info("%s-%d: meta stream compaction failed: %r", self.topic, self.partition, exc)
 

@@ -1,0 +1,175 @@
+"""The six-step move driven through the real PartitionManager, Replica and StreamStorage, with the
+in-process controller and the in-memory object store (fast and deterministic; the same scenarios
+run against real processes in test_broker_integration.py)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import pytest
+
+from broker.log_dirs_manager import LogDirsManager
+from broker.metrics import BrokerMetrics
+from broker.partition import PartitionState
+from broker.partition_manager import PartitionManager
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.local_controller import LocalController
+from stream_storage import batches
+from stream_storage.config import StreamStorageConfig
+from stream_storage.control import LocalStreamControl
+from stream_storage.memory_store import MemoryObjectStore
+from stream_storage.storage import StreamStorage
+
+
+class InProcessCluster:
+    def __init__(self, root: str, brokers: int = 2) -> None:
+        self.skew_ms = 0
+        self.controller = LocalController(lambda: int(time.time() * 1000) + self.skew_ms, session_timeout_ms=2000)
+        self.store = MemoryObjectStore(latency_ms=0.5)
+        self.root = root
+        self.ids = list(range(1, brokers + 1))
+        self.managers: dict[int, PartitionManager] = {}
+        self.storages: dict[int, StreamStorage] = {}
+        self.listeners: dict[int, Any] = {}
+
+    def wal_dir(self, broker_id: int) -> str:
+        return os.path.join(self.root, "wal", f"broker-{broker_id}")
+
+    async def start(self) -> "InProcessCluster":
+        for bid in self.ids:
+            dirs = LogDirsManager([os.path.join(self.root, f"b{bid}", "d0")])
+            dirs.prepare()
+            epoch = self.controller.write("register_broker", {
+                "broker_id": bid, "incarnation_id": f"inc-{bid}", "endpoints": [f"http://b{bid}"],
+                "log_dirs": [{"dir_id": d.dir_id, "path": d.path} for d in dirs.dirs]})["broker_epoch"]
+            self.controller.write("broker_heartbeat", {"broker_id": bid, "broker_epoch": epoch,
+                                                       "metadata_offset": 10**9})
+            storage = StreamStorage(StreamStorageConfig(wal_dir=self.wal_dir(bid)), self.store,
+                                    LocalStreamControl(self.controller, delay_ms=0.2), bid, epoch)
+            await storage.start()
+            self.storages[bid] = storage
+
+            async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
+                await asyncio.sleep(0.0005)
+                return self.controller.write(op, args)
+
+            manager = PartitionManager(bid, storage, write, BrokerMetrics(bid), self.wal_dir, dirs)
+            self.managers[bid] = manager
+
+            def listener(_base: int, _records: Any, delta: Any, image: Any, m: PartitionManager = manager) -> None:
+                m.on_delta(delta, image)
+
+            self.listeners[bid] = listener
+            self.controller.listeners.append(listener)
+        return self
+
+    async def stop(self) -> None:
+        for m in self.managers.values():
+            await m.cancel_tasks()
+        for s in self.storages.values():
+            await s.abort()
+
+    async def serving(self, bid: int, topic: str, partition: int, timeout_s: float = 10.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            slot = self.managers[bid].slot_by_name(topic, partition)
+            if slot is not None and slot.status.accepts_produce and slot.replica is not None:
+                return slot
+            await asyncio.sleep(0.005)
+        raise AssertionError(f"broker {bid} does not serve {topic}-{partition}")
+
+
+@pytest.fixture
+async def cluster(tmp_path):  # type: ignore[no-untyped-def]
+    c = await InProcessCluster(str(tmp_path)).start()
+    yield c
+    await c.stop()
+
+
+async def append(slot: Any, value: bytes) -> int:
+    body = batches.build_batch([(None, value)], timestamp_ms=int(time.time() * 1000))
+    base, _ = await slot.replica.append(body, batches.validate_batches(body))
+    return int(base)
+
+
+async def read_all(slot: Any) -> list[batches.Record]:
+    out: list[batches.Record] = []
+    offset = slot.replica.log_start_offset
+    for _ in range(10000):
+        if offset >= slot.replica.high_watermark:
+            break
+        recs = [r for r in batches.read_records(await slot.replica.fetch(offset, 1 << 20, 0)) if r.offset >= offset]
+        out += recs
+        offset = recs[-1].offset + 1
+    return out
+
+
+async def test_moves_back_and_forth_keep_every_record_and_time_each_step(cluster: InProcessCluster) -> None:
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    acked: list[tuple[int, bytes]] = []
+    owner = 1
+    for round_no in range(10):
+        slot = await c.serving(owner, "t", 0)
+        for i in range(5):
+            value = b"m%d-%d" % (round_no, i)
+            acked.append((await append(slot, value), value))
+        target = 2 if owner == 1 else 1
+        c.controller.write("alter_partition_reassignments",
+                           {"reassignments": [{"topic": "t", "partition": 0, "replicas": [target]}]})
+        # step 2: the old owner refuses produce from the moment it sees the change
+        with pytest.raises(FerryError) as e:
+            await append(slot, b"refused")
+        assert e.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        owner = target
+    slot = await c.serving(owner, "t", 0)
+    records = await read_all(slot)
+    assert [(r.offset, r.value) for r in records] == acked
+    await asyncio.sleep(0.05)  # timelines are published after the election
+    moves = [m for m in c.managers[owner].moves("t", 0) if m.from_broker is not None]
+    assert len(moves) == 10 and all(m.complete and m.clean for m in moves)
+    for m in moves:
+        times = [m.t_ms[f"t{i}"] for i in range(7)]
+        assert None not in times and times == sorted(times)  # type: ignore[type-var]
+        assert sum(v for v in m.steps_ms.values() if v is not None) == m.total_ms
+    # the meta stream was compacted: a move reads a bounded amount whatever the history
+    meta_stream = c.controller.image.streams.streams[slot.replica.meta_stream_id]
+    assert len(meta_stream.objects) <= 3
+
+
+async def test_dead_owner_wal_recovered_and_stale_owner_fenced(cluster: InProcessCluster) -> None:
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "f", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    old = await c.serving(1, "f", 0)
+    acked = [(await append(old, b"w%d" % i), b"w%d" % i) for i in range(20)]
+    # broker 1 stops hearing the metadata log (a pause); broker 2 keeps heartbeating; time passes
+    c.controller.listeners.remove(c.listeners[1])
+    c.skew_ms += 5000
+    epoch2 = c.controller.image.cluster.brokers[2].broker_epoch
+    c.controller.write("broker_heartbeat", {"broker_id": 2, "broker_epoch": epoch2, "metadata_offset": 10**9})
+    c.controller.tick()  # fences broker 1 and gives its partition to broker 2 at once
+    new = await c.serving(2, "f", 0)
+    assert [(r.offset, r.value) for r in await read_all(new)] == acked  # from broker 1's WAL
+    moves = c.managers[2].moves("f", 0)
+    assert moves and moves[0].clean is False and moves[0].to_broker == 2
+    # the stale owner: its next writes are refused once its streams are fenced, and never land
+    fenced = False
+    for i in range(50):
+        try:
+            await append(old, b"stale%d" % i)
+            await c.storages[1].force_upload(old.replica.data_stream_id)
+        except FerryError as exc:
+            assert exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                 ErrorCode.STREAM_NOT_OPENED), exc
+            c.managers[1].on_fenced(old, exc)
+            fenced = True
+            break
+    assert fenced
+    assert old.status.state is PartitionState.FENCED and not old.status.accepts_produce
+    await append(new, b"after")
+    values = [r.value for r in await read_all(new)]
+    assert values == [v for _, v in acked] + [b"after"]
