@@ -294,12 +294,13 @@ class MetadataDelta:
                 overlay = self._parts.get(topic_id, {})
                 changes[topic_id] = replace(header, partitions=header.partitions.update(overlay))
         leaderless = set(old.leaderless)
-        counts = {"replicas": dict[Any, int](), "leaders": dict[Any, int](), "dirs": dict[Any, int]()}
-        current = {"replicas": old.replica_counts, "leaders": old.leader_counts, "dirs": old.dir_counts}
+        counts: dict[str, dict[Any, int]] = {"replicas": {}, "leaders": {}, "dirs": {}}
+        current: dict[str, Mapping[Any, int]] = {
+            "replicas": old.replica_counts, "leaders": old.leader_counts, "dirs": old.dir_counts}
 
         def bump(kind: str, key: Any, by: int) -> None:
             table = counts[kind]
-            table[key] = table.get(key, current[kind].get(key, 0)) + by
+            table[key] = int(table.get(key, current[kind].get(key, 0))) + by
 
         for tp in self._changed_partitions:
             before = old.partition(tp.topic_id, tp.partition)

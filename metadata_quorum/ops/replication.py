@@ -11,7 +11,7 @@ all in the ISR.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -129,7 +129,7 @@ def _cancel(builder: RecordBuilder, part: PartitionRegistration, ctx: OpContext)
     ))
 
 
-def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegistration, item: dict[str, Any],
+def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegistration, item: Mapping[str, Any],
               ctx: OpContext) -> None:
     target = _target(builder, item.get("replicas"))
     if part.storage == STORAGE_S3 and len(target) != 1:

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition, replay_records
 from metadata_quorum.image import EMPTY_IMAGE, MetadataImage
+from metadata_quorum.pmap import REMOVE, PMap
 from metadata_quorum.records import (
     NO_LEADER,
     STREAM_OPENED,
@@ -199,3 +202,39 @@ def test_stream_objects_stay_sorted_and_stream_records_keep_them() -> None:
     stream = image.streams.streams[1]
     assert [o.object_key for o in stream.objects] == ["a", "b"] and stream.end_offset == 20
     assert image.streams.object_refs == {"a": (1,), "b": (1,)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(start=st.dictionaries(st.one_of(st.integers(), st.text(max_size=8)), st.integers(), max_size=60),
+       changes=st.lists(st.tuples(st.one_of(st.integers(), st.text(max_size=8)), st.one_of(st.none(), st.integers())),
+                        max_size=40))
+def test_pmap_behaves_like_a_dict_and_never_changes(start: dict, changes: list) -> None:  # type: ignore[type-arg]
+    base = PMap(start)
+    snapshot = dict(base.items())
+    expected = dict(start)
+    update = {}
+    for key, value in changes:
+        update[key] = REMOVE if value is None else value
+    for key, value in update.items():
+        if value is REMOVE:
+            expected.pop(key, None)
+        else:
+            expected[key] = value
+    updated = base.update(update)
+    assert dict(updated.items()) == expected and len(updated) == len(expected)
+    assert all(updated.get(k) == v and k in updated for k, v in expected.items())
+    assert dict(base.items()) == snapshot and len(base) == len(snapshot)
+
+
+def test_one_change_among_ten_thousand_partitions_copies_one_bucket() -> None:
+    records = [TopicRecord(name="big", topic_id="B")]
+    records += [PartitionRecord(topic_id="B", partition=p, replicas=(p % 5,), isr=(p % 5,), leader=p % 5)
+                for p in range(10_000)]
+    big = replay_records(EMPTY_IMAGE, records)
+    assert big.indexes_consistent() and big.topics.leader_counts[0] == 2000
+    after = replay_records(big, [PartitionChangeRecord(topic_id="B", partition=1234, leader=NO_LEADER)])
+    old_parts, new_parts = big.topics.by_id["B"].partitions, after.topics.by_id["B"].partitions
+    shared = sum(old_parts.shares_bucket_with(new_parts, p) for p in range(256))
+    assert shared == 255 and not old_parts.shares_bucket_with(new_parts, 1234)
+    assert after.topics.leaderless == {TopicIdPartition("B", 1234)}
+    assert after.topics.leader_counts[1234 % 5] == 1999 and after.indexes_consistent()
