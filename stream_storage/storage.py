@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Iterable
 
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage.batches import assign_offsets, iter_batches, validate_batches
@@ -28,7 +27,8 @@ from stream_storage.object_store import ObjectStore, ObjectStoreError
 from stream_storage.reader import ObjectReader, next_offset_of
 from stream_storage.stream import CLOSED, CLOSING, FAILED, FENCED, OPEN, StreamHandle, objects_for
 from stream_storage.uploader import Uploader
-from stream_storage.wal import ReplayResult, WalEntry, WriteAheadLog, read_wal
+from stream_storage.recovery import ForeignWals, recoverable_tail
+from stream_storage.wal import ReplayResult, WalEntry, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +51,6 @@ class FetchResult:
     log_start_offset: int
 
 
-def recoverable_tail(entries: Iterable[WalEntry], stream_id: int, from_offset: int) -> list[WalEntry]:
-    """The contiguous run of ``stream_id``'s WAL entries starting at ``from_offset``; where two
-    epochs wrote the same offsets the higher epoch wins (the older owner had been fenced)."""
-    by_start: dict[int, WalEntry] = {}
-    for entry in entries:
-        if entry.stream_id != stream_id or entry.start_offset < from_offset:
-            continue
-        known = by_start.get(entry.start_offset)
-        if known is None or entry.epoch > known.epoch:
-            by_start[entry.start_offset] = entry
-    run, cursor = [], from_offset
-    while cursor in by_start:
-        entry = by_start[cursor]
-        run.append(entry)
-        cursor = entry.end_offset
-    return run
-
-
 class StreamStorage:
     """One per broker. Call :meth:`start` first and :meth:`close` (or :meth:`abort`) last."""
 
@@ -88,6 +70,7 @@ class StreamStorage:
                                  lambda: (self.broker_id, self.broker_epoch))
         self.handles = self.uploader.handles
         self._replayed: list[WalEntry] = []
+        self.foreign_wals = ForeignWals()
         self.replay: ReplayResult | None = None
         self._started = False
 
@@ -195,13 +178,12 @@ class StreamStorage:
         (read-only; that WAL is not changed). Returns how many offsets were recovered; they are
         durable here and in S3 when this returns."""
         handle = self._writable(stream_id)
-        loop = asyncio.get_running_loop()
-        replay = await loop.run_in_executor(None, read_wal, wal_dir)
-        tail = recoverable_tail(replay.entries, stream_id, handle.next_offset)
-        for entry in tail:
-            await self._append_entry(handle, entry.start_offset, entry.end_offset, entry.payload)
+        tail = recoverable_tail(await self.foreign_wals.entries(wal_dir, stream_id), stream_id, handle.next_offset)
+        # all queued at once: the WAL group-commits them with a few fsyncs, offsets stay in order
+        await asyncio.gather(*(self._append_entry(handle, e.start_offset, e.end_offset, e.payload) for e in tail))
         if tail:
             await self.force_upload(stream_id)
+        self.foreign_wals.done(wal_dir, stream_id)
         return tail[-1].end_offset - tail[0].start_offset if tail else 0
 
     def fence(self, stream_id: int, reason: str = "a newer epoch owns it") -> None:
@@ -403,4 +385,4 @@ def _below(data: bytes, hw: int) -> bytes:
     return data[:end]
 
 
-__all__ = ["StreamStorage", "OpenInfo", "FetchResult", "recoverable_tail", "CLOSED", "FAILED"]
+__all__ = ["StreamStorage", "OpenInfo", "FetchResult", "recoverable_tail"]

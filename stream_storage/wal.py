@@ -91,7 +91,7 @@ def _parse_segment(data: bytes, base: int) -> tuple[list[WalEntry], int]:
     return entries, pos
 
 
-def _list_segments(directory: str) -> list[tuple[int, str]]:
+def list_segments(directory: str) -> list[tuple[int, str]]:
     if not os.path.isdir(directory):
         return []
     found = []
@@ -105,10 +105,15 @@ def _list_segments(directory: str) -> list[tuple[int, str]]:
 def _scan(directory: str, repair: bool) -> tuple[ReplayResult, list[_Segment]]:
     result = ReplayResult([])
     segments: list[_Segment] = []
-    listed = _list_segments(directory)
+    listed = list_segments(directory)
     for index, (base, path) in enumerate(listed):
-        with open(path, "rb") as fh:
-            data = fh.read()
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            if repair:
+                raise
+            continue  # a live owner trimmed it meanwhile: everything in it was committed
         entries, valid = _parse_segment(data, base)
         if valid < len(data):
             if index != len(listed) - 1:

@@ -290,3 +290,29 @@ async def test_reopen_at_a_newer_epoch_on_the_same_broker_keeps_acknowledged_dat
     assert await a.append(sid, batch_of("e2")) == 3
     assert keys_of(await read_all(a, sid)) == expected_keys(["e1", "e2"])
     await a.close()
+
+
+async def test_failover_reads_the_dead_wal_once_for_all_its_streams(make_storage, memory_store, controller,
+                                                                    clock) -> None:
+    a = make_storage(1, memory_store, upload_interval_ms=60_000)
+    b = make_storage(2, memory_store)
+    await a.start()
+    await b.start()
+    sids = [await a.create_stream() for _ in range(3)]
+    for sid in sids:
+        await a.open_stream(sid, 0)
+        for i in range(10):
+            await a.append(sid, batch_of(f"{sid}-{i}"))
+    await a.abort()
+    clock.skew_ms += 60_000
+    heartbeat(controller, 2, b.broker_epoch)
+    for sid in sids:
+        await b.open_stream(sid, 1)
+    fsyncs = b.wal.fsyncs
+    recovered = await asyncio.gather(*(b.recover_from_wal(a.config.wal_dir, sid) for sid in sids))
+    assert recovered == [30, 30, 30]
+    assert b.foreign_wals.reads == 1
+    assert b.wal.fsyncs - fsyncs < 30  # re-appended with group commit, not one fsync per entry
+    for sid in sids:
+        assert keys_of(await read_all(b, sid)) == expected_keys([f"{sid}-{i}" for i in range(10)])
+    await b.close()
