@@ -151,11 +151,14 @@ def recovery_plan(names: Iterable[str]) -> list[RecoveryStep]:
 
 
 def next_dir_state(state: LogDirState, usable_bytes: int, reserved_bytes: int, io_error: bool = False) -> LogDirState:
-    """KIP-928: a dir is saturated while its free space is below the reserve, online once it is
-    above it again; an I/O error makes it offline for good (until restart)."""
+    """KIP-928: a dir is saturated once its free space falls below the reserve, and online again
+    only when twice the reserve is free (the released reserve alone must not flip it back); an
+    I/O error makes it offline for good (until restart)."""
     if state is LogDirState.OFFLINE or io_error:
         return LogDirState.OFFLINE
     if usable_bytes < reserved_bytes:
+        return LogDirState.SATURATED
+    if state is LogDirState.SATURATED and usable_bytes < 2 * reserved_bytes:
         return LogDirState.SATURATED
     return LogDirState.ONLINE
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ferry.broker.logdirs")
 META_PROPERTIES = "meta.properties"
+RESERVED_FILE = ".ferry-reserved"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class LogDirsManager:
                 os.makedirs(path, exist_ok=True)
                 self.dirs.append(LogDir(self._dir_id(path), path))
                 self._recover(path)
+                self._reserve(path)
                 self._refresh(path)
             except OSError as exc:
                 log.error("log dir %s is offline: %s", path, exc)
@@ -91,12 +93,42 @@ class LogDirsManager:
                 log.info("log dir recovery: promoting %s to %s", full, dest)
                 os.replace(full, dest)
 
+    def _reserve(self, path: str) -> None:
+        """KIP-928: hold ``reserved_bytes`` in a file, released when the dir fills up so that
+        deletes, retention and meta writes still find room."""
+        reserved = os.path.join(path, RESERVED_FILE)
+        if self.reserved_bytes <= 0:
+            if os.path.exists(reserved):
+                os.unlink(reserved)
+            return
+        if os.path.exists(reserved) and os.path.getsize(reserved) >= self.reserved_bytes:
+            return
+        try:
+            with open(reserved, "wb") as f:
+                f.truncate(0)
+                os.posix_fallocate(f.fileno(), 0, self.reserved_bytes)
+        except OSError as exc:
+            log.warning("log dir %s: cannot reserve %d bytes (%s); it starts saturated", path,
+                        self.reserved_bytes, exc)
+            try:
+                os.unlink(reserved)
+            except OSError:
+                pass
+
     # ------------------------------------------------------------------ state
     def _refresh(self, path: str) -> None:
         try:
             st = shutil.disk_usage(path)
             self._space[path] = (st.total, st.free)
-            self._state[path] = next_dir_state(self._state[path], st.free, self.reserved_bytes)
+            before = self._state[path]
+            self._state[path] = next_dir_state(before, st.free, self.reserved_bytes)
+            if self._state[path] is LogDirState.SATURATED and before is not LogDirState.SATURATED:
+                reserved = os.path.join(path, RESERVED_FILE)
+                if os.path.exists(reserved):
+                    log.warning("log dir %s is full: releasing its %d reserved bytes", path, self.reserved_bytes)
+                    os.unlink(reserved)
+            elif self._state[path] is LogDirState.ONLINE and before is LogDirState.SATURATED:
+                self._reserve(path)
         except OSError:
             self._state[path] = next_dir_state(self._state[path], 0, self.reserved_bytes, io_error=True)
 

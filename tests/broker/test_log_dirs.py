@@ -68,6 +68,9 @@ def test_recovery_plan_kip113() -> None:
 def test_saturation_transitions() -> None:
     assert next_dir_state(LogDirState.ONLINE, usable_bytes=10, reserved_bytes=100) is LogDirState.SATURATED
     assert next_dir_state(LogDirState.SATURATED, usable_bytes=1000, reserved_bytes=100) is LogDirState.ONLINE
+    # hysteresis: the released reserve alone does not bring it back
+    assert next_dir_state(LogDirState.SATURATED, usable_bytes=150, reserved_bytes=100) is LogDirState.SATURATED
+    assert next_dir_state(LogDirState.ONLINE, usable_bytes=150, reserved_bytes=100) is LogDirState.ONLINE
     assert next_dir_state(LogDirState.ONLINE, 1000, 100, io_error=True) is LogDirState.OFFLINE
     assert next_dir_state(LogDirState.OFFLINE, 1000, 100) is LogDirState.OFFLINE
 
