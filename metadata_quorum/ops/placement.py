@@ -158,7 +158,10 @@ def evacuate(builder: RecordBuilder, placement: Placement, broker_id: int, mode:
     new incarnation replaced it — its s3 partitions wait leaderless until the deadline (it may
     re-take them once unfenced); it leaves every ISR.
     """
-    for _topic, part in builder.image.topics.all_partitions():
+    topics = builder.image.topics
+    if topics.leader_counts.get(broker_id, 0) == 0 and (mode == "shutdown" or topics.replica_counts.get(broker_id, 0) == 0):
+        return  # nothing to take away (the common case for heartbeats during a controlled shutdown)
+    for _topic, part in topics.all_partitions():
         current = builder.view.partition(part.topic_id, part.partition)
         if current is None or broker_id not in current.replicas and current.leader != broker_id:
             continue
