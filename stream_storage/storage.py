@@ -375,6 +375,31 @@ class StreamStorage:
     def stream(self, stream_id: int) -> StreamHandle | None:
         return self.handles.get(stream_id)
 
+    def stats(self) -> dict[str, float]:
+        """Gauges and counters for the broker's metrics endpoint (every buffer here is bounded)."""
+        up = self.uploader.stats
+        return {
+            "open_streams": len(self.handles),
+            "pending_upload_bytes": self.uploader.pending_bytes,
+            "admitted_append_bytes": self.uploader.admitted_bytes,
+            "pending_upload_limit_bytes": self.uploader.buffered_limit_bytes,
+            "wal_bytes": self.wal.size_bytes,
+            "wal_segments": self.wal.segment_count,
+            "wal_fsyncs_total": self.wal.fsyncs,
+            "wal_appended_bytes_total": self.wal.appended_bytes,
+            "uploaded_objects_total": up.objects,
+            "uploaded_bytes_total": up.bytes,
+            "upload_put_retries_total": up.put_retries,
+            "upload_commit_retries_total": up.commit_retries,
+            "upload_rebuilds_total": up.rebuilds,
+            "log_cache_uploaded_bytes": self.cache.uploaded_bytes,
+            "block_cache_hits_total": self.block_cache.hits,
+            "block_cache_misses_total": self.block_cache.misses,
+            "index_cache_hits_total": self.index_cache.hits,
+            "index_cache_misses_total": self.index_cache.misses,
+            "object_gets_total": self.reader.gets,
+        }
+
 
 def _below(data: bytes, hw: int) -> bytes:
     end = 0

@@ -222,6 +222,8 @@ async def test_reads_from_s3_block_by_block_after_cache_eviction(make_storage, m
         blocks += len(index.entries)
     # one GET per object index and at most one per block: a sequential reader never re-reads a block
     assert a.reader.gets <= len(memory_store.objects) + blocks
+    stats = a.stats()
+    assert stats["object_gets_total"] == a.reader.gets and stats["uploaded_objects_total"] >= 2
     await a.close()
 
 
