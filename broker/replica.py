@@ -80,6 +80,7 @@ class Replica:
         self.closed = False
         self.fenced = False
         self._compaction: asyncio.Future[None] | None = None
+        self._pending_sequences: dict[tuple[int, int, int], asyncio.Future[tuple[int, int]]] = {}
 
     # ------------------------------------------------------------------ open (step 6)
     async def open(self, data: StreamPlan, meta: StreamPlan, leader_epoch: int) -> OpenResult:
@@ -189,14 +190,31 @@ class Replica:
         dup = self.producers.duplicate_of(info.producer_id, info.producer_epoch, info.base_sequence)
         if dup is not None:
             return dup
+        key = (info.producer_id, info.producer_epoch, info.base_sequence)
+        pending: asyncio.Future[tuple[int, int]] | None = None
+        if info.producer_id >= 0 and info.base_sequence >= 0:
+            first = self._pending_sequences.get(key)
+            if first is not None:  # a retry of a batch still in flight: answer with its offsets
+                return await asyncio.shield(first)
+            pending = asyncio.get_running_loop().create_future()
+            self._pending_sequences[key] = pending
         self._inflight += 1
         self._drained.clear()
         try:
             base = int(await self.storage.append(self.data_stream_id, body, self.leader_epoch))
+        except BaseException as exc:
+            if pending is not None:
+                pending.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+                pending.exception()  # retrieved: a retry that never came is not an error
+            raise
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._drained.set()
+            if pending is not None:
+                self._pending_sequences.pop(key, None)
+        if pending is not None:
+            pending.set_result((base, base + info.last_offset_delta))
         self._observe(info, base)
         self.counters.bytes_in += len(body)
         self.counters.records_in += info.offset_count

@@ -102,7 +102,7 @@ class Broker:
 
     # ------------------------------------------------------------------ lifecycle
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[errors_middleware], client_max_size=self.config.max_batch_bytes + 4096)
+        app = web.Application(middlewares=[errors_middleware], client_max_size=self.config.max_batch_bytes + 1)
         app.router.add_post("/v1/produce/{topic}/{partition}", self.produce)
         app.router.add_get("/v1/fetch/{topic}/{partition}", self.fetch)
         app.router.add_get("/v1/offsets/{topic}/{partition}", self.list_offsets)
@@ -250,7 +250,11 @@ class Broker:
             raise FerryError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.query.get('acks')!r}; use -1, 1 or 0") from None
         try:
             slot = self._slot_for(request, for_write=True)
-            body = bytearray(await request.read())
+            try:
+                body = bytearray(await request.read())
+            except web.HTTPRequestEntityTooLarge:
+                raise FerryError(ErrorCode.MESSAGE_TOO_LARGE, f"the record batch exceeds max_batch_bytes "
+                                 f"{self.config.max_batch_bytes}") from None
             if len(body) > self.config.max_batch_bytes:
                 raise FerryError(ErrorCode.MESSAGE_TOO_LARGE,
                                  f"record batch of {len(body)} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")

@@ -173,3 +173,24 @@ async def test_dead_owner_wal_recovered_and_stale_owner_fenced(cluster: InProces
     await append(new, b"after")
     values = [r.value for r in await read_all(new)]
     assert values == [v for _, v in acked] + [b"after"]
+
+
+async def test_idempotent_retries_are_not_written_twice(cluster: InProcessCluster) -> None:
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "i", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    slot = await c.serving(1, "i", 0)
+    body = batches.build_batch([(None, b"a"), (None, b"b")], timestamp_ms=1, producer_id=42, producer_epoch=0,
+                               base_sequence=0)
+    infos = batches.validate_batches(body)
+    # the same batch sent three times at once (a client retrying while the first is in flight)
+    answers = await asyncio.gather(*(slot.replica.append(body, infos) for _ in range(3)))
+    assert answers == [(0, 1)] * 3
+    # and again after a move: the producer state travelled in the meta stream
+    c.controller.write("alter_partition_reassignments",
+                       {"reassignments": [{"topic": "i", "partition": 0, "replicas": [2]}]})
+    moved = await c.serving(2, "i", 0)
+    assert await moved.replica.append(body, infos) == (0, 1)
+    nxt = batches.build_batch([(None, b"c")], timestamp_ms=2, producer_id=42, producer_epoch=0, base_sequence=2)
+    assert await moved.replica.append(nxt, batches.validate_batches(nxt)) == (2, 2)
+    assert [r.value for r in await read_all(moved)] == [b"a", b"b", b"c"]
