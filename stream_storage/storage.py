@@ -160,7 +160,7 @@ class StreamStorage:
                               opened.end_offset, opened.end_offset)
         self.cache.reset(stream_id, opened.end_offset)
         self.handles[stream_id] = handle
-        self.wal.mark_committed(stream_id, opened.end_offset)
+        self.wal.reset_committed(stream_id, opened.end_offset)
         tail = recoverable_tail(self._replayed, stream_id, opened.end_offset)
         self._replayed = [e for e in self._replayed if e.stream_id != stream_id]
         for entry in tail:  # already durable in this WAL: back into the cache, uploaded as usual

@@ -256,6 +256,11 @@ class WriteAheadLog:
         if end_offset > self._committed.get(stream_id, -1):
             self._committed[stream_id] = end_offset
 
+    def reset_committed(self, stream_id: int, end_offset: int) -> None:
+        """A new ownership of the stream starts here: forget an earlier release, so that what is
+        appended from now on pins its segments until committed."""
+        self._committed[stream_id] = end_offset
+
     def committed_end(self, stream_id: int) -> int:
         """What :meth:`mark_committed` was told for the stream (-1 = nothing)."""
         return self._committed.get(stream_id, -1)

@@ -12,7 +12,7 @@ from stream_storage.memory_store import MemoryObjectStore
 from tests.streams.conftest import batch_of, heartbeat, read_all, retrying
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(8))
 async def test_random_moves_never_lose_or_duplicate_acknowledged_records(make_storage, controller, clock, tmp_path,
                                                                          seed: int) -> None:
     rng = random.Random(seed)
@@ -27,7 +27,7 @@ async def test_random_moves_never_lose_or_duplicate_acknowledged_records(make_st
     await brokers[owner].open_stream(sid, epoch)
     acked: list[str] = []
     moves = 0
-    for step in range(40):
+    for step in range(60):
         action = rng.choices(["append", "append_many", "upload", "stale", "move", "crash"], [5, 2, 1, 1, 1, 1])[0]
         current = brokers[owner]
         if action == "append":
@@ -66,7 +66,7 @@ async def test_random_moves_never_lose_or_duplicate_acknowledged_records(make_st
             brokers[owner] = restarted
             owner = target
         moves += action in ("move", "crash")
-        if action in ("move", "crash") or step == 39:
+        if action in ("move", "crash") or step == 59:
             got = await read_all(brokers[owner], sid)
             keys = [r.key.decode() for r in got]
             assert [k.rsplit("-", 1)[0] for k in keys if k.endswith("-0")] == acked

@@ -318,3 +318,29 @@ async def test_failover_reads_the_dead_wal_once_for_all_its_streams(make_storage
     for sid in sids:
         assert keys_of(await read_all(b, sid)) == expected_keys([f"{sid}-{i}" for i in range(10)])
     await b.close()
+
+
+async def test_stream_returning_to_a_broker_pins_its_wal_again(make_storage, memory_store, controller, clock) -> None:
+    """A close releases the stream's WAL entries; opening it again on the same broker must pin
+    the new ones until they are in S3 (else a crash after trimming would lose them)."""
+    a = make_storage(1, memory_store, upload_interval_ms=60_000, wal_segment_bytes=512)
+    b = make_storage(2, memory_store)
+    await a.start()
+    await b.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 0)
+    await a.append(sid, batch_of("first"))
+    await a.close_stream(sid)
+    await b.open_stream(sid, 1)
+    await b.close_stream(sid)
+    await a.open_stream(sid, 2)
+    for i in range(5):
+        await a.append(sid, batch_of(f"back{i}"))
+    await a.wal.trim()
+    await a.abort()
+    clock.skew_ms += 60_000
+    heartbeat(controller, 2, b.broker_epoch)
+    await b.open_stream(sid, 3)
+    assert await b.recover_from_wal(a.config.wal_dir, sid) == 15
+    assert keys_of(await read_all(b, sid)) == expected_keys(["first"] + [f"back{i}" for i in range(5)])
+    await b.close()
