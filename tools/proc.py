@@ -135,9 +135,21 @@ class Quorum:
         if proc is not None:
             stop_process(proc)
 
-    def stop_all(self) -> None:
-        for nid in list(self.procs):
-            self.stop(nid)
+    def stop_all(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM every controller at once, then wait (SIGKILL whoever is still there after ``timeout_s``)."""
+        procs = [self.procs.pop(nid) for nid in list(self.procs)]
+        for proc in procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + timeout_s
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                kill_process(proc)
 
     def running(self) -> list[int]:
         return sorted(n for n, p in self.procs.items() if p.poll() is None)
