@@ -79,6 +79,7 @@ class Simulation:
             (6, self.register), (14, self.heartbeat), (2, self.die), (2, self.shutdown),
             (5, self.create_topic), (1, self.delete_topic), (6, self.reassign), (3, self.elect),
             (16, self.broker_sync), (10, self.produce), (4, self.rogue_stream_call), (2, self.trim),
+            (4, self.report_isr),
             (10, self.advance_and_tick),
         ]
         weights = [w for w, _ in actions]
@@ -211,6 +212,22 @@ class Simulation:
             name, index, _part = picked
             self.call("elect_leaders", {"election_type": self.rng.choice(["preferred", "unclean"]),
                                         "partitions": [{"topic": name, "partition": index}]})
+
+    def report_isr(self) -> None:
+        """A storage=local leader reports which replicas caught up (completing reassignments)."""
+        local = [(t, p) for t, p in self.image.topics.all_partitions()
+                 if p.storage == STORAGE_LOCAL and p.leader != NO_LEADER and self.brokers[p.leader].alive]
+        if not local:
+            return
+        topic, part = self.rng.choice(local)
+        leader = self.brokers[part.leader]
+        followers = [r for r in part.replicas if r != part.leader and self.image.cluster.is_active(r)]
+        isr = [part.leader] + [r for r in followers if self.rng.random() < 0.7]
+        rightful = self.image.cluster.brokers[leader.broker_id].broker_epoch == leader.broker_epoch
+        self.call("alter_partition", {
+            "broker_id": leader.broker_id, "broker_epoch": leader.broker_epoch, "topic": topic.name,
+            "partition": part.partition, "leader_epoch": part.leader_epoch, "partition_epoch": part.partition_epoch,
+            "isr": isr}, must_succeed=rightful)
 
     def advance_and_tick(self) -> None:
         self.clock.now_ms += self.rng.choice([10, 200, 700, 1500, 3500])
