@@ -48,7 +48,7 @@ async def run_load(fake: FakeCluster, seconds: float, switch_at: float | None = 
 
 
 async def test_load_and_check_pass_across_a_leader_change(fake):
-    load = await run_load(fake, 0.6, switch_at=0.3)
+    load = await run_load(fake, 1.0, switch_at=0.5)
     tp = TopicPartition("t", 0)
     brokers = {a.broker_id for a in load.acks[tp]}
     assert brokers == {1, 2} and len(load.acks[tp]) > 50
