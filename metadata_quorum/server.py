@@ -80,6 +80,7 @@ class ControllerServer:
                              on_ready=self._on_ready)
         self.controller.start(self.node)
         self.started_ms = now_ms()
+        self.closing = False
         self._ticker: asyncio.Task[None] | None = None
 
     def _on_ready(self) -> None:
@@ -242,7 +243,7 @@ class ControllerServer:
         max_wait_ms = min(self._int_param(request, "max_wait_ms", 0), self.config.long_poll_max_wait_ms)
         max_records = self._int_param(request, "max_records", 10_000, minimum=1)
         deadline = time.monotonic() + max_wait_ms / 1000
-        while self.state.high_watermark <= offset and offset >= self.state.log_start_offset:
+        while self.state.high_watermark <= offset and offset >= self.state.log_start_offset and not self.closing:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -360,13 +361,15 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
     server = ControllerServer(config)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, config.http_host, config.http_port, reuse_address=True)
+    site = web.TCPSite(runner, config.http_host, config.http_port, reuse_address=True, shutdown_timeout=1.0)
     await site.start()
     server.start_ticker()
     log.info("controller %d serving http://%s (raft %s)", config.node_id, config.me.http, config.me.raft)
     try:
         await stop.wait()
     finally:
+        server.closing = True
+        server.controller.log_changed.set()  # long-polls answer now instead of at their deadline
         await runner.cleanup()
         await server.close()
 
