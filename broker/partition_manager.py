@@ -25,6 +25,7 @@ from broker.replica import Replica, StreamPlan
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
+from stream_storage.control import ObjectRef
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 MOVE_HISTORY = 1000
 OPEN_RETRY_S = 0.1
 CLOSE_ATTEMPTS = 20
+PREFETCH_OBJECTS = 4
+PREFETCH_BYTES = 1024 * 1024
 FENCED_ERRORS = (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH)
 
 
@@ -72,6 +75,8 @@ class PartitionManager:
         self.slots: dict[TopicIdPartition, Slot] = {}
         self.history: collections.deque[MoveHalf] = collections.deque(maxlen=MOVE_HISTORY)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._incoming: dict[int, TopicIdPartition] = {}  # meta stream id -> partition moving here
+        self._prefetched: set[str] = set()
         self.stopping = False
 
     # ------------------------------------------------------------------ lookups
@@ -115,7 +120,43 @@ class PartitionManager:
             new = image.topics.partition(tp.topic_id, tp.partition)
             self._target(tp, new or old, lead=False, seen_ms=seen_ms, gained=False,
                          elect=new is not None and new.leader == NO_LEADER)
+        self._prefetch_incoming(delta, image)
         self._update_gauges()
+
+    def _prefetch_incoming(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """A partition moving here has no leader until the old owner closes its streams (step 4).
+        When the old owner's last meta-stream object is committed, read it into the storage's
+        caches now, so that step 6 does not wait for S3."""
+        for tp in delta.changed_partitions():
+            reg = image.topics.partition(tp.topic_id, tp.partition)
+            raw = image.kv.get(partition_stream_key(tp.topic_id, tp.partition, "meta"))
+            if reg is None or raw is None:
+                continue
+            if reg.leader == NO_LEADER and self.broker_id in reg.replicas:
+                self._incoming[int(raw)] = tp
+            else:
+                self._incoming.pop(int(raw), None)
+        if not self._incoming:
+            return
+        for stream_id in delta.changed_stream_ids():
+            if stream_id not in self._incoming:
+                continue
+            meta = image.streams.streams.get(stream_id)
+            if meta is None or not meta.objects:
+                continue
+            if len(self._prefetched) > 4096:
+                self._prefetched.clear()
+            for obj in meta.objects[-PREFETCH_OBJECTS:]:
+                if obj.object_key not in self._prefetched:
+                    self._prefetched.add(obj.object_key)
+                    self._spawn(self._prefetch(stream_id, obj))
+
+    async def _prefetch(self, stream_id: int, obj: Any) -> None:
+        try:
+            ref = ObjectRef(obj.object_key, obj.start_offset, obj.end_offset, obj.size, obj.epoch)
+            await self.storage.reader.read(stream_id, ref, obj.start_offset, PREFETCH_BYTES)
+        except Exception as exc:  # noqa: BLE001 - an optimisation: the open reads S3 itself if needed
+            log.debug("prefetch of %s failed: %r", obj.object_key, exc)
 
     def _target(self, tp: TopicIdPartition, reg: PartitionRegistration, lead: bool, seen_ms: int, gained: bool,
                 elect: bool = False) -> None:
@@ -270,14 +311,19 @@ class PartitionManager:
         half = slot.source
         try:
             if replica is not None:
+                upload: asyncio.Future[None] | None = None
                 if slot.close_phase == 0:
                     await replica.drain()
                     if half:
                         half.mark("t2", now_ms())
+                    # the data stream's upload (step 4) overlaps persisting the meta (step 3)
+                    upload = asyncio.ensure_future(replica.upload_data())
                     await replica.persist_meta(clean=True)
                     slot.close_phase = 1
                     if half:
                         half.mark("t3", now_ms())
+                if upload is not None:
+                    await upload
                 await replica.close_streams()
                 if half:
                     half.mark("t4", now_ms())

@@ -294,6 +294,10 @@ class Replica:
         assert self.meta_stream is not None, "persist_meta before open"
         await self.meta_stream.put(META_KEY, self.meta_snapshot(clean).encode())
 
+    async def upload_data(self) -> None:
+        """Force-upload what the data stream buffers (the first half of step 4)."""
+        await self.storage.force_upload(self.data_stream_id)
+
     async def close_streams(self) -> None:
         """Step 4: force-upload everything buffered, then close both streams at the controller."""
         ids = [sid for sid in (self.data_stream_id, self.meta_stream_id) if sid >= 0]
