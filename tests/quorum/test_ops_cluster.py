@@ -248,3 +248,19 @@ def test_partitions_left_without_brokers_are_led_again_when_one_returns() -> Non
     c.tick()
     assert all(partition(c.image, "t", p).leader == 5 for p in range(2))
     assert all(partition(c.image, "t", p).replicas == (5,) for p in range(2))
+
+
+def test_heartbeat_records_offline_dirs() -> None:
+    c = controller(1)
+    out = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+                                            "metadata_offset": c.image.offset, "offline_log_dirs": ["/data/b0/d1"]})
+    reg = out.image.cluster.brokers[0]
+    assert reg.offline_log_dirs == ("/data/b0/d1",) and [d.dir_id for d in reg.usable_log_dirs()] == ["b0-d0"]
+
+
+def test_bad_heartbeat_input() -> None:
+    c = controller(1)
+    base = {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0), "metadata_offset": 0}
+    expect_error(c.image, "broker_heartbeat", {**base, "want_shutdown": "yes"}, ErrorCode.INVALID_REQUEST)
+    expect_error(c.image, "broker_heartbeat", {**base, "saturated_log_dirs": "d"}, ErrorCode.INVALID_REQUEST)
+    expect_error(c.image, "broker_heartbeat", {"broker_id": 0}, ErrorCode.INVALID_REQUEST)

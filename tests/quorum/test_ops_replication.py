@@ -252,3 +252,22 @@ def test_eligible_leaders_not_available() -> None:
 
 def test_bad_election_type() -> None:
     expect_error(s3_topic().image, "elect_leaders", {"election_type": "random"}, ErrorCode.INVALID_REQUEST)
+
+
+def test_elect_all_partitions_reports_only_elections_made() -> None:
+    c = controller(2)
+    c.write("create_topics", {"topics": [{"name": "t", "assignments": {"0": [0], "1": [1], "2": [0]}}]})
+    c.write("alter_partition_reassignments", {"reassignments": [
+        {"topic": "t", "partition": 0, "replicas": [1]}, {"topic": "t", "partition": 2, "replicas": [1]}]})
+    out = run(c.image, "elect_leaders", {"election_type": "preferred", "partitions": None})
+    assert [(r["partition"], r["leader"]) for r in out.reply["results"]] == [(0, 1), (2, 1)]
+    assert not out.image.topics.leaderless
+
+
+def test_a_new_reassignment_replaces_one_in_progress() -> None:
+    c = local_topic([0, 1])
+    c.write("alter_partition_reassignments", {"reassignments": [{"topic": "l", "partition": 0, "replicas": [2, 3]}]})
+    out, resp = reassign(c.image, "l", [1, 3])
+    part = partition(out.image, "l", 0)
+    assert "error" not in resp
+    assert part.replicas[:2] == (1, 3) and set(part.removing_replicas) == {0, 2} and part.leader == 0

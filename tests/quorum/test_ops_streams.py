@@ -265,3 +265,24 @@ def test_describe_stream() -> None:
         assert getattr(e, "error", None) == ErrorCode.STREAM_NOT_EXIST
     else:
         raise AssertionError("describe of an unknown stream must fail")
+
+
+def test_an_object_committed_for_only_some_of_its_ranges_is_refused() -> None:
+    c = controller(1)
+    a = c.write("create_stream")["stream_id"]
+    b = c.write("create_stream")["stream_id"]
+    c.write("open_stream", op_args(c, a, 0, 1))
+    c.write("open_stream", op_args(c, b, 0, 1))
+    c.write("commit_object", commit_args(c, a, 0, 1, 0, 5, "k"))
+    both = {"object_key": "k", "size": 1, "broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+            "ranges": [{"stream_id": a, "epoch": 1, "start_offset": 0, "end_offset": 5},
+                       {"stream_id": b, "epoch": 1, "start_offset": 0, "end_offset": 5}]}
+    expect_error(c.image, "commit_object", both, ErrorCode.INVALID_REQUEST)
+
+
+def test_bad_stream_arguments() -> None:
+    c, sid = setup()
+    expect_error(c.image, "open_stream", op_args(c, sid, 0, -1), ErrorCode.INVALID_REQUEST)
+    expect_error(c.image, "open_stream", {**op_args(c, sid, 0, 1), "stream_id": "x"}, ErrorCode.INVALID_REQUEST)
+    expect_error(c.image, "close_stream", {"stream_id": sid, "epoch": 1}, ErrorCode.INVALID_REQUEST)
+    expect_error(c.image, "open_stream", op_args(c, sid, 0, 1) | {"broker_id": 42}, ErrorCode.BROKER_ID_NOT_REGISTERED)

@@ -186,3 +186,23 @@ def test_describe_topics() -> None:
     assert t["partitions"][0]["streams"] == {"data": 0, "meta": 1}
     assert t["partitions"][0]["leader"] != NO_LEADER
     assert nope["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+def test_s3_explicit_assignment_must_have_one_replica() -> None:
+    _out, item = create_one(controller(3), name="t", assignments={"0": [0, 1]})
+    assert item["error"] == "INVALID_REPLICA_ASSIGNMENT"
+
+
+def test_assignment_with_disagreeing_partition_count() -> None:
+    _out, item = create_one(controller(3), name="t", num_partitions=3, assignments={"0": [0]})
+    assert item["error"] == "INVALID_REQUEST"
+
+
+def test_creating_a_topic_gives_its_first_leader_the_partition_as_gained() -> None:
+    from metadata_quorum.delta import MetadataDelta
+
+    c = controller(2)
+    out, item = create_one(c, name="t", num_partitions=2)
+    delta = MetadataDelta(c.image).replay_all(out.records)
+    gained = {tp.partition for b in (0, 1) for tp in delta.local_changes(b).gained}
+    assert gained == {0, 1}
