@@ -152,6 +152,9 @@ def parse_config(data: dict[str, Any], node_id: int) -> ControllerConfig:
     unknown = set(raft_raw) - raft_known
     if unknown:
         raise _bad(f"unknown raft settings {sorted(unknown)}; known: {sorted(raft_known)}")
+    if len(peers) == 1 and "auto_tick_period_s" not in raft_raw:
+        # Alone, a node sees its own commit only on its next tick (no follower reply wakes it).
+        raft_raw = {**raft_raw, "auto_tick_period_s": 0.005}
     raft = RaftSettings(**raft_raw)
     if raft.raft_min_timeout_s <= 3 * raft.append_entries_period_s:
         raise _bad("raft_min_timeout_s must exceed 3 × append_entries_period_s")
