@@ -12,18 +12,27 @@ import time
 from dataclasses import dataclass
 from typing import Iterable
 
-from stream_storage.wal import WalEntry, list_segments, read_wal
+from stream_storage.wal import KIND_VOID, WalEntry, list_segments, read_wal
 
 
 def recoverable_tail(entries: Iterable[WalEntry], stream_id: int, from_offset: int) -> list[WalEntry]:
-    """The contiguous run of ``stream_id``'s WAL entries starting at ``from_offset``; where two
-    epochs wrote the same offsets the higher epoch wins (the older owner had been fenced)."""
+    """The contiguous run of ``stream_id``'s WAL entries starting at ``from_offset``.
+
+    Entries are in WAL order. Where two epochs wrote the same offsets the higher epoch wins (the
+    older owner had been fenced), and a void marker drops the earlier entries it covers (written
+    when this broker took the stream back after another owner had it).
+    """
+    ordered = sorted((e for e in entries if e.stream_id == stream_id), key=lambda e: e.position)
     by_start: dict[int, WalEntry] = {}
-    for entry in entries:
-        if entry.stream_id != stream_id or entry.start_offset < from_offset:
+    for entry in ordered:
+        if entry.kind == KIND_VOID:
+            for start in [s for s, e in by_start.items() if s >= entry.start_offset and e.epoch < entry.epoch]:
+                del by_start[start]
+            continue
+        if entry.start_offset < from_offset:
             continue
         known = by_start.get(entry.start_offset)
-        if known is None or entry.epoch > known.epoch:
+        if known is None or entry.epoch >= known.epoch:
             by_start[entry.start_offset] = entry
     run, cursor = [], from_offset
     while cursor in by_start:

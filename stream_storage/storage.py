@@ -28,7 +28,7 @@ from stream_storage.reader import ObjectReader, next_offset_of
 from stream_storage.stream import CLOSED, CLOSING, FAILED, FENCED, OPEN, StreamHandle, objects_for
 from stream_storage.uploader import Uploader
 from stream_storage.recovery import ForeignWals, recoverable_tail
-from stream_storage.wal import ReplayResult, WalEntry, WriteAheadLog
+from stream_storage.wal import KIND_VOID, ReplayResult, WalEntry, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +134,14 @@ class StreamStorage:
     async def create_stream(self) -> int:
         return await self.control.create_stream()
 
-    async def open_stream(self, stream_id: int, epoch: int) -> OpenInfo:
+    async def open_stream(self, stream_id: int, epoch: int, previous_owner: int | None = None) -> OpenInfo:
         """Take ownership at ``epoch`` (idempotent for the same epoch); recover this WAL's tail.
 
-        Raises STREAM_FENCED if the epoch is not newer, STREAM_NOT_CLOSED while another live
-        broker still owns it.
+        ``previous_owner`` is the stream's owner before this open, when the caller knows it. If it
+        is another broker, whatever this WAL still holds of the stream from earlier epochs is
+        stale (the other owner recovered what counted) and is voided, never recovered. Raises
+        STREAM_FENCED if the epoch is not newer, STREAM_NOT_CLOSED while another live broker
+        still owns it.
         """
         existing = self.handles.get(stream_id)
         if existing is not None and existing.epoch == epoch and existing.state == OPEN:
@@ -161,8 +164,12 @@ class StreamStorage:
         self.cache.reset(stream_id, opened.end_offset)
         self.handles[stream_id] = handle
         self.wal.reset_committed(stream_id, opened.end_offset)
-        tail = recoverable_tail(self._replayed, stream_id, opened.end_offset)
+        mine_before = previous_owner is None or previous_owner == self.broker_id
+        stale = [e for e in self._replayed if e.stream_id == stream_id]
+        tail = recoverable_tail(self._replayed, stream_id, opened.end_offset) if mine_before else []
         self._replayed = [e for e in self._replayed if e.stream_id != stream_id]
+        if not mine_before and (stale or self.wal.holds(stream_id)):
+            await self.wal.append(stream_id, opened.epoch, opened.end_offset, opened.end_offset, b"", KIND_VOID)
         for entry in tail:  # already durable in this WAL: back into the cache, uploaded as usual
             self.cache.add(stream_id, Chunk(entry.start_offset, entry.end_offset, entry.payload))
             handle.next_offset = entry.end_offset

@@ -5,6 +5,10 @@ Segment files ``wal-<base position>.log`` hold entries::
     body_length u32 | crc32c(body) u32 | body
     body = kind u8 | stream_id i64 | epoch i64 | start_offset i64 | end_offset i64 | payload
 
+Kind 1 is data. Kind 2 is a void marker: data entries of that stream written *earlier* with a
+lower epoch at or past ``start_offset`` are not part of the stream (its owner moved on; see
+:func:`stream_storage.recovery.recoverable_tail`).
+
 Appends are group-committed: one writer thread writes everything queued and fsyncs once, and
 every append waiting on that fsync is acknowledged together. Replay stops at the first entry
 whose length or CRC is wrong; in the last segment that is a torn tail (a crash mid-write) and is
@@ -31,6 +35,7 @@ _PREFIX = struct.Struct(">II")
 _BODY_HEADER = struct.Struct(">Bqqqq")
 ENTRY_OVERHEAD = _PREFIX.size + _BODY_HEADER.size
 KIND_DATA = 1
+KIND_VOID = 2
 _SEGMENT_RE = re.compile(r"^wal-(\d{20})\.log$")
 
 
@@ -46,6 +51,7 @@ class WalEntry:
     end_offset: int
     payload: bytes
     position: int = 0
+    kind: int = KIND_DATA
 
 
 @dataclass
@@ -64,8 +70,8 @@ class _Segment:
 
 
 def encode_entry(stream_id: int, epoch: int, start_offset: int, end_offset: int,
-                 payload: bytes | bytearray | memoryview) -> bytes:
-    body_header = _BODY_HEADER.pack(KIND_DATA, stream_id, epoch, start_offset, end_offset)
+                 payload: bytes | bytearray | memoryview, kind: int = KIND_DATA) -> bytes:
+    body_header = _BODY_HEADER.pack(kind, stream_id, epoch, start_offset, end_offset)
     crc = crc32c(payload, crc32c(body_header))
     return _PREFIX.pack(len(body_header) + len(payload), crc) + body_header + bytes(payload)
 
@@ -84,9 +90,9 @@ def _parse_segment(data: bytes, base: int) -> tuple[list[WalEntry], int]:
         if crc32c(body) != crc:
             break
         kind, stream_id, epoch, start, stop = _BODY_HEADER.unpack_from(body, 0)
-        if kind != KIND_DATA or stop < start:
+        if kind not in (KIND_DATA, KIND_VOID) or stop < start:
             break
-        entries.append(WalEntry(stream_id, epoch, start, stop, bytes(body[_BODY_HEADER.size:]), base + pos))
+        entries.append(WalEntry(stream_id, epoch, start, stop, bytes(body[_BODY_HEADER.size:]), base + pos, kind))
         pos = end
     return entries, pos
 
@@ -128,7 +134,8 @@ def _scan(directory: str, repair: bool) -> tuple[ReplayResult, list[_Segment]]:
                     os.fsync(fh.fileno())
         segment = _Segment(base, path, valid)
         for entry in entries:
-            segment.max_end[entry.stream_id] = max(segment.max_end.get(entry.stream_id, 0), entry.end_offset)
+            if entry.kind == KIND_DATA:
+                segment.max_end[entry.stream_id] = max(segment.max_end.get(entry.stream_id, 0), entry.end_offset)
         segments.append(segment)
         result.entries += entries
     result.segments = len(segments)
@@ -192,13 +199,13 @@ class WriteAheadLog:
         return len(self._segments)
 
     async def append(self, stream_id: int, epoch: int, start_offset: int, end_offset: int,
-                     payload: bytes | bytearray | memoryview) -> int:
+                     payload: bytes | bytearray | memoryview, kind: int = KIND_DATA) -> int:
         """Durably append one entry; returns its WAL position once fsynced (shared with concurrent appends)."""
         if self._failed is not None:
             raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"WAL in {self.directory} failed: {self._failed}")
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queue.append((encode_entry(stream_id, epoch, start_offset, end_offset, payload), stream_id,
-                            end_offset, fut))
+        self._queue.append((encode_entry(stream_id, epoch, start_offset, end_offset, payload, kind), stream_id,
+                            end_offset if kind == KIND_DATA else -1, fut))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_loop())
         return await fut
@@ -246,7 +253,8 @@ class WriteAheadLog:
         for entry, (stream_id, end) in zip(entries, ranges):
             positions.append(pos)
             pos += len(entry)
-            segment.max_end[stream_id] = max(segment.max_end.get(stream_id, 0), end)
+            if end >= 0:  # data pins the segment until committed; a void marker pins nothing
+                segment.max_end[stream_id] = max(segment.max_end.get(stream_id, 0), end)
         segment.size = before + len(data)
         self.appended_bytes += len(data)
         return positions
@@ -260,6 +268,10 @@ class WriteAheadLog:
         """A new ownership of the stream starts here: forget an earlier release, so that what is
         appended from now on pins its segments until committed."""
         self._committed[stream_id] = end_offset
+
+    def holds(self, stream_id: int) -> bool:
+        """Whether any live segment has data of the stream."""
+        return any(stream_id in segment.max_end for segment in list(self._segments))
 
     def committed_end(self, stream_id: int) -> int:
         """What :meth:`mark_committed` was told for the stream (-1 = nothing)."""

@@ -344,3 +344,37 @@ async def test_stream_returning_to_a_broker_pins_its_wal_again(make_storage, mem
     assert await b.recover_from_wal(a.config.wal_dir, sid) == 15
     assert keys_of(await read_all(b, sid)) == expected_keys(["first"] + [f"back{i}" for i in range(5)])
     await b.close()
+
+
+async def test_zombie_appends_are_voided_when_the_stream_comes_back(make_storage, memory_store, controller,
+                                                                    clock) -> None:
+    """A fenced owner that has not noticed yet may still write to its WAL; when the stream later
+    returns to it (previous owner: another broker), those entries are voided and a crash before
+    its next append must not bring them back."""
+    a = make_storage(1, memory_store, upload_interval_ms=60_000)
+    b = make_storage(2, memory_store)
+    c = make_storage(3, memory_store)
+    for s in (a, b, c):
+        await s.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 1)
+    await a.append(sid, batch_of("a1"))
+    await a.force_upload(sid)
+    clock.skew_ms += 60_000
+    heartbeat(controller, 2, b.broker_epoch)
+    await b.open_stream(sid, 2, previous_owner=1)
+    assert await b.recover_from_wal(a.config.wal_dir, sid) == 0
+    await a.append(sid, batch_of("zombie"))  # a has not learned it is fenced: only its WAL has this
+    await b.close_stream(sid)
+    heartbeat(controller, 1, a.broker_epoch)
+    await a.open_stream(sid, 3, previous_owner=2)
+    await a.abort()  # crashes before writing anything at epoch 3
+    clock.skew_ms += 60_000
+    heartbeat(controller, 3, c.broker_epoch)
+    await c.open_stream(sid, 4, previous_owner=1)
+    assert await c.recover_from_wal(a.config.wal_dir, sid) == 0
+    assert keys_of(await read_all(c, sid)) == expected_keys(["a1"])
+    await c.append(sid, batch_of("c1"))
+    assert keys_of(await read_all(c, sid)) == expected_keys(["a1", "c1"])
+    await b.close()
+    await c.close()

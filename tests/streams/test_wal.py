@@ -94,3 +94,19 @@ async def test_trim_deletes_segments_once_committed(tmp_path) -> None:
     await wal.append(3, 1, 0, 1, b"still works")
     await wal.close()
     assert [e.payload for e in WriteAheadLog(str(tmp_path)).open().entries] == [b"still works"]
+
+
+def test_recoverable_tail_prefers_newer_epochs_honours_void_markers_and_stops_at_gaps() -> None:
+    from stream_storage.recovery import recoverable_tail
+    from stream_storage.wal import KIND_VOID, WalEntry
+
+    def e(pos: int, epoch: int, start: int, end: int, kind: int = 1, sid: int = 1) -> WalEntry:
+        return WalEntry(sid, epoch, start, end, b"", pos, kind)
+
+    entries = [e(0, 1, 0, 5), e(1, 1, 5, 8), e(2, 2, 5, 9), e(3, 2, 9, 10), e(4, 2, 12, 13), e(5, 9, 0, 99, sid=2)]
+    assert [(x.epoch, x.start_offset) for x in recoverable_tail(entries, 1, 5)] == [(2, 5), (2, 9)]
+    assert recoverable_tail(entries, 1, 11) == []
+    voided = entries + [e(6, 3, 9, 9, KIND_VOID)]  # epoch 3 took over at 9: older entries from 9 on are stale
+    assert [(x.epoch, x.start_offset) for x in recoverable_tail(voided, 1, 5)] == [(2, 5)]
+    later = voided + [e(7, 3, 9, 11)]  # written after the marker, at the new epoch: kept
+    assert [(x.epoch, x.start_offset) for x in recoverable_tail(later, 1, 5)] == [(2, 5), (3, 9)]
