@@ -32,6 +32,8 @@ class BrokerMetrics:
         self.stream_fenced = Counter("ferry_broker_stream_fenced", "Partitions stepped down on STREAM_FENCED",
                                      registry=r)
         self.wal_recoveries = Counter("ferry_broker_wal_recoveries", "Partitions recovered from a WAL tail", registry=r)
+        self.storage = Gauge("ferry_broker_storage", "Stream storage state (WAL, uploads, caches) by name",
+                             ["name"], registry=r)
         self.broker_info = Gauge("ferry_broker_info", "Broker id", ["broker_id"], registry=r)
         self.broker_info.labels(str(broker_id)).set(1)
 
@@ -41,6 +43,10 @@ class BrokerMetrics:
                 self.move_steps.labels(step, role).observe(max(0, ms) / 1000.0)
         if total_ms is not None:
             self.move_steps.labels("total", role).observe(max(0, total_ms) / 1000.0)
+
+    def set_storage_stats(self, stats: dict[str, float]) -> None:
+        for name, value in stats.items():
+            self.storage.labels(name).set(value)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -437,6 +437,8 @@ class Broker:
             "partitions": self.manager.state_counts() if self.manager else {}})
 
     async def prometheus(self, request: web.Request) -> web.Response:
+        if self.storage is not None and hasattr(self.storage, "stats"):
+            self.metrics.set_storage_stats(self.storage.stats())
         return web.Response(body=self.metrics.render(), content_type="text/plain")
 
 

@@ -152,6 +152,10 @@ async def test_produce_fetch_offsets_metadata_and_errors(two_brokers: LocalClust
         assert [x["error"] for x in results] == ["LOG_DIR_NOT_FOUND", "LOG_DIR_NOT_FOUND"]
         async with s.post(f"{u1}/v1/log-dirs/alter", data=b"{not json") as r:
             assert r.status == 400 and (await r.json())["error"] == "INVALID_REQUEST"
+        async with s.get(f"{u1}/metrics") as r:
+            text = await r.text()
+        assert 'ferry_broker_produce_records_total{partition="0",topic="rt"} 11.0' in text
+        assert 'ferry_broker_storage{name="wal_fsyncs_total"}' in text
 
 
 async def test_move_under_load_loses_nothing_and_is_timed(two_brokers: LocalCluster) -> None:
@@ -178,6 +182,10 @@ async def test_move_under_load_loses_nothing_and_is_timed(two_brokers: LocalClus
         assert_exactly_once_in_order(records, w.acked)
         async with s.get(f"{c.broker_url(2)}/v1/moves", params={"topic": "mv"}) as r:
             moves = (await r.json())["moves"]
+        async with s.get(f"{c.broker_url(1)}/metrics") as r:
+            text = await r.text()
+        assert 'ferry_broker_move_step_seconds_count{role="source",step="4"}' in text
+        assert 'ferry_broker_move_step_seconds_count{role="target",step="total"}' in text
     complete = [m for m in moves if m["complete"] and m["from_broker"] is not None]
     assert len(complete) == 3, moves
     for m in complete:
