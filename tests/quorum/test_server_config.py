@@ -1,0 +1,62 @@
+"""Controller config: defaults, checks with clear messages, and the process's answer to a bad file."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from metadata_quorum import server
+from metadata_quorum.config import load_config, parse_config
+from metadata_quorum.errors import ErrorCode, FerryError
+
+PEERS = {"1": {"raft": "127.0.0.1:9001", "http": "127.0.0.1:8001"},
+         "2": {"raft": "127.0.0.1:9002", "http": "127.0.0.1:8002"},
+         "3": {"raft": "127.0.0.1:9003", "http": "127.0.0.1:8003"}}
+
+
+def test_defaults_are_tuned_for_latency() -> None:
+    config = parse_config({"controllers": PEERS, "data_dir": "/d"}, 2)
+    assert config.raft.append_entries_use_batch is False
+    assert (config.raft.raft_min_timeout_s, config.raft.raft_max_timeout_s) == (0.2, 0.4)
+    assert config.raft.connection_timeout_s == 3.5
+    assert config.peer_raft_addresses() == ["127.0.0.1:9001", "127.0.0.1:9003"]
+    assert config.node_data_dir == "/d/controller-2"
+    assert config.node_id_for_raft("127.0.0.1:9003") == 3
+    assert config.directory_id(1) == parse_config({"controllers": PEERS, "data_dir": "/d"}, 3).directory_id(1)
+    assert len({config.directory_id(n) for n in (1, 2, 3)}) == 3
+
+
+def test_a_single_controller_ticks_often() -> None:
+    alone = parse_config({"controllers": {"1": PEERS["1"]}, "data_dir": "/d"}, 1)
+    assert alone.raft.auto_tick_period_s == 0.005
+    assert parse_config({"controllers": PEERS, "data_dir": "/d"}, 1).raft.auto_tick_period_s == 0.05
+
+
+@pytest.mark.parametrize("data, node_id, words", [
+    ({"data_dir": "/d"}, 1, "'controllers' must map"),
+    ({"controllers": PEERS}, 1, "'data_dir' is required"),
+    ({"controllers": PEERS, "data_dir": "/d"}, 4, "controller id 4 is not in"),
+    ({"controllers": {"x": PEERS["1"]}, "data_dir": "/d"}, 1, "is not an integer"),
+    ({"controllers": {"1": {"raft": "nohost"}}, "data_dir": "/d"}, 1, "needs both 'raft' and 'http'"),
+    ({"controllers": {"1": {"raft": "h:1", "http": "h:port"}}, "data_dir": "/d"}, 1, "is not host:port"),
+    ({"controllers": PEERS, "data_dir": "/d", "session_timeout_ms": 0}, 1, "must be a positive integer"),
+    ({"controllers": PEERS, "data_dir": "/d", "raft": {"speed": 1}}, 1, "unknown raft settings"),
+    ({"controllers": PEERS, "data_dir": "/d", "raft": {"append_entries_period_s": 0.1}}, 1, "must exceed 3"),
+])
+def test_bad_configs_are_invalid_config_with_a_reason(data: dict[str, Any], node_id: int, words: str) -> None:
+    with pytest.raises(FerryError) as err:
+        parse_config(data, node_id)
+    assert err.value.error is ErrorCode.INVALID_CONFIG
+    assert words in err.value.message
+
+
+def test_the_process_refuses_a_bad_file_with_a_message(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.json"
+    path.write_text("{not json")
+    assert server.main(["--id", "1", "--config", str(path)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert server.main(["--id", "1", "--config", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read controller config" in capsys.readouterr().err
+    path.write_text(json.dumps({"controllers": PEERS, "data_dir": str(tmp_path)}))
+    assert load_config(str(path), 3).me.http == "127.0.0.1:8003"
