@@ -20,7 +20,10 @@ class OpContext:
 
     ``next_offset`` is the log offset the first returned record will get (a broker epoch is the
     offset of its registration record). ``last_heartbeat_ms`` is kept in memory by the active
-    controller only, as in KRaft: heartbeats are not records.
+    controller only, as in KRaft: heartbeats are not records. ``active_since_ms`` is when this
+    controller became active: a broker it has not heard from yet counts as last heard then, so
+    brokers that died during a controller failover are still fenced one session timeout later
+    (None: such brokers are never fenced by ``tick``).
     """
 
     now_ms: int
@@ -29,6 +32,7 @@ class OpContext:
     last_heartbeat_ms: Mapping[int, int] = field(default_factory=dict)
     session_timeout_ms: int = 9000
     reelection_timeout_ms: int = 2000
+    active_since_ms: int | None = None
 
 
 @dataclass(frozen=True)

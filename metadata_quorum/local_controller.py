@@ -39,6 +39,13 @@ class LocalController:
         #: broker id -> last heartbeat (ms); volatile, like the active controller's.
         self.last_heartbeat_ms: dict[int, int] = {}
         self.listeners: list[BatchListener] = []
+        #: when this controller became active (brokers not heard from since count as heard then)
+        self.active_since_ms: int = clock_ms()
+
+    def fail_over(self) -> None:
+        """Act as a newly elected controller: heartbeat times are lost, activation is now."""
+        self.last_heartbeat_ms.clear()
+        self.active_since_ms = self.clock_ms()
 
     @property
     def next_offset(self) -> int:
@@ -52,6 +59,7 @@ class LocalController:
             last_heartbeat_ms=dict(self.last_heartbeat_ms),
             session_timeout_ms=self.session_timeout_ms,
             reelection_timeout_ms=self.reelection_timeout_ms,
+            active_since_ms=self.active_since_ms,
         )
 
     def run(self, op: str, args: dict[str, Any] | None = None) -> ControllerResult:

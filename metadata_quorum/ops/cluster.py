@@ -6,9 +6,10 @@ has a higher epoch and every request carrying an older one is refused. Heartbeat
 records: the active controller keeps them in memory and passes them in ``OpContext``.
 
 A broker with no recorded heartbeat is one this controller has not heard from since it became
-active. ``tick`` does not fence it (a new active controller must not fence every broker before
-their first heartbeats arrive; it should seed the map with its activation time, as KRaft does),
-but a new incarnation may replace it and another broker may take over its streams.
+active; it counts as heard at ``ctx.active_since_ms`` (as KRaft seeds its heartbeat tracker on
+activation). Without that time, ``tick`` does not fence it (a new active controller must not
+fence every broker before their first heartbeats arrive), but a new incarnation may replace it
+and another broker may take over its streams.
 """
 from __future__ import annotations
 
@@ -38,7 +39,10 @@ from metadata_quorum.records import (
 
 
 def heartbeat_expired(ctx: OpContext, broker_id: int, unknown_is_expired: bool = True) -> bool:
-    last = ctx.last_heartbeat_ms.get(broker_id)
+    """Silent past the session timeout. A broker this controller has not heard from counts as
+    heard at its activation (``ctx.active_since_ms``) or, when that is unknown, as
+    ``unknown_is_expired`` says."""
+    last = ctx.last_heartbeat_ms.get(broker_id, ctx.active_since_ms)
     if last is None:
         return unknown_is_expired
     return ctx.now_ms - last > ctx.session_timeout_ms

@@ -264,3 +264,16 @@ def test_bad_heartbeat_input() -> None:
     expect_error(c.image, "broker_heartbeat", {**base, "want_shutdown": "yes"}, ErrorCode.INVALID_REQUEST)
     expect_error(c.image, "broker_heartbeat", {**base, "saturated_log_dirs": "d"}, ErrorCode.INVALID_REQUEST)
     expect_error(c.image, "broker_heartbeat", {"broker_id": 0}, ErrorCode.INVALID_REQUEST)
+
+
+def test_after_a_controller_failover_silent_brokers_are_fenced_one_session_later() -> None:
+    clock = ManualClock()
+    c = controller(2, clock)
+    c.write("create_topics", {"topics": [{"name": "t", "assignments": {"0": [0]}}]})
+    c.fail_over()
+    clock.advance(SESSION_TIMEOUT_MS // 2)
+    c.write("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch_of(c.image, 1), "metadata_offset": c.image.offset})
+    assert c.tick()["fenced_brokers"] == []  # nobody is fenced for the failover itself
+    clock.advance(SESSION_TIMEOUT_MS // 2 + 1)
+    assert c.tick()["fenced_brokers"] == [0]  # broker 0 never came back
+    assert partition(c.image, "t", 0).leader == 1
