@@ -171,9 +171,12 @@ class ControllerClient:
         result = await self._with_retries("/v1/write", body, True, timeout_ms=timeout_ms)
         return list(result["results"])
 
-    async def read(self, op: str, args: dict[str, Any] | None = None, timeout_ms: int | None = None) -> dict[str, Any]:
-        """Run a read operation on any controller's committed image."""
-        result = await self._with_retries(f"/v1/read/{op}", args or {}, False, timeout_ms=timeout_ms)
+    async def read(self, op: str, args: dict[str, Any] | None = None, timeout_ms: int | None = None,
+                   leader: bool = True) -> dict[str, Any]:
+        """Run a read operation on the committed image: the active controller's (every acknowledged
+        write is visible), or with ``leader=False`` any controller's (it may lag slightly)."""
+        params = {"consistency": "leader" if leader else "any"}
+        result = await self._with_retries(f"/v1/read/{op}", args or {}, leader, timeout_ms=timeout_ms, params=params)
         return dict(result["reply"])
 
     async def fetch_log(self, offset: int, max_wait_ms: int = 0, max_records: int = 10_000,

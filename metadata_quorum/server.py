@@ -225,7 +225,20 @@ class ControllerServer:
         return _json({"results": answers})
 
     async def handle_read(self, request: web.Request) -> web.Response:
+        """A read operation on the committed image; ``?consistency=leader`` only on the active controller.
+
+        The active controller answers only after its first record committed, so its committed image
+        holds every write acknowledged so far (read-your-writes across clients); any other
+        controller may lag by the records it has not yet applied.
+        """
         self._require_ready()
+        consistency = request.query.get("consistency", "any")
+        if consistency not in ("any", "leader"):
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"consistency must be 'any' or 'leader', got {consistency!r}")
+        if consistency == "leader" and not self.controller.active:
+            self.controller._check_leader()
+            raise FerryError(ErrorCode.NOT_CONTROLLER, "the active controller is still committing its first record",
+                             {"leader_id": self.config.node_id, "leader_url": self.config.me.url})
         op = request.match_info["op"]
         fn = self.read_ops.get(op)
         if fn is None:

@@ -183,6 +183,10 @@ async def test_bad_input_over_http_is_4xx_and_changes_nothing(quorum: Quorum) ->
     status, body = post(quorum.url(follower), "/v1/write/put_kv", b'{"key": "k", "value": "v"}')
     assert status == 421 and body["error"] == "NOT_CONTROLLER"
     assert body["details"] == {"leader_id": leader, "leader_url": url}
+    status, body = post(quorum.url(follower), "/v1/read/get_kv?consistency=leader", b'{"key": "k"}')
+    assert status == 421 and body["details"]["leader_id"] == leader
+    status, body = post(quorum.url(follower), "/v1/read/get_kv", b'{"key": "k"}')
+    assert status == 200
     assert quorum.health(leader)["high_watermark"] == before  # type: ignore[index]
     async with ControllerClient([quorum.peers[follower].http]) as client:
         with pytest.raises(FerryError) as err:

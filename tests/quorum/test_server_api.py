@@ -23,6 +23,8 @@ async def test_write_then_read_and_log(controller: Any) -> None:
     assert body["reply"] == {}
     status, body = await controller.post("/v1/read/get_kv", {"key": "a"})
     assert status == 200 and body["reply"]["value"] == "1" and body["offset"] >= offset
+    status, body = await controller.post("/v1/read/get_kv?consistency=leader", {"key": "a"})
+    assert status == 200 and body["reply"]["value"] == "1"
     status, log = await controller.get("/v1/log?offset=0")
     records = [(r["offset"], decode_record(r["record"])) for r in log["records"]]
     assert [o for o, _ in records] == list(range(len(records)))
@@ -76,6 +78,7 @@ async def test_bad_input_is_4xx_with_kafka_error_and_changes_nothing(controller:
         await controller.get("/v1/log?offset=-1"),
         await controller.get("/v1/log?offset=abc"),
         await controller.get("/v1/log"),
+        await controller.post("/v1/read/get_kv?consistency=sometimes", {"key": "a"}),
     ]
     for status, body in cases:
         assert 400 <= status < 500, (status, body)
