@@ -90,7 +90,8 @@ class StreamStorage:
         """Entries already in S3 (committed before a crash, or recovered by another broker) free their segments."""
         max_end: dict[int, int] = {}
         for entry in self._replayed:
-            max_end[entry.stream_id] = max(max_end.get(entry.stream_id, 0), entry.end_offset)
+            if entry.kind != KIND_VOID:
+                max_end[entry.stream_id] = max(max_end.get(entry.stream_id, 0), entry.end_offset)
         for stream_id, end in max_end.items():
             try:
                 desc = await self.control.describe_stream(stream_id)
@@ -99,7 +100,8 @@ class StreamStorage:
                     self.wal.release_stream(stream_id)
                 continue
             self.wal.mark_committed(stream_id, desc.end_offset)
-        self._replayed = [e for e in self._replayed if e.end_offset > self.wal.committed_end(e.stream_id)]
+        self._replayed = [e for e in self._replayed
+                          if e.kind == KIND_VOID or e.end_offset > self.wal.committed_end(e.stream_id)]
         await self.wal.trim()
 
 

@@ -28,7 +28,8 @@ async def test_random_moves_never_lose_or_duplicate_acknowledged_records(make_st
     acked: list[str] = []
     moves = 0
     for step in range(60):
-        action = rng.choices(["append", "append_many", "upload", "stale", "move", "crash"], [5, 2, 1, 1, 1, 1])[0]
+        action = rng.choices(["append", "append_many", "upload", "stale", "move", "crash", "zombie", "restart"],
+                             [5, 2, 1, 1, 1, 1, 1, 1])[0]
         current = brokers[owner]
         if action == "append":
             tag = f"s{step}"
@@ -49,7 +50,38 @@ async def test_random_moves_never_lose_or_duplicate_acknowledged_records(make_st
             target = rng.choice([b for b in brokers if b != owner])
             await current.close_stream(sid)
             epoch += 1
-            await brokers[target].open_stream(sid, epoch)
+            await brokers[target].open_stream(sid, epoch, previous_owner=owner)
+            owner = target
+        elif action == "restart":  # the owner crashes and comes back: it recovers its own WAL
+            await current.abort()
+            clock.skew_ms += 30_000  # its old incarnation's session expires
+            for b, s in brokers.items():
+                if b != owner:
+                    heartbeat(controller, b, s.broker_epoch)
+            restarted = make_storage(owner, store, wal_dir=wal_dirs[owner], upload_bytes=2048)
+            await restarted.start()
+            brokers[owner] = restarted
+            epoch += 1
+            await restarted.open_stream(sid, epoch, previous_owner=owner)
+        elif action == "zombie":  # the owner is cut off but alive: taken over, it writes on unaware
+            clock.skew_ms += 30_000
+            target = rng.choice([b for b in brokers if b != owner])
+            for b, s in brokers.items():
+                if b != owner:
+                    heartbeat(controller, b, s.broker_epoch)
+            epoch += 1
+            await brokers[target].open_stream(sid, epoch, previous_owner=owner)
+            await brokers[target].recover_from_wal(wal_dirs[owner], sid)
+            try:
+                await current.append(sid, batch_of(f"zombie{step}"))  # acknowledged by a fenced owner
+            except FerryError:
+                pass
+            with pytest.raises(FerryError):
+                await current.force_upload(sid)  # its commit is refused: now it knows
+            with pytest.raises(FerryError):
+                await current.append(sid, batch_of("never"))
+            heartbeat(controller, owner, current.broker_epoch)
+            current.fence(sid)
             owner = target
         else:  # the owner crashes; another broker takes over and recovers the dead WAL
             await current.abort()
@@ -59,14 +91,14 @@ async def test_random_moves_never_lose_or_duplicate_acknowledged_records(make_st
                 if b != owner:
                     heartbeat(controller, b, s.broker_epoch)
             epoch += 1
-            await brokers[target].open_stream(sid, epoch)
+            await brokers[target].open_stream(sid, epoch, previous_owner=owner)
             await brokers[target].recover_from_wal(wal_dirs[owner], sid)
             restarted = make_storage(owner, store, wal_dir=wal_dirs[owner], upload_bytes=2048)
             await restarted.start()
             brokers[owner] = restarted
             owner = target
-        moves += action in ("move", "crash")
-        if action in ("move", "crash") or step == 59:
+        moves += action in ("move", "crash", "zombie", "restart")
+        if action in ("move", "crash", "zombie", "restart") or step == 59:
             got = await read_all(brokers[owner], sid)
             keys = [r.key.decode() for r in got]
             assert [k.rsplit("-", 1)[0] for k in keys if k.endswith("-0")] == acked
