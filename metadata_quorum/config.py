@@ -77,7 +77,7 @@ class ControllerConfig:
     max_inflight_commands: int = 256
     max_group_ops: int = 1000
     max_group_records: int = 20000
-    log_retention_records: int = 200_000
+    log_retention_records: int = 100_000
     long_poll_max_wait_ms: int = 30_000
     raft: RaftSettings = field(default_factory=RaftSettings)
 

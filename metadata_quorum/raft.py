@@ -30,7 +30,7 @@ from typing import Any, Callable
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
 from metadata_quorum.config import ControllerConfig
-from metadata_quorum.records import Record, decode_record, encode_record
+from metadata_quorum.records import Record, encode_record
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +108,15 @@ class CommittedLog(SyncObjConsumer):
         self._bases: list[int] = []
         self._image: Any = empty_image()
         self._snapshot_cache: tuple[int, list[dict[str, Any]]] | None = None
+        self._snapshot_image: Any = None
         self.applied_at_raft_index: deque[tuple[int, int]] = deque(maxlen=4096)
         self.last_apply_monotonic = 0.0
         super().__init__()
         # Replicated state.
         self.snapshot_offset = -1
         self.snapshot_epoch = 0
-        self.snapshot_records: list[dict[str, Any]] = []
+        # The image at snapshot_offset as records; computed from _snapshot_image only when a dump needs it.
+        self.snapshot_records: list[Record] | None = []
         # [base_offset, epoch, records, their encoding (filled on first read, then kept)]
         self.batches: list[list[Any]] = []
         self.last_command_id = ""
@@ -128,7 +130,7 @@ class CommittedLog(SyncObjConsumer):
             return {
                 "snapshot_offset": self.snapshot_offset,
                 "snapshot_epoch": self.snapshot_epoch,
-                "snapshot_records": self.snapshot_records,
+                "snapshot_records": self._snapshot_records(),
                 "batches": list(self.batches),
                 "last_command_id": self.last_command_id,
                 "next_offset": self.next_offset,
@@ -140,18 +142,24 @@ class CommittedLog(SyncObjConsumer):
             self.snapshot_offset = int(data["snapshot_offset"])
             self.snapshot_epoch = int(data["snapshot_epoch"])
             self.snapshot_records = list(data["snapshot_records"])
+            self._snapshot_image = None
             self.batches = list(data["batches"])
             self.last_command_id = str(data["last_command_id"])
             self.next_offset = int(data["next_offset"])
             self.epoch = int(data["epoch"])
             self._rebuild()
 
+    def _snapshot_records(self) -> list[Record]:
+        if self.snapshot_records is None:
+            self.snapshot_records = image_records(self._snapshot_image)
+        return self.snapshot_records
+
     def _rebuild(self) -> None:
         """Rebuild the image from the snapshot and the kept batches (after a restart)."""
         image = empty_image()
         if self.snapshot_offset >= 0:
-            image = advance_image(image, [decode_record(r) for r in self.snapshot_records],
-                                  self.snapshot_offset - len(self.snapshot_records) + 1, self.snapshot_epoch,
+            records = self._snapshot_records()
+            image = advance_image(image, records, self.snapshot_offset - len(records) + 1, self.snapshot_epoch,
                                   last_offset=self.snapshot_offset)
         for base, epoch, records, _encoded in self.batches:
             if base > self.snapshot_offset:
@@ -212,7 +220,10 @@ class CommittedLog(SyncObjConsumer):
         cut = bisect.bisect_left(self._bases, keep_from_offset)
         if cut == 0:
             return
-        self.snapshot_records = [encode_record(r) for r in image_records(self._image)]
+        # Only a reference here: the image is immutable, and turning it into records on the Raft
+        # thread could stall heartbeats on a large cluster. Dumps and restarts materialise it.
+        self._snapshot_image = self._image
+        self.snapshot_records = None
         self.snapshot_offset = self._image.offset
         self.snapshot_epoch = self.epoch
         del self.batches[:cut]
