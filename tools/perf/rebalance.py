@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.rebalance.aggregate import aggregate_samples, read_samples
+from tools.rebalance.aggregate import aggregate_samples, read_samples, warm_up
 from tools.rebalance.greedy import greedy_owners
 from tools.rebalance.model import RESOURCES, ClusterLoad
 from tools.rebalance.planner import PlannerConfig, plan
@@ -114,20 +114,12 @@ def run_case(spark: Any, case: Case, workdir: Path) -> dict[str, Any]:
     }
 
 
-def warm_up(spark: Any, workdir: Path) -> float:
-    """A first small aggregation: JVM class loading and code generation, paid once per session."""
-    started = time.perf_counter()
-    cluster = synthetic_cluster(SyntheticSpec(200, 4, seed=1))
-    aggregate_samples(spark, read_samples(spark, write_sample_files(cluster, workdir / "warmup")), window_ms=60_000)
-    return time.perf_counter() - started
-
-
 def run(cases: tuple[Case, ...], master: str) -> dict[str, Any]:
     load_start = os.getloadavg()[0]  # the machine is shared: say how busy it was
     workdir = Path(tempfile.mkdtemp(prefix="ferry-perf-rebalance-"))
     try:
         spark, startup_s = timed_spark_session(master)
-        warmup_s = warm_up(spark, workdir)
+        warmup_s = warm_up(spark, str(workdir / "warm-up"))
         rows = [run_case(spark, case, workdir) for case in cases]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -81,3 +81,19 @@ def aggregate_samples(spark: "SparkSession", samples: "DataFrame", window_ms: in
                                 partitions["net_out"].to_numpy(np.float64), partitions["size_bytes"].to_numpy(),
                                 brokers=None if brokers is None else sorted(set(brokers)))
     return Aggregated(cluster, partitions, broker_rows, end_ms, rows)
+
+
+def warm_up(spark: "SparkSession", scratch_dir: str) -> float:
+    """Run one tiny aggregation: the JVM's class loading and code generation are paid here, once per
+    session, instead of inside the first real plan (seconds on a busy machine). Returns its seconds."""
+    import time
+    from pathlib import Path
+
+    from tools.rebalance.samples import PartitionSample, encode_samples, write_samples_dir
+
+    started = time.perf_counter()
+    rows = [PartitionSample(1_000_000 + k * 1_000, 1_000, b, "warm-up", p, 100 * (p + 1), 50, 1, 1, 10)
+            for k in range(2) for b in range(2) for p in range(b * 4, b * 4 + 4)]
+    paths = [str(write_samples_dir(Path(scratch_dir), r.broker_id, r.ts_ms, encode_samples([r]))) for r in rows]
+    aggregate_samples(spark, read_samples(spark, sorted(set(paths))), window_ms=10_000)
+    return time.perf_counter() - started

@@ -1,0 +1,1 @@
+"""Autoscaling experiments: a real local cluster under open-loop load following a scenario."""

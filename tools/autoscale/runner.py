@@ -1,0 +1,359 @@
+"""Runs one autoscaling experiment against a real local cluster (the I/O shell around the pure parts).
+
+Open-loop producers offer the scenario's rate over every partition, whatever the acknowledgements
+do (each partition gets its share at evenly spaced times, so a stall shows up as latency, not as
+a slower sender); one consumer follows every partition. A monitor samples the cluster once a
+second (live brokers, partition leaders: a leader change is a move), the steps run at their times
+(scale out, rebalance with the PySpark planner, ramp, drain and remove a broker), and at the end
+every acknowledged record is read back.
+"""
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from metadata_quorum.errors import FerryError
+from tools.admin import Admin
+from tools.autoscale.plots import plot_balance, plot_overview
+from tools.autoscale.recorder import Recorder
+from tools.autoscale.scenario import Scenario, Step
+from tools.autoscale.summary import summarize_run, write_summary
+from tools.client import Consumer, Producer, RecordMetadata, TopicPartition, read_all
+from tools.cluster import LocalCluster
+
+MAX_IN_FLIGHT = 50_000  # records offered but not yet acknowledged; above it offers are shed (and counted)
+TICK_S = 0.01
+
+
+class Experiment:
+    def __init__(self, scenario: Scenario, out_dir: Path, s3_endpoint: str | None = None, bucket: str = "ferry",
+                 on_progress: Callable[[float, str], None] | None = None) -> None:
+        self.scn = scenario
+        self.out_dir = out_dir
+        self.s3_endpoint = s3_endpoint
+        self.bucket = bucket
+        self.on_progress = on_progress or (lambda _t, _msg: None)
+        self.rec = Recorder()
+        self.tps = [TopicPartition(scenario.topic, p) for p in range(scenario.partitions)]
+        self.acks: dict[int, list[tuple[int, int, int, float]]] = {p: [] for p in range(scenario.partitions)}
+        self.in_flight = 0
+        self.shed = 0
+        self.t0 = 0.0
+        self.new_brokers: list[int] = []
+        self.status = "starting"
+        self.cluster: LocalCluster | None = None
+        self.admin: Admin | None = None
+        self.producer: Producer | None = None
+        self.consumer: Consumer | None = None
+        self._producing = True
+        self._consuming = True
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _t(self, monotonic_s: float) -> float:
+        return monotonic_s - self.t0
+
+    # -- the whole run ----------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster = LocalCluster(str(self.out_dir / "cluster"), controllers=self.scn.controllers,
+                                    brokers=self.scn.brokers, s3_endpoint=self.s3_endpoint, bucket=self.bucket,
+                                    broker_overrides={"metrics_interval_ms": self.scn.metrics_interval_ms})
+        if self.s3_endpoint:
+            await asyncio.to_thread(_ensure_bucket, self.s3_endpoint, self.bucket)
+        spark = asyncio.create_task(asyncio.to_thread(_warm_spark, str(self.out_dir / "spark-warm-up")))
+        try:
+            self.on_progress(0.0, "starting the cluster and Spark")
+            await asyncio.to_thread(self.cluster.start)
+            await spark
+            verification = await self._run_load()
+        finally:
+            await self._close_clients()
+            self.cluster.stop(graceful=False)
+            _keep_only_logs(self.out_dir / "cluster")
+        return self._write_outputs(verification)
+
+    async def _run_load(self) -> dict[str, Any]:
+        assert self.cluster is not None
+        self.admin = await Admin(bootstrap_controllers=self.cluster.controller_bootstrap).start()
+        await self.admin.create_topic(self.scn.topic, self.scn.partitions)
+        for tp in self.tps:
+            await self.admin.wait_for_leader(tp, timeout_s=60)
+        self.producer = await Producer(self.cluster.bootstrap_servers, linger_ms=5, delivery_timeout_ms=60_000,
+                                       request_timeout_ms=5_000).start()
+        self.consumer = await Consumer(self.cluster.bootstrap_servers, max_wait_ms=200).start()
+        self.consumer.assign(self.tps)
+        self.t0 = time.monotonic()
+        tasks = [asyncio.create_task(self._produce()), asyncio.create_task(self._consume()),
+                 asyncio.create_task(self._monitor()), asyncio.create_task(self._steps())]
+        try:
+            await asyncio.sleep(self.scn.duration_s)
+            self._producing = False
+            await tasks[0]
+            self.status = "finishing the last step"
+            await asyncio.wait([tasks[3]], timeout=self.scn.drain_timeout_s)
+            self.status = "draining"
+            await self._drain()
+        finally:
+            self._producing = self._consuming = False
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.on_progress(self.now(), "reading every acknowledged record back")
+        return await self._verify()
+
+    # -- load -------------------------------------------------------------------------------------
+
+    async def _produce(self) -> None:
+        assert self.producer is not None
+        weights = self.scn.partition_weights()
+        credits = [0.0] * len(weights)
+        seqs = [0] * len(weights)
+        last = time.monotonic()
+        while self._producing:
+            now = time.monotonic()
+            rate = self.scn.rate_at(self._t(now))
+            dt, last = now - last, now
+            for p, w in enumerate(weights):
+                credits[p] += rate * w * dt
+                while credits[p] >= 1.0:
+                    credits[p] -= 1.0
+                    await self._send(p, seqs[p], now)
+                    seqs[p] += 1
+            await asyncio.sleep(TICK_S)
+
+    async def _send(self, p: int, seq: int, scheduled_s: float) -> None:
+        assert self.producer is not None
+        t = self._t(scheduled_s)
+        self.rec.offered(t)
+        if self.in_flight >= MAX_IN_FLIGHT:
+            self.shed += 1
+            self.rec.failed(t)
+            return
+        head = f"{p}:{seq}:".encode()
+        value = head + b"x" * max(0, self.scn.value_bytes - len(head))
+        fut = await self.producer.send(self.scn.topic, value, partition=p)
+        self.in_flight += 1
+        fut.add_done_callback(lambda f: self._acked(p, seq, scheduled_s, f))
+
+    def _acked(self, p: int, seq: int, scheduled_s: float, fut: asyncio.Future[RecordMetadata]) -> None:
+        self.in_flight -= 1
+        if fut.cancelled() or fut.exception() is not None:
+            self.rec.failed(self.now())
+            return
+        m = fut.result()
+        self.rec.acked(self._t(m.ack_time_s), m.broker_id, (m.ack_time_s - scheduled_s) * 1000.0)
+        self.acks[p].append((seq, m.offset, m.broker_id, m.ack_time_s))
+
+    async def _consume(self) -> None:
+        assert self.consumer is not None
+        while self._consuming:
+            try:
+                got = await self.consumer.poll(max_wait_ms=200)
+            except (FerryError, OSError):
+                await asyncio.sleep(0.1)
+                continue
+            self.rec.consumed(self.now(), len(got))
+
+    def _lag(self) -> int:
+        assert self.consumer is not None
+        return sum(max(0, self.consumer.high_watermarks.get(tp, 0) - self.consumer.position(tp)) for tp in self.tps)
+
+    async def _drain(self) -> None:
+        """Wait for the acknowledgements and for the consumer to reach every partition's end (bounded)."""
+        assert self.producer is not None
+        deadline = time.monotonic() + self.scn.drain_timeout_s
+        try:
+            await asyncio.wait_for(self.producer.flush(), timeout=self.scn.drain_timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        while time.monotonic() < deadline and (self.in_flight > 0 or self._lag() > 0):
+            await asyncio.sleep(0.2)
+
+    # -- the cluster, once a second -----------------------------------------------------------------
+
+    async def _monitor(self) -> None:
+        assert self.admin is not None and self.producer is not None
+        leaders: dict[int, int] = {}
+        while True:
+            t = self.now()
+            try:
+                brokers = await self.admin.describe_cluster()
+                topics = await self.admin.describe_topics([self.scn.topic])
+            except (FerryError, OSError):
+                await asyncio.sleep(1.0)
+                continue
+            live = sorted(b for b, info in brokers.items() if not info.fenced)
+            self.rec.gauge(t, "live_brokers", live)
+            self.rec.gauge(t, "retries_total", self.producer.retries)
+            self.rec.gauge(t, "consumer_lag", self._lag())
+            parts = topics.get(self.scn.topic)
+            if isinstance(parts, list):
+                for part in parts:
+                    old = leaders.get(part.partition)
+                    if part.leader >= 0:
+                        if old is not None and old != part.leader:
+                            self.rec.event(t, "move", partition=part.partition, from_broker=old, to_broker=part.leader)
+                        leaders[part.partition] = part.leader
+            self.on_progress(t, self.status)
+            await asyncio.sleep(max(0.0, 1.0 - (self.now() - t)))
+
+    # -- the scenario's steps ---------------------------------------------------------------------
+
+    async def _steps(self) -> None:
+        for k, step in enumerate(self.scn.steps):
+            late_s = self.now() - step.at_s
+            await asyncio.sleep(max(0.0, -late_s))
+            try:
+                await self._step(step)
+            except (FerryError, OSError, RuntimeError, ValueError) as exc:
+                self.rec.event(self.now(), "step_failed", step=k, action=step.action, error=str(exc))
+            else:
+                self.rec.event(self.now(), "step_done", step=k, action=step.action, late_s=round(max(0.0, late_s), 3))
+
+    async def _step(self, step: Step) -> None:
+        assert self.cluster is not None and self.admin is not None
+        if step.action == "set_rate":
+            self.status = f"rate -> {step.rate_per_s:g}/s"
+            self.rec.event(self.now(), "set_rate", rate_per_s=step.rate_per_s, ramp_s=step.ramp_s)
+        elif step.action == "add_brokers":
+            self.status = f"adding {step.count} broker(s)"
+            self.rec.event(self.now(), "add_brokers", count=step.count)
+            ids = [await asyncio.to_thread(self.cluster.add_broker) for _ in range(step.count)]
+            self.new_brokers += ids
+            self.rec.event(self.now(), "brokers_added", brokers=ids)
+        elif step.action == "rebalance":
+            self.status = "rebalancing"
+            mode = ["--add-broker", ",".join(map(str, self.new_brokers))] if self.new_brokers else []
+            await self._rebalance(step.window_ms, mode)
+            self.new_brokers = []
+        elif step.action == "remove_broker":
+            assert step.broker is not None
+            self.status = f"draining broker {step.broker}"
+            self.rec.event(self.now(), "remove_broker", broker=step.broker)
+            await self._rebalance(step.window_ms, ["--remove-broker", str(step.broker)])
+            topics = await self.admin.describe_topics([self.scn.topic])
+            parts = topics.get(self.scn.topic)
+            left = sum(1 for p in parts if p.leader == step.broker) if isinstance(parts, list) else -1
+            await asyncio.to_thread(self.cluster.terminate_broker, step.broker)
+            self.rec.event(self.now(), "broker_removed", broker=step.broker, partitions_left=left)
+
+    async def _rebalance(self, window_ms: int, mode: list[str]) -> None:
+        assert self.cluster is not None
+        from tools.rebalance import cli as rebalance_cli
+
+        argv = ["--s3-endpoint", str(self.cluster.s3_endpoint), "--bucket", self.cluster.bucket,
+                "--window-ms", str(window_ms), "--json", "--execute",
+                "--bootstrap-controller", ",".join(self.cluster.controller_bootstrap), "--timeout-ms", "60000", *mode]
+        self.rec.event(self.now(), "rebalance_start", args=" ".join(mode))
+        args = rebalance_cli.build_parser().parse_args(argv)
+        report = await asyncio.to_thread(rebalance_cli.run, args)
+        summary, executed = report["summary"], report["executed"] or {"submitted": 0, "completed": 0}
+        self.rec.event(self.now(), "rebalance_done", mode=summary["mode"], planned_moves=summary["moves"],
+                       submitted=executed["submitted"], completed=executed["completed"],
+                       net_in_max_over_mean_before=summary["resources"]["net_in"]["before"]["max_over_mean"],
+                       net_in_max_over_mean_planned=summary["resources"]["net_in"]["after"]["max_over_mean"],
+                       timings_s=summary["timings_s"])
+
+    # -- the end ----------------------------------------------------------------------------------
+
+    async def _verify(self) -> dict[str, Any]:
+        assert self.cluster is not None
+        logs = await read_all(self.cluster.bootstrap_servers, self.tps, timeout_s=60)
+        lost = duplicated = misplaced = acknowledged = 0
+        for tp in self.tps:
+            counts: Counter[bytes] = Counter(r.value for r in logs[tp] if r.value is not None)
+            by_offset = {r.offset: r.value for r in logs[tp]}
+            prefix_of = {}
+            for value in counts:
+                p, seq, _pad = value.split(b":", 2)
+                prefix_of[(int(p), int(seq))] = value
+            duplicated += sum(n - 1 for n in counts.values() if n > 1)
+            for seq, offset, _broker, _t in self.acks[tp.partition]:
+                acknowledged += 1
+                value = prefix_of.get((tp.partition, seq))
+                if value is None:
+                    lost += 1
+                elif by_offset.get(offset) != value:
+                    misplaced += 1
+        return {"acknowledged": acknowledged, "lost": lost, "duplicated": duplicated, "misplaced": misplaced,
+                "read_back": sum(len(v) for v in logs.values()), "shed": self.shed}
+
+    def _stalls(self) -> None:
+        """Fill in each move's produce stall: last ack by the old owner to the first by the new one."""
+        for event in self.rec.events:
+            if event.kind != "move":
+                continue
+            acks = sorted(self.acks[event.detail["partition"]], key=lambda a: a[3])
+            seen_s = event.t_s + self.t0
+            best = None
+            for prev, cur in zip(acks, acks[1:]):
+                if (prev[2] == event.detail["from_broker"] and cur[2] == event.detail["to_broker"]
+                        and cur[3] <= seen_s + 1.0 and (best is None or cur[3] > best[1])):
+                    best = (prev[3], cur[3])
+            event.detail["stall_ms"] = None if best is None else round((best[1] - best[0]) * 1000.0, 1)
+
+    async def _close_clients(self) -> None:
+        for client in (self.producer, self.consumer, self.admin):
+            if client is not None:
+                try:
+                    await asyncio.wait_for(client.close(), timeout=10)
+                except (asyncio.TimeoutError, FerryError, OSError):
+                    pass
+
+    def _write_outputs(self, verification: dict[str, Any]) -> dict[str, Any]:
+        self._stalls()
+        csv_path = self.rec.write_csv(self.out_dir / "timeseries.csv")
+        events_path = self.rec.write_events(self.out_dir / "events.json")
+        frame = pd.read_csv(csv_path, dtype={"live_brokers": str})
+        events = [{"t_s": e.t_s, "kind": e.kind, **e.detail} for e in self.rec.events]
+        first_step = self.scn.steps[0].at_s if self.scn.steps else None
+        summary = summarize_run(frame, events, verification, first_step, steps=len(self.scn.steps))
+        summary["scenario"] = self.scn.name
+        summary["verification"] = verification
+        title = f"ferry autoscale: {self.scn.name}"
+        plots = [plot_overview(frame, events, self.out_dir / "overview.png", title),
+                 plot_balance(frame, events, self.out_dir / "balance.png", title)]
+        summary["files"] = {"csv": str(csv_path), "events": str(events_path), "plots": [str(p) for p in plots],
+                            "summary": str(self.out_dir / "summary.json")}
+        write_summary(summary, self.out_dir / "summary.json")
+        return summary
+
+
+def _warm_spark(scratch_dir: str) -> None:
+    """Start Spark and run a first small job while the cluster starts: the rebalance steps then run
+    on a warm JVM (a cold first job takes tens of seconds on a busy two-core machine)."""
+    from tools.rebalance.aggregate import warm_up
+    from tools.rebalance.spark_session import spark_session
+
+    try:
+        warm_up(spark_session(), scratch_dir)
+    finally:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+
+
+def _ensure_bucket(endpoint_url: str, bucket: str) -> None:
+    from tools.rebalance.samples import S3SampleSource
+
+    s3 = S3SampleSource(endpoint_url, bucket).s3
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except Exception:  # noqa: BLE001 - missing (or not ours): try to create it, which says what is wrong
+        s3.create_bucket(Bucket=bucket)
+
+
+def _keep_only_logs(state_dir: Path) -> None:
+    """The cluster's WALs and log dirs are scratch; its process logs are worth keeping."""
+    if not state_dir.is_dir():
+        return
+    for child in state_dir.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)

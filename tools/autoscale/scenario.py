@@ -1,0 +1,176 @@
+"""Scenario files: the cluster, the load, and the timed steps of an autoscaling experiment.
+
+A scenario is YAML::
+
+    name: default
+    duration_s: 110
+    cluster: {brokers: 3, metrics_interval_ms: 1000}
+    topic: {name: load, partitions: 24}
+    load: {rate_per_s: 300, value_bytes: 512, skew: 1.0}
+    steps:
+      - {at_s: 15, action: set_rate, rate_per_s: 800}
+      - {at_s: 30, action: add_brokers, count: 2}
+      - {at_s: 40, action: rebalance, window_ms: 8000}
+      - {at_s: 65, action: set_rate, rate_per_s: 300, ramp_s: 10}
+      - {at_s: 80, action: remove_broker, broker: 1, window_ms: 5000}
+
+Actions: ``set_rate`` (``rate_per_s``, optional ``ramp_s``), ``add_brokers`` (``count``),
+``rebalance`` (``window_ms``; with new brokers since the last rebalance it runs in add-broker
+mode, moving partitions only onto them), ``remove_broker`` (``broker``: drain it with the
+planner's remove-broker mode, then stop it). ``skew`` spreads the partitions' rates linearly
+from 1 to 1 + skew times the coldest's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from metadata_quorum.errors import ErrorCode, FerryError
+
+ACTIONS = ("set_rate", "add_brokers", "rebalance", "remove_broker")
+DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml"
+
+
+@dataclass(frozen=True)
+class Step:
+    at_s: float
+    action: str
+    rate_per_s: float | None = None
+    ramp_s: float = 0.0
+    count: int = 1
+    broker: int | None = None
+    window_ms: int = 8_000
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    duration_s: float
+    brokers: int = 3
+    controllers: int = 3
+    metrics_interval_ms: int = 1_000
+    topic: str = "load"
+    partitions: int = 24
+    rate_per_s: float = 300.0
+    value_bytes: int = 512
+    skew: float = 0.0
+    drain_timeout_s: float = 20.0
+    steps: tuple[Step, ...] = field(default_factory=tuple)
+
+    def partition_weights(self) -> list[float]:
+        """Each partition's share of the rate (sums to 1)."""
+        n = self.partitions
+        raw = [1.0 + self.skew * (p / (n - 1) if n > 1 else 0.0) for p in range(n)]
+        total = sum(raw)
+        return [w / total for w in raw]
+
+    def rate_at(self, t_s: float) -> float:
+        """The offered rate (records/s) at time t_s, following set_rate steps and their ramps."""
+        rate = self.rate_per_s
+        for step in self.steps:
+            if step.action != "set_rate" or step.rate_per_s is None or t_s < step.at_s:
+                continue
+            if step.ramp_s > 0 and t_s < step.at_s + step.ramp_s:
+                rate = rate + (step.rate_per_s - rate) * (t_s - step.at_s) / step.ramp_s
+            else:
+                rate = step.rate_per_s
+        return rate
+
+
+def _bad(message: str) -> FerryError:
+    return FerryError(ErrorCode.INVALID_CONFIG, message)
+
+
+def _number(obj: dict[str, Any], key: str, default: Any, kind: type, where: str, minimum: float = 0) -> Any:
+    value = obj.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
+        raise _bad(f"{where}.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+    if value < minimum:
+        raise _bad(f"{where}.{key} must be at least {minimum}, got {value!r}")
+    return kind(value)
+
+
+def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise _bad(f"{key} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def parse_scenario(text: str) -> Scenario:
+    """Parse and check a scenario; a mistake is INVALID_CONFIG naming the field."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise _bad(f"the scenario is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise _bad("the scenario must be a YAML mapping")
+    known = {"name", "duration_s", "cluster", "topic", "load", "steps", "drain_timeout_s"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise _bad(f"unknown scenario field(s): {', '.join(unknown)}")
+    cluster, topic, load = _section(data, "cluster"), _section(data, "topic"), _section(data, "load")
+    duration_s = _number(data, "duration_s", None, float, "scenario", 1)
+    brokers = _number(cluster, "brokers", 3, int, "cluster", 1)
+    steps = []
+    raw_steps = data.get("steps", [])
+    if not isinstance(raw_steps, list):
+        raise _bad("steps must be a list")
+    removed: set[int] = set()
+    live = brokers
+    for k, raw in enumerate(raw_steps):
+        where = f"steps[{k}]"
+        if not isinstance(raw, dict):
+            raise _bad(f"{where} must be a mapping")
+        action = raw.get("action")
+        if action not in ACTIONS:
+            raise _bad(f"{where}.action must be one of {', '.join(ACTIONS)}, got {action!r}")
+        at_s = _number(raw, "at_s", None, float, where)
+        if at_s >= duration_s:
+            raise _bad(f"{where}.at_s ({at_s}) is not before the end of the scenario ({duration_s} s)")
+        if steps and at_s < steps[-1].at_s:
+            raise _bad(f"{where}.at_s ({at_s}) is before the previous step's ({steps[-1].at_s}): keep steps in order")
+        step = Step(at_s=at_s, action=action)
+        if action == "set_rate":
+            step = Step(at_s, action, rate_per_s=_number(raw, "rate_per_s", None, float, where, 1),
+                        ramp_s=_number(raw, "ramp_s", 0.0, float, where))
+        elif action == "add_brokers":
+            step = Step(at_s, action, count=_number(raw, "count", 1, int, where, 1))
+            live += step.count
+        elif action == "rebalance":
+            step = Step(at_s, action, window_ms=_number(raw, "window_ms", 8_000, int, where, 1))
+        elif action == "remove_broker":
+            broker = _number(raw, "broker", None, int, where, 1)
+            if broker in removed:
+                raise _bad(f"{where}: broker {broker} is already removed")
+            if live <= 1:
+                raise _bad(f"{where}: removing broker {broker} would leave no broker")
+            removed.add(broker)
+            live -= 1
+            step = Step(at_s, action, broker=broker, window_ms=_number(raw, "window_ms", 5_000, int, where, 1))
+        steps.append(step)
+    name = data.get("name", "scenario")
+    if not isinstance(name, str) or not name or "/" in name:
+        raise _bad(f"name must be a non-empty string without '/', got {name!r}")
+    return Scenario(
+        name=name, duration_s=duration_s, brokers=brokers,
+        controllers=_number(cluster, "controllers", 3, int, "cluster", 1),
+        metrics_interval_ms=_number(cluster, "metrics_interval_ms", 1_000, int, "cluster", 100),
+        topic=str(topic.get("name", "load")), partitions=_number(topic, "partitions", 24, int, "topic", 1),
+        rate_per_s=_number(load, "rate_per_s", 300.0, float, "load", 1),
+        value_bytes=_number(load, "value_bytes", 512, int, "load", 32),
+        skew=_number(load, "skew", 0.0, float, "load"),
+        drain_timeout_s=_number(data, "drain_timeout_s", 20.0, float, "scenario", 1),
+        steps=tuple(steps))
+
+
+def load_scenario(path: str | Path | None) -> Scenario:
+    target = Path(path) if path else DEFAULT_SCENARIO
+    try:
+        text = target.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FerryError(ErrorCode.INVALID_CONFIG, f"cannot read scenario {str(target)!r}: {exc.strerror}") from None
+    return parse_scenario(text)
