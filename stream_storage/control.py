@@ -74,6 +74,12 @@ def parse_description(reply: dict[str, Any]) -> StreamDescription:
                              int(reply["start_offset"]), int(reply["end_offset"]), objects)
 
 
+def description_from_image(image: Any, stream_id: int) -> StreamDescription | None:
+    """A stream as a broker's own metadata image has it (no round trip); None if unknown."""
+    stream = image.streams.streams.get(stream_id)
+    return None if stream is None else parse_description(stream.describe())
+
+
 Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage.batches import assign_offsets, iter_batches, validate_batches
@@ -71,6 +72,7 @@ class StreamStorage:
         self.handles = self.uploader.handles
         self._replayed: list[WalEntry] = []
         self.foreign_wals = ForeignWals()
+        self._image_lookup: Callable[[int], StreamDescription | None] | None = None
         self.replay: ReplayResult | None = None
         self._started = False
 
@@ -104,6 +106,12 @@ class StreamStorage:
                           if e.kind == KIND_VOID or e.end_offset > self.wal.committed_end(e.stream_id)]
         await self.wal.trim()
 
+
+    def set_image_lookup(self, lookup: Callable[[int], StreamDescription | None] | None) -> None:
+        """Where fetch finds committed objects first: the broker's metadata image (e.g.
+        ``lambda sid: description_from_image(follower.image, sid)``); the controller is asked
+        only when the image does not have them yet."""
+        self._image_lookup = lookup
 
     def set_broker_epoch(self, broker_epoch: int) -> None:
         self.broker_epoch = broker_epoch
@@ -268,7 +276,11 @@ class StreamStorage:
             handle.check_writable()
         self.uploader.on_durable(handle, len(data))
 
-    async def _describe(self, stream_id: int) -> StreamDescription:
+    async def _describe(self, stream_id: int, need_offset: int | None = None) -> StreamDescription:
+        if self._image_lookup is not None:
+            local = self._image_lookup(stream_id)
+            if local is not None and (need_offset is None or objects_for(local.objects, need_offset) is not None):
+                return local
         return await self.control.describe_stream(stream_id)
 
     async def fetch(self, stream_id: int, start_offset: int, max_bytes: int) -> FetchResult:
@@ -312,7 +324,7 @@ class StreamStorage:
                     break
                 if attempt:
                     await asyncio.sleep(self.config.controller_retry.backoff_ms(attempt) / 1000)
-                handle.merge_objects((await self._describe(stream_id)).objects)
+                handle.merge_objects((await self._describe(stream_id, offset)).objects)
             ref = handle.object_for(offset)
         else:
             assert desc is not None

@@ -378,3 +378,33 @@ async def test_zombie_appends_are_voided_when_the_stream_comes_back(make_storage
     assert keys_of(await read_all(c, sid)) == expected_keys(["a1", "c1"])
     await b.close()
     await c.close()
+
+
+async def test_fetch_finds_objects_in_the_brokers_image_without_asking_the_controller(make_storage, memory_store,
+                                                                                      controller) -> None:
+    from stream_storage.control import description_from_image
+
+    a = make_storage(1, memory_store)
+    b = make_storage(2, memory_store, cache_bytes=1)
+    await a.start()
+    await b.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 0)
+    for i in range(4):
+        await a.append(sid, batch_of(f"i{i}"))
+        await a.force_upload(sid)
+    await a.close_stream(sid)
+    await b.open_stream(sid, 1)
+    asked = []
+    real = b.control.describe_stream
+
+    async def counting(stream_id: int):  # type: ignore[no-untyped-def]
+        asked.append(stream_id)
+        return await real(stream_id)
+
+    b.control.describe_stream = counting  # type: ignore[method-assign]
+    b.set_image_lookup(lambda s: description_from_image(controller.image, s))
+    assert keys_of(await read_all(b, sid)) == expected_keys([f"i{i}" for i in range(4)])
+    assert asked == []
+    await a.close()
+    await b.close()
