@@ -141,8 +141,6 @@ class QuorumController:
         if not isinstance(args, dict):
             raise FerryError(ErrorCode.INVALID_REQUEST, f"the arguments of {name} must be a JSON object")
         self._check_leader()
-        if name == "broker_heartbeat":
-            self._note_heartbeat(args)
         fut: asyncio.Future[tuple[dict[str, Any], int]] = self.loop.create_future()
         self._queue.append(PendingOp(name, args, fut))
         self._wakeup.set()
@@ -359,7 +357,7 @@ class QuorumController:
         answers: list[tuple[PendingOp, dict[str, Any], int]] = []
         records_in_group = 0
         ops_in_group = 0
-        heartbeats = MappingProxyType(dict(self.last_heartbeat_ms))
+        heartbeats = MappingProxyType(self.last_heartbeat_ms)  # live: a heartbeat earlier in the group counts
         while self._queue and ops_in_group < self.config.max_group_ops \
                 and records_in_group < self.config.max_group_records:
             op = self._queue.popleft()
@@ -381,6 +379,8 @@ class QuorumController:
                 log.exception("operation %s failed", op.name)
                 op.future.set_exception(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{op.name} failed: {e!r}"))
                 continue
+            if op.name == "broker_heartbeat":
+                self._note_heartbeat(op.args)  # only a heartbeat the operation accepted (current broker epoch)
             if records:
                 view = new_view
                 batches.append(records)
@@ -391,8 +391,15 @@ class QuorumController:
             else:
                 op.future.set_result((dict(result.reply), view.offset))
         if batches:
-            self._view = flatten_view(view)
-            self._submit(batches, _Inflight(answers, time.perf_counter()))
+            try:
+                self._view = flatten_view(view)
+                self._submit(batches, _Inflight(answers, time.perf_counter()))
+            except Exception as e:
+                log.exception("could not append a command; dropping the uncommitted view")
+                for op, _reply, _offset in answers:
+                    if not op.future.done():
+                        op.future.set_exception(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"append failed: {e!r}"))
+                self._needs_reset = True
 
     def _fail_waiters_beyond(self, committed_offset: int) -> None:
         keep = []

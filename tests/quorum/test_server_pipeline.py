@@ -308,3 +308,24 @@ def test_the_leaders_layered_view_equals_replaying_the_records() -> None:
     assert flat.same_content(expected)
     assert type(flat.kv) is type(expected.kv)
     assert (flat.offset, flat.epoch) == (offset - 1, 7)
+
+
+async def test_only_accepted_heartbeats_extend_a_broker_session() -> None:
+    from metadata_quorum.operations import WRITE_OPERATIONS
+
+    controller, node, state = make(asyncio.get_running_loop())
+    controller.operations = dict(WRITE_OPERATIONS)
+    await become_leader(controller, node)
+    reply, offset = await controller.write("register_broker", {
+        "broker_id": 5, "incarnation_id": "i5", "endpoints": ["http://127.0.0.1:1"],
+        "log_dirs": [{"dir_id": "d", "path": "/tmp/ferry-d"}]}, 2.0)
+    with pytest.raises(FerryError) as err:
+        await controller.write("broker_heartbeat", {"broker_id": 5, "broker_epoch": reply["broker_epoch"] + 99,
+                                                    "metadata_offset": offset}, 2.0)
+    assert err.value.error is ErrorCode.STALE_BROKER_EPOCH
+    assert 5 not in controller.last_heartbeat_ms and 5 not in controller.observers
+    await controller.write("broker_heartbeat", {"broker_id": 5, "broker_epoch": reply["broker_epoch"],
+                                                "metadata_offset": offset}, 2.0)
+    assert 5 in controller.last_heartbeat_ms
+    assert controller.observers[5].metadata_offset == offset
+    await controller.stop()
