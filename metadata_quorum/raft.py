@@ -131,7 +131,7 @@ class CommittedLog(SyncObjConsumer):
                 "snapshot_offset": self.snapshot_offset,
                 "snapshot_epoch": self.snapshot_epoch,
                 "snapshot_records": self._snapshot_records(),
-                "batches": list(self.batches),
+                "batches": [[b[0], b[1], b[2], None] for b in self.batches],  # not the read cache
                 "last_command_id": self.last_command_id,
                 "next_offset": self.next_offset,
                 "epoch": self.epoch,
