@@ -3,7 +3,8 @@
 The metadata image holds tens of thousands of partitions, streams and keys, and a new image is
 built after every operation. Copying whole dicts each time would make a one-record change cost
 the size of the cluster; ``PMap.update`` copies the bucket index (256 slots) and the few buckets
-that changed, and shares the rest with the previous image. Bucketing is deterministic (no
+that changed, and shares the rest with the previous image (maps of up to 32 entries are one
+plain bucket). Bucketing is deterministic (no
 per-process string hash), so iteration order is the same in every process.
 """
 from __future__ import annotations
@@ -15,48 +16,51 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 _BUCKETS = 256
-_MASK = _BUCKETS - 1
+_SMALL = 32  # up to this many entries a map is one plain bucket (cheap to iterate and copy)
 #: value passed to :meth:`PMap.update` to delete a key.
 REMOVE: Any = object()
 
 
-def _index(key: Any) -> int:
+def _hash(key: Any) -> int:
     if isinstance(key, int):
-        return key & _MASK
+        return key
     if isinstance(key, str):
-        return zlib.crc32(key.encode()) & _MASK
-    return zlib.crc32(repr(key).encode()) & _MASK
-
-
-_EMPTY_BUCKETS: tuple[dict[Any, Any], ...] = tuple({} for _ in range(_BUCKETS))
+        return zlib.crc32(key.encode())
+    return zlib.crc32(repr(key).encode())
 
 
 class PMap(Mapping[K, V], Generic[K, V]):
-    __slots__ = ("_buckets", "_size")
+    __slots__ = ("_buckets", "_size", "_mask")
 
     def __init__(self, items: Mapping[K, V] | None = None) -> None:
-        if not items:
-            self._buckets = _EMPTY_BUCKETS
-            self._size = 0
-            return
-        buckets: list[dict[Any, Any]] = [{} for _ in range(_BUCKETS)]
-        for key, value in items.items():
-            buckets[_index(key)][key] = value
-        self._buckets = tuple(buckets)
-        self._size = sum(len(b) for b in buckets)
+        items = items or {}
+        if len(items) <= _SMALL:
+            self._buckets: tuple[dict[Any, Any], ...] = (dict(items),)
+            self._mask = 0
+        else:
+            buckets: list[dict[Any, Any]] = [{} for _ in range(_BUCKETS)]
+            for key, value in items.items():
+                buckets[_hash(key) & (_BUCKETS - 1)][key] = value
+            self._buckets = tuple(buckets)
+            self._mask = _BUCKETS - 1
+        self._size = len(items)
+
+    def _bucket_of(self, key: Any) -> int:
+        return _hash(key) & self._mask if self._mask else 0
 
     def __getitem__(self, key: K) -> V:
-        return self._buckets[_index(key)][key]  # type: ignore[no-any-return]
+        return self._buckets[self._bucket_of(key)][key]  # type: ignore[no-any-return]
 
     def get(self, key: K, default: Any = None) -> Any:
-        return self._buckets[_index(key)].get(key, default)
+        return self._buckets[self._bucket_of(key)].get(key, default)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._buckets[_index(key)]
+        return key in self._buckets[self._bucket_of(key)]
 
     def __iter__(self) -> Iterator[K]:
-        for bucket in self._buckets:
-            yield from bucket
+        if not self._mask:
+            return iter(self._buckets[0])
+        return (key for bucket in self._buckets if bucket for key in bucket)
 
     def __len__(self) -> int:
         return self._size
@@ -68,11 +72,19 @@ class PMap(Mapping[K, V], Generic[K, V]):
         """A new map with ``changes`` applied (value ``REMOVE`` deletes); ``self`` is unchanged."""
         if not changes:
             return self
+        if not self._mask:  # small: copy the one bucket, and spread it out if it grew large
+            merged = dict(self._buckets[0])
+            for key, value in changes.items():
+                if value is REMOVE:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            return PMap(merged)
         buckets = list(self._buckets)
         copied: set[int] = set()
         size = self._size
         for key, value in changes.items():
-            i = _index(key)
+            i = _hash(key) & self._mask
             if i not in copied:
                 buckets[i] = dict(buckets[i])
                 copied.add(i)
@@ -87,13 +99,13 @@ class PMap(Mapping[K, V], Generic[K, V]):
                 bucket[key] = value
         new = PMap.__new__(PMap)
         new._buckets = tuple(buckets)
+        new._mask = self._mask
         new._size = size
         return new
 
     def shares_bucket_with(self, other: "PMap[K, V]", key: K) -> bool:
         """Whether ``key``'s bucket is the very same object in both maps (structural sharing)."""
-        i = _index(key)
-        return self._buckets[i] is other._buckets[i]
+        return self._buckets[self._bucket_of(key)] is other._buckets[other._bucket_of(key)]
 
 
 EMPTY_PMAP: PMap[Any, Any] = PMap()

@@ -13,7 +13,7 @@ from metadata_quorum.ops import streams
 from metadata_quorum.simulation import InvariantViolation, Simulation, run_seed
 
 SEEDS = range(50)
-STEPS = 150
+STEPS = 200
 
 
 def test_invariants_hold_on_many_seeds() -> None:
