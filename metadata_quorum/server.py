@@ -29,6 +29,7 @@ log = logging.getLogger("ferry.controller")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_BATCH_OPS = 10_000
+OBSERVER_EXPIRY_MS = 5 * 60 * 1000
 
 
 def load_operations() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -299,11 +300,18 @@ class ControllerServer:
         return rows
 
     def _observer_rows(self) -> list[dict[str, Any]]:
+        """Brokers that heartbeat to this controller, like KRaft's observers (forgotten after 5 minutes)."""
         hw = self.state.high_watermark
+        now = now_ms()
+        brokers = self.state.image.cluster.brokers
         rows = []
         for broker_id, obs in sorted(self.controller.observers.items()):
+            if now - obs.last_fetch_ms > OBSERVER_EXPIRY_MS:
+                continue
             leo = obs.metadata_offset + 1
-            rows.append({"node_id": broker_id, "directory_id": "", "log_end_offset": leo,
+            reg = brokers.get(broker_id)
+            dir_id = reg.log_dirs[0].dir_id if reg is not None and reg.log_dirs else ""
+            rows.append({"node_id": broker_id, "directory_id": dir_id, "log_end_offset": leo,
                          "lag": max(0, hw - leo), "last_fetch_timestamp": obs.last_fetch_ms,
                          "last_caught_up_timestamp": obs.last_caught_up_ms, "status": "Observer"})
         return rows

@@ -204,7 +204,7 @@ async def test_heartbeating_brokers_are_observers(controller: Any) -> None:
     assert status == 200 and hb["reply"]["is_fenced"] is False
     _, repl = await controller.get("/v1/quorum/replication")
     observers = [r for r in repl["replicas"] if r["status"] == "Observer"]
-    assert [o["node_id"] for o in observers] == [7]
+    assert [(o["node_id"], o["directory_id"]) for o in observers] == [(7, "d1")]
     assert observers[0]["log_end_offset"] == reg["offset"] + 1
     _, status_body = await controller.get("/v1/quorum/status")
     assert status_body["current_observers"] == [{"id": 7}]
