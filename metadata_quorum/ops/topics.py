@@ -92,15 +92,20 @@ def _assignments(raw: Any, n_brokers_known: set[int]) -> dict[int, tuple[int, ..
     return out
 
 
-def _plan(builder: RecordBuilder, item: dict[str, Any], ctx: OpContext) -> tuple[str, str, dict[int, tuple[int, ...]], dict[str, str]]:
+def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, str],
+          ctx: OpContext) -> tuple[str, str, dict[int, tuple[int, ...]], dict[str, str]]:
     name = validate_topic_name(item.get("name"))
     if builder.view.topic_id_by_name(name) is not None:
         raise FerryError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    other = collisions.get(name.replace(".", "_"))
+    if other is not None and other != name:
+        # Kafka refuses names equal but for '.' and '_': their metric names would collide.
+        raise FerryError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
     storage = item.get("storage") or STORAGE_S3
     if storage not in (STORAGE_S3, STORAGE_LOCAL):
         raise invalid(f"storage must be {STORAGE_S3!r} or {STORAGE_LOCAL!r}, got {storage!r}")
     configs = dict(as_mapping(item.get("configs") or {}, "configs"))
-    if not all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in configs.items()):
+    if not all(isinstance(k, str) and k and isinstance(v, str) for k, v in configs.items()):
         raise FerryError(ErrorCode.INVALID_CONFIG, "topic configs must map names to string values")
     num_partitions = as_int(item.get("num_partitions", -1) if item.get("num_partitions") is not None else -1,
                             "num_partitions")
@@ -144,6 +149,7 @@ def create_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     builder = RecordBuilder(image)
     placement = Placement(image)
     replies: list[dict[str, Any]] = []
+    collisions = {n.replace(".", "_"): n for n in image.topics.by_name}
     for item in items:
         name = item.get("name")
         if name in duplicates:
@@ -151,13 +157,14 @@ def create_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
                                                        f"topic {name!r} appears more than once in the request")})
             continue
         try:
-            name, storage, assignment, configs = _plan(builder, item, ctx)
+            name, storage, assignment, configs = _plan(builder, item, collisions, ctx)
         except FerryError as e:
             replies.append({"name": name, **item_error(e.error, e.message)})
             continue
         topic_id = make_topic_id(name, ctx.next_offset + len(builder.records))
         replies.append({"name": name, "topic_id": topic_id, "num_partitions": len(assignment),
                         "replication_factor": len(assignment[0])})
+        collisions.setdefault(name.replace(".", "_"), name)
         if validate_only:
             continue
         _create(builder, placement, name, topic_id, storage, assignment, configs)

@@ -206,3 +206,17 @@ def test_creating_a_topic_gives_its_first_leader_the_partition_as_gained() -> No
     delta = MetadataDelta(c.image).replay_all(out.records)
     gained = {tp.partition for b in (0, 1) for tp in delta.local_changes(b).gained}
     assert gained == {0, 1}
+
+
+def test_names_differing_only_by_dot_and_underscore_collide() -> None:
+    c = controller(1)
+    c.write("create_topics", {"topics": [{"name": "a.b"}]})
+    _out, item = create_one(c, name="a_b")
+    assert item["error"] == "INVALID_TOPIC_EXCEPTION" and "collides with existing topic: a.b" in item["message"]
+    out = run(c.image, "create_topics", {"topics": [{"name": "x_y"}, {"name": "x.y"}]})
+    assert [t.get("error") for t in out.reply["topics"]] == [None, "INVALID_TOPIC_EXCEPTION"]
+
+
+def test_topic_config_values_must_be_strings() -> None:
+    _out, item = create_one(controller(1), name="t", configs={"retention.ms": None})
+    assert item["error"] == "INVALID_CONFIG"
