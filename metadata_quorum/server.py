@@ -222,6 +222,11 @@ class ControllerServer:
             else:
                 reply, offset = fut.result()
                 answers.append({"reply": reply, "offset": offset})
+        if all(a.get("error") == ErrorCode.NOT_CONTROLLER.name for a in answers):
+            # No operation was answered: the client retries the whole request on the leader (as for
+            # a single write, one that was in flight when leadership was lost may still have committed).
+            first = futures[0].exception() if not futures[0].cancelled() else None
+            raise first if isinstance(first, FerryError) else self.controller.timed_out("write", timeout_s)
         self.metrics.requests.labels("write_batch", "NONE").inc()
         return _json({"results": answers})
 
