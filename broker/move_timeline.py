@@ -4,7 +4,7 @@ A move is identified by the partition and ``move_id`` = the ``change_started_ms`
 controller's PartitionChange (t0). The old owner records t1..t5 as it closes; the new owner
 records when it saw the election (a stand-in for t5 when the old owner was dead and the
 controller's deadline elected) and t6 when it serves. Each side publishes its half in the
-metadata log's KV (``move/<topic_id>/<partition>/<role>``), so any broker can show the whole.
+metadata log's KV (``move/<topic_id>/<partition>/<role>/<broker_id>``), so any broker can show the whole.
 
     t0 controller accepted the change      t4 streams force-uploaded and closed
     t1 old owner applied the change        t5 new leader elected
@@ -27,8 +27,9 @@ ROLE_TARGET = "target"
 KV_HALVES_KEPT = 16  # per partition and role: the latest moves, so that any broker can merge them
 
 
-def move_kv_key(topic_id: str, partition: int, role: str) -> str:
-    return f"move/{topic_id}/{partition}/{role}"
+def move_kv_key(topic_id: str, partition: int, role: str, broker_id: int) -> str:
+    """One key per partition, role and broker: only that broker writes it (no lost updates)."""
+    return f"move/{topic_id}/{partition}/{role}/{broker_id}"
 
 
 def encode_halves(previous: str | None, half: "MoveHalf") -> str:

@@ -37,7 +37,11 @@ WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 MOVE_HISTORY = 1000
 OPEN_RETRY_S = 0.1
 CLOSE_ATTEMPTS = 20
-PREFETCH_OBJECTS = 4
+PREFETCH_OBJECTS = 8
+ELECT_COALESCE_S = 0.002
+ELECT_BATCH_MAX = 500
+ELECT_ATTEMPTS = 20
+KV_COALESCE_S = 0.05
 PREFETCH_BYTES = 1024 * 1024
 FENCED_ERRORS = (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH)
 
@@ -64,10 +68,12 @@ class Slot:
 
 class PartitionManager:
     def __init__(self, broker_id: int, storage: Any, write: WriteFn, metrics: BrokerMetrics,
-                 wal_dir_of: Callable[[int], str], log_dirs: "LogDirsManager") -> None:
+                 wal_dir_of: Callable[[int], str], log_dirs: "LogDirsManager",
+                 write_many: Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[Any]] | None = None) -> None:
         self.broker_id = broker_id
         self.storage = storage
         self._write = write
+        self._write_many = write_many
         self.metrics = metrics
         self._wal_dir_of = wal_dir_of
         self._log_dirs = log_dirs
@@ -75,6 +81,11 @@ class PartitionManager:
         self.slots: dict[TopicIdPartition, Slot] = {}
         self.history: collections.deque[MoveHalf] = collections.deque(maxlen=MOVE_HISTORY)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._elect_queue: list[tuple[Slot, MoveHalf | None]] = []
+        self._elect_task: asyncio.Task[None] | None = None
+        self._kv_queue: dict[str, list[MoveHalf]] = {}
+        self._kv_task: asyncio.Task[None] | None = None
+        self._kv_written: dict[str, str] = {}  # this broker's own timeline keys, as last written
         self._incoming: dict[int, TopicIdPartition] = {}  # meta stream id -> partition moving here
         self._prefetched: set[str] = set()
         self.stopping = False
@@ -202,7 +213,7 @@ class PartitionManager:
                     slot.replica.closed = True  # step 2: refuse produce from this instant
                 slot.task = self._spawn(self._close(slot))
             elif action is sm.Action.ELECT:
-                self._spawn(self._elect(slot))
+                self._queue_election(slot)
             elif action is sm.Action.SET_EPOCH:
                 if slot.replica is not None:
                     slot.replica.leader_epoch = slot.status.leader_epoch
@@ -361,29 +372,53 @@ class PartitionManager:
             self._finish_half(half)
         self._run(slot, actions)
 
-    async def _elect(self, slot: Slot) -> None:
-        half = slot.source
+    def _queue_election(self, slot: Slot) -> None:
+        """Step 5. Elections of partitions closed at about the same time go in one request."""
+        self._elect_queue.append((slot, slot.source))
         slot.source = None
-        args = {"election_type": "preferred", "partitions": [{"topic": slot.topic, "partition": slot.tp.partition}]}
-        for attempt in range(20):
+        if self._elect_task is None or self._elect_task.done():
+            self._elect_task = self._spawn(self._drain_elections())
+
+    async def _drain_elections(self) -> None:
+        await asyncio.sleep(ELECT_COALESCE_S)
+        while self._elect_queue:
+            batch, self._elect_queue = self._elect_queue[:ELECT_BATCH_MAX], self._elect_queue[ELECT_BATCH_MAX:]
+            await self._elect(batch)
+
+    async def _elect(self, batch: list[tuple[Slot, MoveHalf | None]]) -> None:
+        pending = {(slot.topic, slot.tp.partition): (slot, half) for slot, half in batch}
+        for attempt in range(ELECT_ATTEMPTS):
+            args = {"election_type": "preferred",
+                    "partitions": [{"topic": t, "partition": p} for t, p in sorted(pending)]}
             try:
                 reply = await self._write("elect_leaders", args)
-                results = reply.get("results", [])
-                err = results[0].get("error") if results else None
-                if err and err not in ("NONE", "ELECTION_NOT_NEEDED"):
-                    log.info("elect %s-%d: %s %s", slot.topic, slot.tp.partition, err, results[0].get("message", ""))
-                    if err in ("PREFERRED_LEADER_NOT_AVAILABLE", "ELIGIBLE_LEADERS_NOT_AVAILABLE") and attempt < 19:
-                        await asyncio.sleep(0.1)
-                        continue
-                break
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the controller's deadline elects anyway
-                log.warning("elect %s-%d failed: %r", slot.topic, slot.tp.partition, exc)
+                log.warning("elect %d partitions failed: %r", len(pending), exc)
                 await asyncio.sleep(0.1)
-        if half is not None:
-            half.mark("t5", now_ms())
-            self._finish_half(half)
+                continue
+            done_ms = now_ms()
+            retry: dict[tuple[str, int], tuple[Slot, MoveHalf | None]] = {}
+            for result in reply.get("results", []):
+                key = (str(result.get("topic")), int(result.get("partition", -1)))
+                if key not in pending:
+                    continue
+                err = result.get("error")
+                if err in ("PREFERRED_LEADER_NOT_AVAILABLE", "ELIGIBLE_LEADERS_NOT_AVAILABLE") and \
+                        attempt < ELECT_ATTEMPTS - 1:
+                    retry[key] = pending[key]
+                    continue
+                if err and err not in ("NONE", "ELECTION_NOT_NEEDED"):
+                    log.info("elect %s-%d: %s %s", key[0], key[1], err, result.get("message", ""))
+                _slot, half = pending[key]
+                if half is not None:
+                    half.mark("t5", done_ms)
+                    self._finish_half(half)
+            if not retry:
+                return
+            pending = retry
+            await asyncio.sleep(0.1)
 
     # ------------------------------------------------------------------ fencing from produce
     def on_fenced(self, slot: Slot, exc: BaseException) -> None:
@@ -413,14 +448,30 @@ class PartitionManager:
                      if t.get(f"t{i}") is not None and (i == 1 or t.get(f"t{i-1}") is not None) else None
                      for i in range(1, 6)}
             self.metrics.observe_move(ROLE_SOURCE, steps, None)
-        self._spawn(self._publish(move_kv_key(topic_id, half.partition, half.role), half))
+        self._kv_queue.setdefault(move_kv_key(topic_id, half.partition, half.role, self.broker_id), []).append(half)
+        if self._kv_task is None or self._kv_task.done():
+            self._kv_task = self._spawn(self._publish())
 
-    async def _publish(self, key: str, half: MoveHalf) -> None:
-        try:
-            value = encode_halves(self.image.kv.get(key), half)
-            await self._write("put_kv", {"key": key, "value": value})
-        except Exception as exc:  # noqa: BLE001 - timelines are best effort
-            log.info("could not publish move timeline %s: %r", key, exc)
+    async def _publish(self) -> None:
+        """Publish timeline halves in the metadata log's KV, many keys per request when possible."""
+        await asyncio.sleep(KV_COALESCE_S)
+        while self._kv_queue:
+            queued, self._kv_queue = self._kv_queue, {}
+            ops = []
+            for key, halves in queued.items():
+                value = self._kv_written.get(key, self.image.kv.get(key))
+                for half in halves:
+                    value = encode_halves(value, half)
+                self._kv_written[key] = value
+                ops.append(("put_kv", {"key": key, "value": value}))
+            try:
+                if self._write_many is not None and len(ops) > 1:
+                    await self._write_many(ops)
+                else:
+                    for op, args in ops:
+                        await self._write(op, args)
+            except Exception as exc:  # noqa: BLE001 - timelines are best effort
+                log.info("could not publish %d move timelines: %r", len(ops), exc)
 
     def _all_halves(self) -> list[MoveHalf]:
         halves = list(self.history)

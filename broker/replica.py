@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -27,6 +28,9 @@ log = logging.getLogger("ferry.broker.replica")
 
 META_KEY = "partition"
 REBUILD_SCAN_BYTES = 64 * 1024 * 1024
+META_COMPACT_AFTER_RECORDS = 6  # each move adds one record (and one small object) to the meta stream
+META_COMPACT_DELAY_S = (0.5, 2.0)
+META_COMPACT_FORCE_RECORDS = 12
 TIMESTAMP_SCAN_BYTES = 1024 * 1024
 TIMESTAMP_SCAN_ROUNDS = 64
 
@@ -80,6 +84,8 @@ class Replica:
         self.closed = False
         self.fenced = False
         self._compaction: asyncio.Future[None] | None = None
+        self._compacting = False
+        self._flush_meta_on_close = False
         self._pending_sequences: dict[tuple[int, int, int], asyncio.Future[tuple[int, int]]] = {}
 
     # ------------------------------------------------------------------ open (step 6)
@@ -125,7 +131,9 @@ class Replica:
         self.meta.leader_epochs = pm.add_leader_epoch(self.meta.leader_epochs, leader_epoch, end)
         self.meta.end_offset = end
         self.meta.clean_shutdown = False
-        if self.meta_stream is not None and self.meta_stream.state.bytes_since_snapshot > 0:
+        meta_handle = self.storage.stream(meta.stream_id)
+        if self.meta_stream is not None and meta_handle is not None and \
+                meta_handle.durable_end - meta_handle.start_offset >= META_COMPACT_AFTER_RECORDS:
             self._compaction = asyncio.ensure_future(self._compact_meta())
         log.debug("%s-%d open: meta stream opened %.1f ms, data stream opened %.1f ms, meta read %.1f ms, "
                   "indexes %.1f ms", self.topic, self.partition, (marks["meta_opened"] - started) * 1e3,
@@ -166,7 +174,11 @@ class Replica:
     async def _compact_meta(self) -> None:
         """Rewrite the meta stream as one snapshot and trim what precedes it, so that the next
         owner reads one small object at step 6 however many moves came before."""
-        await asyncio.sleep(0)
+        # later and spread out, so that a batch of moves is not followed by a burst of uploads
+        await asyncio.sleep(random.uniform(*META_COMPACT_DELAY_S))
+        if self.closed:
+            return
+        self._compacting = True
         try:
             assert self.meta_stream is not None
             await self.meta_stream.compact()
@@ -269,8 +281,11 @@ class Replica:
         async with self._data_arrived:
             self._data_arrived.notify_all()
         try:
-            if self._compaction is not None:
-                await asyncio.wait_for(asyncio.shield(self._compaction), timeout_s)
+            if self._compaction is not None and not self._compaction.done():
+                if self._compacting:
+                    await asyncio.wait_for(asyncio.shield(self._compaction), timeout_s)
+                else:
+                    self._compaction.cancel()  # not started yet: the next owner will compact
             await asyncio.wait_for(self._drained.wait(), timeout_s)
         except asyncio.TimeoutError:
             log.warning("%s-%d: appends still in flight after %.1fs", self.topic, self.partition, timeout_s)
@@ -292,7 +307,16 @@ class Replica:
     async def persist_meta(self, clean: bool) -> None:
         """Step 3: the partition meta, as one record of the meta stream."""
         assert self.meta_stream is not None, "persist_meta before open"
-        await self.meta_stream.put(META_KEY, self.meta_snapshot(clean).encode())
+        value = self.meta_snapshot(clean).encode()
+        handle = self.storage.stream(self.meta_stream_id)
+        if handle is not None and handle.durable_end - handle.start_offset >= META_COMPACT_FORCE_RECORDS:
+            # moves came too fast for the background compaction: write this meta as a snapshot,
+            # and trim the history before it when the streams close (one extra controller write)
+            self.meta_stream.state.values[META_KEY] = value
+            await self.meta_stream.compact()
+            self._flush_meta_on_close = True
+            return
+        await self.meta_stream.put(META_KEY, value)
 
     async def upload_data(self) -> None:
         """Force-upload what the data stream buffers (the first half of step 4)."""
@@ -300,6 +324,9 @@ class Replica:
 
     async def close_streams(self) -> None:
         """Step 4: force-upload everything buffered, then close both streams at the controller."""
+        if self._flush_meta_on_close and self.meta_stream is not None:
+            await self.meta_stream.flush()
+            self._flush_meta_on_close = False
         ids = [sid for sid in (self.data_stream_id, self.meta_stream_id) if sid >= 0]
         await asyncio.gather(*(self.storage.close_stream(sid) for sid in ids))
 

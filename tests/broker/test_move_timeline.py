@@ -66,7 +66,7 @@ def test_step_durations_with_gaps() -> None:
 
 
 def test_kv_key() -> None:
-    assert move_kv_key("abc", 3, ROLE_SOURCE) == "move/abc/3/source"
+    assert move_kv_key("abc", 3, ROLE_SOURCE, 2) == "move/abc/3/source/2"
 
 
 def test_kv_value_keeps_latest_halves_and_replaces_same_move() -> None:
