@@ -106,7 +106,6 @@ class StreamStorage:
                           if e.kind == KIND_VOID or e.end_offset > self.wal.committed_end(e.stream_id)]
         await self.wal.trim()
 
-
     def set_image_lookup(self, lookup: Callable[[int], StreamDescription | None] | None) -> None:
         """Where fetch finds committed objects first: the broker's metadata image (e.g.
         ``lambda sid: description_from_image(follower.image, sid)``); the controller is asked
