@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from metadata_quorum.delta import MetadataDelta
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.errors import FerryError
 from metadata_quorum.image import EMPTY_IMAGE, STREAM_ID_COUNTER_KEY, MetadataImage
 from metadata_quorum.local_controller import LocalController
 from metadata_quorum.records import NO_LEADER, STORAGE_LOCAL, STORAGE_S3, STREAM_OPENED, partition_stream_key
@@ -510,4 +510,3 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     raise SystemExit(main())
 
-_ = ErrorCode

@@ -112,10 +112,9 @@ def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, st
     rf = as_int(item.get("replication_factor", -1) if item.get("replication_factor") is not None else -1,
                 "replication_factor")
     if item.get("assignments"):
+        # Explicit assignments decide the partition count and replication factor (Kafka's API
+        # wants -1 for both then; callers passing their defaults are not refused for it).
         assignment = _assignments(item["assignments"], set(builder.image.cluster.brokers))
-        if num_partitions not in (-1, len(assignment)) or rf not in (-1, len(assignment[0])):
-            raise invalid("both num_partitions/replication_factor and assignments were given, and they disagree; "
-                          "give assignments alone")
         if storage == STORAGE_S3 and any(len(r) != 1 for r in assignment.values()):
             raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              "storage=s3 partitions have exactly one replica: their data lives in object storage")

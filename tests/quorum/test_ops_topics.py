@@ -193,9 +193,11 @@ def test_s3_explicit_assignment_must_have_one_replica() -> None:
     assert item["error"] == "INVALID_REPLICA_ASSIGNMENT"
 
 
-def test_assignment_with_disagreeing_partition_count() -> None:
-    _out, item = create_one(controller(3), name="t", num_partitions=3, assignments={"0": [0]})
-    assert item["error"] == "INVALID_REQUEST"
+def test_explicit_assignments_decide_partitions_and_replication_factor() -> None:
+    out, item = create_one(controller(3), name="t", num_partitions=3, replication_factor=1, storage="local",
+                           assignments={"0": [0, 1]})
+    assert (item["num_partitions"], item["replication_factor"]) == (1, 2)
+    assert partition(out.image, "t", 0).replicas == (0, 1)
 
 
 def test_creating_a_topic_gives_its_first_leader_the_partition_as_gained() -> None:
