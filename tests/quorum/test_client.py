@@ -11,7 +11,7 @@ from metadata_quorum.client import ControllerClient, MetadataLogFollower, snapsh
 from metadata_quorum.delta import MetadataDelta
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE
-from metadata_quorum.records import KVRecord, PartitionRecord, RegisterBrokerRecord, TopicRecord
+from metadata_quorum.records import KVRecord, PartitionRecord, Record, RegisterBrokerRecord, TopicRecord
 from tools.proc import LOOPBACK, free_ports
 
 
@@ -131,7 +131,7 @@ def test_snapshot_delta_removes_what_the_snapshot_lacks() -> None:
         KVRecord(key="old", value="1"),
         KVRecord(key="kept", value="1"),
     ]).apply()
-    snapshot = [
+    snapshot: list[Record] = [
         RegisterBrokerRecord(broker_id=1, incarnation_id="i", broker_epoch=0, fenced=False),
         KVRecord(key="kept", value="2"),
     ]

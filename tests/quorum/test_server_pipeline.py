@@ -15,7 +15,7 @@ from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.quorum_controller import QuorumController
 from metadata_quorum.raft import Command, CommittedLog
-from metadata_quorum.records import KVRecord, NoOpRecord, decode_record
+from metadata_quorum.records import KVRecord, NoOpRecord, Record, decode_record
 
 
 def put(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
@@ -223,7 +223,7 @@ def test_log_rejects_stale_and_duplicate_commands_the_same_way_everywhere() -> N
         Command("b", "a", 1, ((KVRecord("y", "1"), KVRecord("z", "1")), (KVRecord("w", "1"),))),
         Command("b", "a", 1, ((KVRecord("y", "2"),),)),  # duplicate id, stale prev
         Command("c", "zzz", 2, ((KVRecord("q", "1"),),)),  # computed against another view
-        Command("d", "b", 2, ((object(),),)),  # cannot be replayed: rejected whole
+        Command("d", "b", 2, ((object(),),)),  # type: ignore[arg-type]  # cannot be replayed: rejected whole
         Command("e", "b", 2, ((KVRecord("x", "2"),),)),
     ]
     for log in logs:
@@ -246,7 +246,7 @@ def test_log_keeps_recent_batches_and_snapshots_older_offsets_and_survives_a_dum
     assert log.log_start_offset > 0
     old = log.read(0, 100)
     assert old.snapshot_offset == 29 and old.records == []
-    assert {decode_record(r).key for r in old.snapshot_records or []} == {"k0", "k1", "k2", "k3"}
+    assert {r["fields"]["key"] for r in old.snapshot_records or []} == {"k0", "k1", "k2", "k3"}
     recent = log.read(log.log_start_offset, 100)
     assert [o for o, _ in recent.records] == list(range(log.log_start_offset, 30))
     restored = CommittedLog(10)
@@ -292,7 +292,7 @@ def test_the_leaders_layered_view_equals_replaying_the_records() -> None:
     from metadata_quorum.quorum_controller import advance_view, flatten_view
     from metadata_quorum.records import RegisterBrokerRecord
 
-    batches = [
+    batches: list[tuple[Record, ...]] = [
         (KVRecord("a", "1"),), (KVRecord("b", "2"), KVRecord("a", None)),
         (RegisterBrokerRecord(broker_id=1, incarnation_id="i", broker_epoch=3),), (KVRecord("c", "3"),),
         (KVRecord("b", None), KVRecord("d", "4")),
