@@ -119,6 +119,7 @@ class ControllerClient:
         backoff_ms = BACKOFF_INITIAL_MS
         last: BaseException | None = None
         attempts = 0
+        redirected = False  # follow a leader hint at once, but not back and forth between stale hints
         while True:
             attempts += 1
             url = (self._leader_url or self._any_url()) if to_leader else self._any_url()
@@ -133,8 +134,11 @@ class ControllerClient:
                     hint = (e.details or {}).get("leader_url")
                     if hint and _base_url(hint) != url:
                         self._leader_url = _base_url(hint)
-                        continue  # go straight to the named leader
-                    self._leader_url = None
+                        if not redirected:
+                            redirected = True
+                            continue  # go straight to the named leader
+                    else:
+                        self._leader_url = None
                     backoff_ms = min(backoff_ms, NO_LEADER_BACKOFF_MS)
                 elif not e.retriable:
                     raise
@@ -145,6 +149,7 @@ class ControllerClient:
                     continue  # the leader is gone: ask the next controller at once
             sleep_ms = min(backoff_ms, max(0.0, (deadline - time.monotonic()) * 1000))
             await asyncio.sleep(sleep_ms / 1000 * (0.5 + random.random() / 2))
+            redirected = False
             backoff_ms = min(BACKOFF_MAX_MS, backoff_ms * 2)
         if isinstance(last, FerryError):
             raise FerryError(last.error, f"{last.message} (gave up after {attempts} attempts in {budget_ms} ms)",

@@ -141,3 +141,43 @@ def test_snapshot_delta_removes_what_the_snapshot_lacks() -> None:
     assert image.topics.get("gone") is None
     changes = delta.local_changes(1)
     assert [tp.topic_id for tp in changes.lost] == ["T1"]
+
+
+async def test_stale_leader_hints_pointing_at_each_other_back_off_until_the_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    hits: list[int] = []
+    sleeps: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def counting_sleep(delay: float) -> None:
+        sleeps.append(delay)
+        await real_sleep(delay)
+
+    monkeypatch.setattr("metadata_quorum.client.asyncio.sleep", counting_sleep)
+    ports = free_ports(2)
+
+    def handler_for(other: int) -> Any:
+        async def not_me(request: web.Request) -> web.Response:
+            hits.append(other)
+            return web.json_response({"error": "NOT_CONTROLLER", "code": 41, "message": "stale",
+                                      "details": {"leader_id": 9, "leader_url": f"http://{LOOPBACK}:{other}"}},
+                                     status=421)
+        return not_me
+
+    runners = []
+    for mine, other in ((ports[0], ports[1]), (ports[1], ports[0])):
+        app = web.Application()
+        app.router.add_post("/v1/write/{op}", handler_for(other))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, LOOPBACK, mine).start()
+        runners.append(runner)
+    try:
+        async with ControllerClient([f"{LOOPBACK}:{ports[0]}"], timeout_ms=400) as client:
+            with pytest.raises(FerryError) as err:
+                await client.write("put_kv", {"key": "k", "value": "v"})
+        assert err.value.error is ErrorCode.NOT_CONTROLLER
+        assert len(hits) <= 2 * (len(sleeps) + 1)  # at most one redirect between two back-offs
+    finally:
+        for runner in runners:
+            await runner.cleanup()
