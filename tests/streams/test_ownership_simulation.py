@@ -107,3 +107,87 @@ async def test_random_moves_never_lose_or_duplicate_acknowledged_records(make_st
     for s in brokers.values():
         if s.wal._fd is not None:
             await s.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_random_moves_of_streams_sharing_objects(make_storage, controller, clock, tmp_path, seed: int) -> None:
+    """Three streams on three brokers, uploaded together in stream-set objects; a takeover of one
+    stream makes its old owner's shared commit fail, which must fence that stream only and still
+    commit the others."""
+    rng = random.Random(1000 + seed)
+    store = retrying(MemoryObjectStore(seed=seed, error_rate=0.05, lost_reply_rate=0.05))
+    wal_dirs = {b: str(tmp_path / f"multi-wal-{b}") for b in (1, 2, 3)}
+
+    def new_storage(b: int) -> object:
+        return make_storage(b, store, wal_dir=wal_dirs[b], upload_bytes=1500, upload_interval_ms=5)
+
+    brokers = {b: new_storage(b) for b in (1, 2, 3)}
+    for s in brokers.values():
+        await s.start()  # type: ignore[attr-defined]
+    sids = [await brokers[1].create_stream() for _ in range(3)]  # type: ignore[attr-defined]
+    owner = {sid: rng.choice([1, 2, 3]) for sid in sids}
+    epoch = {sid: 0 for sid in sids}
+    acked: dict[int, list[str]] = {sid: [] for sid in sids}
+    for sid in sids:
+        await brokers[owner[sid]].open_stream(sid, 0)  # type: ignore[attr-defined]
+
+    def revive_all_but(dead: int | None) -> None:
+        for b, s in brokers.items():
+            if b != dead:
+                heartbeat(controller, b, s.broker_epoch)  # type: ignore[attr-defined]
+
+    async def take_over(sid: int, old: int, recover: bool) -> None:
+        target = rng.choice([b for b in brokers if b != old])
+        epoch[sid] += 1
+        await brokers[target].open_stream(sid, epoch[sid], previous_owner=old)  # type: ignore[attr-defined]
+        if recover:
+            await brokers[target].recover_from_wal(wal_dirs[old], sid)  # type: ignore[attr-defined]
+        owner[sid] = target
+
+    for step in range(50):
+        action = rng.choices(["append", "move", "crash", "zombie"], [8, 1, 1, 1])[0]
+        if action == "append":
+            chosen = rng.sample(sids, rng.randint(1, 3))
+
+            async def one(sid: int, tag: str) -> None:
+                await brokers[owner[sid]].append(sid, batch_of(tag, count=rng.randint(1, 3)))  # type: ignore[attr-defined]
+                acked[sid].append(tag)
+
+            import asyncio
+            await asyncio.gather(*(one(sid, f"{sid}:{step}") for sid in chosen))
+            continue
+        if action == "move":
+            sid = rng.choice(sids)
+            await brokers[owner[sid]].close_stream(sid)  # type: ignore[attr-defined]
+            await take_over(sid, owner[sid], recover=False)
+        elif action == "crash":
+            dead = rng.choice(sorted(set(owner.values())))
+            await brokers[dead].abort()  # type: ignore[attr-defined]
+            clock.skew_ms += 30_000
+            revive_all_but(dead)
+            for sid in sids:
+                if owner[sid] == dead:
+                    await take_over(sid, dead, recover=True)
+            brokers[dead] = new_storage(dead)
+            await brokers[dead].start()  # type: ignore[attr-defined]
+        else:  # one stream of a live broker is taken over behind its back
+            sid = rng.choice(sids)
+            old = owner[sid]
+            clock.skew_ms += 30_000
+            revive_all_but(old)
+            await take_over(sid, old, recover=True)
+            revive_all_but(None)
+            try:
+                await brokers[old].append(sid, batch_of(f"zombie{step}"))  # type: ignore[attr-defined]
+            except FerryError:
+                pass
+            with pytest.raises(FerryError):
+                await brokers[old].force_upload(sid)  # type: ignore[attr-defined]
+            brokers[old].fence(sid)  # type: ignore[attr-defined]
+        for sid in sids:
+            got = await read_all(brokers[owner[sid]], sid)  # type: ignore[arg-type]
+            assert [r.key.decode().rsplit("-", 1)[0] for r in got if r.key.decode().endswith("-0")] == acked[sid]
+            assert [r.offset for r in got] == list(range(len(got)))
+    for s in brokers.values():
+        if s.wal._fd is not None:  # type: ignore[attr-defined]
+            await s.close()  # type: ignore[attr-defined]
