@@ -116,12 +116,18 @@ class StreamStorage:
         self.broker_epoch = broker_epoch
 
     async def close(self) -> None:
-        """Clean shutdown: close every open stream (force upload + close at the controller)."""
-        for stream_id in list(self.handles):
-            try:
-                await self.close_stream(stream_id)
-            except FerryError as exc:
-                log.warning("closing stream %d at shutdown: %s", stream_id, exc)
+        """Clean shutdown: close every open stream (force upload + close at the controller),
+        a few at a time so that a broker with many partitions is not paying one PUT after another."""
+        gate = asyncio.Semaphore(8)
+
+        async def close_one(stream_id: int) -> None:
+            async with gate:
+                try:
+                    await self.close_stream(stream_id)
+                except FerryError as exc:
+                    log.warning("closing stream %d at shutdown: %s", stream_id, exc)
+
+        await asyncio.gather(*(close_one(sid) for sid in list(self.handles)))
         await self.uploader.drain()
         try:
             await self.wal.trim()
