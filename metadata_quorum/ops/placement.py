@@ -111,7 +111,7 @@ def move_s3_partition(builder: RecordBuilder, placement: Placement, part: Partit
         if part.leader != NO_LEADER or part.reelection_deadline_ms == 0:
             builder.add(PartitionChangeRecord(
                 topic_id=part.topic_id, partition=part.partition, leader=NO_LEADER,
-                reelection_deadline_ms=now_ms + (0 if elect_now else ctx.reelection_timeout_ms),
+                reelection_deadline_ms=max(1, now_ms + (0 if elect_now else ctx.reelection_timeout_ms)),
                 change_started_ms=now_ms,
             ))
         return NO_LEADER
@@ -153,13 +153,13 @@ def evacuate(builder: RecordBuilder, placement: Placement, broker_id: int, mode:
     """Take leadership away from ``broker_id``.
 
     ``mode`` "dead": it stopped heartbeating — its s3 partitions go to live brokers and are led
-    there at once; it leaves every ISR. "shutdown": controlled shutdown — its s3 partitions are
-    reassigned with no leader and a re-election deadline, so it closes them first. "restart": a
-    new incarnation replaced it — its s3 partitions wait leaderless until the deadline (it may
-    re-take them once unfenced); it leaves every ISR.
+    there at once. "shutdown": controlled shutdown — its s3 partitions are reassigned with no
+    leader and a re-election deadline, so it closes them first. "restart": a new incarnation
+    replaced it — its s3 partitions wait leaderless until the deadline (it may re-take them once
+    unfenced). In every mode it leaves the ISR of its storage=local partitions.
     """
     topics = builder.image.topics
-    if topics.leader_counts.get(broker_id, 0) == 0 and (mode == "shutdown" or topics.replica_counts.get(broker_id, 0) == 0):
+    if topics.leader_counts.get(broker_id, 0) == 0 and topics.replica_counts.get(broker_id, 0) == 0:
         return  # nothing to take away (the common case for heartbeats during a controlled shutdown)
     for _topic, part in topics.all_partitions():
         current = builder.view.partition(part.topic_id, part.partition)
@@ -178,8 +178,5 @@ def evacuate(builder: RecordBuilder, placement: Placement, broker_id: int, mode:
                     reelection_deadline_ms=ctx.now_ms + ctx.reelection_timeout_ms,
                     change_started_ms=ctx.now_ms,
                 ))
-        elif mode == "shutdown":
-            if current.leader == broker_id:
-                remove_from_isr(builder, current, {broker_id})
-        else:
+        else:  # local: it leaves every ISR (KRaft does so for controlled shutdown too)
             remove_from_isr(builder, current, {broker_id})

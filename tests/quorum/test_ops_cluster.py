@@ -277,3 +277,13 @@ def test_after_a_controller_failover_silent_brokers_are_fenced_one_session_later
     clock.advance(SESSION_TIMEOUT_MS // 2 + 1)
     assert c.tick()["fenced_brokers"] == [0]  # broker 0 never came back
     assert partition(c.image, "t", 0).leader == 1
+
+
+def test_controlled_shutdown_removes_the_broker_from_local_isrs_it_follows() -> None:
+    c = controller(3)
+    c.write("create_topics", {"topics": [{"name": "l", "storage": "local", "assignments": {"0": [1, 0, 2]}}]})
+    out = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+                                            "metadata_offset": c.image.offset, "want_shutdown": True})
+    part = partition(out.image, "l", 0)
+    assert part.isr == (1, 2) and part.leader == 1 and part.leader_epoch == 0
+    assert out.reply["should_shut_down"] is True
