@@ -22,6 +22,7 @@ from broker.metrics import BrokerMetrics
 from broker.move_timeline import (ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline, decode_halves, encode_halves,
                                   merge_all, move_kv_key)
 from broker.replica import Replica, StreamPlan
+from broker.storage_factory import UploadBatcher
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
@@ -74,6 +75,7 @@ class PartitionManager:
         self.storage = storage
         self._write = write
         self._write_many = write_many
+        self.uploads = UploadBatcher(storage)
         self.metrics = metrics
         self._wal_dir_of = wal_dir_of
         self._log_dirs = log_dirs
@@ -322,19 +324,17 @@ class PartitionManager:
         half = slot.source
         try:
             if replica is not None:
-                upload: asyncio.Future[None] | None = None
                 if slot.close_phase == 0:
                     await replica.drain()
                     if half:
                         half.mark("t2", now_ms())
-                    # the data stream's upload (step 4) overlaps persisting the meta (step 3)
-                    upload = asyncio.ensure_future(replica.upload_data())
                     await replica.persist_meta(clean=True)
                     slot.close_phase = 1
                     if half:
                         half.mark("t3", now_ms())
-                if upload is not None:
-                    await upload
+                # both streams (and those of partitions closing alongside) in one object
+                await replica.prepare_close()
+                await self.uploads.upload([replica.data_stream_id, replica.meta_stream_id])
                 await replica.close_streams()
                 if half:
                     half.mark("t4", now_ms())

@@ -318,15 +318,15 @@ class Replica:
             return
         await self.meta_stream.put(META_KEY, value)
 
-    async def upload_data(self) -> None:
-        """Force-upload what the data stream buffers (the first half of step 4)."""
-        await self.storage.force_upload(self.data_stream_id)
-
-    async def close_streams(self) -> None:
-        """Step 4: force-upload everything buffered, then close both streams at the controller."""
+    async def prepare_close(self) -> None:
+        """Before the streams' final upload: a meta snapshot written at step 3 trims the history
+        before it now (one upload and one controller write, only when moves came too fast)."""
         if self._flush_meta_on_close and self.meta_stream is not None:
             await self.meta_stream.flush()
             self._flush_meta_on_close = False
+
+    async def close_streams(self) -> None:
+        """Step 4: force-upload everything buffered, then close both streams at the controller."""
         ids = [sid for sid in (self.data_stream_id, self.meta_stream_id) if sid >= 0]
         await asyncio.gather(*(self.storage.close_stream(sid) for sid in ids))
 
