@@ -14,7 +14,6 @@ rebuilt from the committed image.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import heapq
 import itertools
 import logging
@@ -22,13 +21,13 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable
 
 from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.raft import AppliedCommand, Command, CommittedLog, RaftNode, advance_image
-from metadata_quorum.records import KVRecord, NoOpRecord, Record
+from metadata_quorum.records import NoOpRecord, Record
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +347,7 @@ class QuorumController:
     def _submit_noop(self) -> None:
         record = NoOpRecord(term=self.epoch, leader_id=self.config.node_id)
         next_offset = self._view.offset + 1
-        self._view = advance_view(self._view, (record,), next_offset, self.epoch)
+        self._view = advance_image(self._view, [record], next_offset, self.epoch)
         self._submit([(record,)], _Inflight([], time.perf_counter(), is_noop=True))
 
     def _run_group(self) -> None:
@@ -371,7 +370,7 @@ class QuorumController:
             try:
                 result = self.operations[op.name](view, op.args, ctx)
                 records = tuple(result.records)
-                new_view = advance_view(view, records, next_offset, self.epoch) if records else view
+                new_view = advance_image(view, list(records), next_offset, self.epoch) if records else view
             except FerryError as e:
                 op.future.set_exception(e)
                 continue
@@ -392,7 +391,7 @@ class QuorumController:
                 op.future.set_result((dict(result.reply), view.offset))
         if batches:
             try:
-                self._view = flatten_view(view)
+                self._view = view
                 self._submit(batches, _Inflight(answers, time.perf_counter()))
             except Exception as e:
                 log.exception("could not append a command; dropping the uncommitted view")
@@ -473,75 +472,6 @@ class QuorumController:
             out[nid] = {"log_end_offset": leo, "last_fetch_ms": fetch_ms,
                         "last_caught_up_ms": self.voter_caught_up_ms.get(nid, -1)}
         return out
-
-
-class LayeredMapping(Mapping[str, str]):
-    """A read-only mapping: ``base`` with ``changes`` on top (``None`` = deleted).
-
-    The leader's view within one group of operations uses it for the KV map, so that an
-    operation that only writes KV records does not copy the whole map; the view is flattened
-    before the group's command is sent. Committed images are always built by ``MetadataDelta``.
-    """
-
-    __slots__ = ("base", "changes", "_len")
-
-    def __init__(self, base: Mapping[str, str], changes: dict[str, str | None]) -> None:
-        self.base = base
-        self.changes = changes
-        self._len: int | None = None
-
-    def __getitem__(self, key: str) -> str:
-        if key in self.changes:
-            value = self.changes[key]
-            if value is None:
-                raise KeyError(key)
-            return value
-        return self.base[key]
-
-    def __iter__(self) -> Iterator[str]:
-        for key in self.base:
-            if key not in self.changes:
-                yield key
-        for key, value in self.changes.items():
-            if value is not None:
-                yield key
-
-    def __len__(self) -> int:
-        if self._len is None:
-            self._len = sum(1 for _ in self)
-        return self._len
-
-
-def advance_view(view: Any, records: tuple[Record, ...], first_offset: int, epoch: int) -> Any:
-    """The leader's next view: KV-only batches layer their changes, anything else replays via the delta."""
-    if all(type(r) is KVRecord for r in records):
-        kv = view.kv
-        if isinstance(kv, LayeredMapping):
-            # The previous view is dropped once this one exists, so its changes are extended in place.
-            base, changes = kv.base, kv.changes
-        else:
-            base, changes = kv, {}
-        for r in records:
-            changes[r.key] = r.value  # type: ignore[union-attr]
-        return dataclasses.replace(view, offset=first_offset + len(records) - 1, epoch=epoch,
-                                   kv=LayeredMapping(base, changes))
-    return advance_image(flatten_view(view), list(records), first_offset, epoch)
-
-
-def flatten_view(view: Any) -> Any:
-    """The view with its layered KV changes replayed through ``MetadataDelta`` (the one replay path)."""
-    kv = view.kv
-    if not isinstance(kv, LayeredMapping):
-        return view
-    from metadata_quorum.delta import MetadataDelta
-
-    delta = MetadataDelta(dataclasses.replace(view, kv=kv.base))
-    for key, value in kv.changes.items():
-        delta.replay(KVRecord(key=key, value=value), view.offset, view.epoch)
-    flat = delta.apply()
-    if flat.offset != view.offset or flat.epoch != view.epoch:
-        flat = dataclasses.replace(flat, offset=view.offset, epoch=view.epoch)
-    return flat
 
 
 def _log_internal_failure(fut: asyncio.Future[Any]) -> None:

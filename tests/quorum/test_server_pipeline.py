@@ -286,28 +286,32 @@ async def test_a_new_leader_fences_a_broker_that_stops_heartbeating_after_failov
     await controller.stop()
 
 
-def test_the_leaders_layered_view_equals_replaying_the_records() -> None:
-    from metadata_quorum.delta import MetadataDelta
-    from metadata_quorum.image import EMPTY_IMAGE
-    from metadata_quorum.quorum_controller import advance_view, flatten_view
-    from metadata_quorum.records import RegisterBrokerRecord
+async def test_a_group_mixing_operations_sees_each_others_records() -> None:
+    """Operations of every kind, queued together, run one after another on the same view."""
+    from metadata_quorum.operations import WRITE_OPERATIONS
 
-    batches: list[tuple[Record, ...]] = [
-        (KVRecord("a", "1"),), (KVRecord("b", "2"), KVRecord("a", None)),
-        (RegisterBrokerRecord(broker_id=1, incarnation_id="i", broker_epoch=3),), (KVRecord("c", "3"),),
-        (KVRecord("b", None), KVRecord("d", "4")),
-    ]
-    view, offset = EMPTY_IMAGE, 0
-    for batch in batches:
-        view = advance_view(view, batch, offset, 7)
-        assert view.offset == offset + len(batch) - 1 and view.epoch == 7
-        offset += len(batch)
-    assert dict(view.kv) == {"c": "3", "d": "4"} and len(view.kv) == 2 and "b" not in view.kv
-    flat = flatten_view(view)
-    expected = MetadataDelta(EMPTY_IMAGE).replay_all([r for b in batches for r in b]).apply()
-    assert flat.same_content(expected)
-    assert type(flat.kv) is type(expected.kv)
-    assert (flat.offset, flat.epoch) == (offset - 1, 7)
+    controller, node, state = make(asyncio.get_running_loop())
+    controller.operations = dict(WRITE_OPERATIONS)
+    await become_leader(controller, node)
+    node.hold = True
+    before = len(node.submitted)
+    writes = [asyncio.ensure_future(controller.write(op, args, 2.0)) for op, args in [
+        ("put_kv", {"key": "a", "value": "1"}),
+        ("register_broker", {"broker_id": 1, "incarnation_id": "i1", "endpoints": ["http://127.0.0.1:1"],
+                             "log_dirs": [{"dir_id": "d", "path": "/tmp/ferry-d"}]}),
+        ("put_kv", {"key": "b", "value": "2"}),
+        ("create_stream", {}),
+        ("create_stream", {}),
+        ("put_kv", {"key": "a", "value": None}),
+    ]]
+    await asyncio.sleep(0.01)
+    assert len(node.submitted) == before + 1
+    node.release()
+    replies = [await w for w in writes]
+    assert replies[3][0]["stream_id"] != replies[4][0]["stream_id"]  # the second saw the first
+    assert dict(state.image.kv).get("b") == "2" and "a" not in state.image.kv
+    assert 1 in state.image.cluster.brokers
+    await controller.stop()
 
 
 async def test_only_accepted_heartbeats_extend_a_broker_session() -> None:
