@@ -94,14 +94,19 @@ class StreamStorage:
         for entry in self._replayed:
             if entry.kind != KIND_VOID:
                 max_end[entry.stream_id] = max(max_end.get(entry.stream_id, 0), entry.end_offset)
-        for stream_id, end in max_end.items():
-            try:
-                desc = await self.control.describe_stream(stream_id)
-            except FerryError as exc:
-                if exc.error == ErrorCode.STREAM_NOT_EXIST:
-                    self.wal.release_stream(stream_id)
-                continue
+        gate = asyncio.Semaphore(16)
+
+        async def check(stream_id: int) -> None:
+            async with gate:
+                try:
+                    desc = await self.control.describe_stream(stream_id)
+                except FerryError as exc:
+                    if exc.error == ErrorCode.STREAM_NOT_EXIST:
+                        self.wal.release_stream(stream_id)
+                    return
             self.wal.mark_committed(stream_id, desc.end_offset)
+
+        await asyncio.gather(*(check(sid) for sid in max_end))
         self._replayed = [e for e in self._replayed
                           if e.kind == KIND_VOID or e.end_offset > self.wal.committed_end(e.stream_id)]
         await self.wal.trim()
