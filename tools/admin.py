@@ -195,9 +195,10 @@ class Admin:
                 last = exc
         raise FerryError(ErrorCode.LEADER_NOT_AVAILABLE, f"no broker answered: {last}")
 
-    async def http_get(self, url: str, params: dict[str, str] | None = None) -> Any:
+    async def http_get(self, url: str, params: dict[str, str] | None = None, timeout_ms: int | None = None) -> Any:
         assert self._session is not None, "Admin not started"
-        async with self._session.get(url, params=params, timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000)) as r:
+        total_s = (timeout_ms if timeout_ms is not None else self.timeout_ms) / 1000
+        async with self._session.get(url, params=params, timeout=aiohttp.ClientTimeout(total=total_s)) as r:
             await raise_for_error(r)
             return await r.json()
 
@@ -303,13 +304,16 @@ class Admin:
             out[bid] = await self.http_get(f"{urls[bid]}/v1/log-dirs", params)
         return out
 
-    async def moves(self, broker_ids: list[int] | None = None) -> dict[int, Any]:
-        """Each broker's `/v1/moves` (six-step timelines); unreachable brokers are skipped."""
+    async def moves(self, broker_ids: list[int] | None = None, timeout_ms: int = 3000) -> dict[int, Any]:
+        """Each broker's `/v1/moves` (six-step timelines), asked concurrently; a broker that does not
+        answer within `timeout_ms` (dead, frozen) is skipped: the other side of a move reports it too."""
         urls = await self.brokers()
-        out: dict[int, Any] = {}
-        for bid in sorted(broker_ids if broker_ids is not None else urls):
+        ids = [b for b in sorted(broker_ids if broker_ids is not None else urls) if b in urls]
+
+        async def one(bid: int) -> Any:
             try:
-                out[bid] = await self.http_get(f"{urls[bid]}/v1/moves")
+                return await self.http_get(f"{urls[bid]}/v1/moves", timeout_ms=timeout_ms)
             except (FerryError, *RETRIABLE_CONNECTION_ERRORS):
-                continue
-        return out
+                return None
+        answers = await asyncio.gather(*(one(b) for b in ids))
+        return {b: a for b, a in zip(ids, answers) if a is not None}
