@@ -79,7 +79,7 @@ class Simulation:
             (6, self.register), (14, self.heartbeat), (2, self.die), (2, self.shutdown),
             (5, self.create_topic), (1, self.delete_topic), (6, self.reassign), (3, self.elect),
             (16, self.broker_sync), (10, self.produce), (4, self.rogue_stream_call), (2, self.trim),
-            (4, self.report_isr),
+            (4, self.report_isr), (1, self.controller_failover),
             (10, self.advance_and_tick),
         ]
         weights = [w for w, _ in actions]
@@ -228,6 +228,11 @@ class Simulation:
             "broker_id": leader.broker_id, "broker_epoch": leader.broker_epoch, "topic": topic.name,
             "partition": part.partition, "leader_epoch": part.leader_epoch, "partition_epoch": part.partition_epoch,
             "isr": isr}, must_succeed=rightful)
+
+    def controller_failover(self) -> None:
+        """Another controller becomes active: heartbeat times are lost, the log and image stay."""
+        self.ops["failover"] += 1
+        self.controller.fail_over()
 
     def advance_and_tick(self) -> None:
         self.clock.now_ms += self.rng.choice([10, 200, 700, 1500, 3500])
