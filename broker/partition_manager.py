@@ -322,8 +322,14 @@ class PartitionManager:
         tp = slot.tp
         replica = slot.replica
         half = slot.source
+        deleted = self.image.topics.partition(tp.topic_id, tp.partition) is None
         try:
-            if replica is not None:
+            if replica is not None and deleted:
+                # the topic was deleted: its streams are gone, there is nothing to persist or upload
+                await replica.drain()
+                replica.abandon()
+                log.info("%s-%d was deleted; dropped its local state", slot.topic, tp.partition)
+            elif replica is not None:
                 if slot.close_phase == 0:
                     await replica.drain()
                     if half:
@@ -366,7 +372,10 @@ class PartitionManager:
             await asyncio.to_thread(_remove_partition_dir, slot.log_dir, slot.topic, tp)
             slot.log_dir = None
         slot.status, actions = sm.on_closed(slot.status)
-        log.info("closed %s-%d (meta persisted, streams uploaded and closed)", slot.topic, tp.partition)
+        if deleted:
+            self.slots.pop(tp, None)
+        else:
+            log.info("closed %s-%d (meta persisted, streams uploaded and closed)", slot.topic, tp.partition)
         if sm.Action.ELECT not in actions and half is not None:
             slot.source = None
             self._finish_half(half)

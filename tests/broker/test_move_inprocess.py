@@ -196,3 +196,22 @@ async def test_idempotent_retries_are_not_written_twice(cluster: InProcessCluste
     nxt = batches.build_batch([(None, b"c")], timestamp_ms=2, producer_id=42, producer_epoch=0, base_sequence=2)
     assert await moved.replica.append(nxt, batches.validate_batches(nxt)) == (2, 2)
     assert [r.value for r in await read_all(moved)] == [b"a", b"b", b"c"]
+
+
+async def test_deleted_topic_is_dropped_without_uploading(cluster: InProcessCluster) -> None:
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "d", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    slot = await c.serving(1, "d", 0)
+    replica = slot.replica
+    await append(slot, b"x")
+    c.controller.write("delete_topics", {"names": ["d"]})
+    for _ in range(200):
+        if c.managers[1].slot_by_name("d", 0) is None and not c.managers[1].slots:
+            break
+        await asyncio.sleep(0.01)
+    assert not c.managers[1].slots and slot.replica is None
+    with pytest.raises(FerryError) as e:
+        body = batches.build_batch([(None, b"late")], timestamp_ms=1)
+        await replica.append(body, batches.validate_batches(body))
+    assert e.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
