@@ -104,15 +104,16 @@ def complete_local_reassignment(builder: RecordBuilder, part: PartitionRegistrat
     ))
 
 
-def _cancel(builder: RecordBuilder, part: PartitionRegistration, ctx: OpContext) -> None:
+def _cancel(builder: RecordBuilder, placement: Placement, part: PartitionRegistration, ctx: OpContext) -> None:
     if not part.is_reassigning:
         raise FerryError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
                          f"No reassignment is in progress for partition {part.partition}.")
     original = part.original_replicas
     if part.storage == STORAGE_S3:
+        dirs = _directories(builder, placement, original, None, part)
         builder.add(PartitionChangeRecord(
             topic_id=part.topic_id, partition=part.partition, replicas=original, isr=original,
-            adding_replicas=(), removing_replicas=(), directories=(), leader=NO_LEADER,
+            adding_replicas=(), removing_replicas=(), directories=dirs, leader=NO_LEADER,
             reelection_deadline_ms=ctx.now_ms + ctx.reelection_timeout_ms, change_started_ms=ctx.now_ms,
         ))
         return
@@ -181,7 +182,7 @@ def alter_partition_reassignments(image: MetadataImage, args: dict[str, Any], ct
             current = builder.view.partition(part.topic_id, part.partition)
             assert current is not None
             if item.get("replicas") is None:
-                _cancel(builder, current, ctx)
+                _cancel(builder, placement, current, ctx)
             else:
                 _reassign(builder, placement, current, item, ctx)
         except FerryError as e:

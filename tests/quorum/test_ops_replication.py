@@ -118,6 +118,7 @@ def test_cancel_s3_reassignment_restores_the_original_owner() -> None:
     part = partition(out.image, "t", 0)
     assert "error" not in resp
     assert (part.replicas, part.adding_replicas, part.removing_replicas, part.leader) == ((0,), (), (), NO_LEADER)
+    assert part.directories[0].startswith("b0-")
     elected = run(out.image, "elect_leaders", {"partitions": [{"topic": "t", "partition": 0}]})
     assert partition(elected.image, "t", 0).leader == 0
 
@@ -271,3 +272,43 @@ def test_a_new_reassignment_replaces_one_in_progress() -> None:
     part = partition(out.image, "l", 0)
     assert "error" not in resp
     assert part.replicas[:2] == (1, 3) and set(part.removing_replicas) == {0, 2} and part.leader == 0
+
+
+def test_the_six_step_move_through_the_controller() -> None:
+    """Reassign, the old owner loses the partition, closes its streams, asks for the election;
+    the new owner gains it and opens the streams with the new leader epoch."""
+    from metadata_quorum.delta import TopicIdPartition
+    from metadata_quorum.ops.topics import partition_streams
+
+    c = s3_topic(brokers=2, owner=0)
+    seen: dict[int, list[str]] = {0: [], 1: []}
+
+    def listener(_base, _records, delta, _image) -> None:  # type: ignore[no-untyped-def]
+        for b in (0, 1):
+            changes = delta.local_changes(b)
+            seen[b] += [f"gained@{r.leader_epoch}" for r in changes.gained.values()]
+            seen[b] += ["lost" for _ in changes.lost]
+
+    tid = c.image.topics.get("t").topic_id  # type: ignore[union-attr]
+    streams = partition_streams(c.image, tid, 0)
+    epoch0 = partition(c.image, "t", 0).leader_epoch
+    for sid in streams.values():
+        c.write("open_stream", {"stream_id": sid, "epoch": epoch0, "broker_id": 0, "broker_epoch": epoch_of(c.image, 0)})
+    c.listeners.append(listener)
+    c.write("alter_partition_reassignments", {"reassignments": [{"topic": "t", "partition": 0, "replicas": [1]}]})
+    assert seen == {0: ["lost"], 1: []}
+    # the new owner cannot open before the old one closed
+    with_epoch = partition(c.image, "t", 0).leader_epoch + 1
+    expect_error(c.image, "open_stream", {"stream_id": streams["data"], "epoch": with_epoch, "broker_id": 1,
+                                          "broker_epoch": epoch_of(c.image, 1)}, ErrorCode.STREAM_NOT_CLOSED,
+                 now_ms=c.clock_ms(), heartbeats={0: c.clock_ms(), 1: c.clock_ms()})
+    for sid in streams.values():
+        c.write("close_stream", {"stream_id": sid, "epoch": epoch0, "broker_id": 0, "broker_epoch": epoch_of(c.image, 0)})
+    c.write("elect_leaders", {"partitions": [{"topic": "t", "partition": 0}]})
+    part = partition(c.image, "t", 0)
+    assert part.leader == 1 and seen[1] == [f"gained@{part.leader_epoch}"]
+    for sid in streams.values():
+        reply = c.write("open_stream", {"stream_id": sid, "epoch": part.leader_epoch, "broker_id": 1,
+                                        "broker_epoch": epoch_of(c.image, 1)})
+        assert reply["epoch"] == part.leader_epoch
+    assert TopicIdPartition(tid, 0) not in c.image.topics.leaderless
