@@ -20,6 +20,8 @@ from metadata_quorum.records import (
     StreamObjectRecord,
     StreamRecord,
     TopicRecord,
+    decode_record_bytes,
+    encode_record_bytes,
 )
 from tests.quorum.quorum_helpers import controller, epoch_of, partition
 
@@ -59,6 +61,8 @@ def test_to_records_rebuilds_the_image_from_every_prefix() -> None:
     assert rebuilt.same_content(c.image)
     assert rebuilt.offset == c.image.offset and rebuilt.epoch == c.image.epoch
     assert rebuilt.to_records() == records
+    over_the_wire = [decode_record_bytes(encode_record_bytes(r)) for r in records]
+    assert MetadataImage.from_records(over_the_wire).same_content(c.image)
     for k in range(len(records) + 1):
         prefix = MetadataImage.from_records(records[:k])
         assert MetadataImage.from_records(prefix.to_records()).same_content(prefix), k
