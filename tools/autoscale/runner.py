@@ -244,6 +244,12 @@ class Experiment:
             parts = topics.get(self.scn.topic)
             left = sum(1 for p in parts if p.leader == step.broker) if isinstance(parts, list) else -1
             await asyncio.to_thread(self.cluster.terminate_broker, step.broker)
+            deadline = time.monotonic() + 15.0  # until the controllers count it out (controlled shutdown or fence)
+            while time.monotonic() < deadline:
+                brokers = await self.admin.describe_cluster()
+                if step.broker not in brokers or brokers[step.broker].fenced:
+                    break
+                await asyncio.sleep(0.2)
             self.rec.event(self.now(), "broker_removed", broker=step.broker, partitions_left=left)
 
     async def _rebalance(self, window_ms: int, mode: list[str]) -> None:
