@@ -23,6 +23,7 @@ from broker.load_sampler import LoadCounters
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage import batches
 from stream_storage.meta_stream import MetaStream
+from stream_storage.stream import FENCED as STREAM_HANDLE_FENCED
 
 log = logging.getLogger("ferry.broker.replica")
 
@@ -329,6 +330,15 @@ class Replica:
         """Step 4: force-upload everything buffered, then close both streams at the controller."""
         ids = [sid for sid in (self.data_stream_id, self.meta_stream_id) if sid >= 0]
         await asyncio.gather(*(self.storage.close_stream(sid) for sid in ids))
+
+    @property
+    def streams_fenced(self) -> bool:
+        """The storage learned (e.g. from a refused upload commit) that another broker owns a stream."""
+        for sid in (self.data_stream_id, self.meta_stream_id):
+            handle = self.storage.stream(sid)
+            if handle is not None and handle.state == STREAM_HANDLE_FENCED:
+                return True
+        return False
 
     def abandon(self) -> None:
         """Fenced: forget the partition without touching its streams again."""

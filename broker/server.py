@@ -203,6 +203,9 @@ class Broker:
             raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"this broker does not know partition {topic}-{partition} (metadata offset {image.offset})")
         slot = self.manager.slot_by_name(topic, partition)
+        if slot is not None and slot.status.accepts_produce and slot.replica is not None and \
+                slot.replica.streams_fenced:
+            self.manager.on_fenced(slot, FerryError(ErrorCode.STREAM_FENCED, "an upload of this partition was fenced"))
         if slot is None or not slot.status.accepts_produce or slot.replica is None or slot.replica.closed:
             raise self._not_leader(topic, partition, reg.leader, reg.leader_epoch, slot)
         want = request.query.get("leader_epoch")
