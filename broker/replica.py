@@ -117,7 +117,9 @@ class Replica:
         values, recovered = await asyncio.gather(open_meta(), open_data())
         loaded = time.monotonic()
         self.meta = pm.PartitionMeta.decode(values.get(META_KEY))
-        clean = self.meta.clean_shutdown and data.previous_owner < 0 and meta.previous_owner < 0
+        nobody_held_it = data.previous_owner < 0 and meta.previous_owner < 0
+        fresh = META_KEY not in values and int(self.storage.stream(data.stream_id).durable_end) == 0
+        clean = nobody_held_it and (self.meta.clean_shutdown or fresh)
         handle = self.storage.stream(data.stream_id)
         self.log_start_offset = int(handle.start_offset)
         end = int(handle.durable_end)
