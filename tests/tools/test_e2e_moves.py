@@ -85,6 +85,12 @@ async def test_kill_old_owner_mid_move_target_elected_by_deadline(cluster):
             assert state.replicas == [2]
             await load.wait_ack_from(tp, 2, started, 30)
             await asyncio.sleep(0.3)
+            # The old owner never got past step 1: the controller's deadline elected, and the new
+            # owner recovered from the dead owner's WAL (an unclean open).
+            timeline = await fetch_timeline(admin, tp, [2])
+            assert timeline is not None and timeline["to_broker"] == 2, timeline
+            assert all(timeline["t_ms"].get(f"t{k}") is None for k in (1, 2, 3, 4)), timeline
+            assert timeline["clean"] is False and timeline["t_ms"]["t6"] is not None, timeline
         finally:
             await load.stop()
         assert acked_before > 0
