@@ -6,7 +6,6 @@ import pytest
 
 from metadata_quorum.errors import FerryError
 from stream_storage.meta_stream import KVState, MetaStream, encode_snapshot, encode_update
-from tests.streams.conftest import register_broker
 
 
 def test_kv_state_applies_updates_deletes_and_snapshots() -> None:

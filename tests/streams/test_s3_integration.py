@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import uuid
 from collections import Counter
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import aiohttp
 import pytest

@@ -9,10 +9,9 @@ import pytest
 
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage.batches import build_batch
-from stream_storage.memory_store import MemoryObjectStore
 from stream_storage.object_format import parse_tail
 from stream_storage.wal import read_wal
-from tests.streams.conftest import all_records, batch_of, heartbeat, read_all, register_broker
+from tests.streams.conftest import all_records, batch_of, heartbeat, read_all
 
 
 def keys_of(records: list[Any]) -> list[bytes]:
