@@ -96,7 +96,8 @@ class Recorder:
             return []
         brokers = self.broker_ids()
         rows = []
-        lag, live, retries_before, retries = 0, [], 0, 0
+        live: list[int] = []
+        lag, retries_before, retries = 0, 0, 0
         for t in range(max(self._seconds) + 1):
             sec = self._seconds.get(t, _Second())
             lag = sec.gauges.get("consumer_lag", lag)

@@ -278,14 +278,14 @@ class Experiment:
         for tp in self.tps:
             counts: Counter[bytes] = Counter(r.value for r in logs[tp] if r.value is not None)
             by_offset = {r.offset: r.value for r in logs[tp]}
-            prefix_of = {}
-            for value in counts:
-                p, seq, _pad = value.split(b":", 2)
-                prefix_of[(int(p), int(seq))] = value
+            value_of: dict[tuple[int, int], bytes] = {}
+            for stored in counts:
+                part_text, seq_text, _pad = stored.split(b":", 2)
+                value_of[(int(part_text), int(seq_text))] = stored
             duplicated += sum(n - 1 for n in counts.values() if n > 1)
             for seq, offset, _broker, _t in self.acks[tp.partition]:
                 acknowledged += 1
-                value = prefix_of.get((tp.partition, seq))
+                value = value_of.get((tp.partition, seq))
                 if value is None:
                     lost += 1
                 elif by_offset.get(offset) != value:

@@ -115,7 +115,7 @@ def parse_scenario(text: str) -> Scenario:
     cluster, topic, load = _section(data, "cluster"), _section(data, "topic"), _section(data, "load")
     duration_s = _number(data, "duration_s", None, float, "scenario", 1)
     brokers = _number(cluster, "brokers", 3, int, "cluster", 1)
-    steps = []
+    steps: list[Step] = []
     raw_steps = data.get("steps", [])
     if not isinstance(raw_steps, list):
         raise _bad("steps must be a list")

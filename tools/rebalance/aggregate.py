@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -46,7 +46,8 @@ def aggregate_samples(spark: "SparkSession", samples: "DataFrame", window_ms: in
     if window_ms <= 0:
         raise FerryError(ErrorCode.INVALID_REQUEST, f"--window-ms must be positive, got {window_ms}")
     if end_ms is None:
-        newest = samples.agg(F.max("ts_ms")).first()[0]
+        first = samples.agg(F.max("ts_ms")).first()
+        newest = None if first is None else first[0]
         if newest is None:
             raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found: nothing to plan")
         end_ms = int(newest)
@@ -69,8 +70,8 @@ def aggregate_samples(spark: "SparkSession", samples: "DataFrame", window_ms: in
         .orderBy("owner"))
     with warnings.catch_warnings():  # pyspark's notice about the pandas version, on every collect
         warnings.simplefilter("ignore", FutureWarning)
-        partitions = per_partition.toPandas()
-        broker_rows = per_broker.toPandas()
+        partitions = cast(pd.DataFrame, per_partition.toPandas())
+        broker_rows = cast(pd.DataFrame, per_broker.toPandas())
     rows = int(partitions["samples"].sum()) if len(partitions) else 0
     per_partition.unpersist()
     if partitions.empty:

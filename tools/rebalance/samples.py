@@ -77,7 +77,7 @@ def decode_samples(data: bytes) -> list[PartitionSample]:
             continue
         try:
             row = json.loads(line)
-            fields = {c: int(row[c]) for c in _INT_FIELDS}
+            fields: dict[str, Any] = {c: int(row[c]) for c in _INT_FIELDS}
             fields["topic"] = str(row["topic"])
         except (ValueError, KeyError, TypeError) as exc:
             raise FerryError(ErrorCode.INVALID_RECORD, f"load sample line {lineno} is not valid: {exc}") from exc
