@@ -344,7 +344,8 @@ class ControllerServer:
             "current_voters": [{"id": v["node_id"], "directory_id": v["directory_id"],
                                 "endpoints": [f"CONTROLLER://{self.config.controllers[v['node_id']].http}"]}
                                for v in voters],
-            "current_observers": [{"id": o["node_id"]} for o in self._observer_rows()],
+            "current_observers": [{"id": o["node_id"], "directory_id": o["directory_id"]}
+                                  for o in self._observer_rows()],
         })
 
     async def handle_replication(self, request: web.Request) -> web.Response:

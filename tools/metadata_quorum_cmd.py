@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 def format_status(status: dict[str, Any]) -> str:
     voters = [{"id": v["id"], "directoryId": v.get("directory_id", ""), "endpoints": v.get("endpoints", [])}
               for v in status.get("current_voters", [])]
-    observers = [{"id": o["id"]} for o in status.get("current_observers", [])]
+    observers = [{"id": o["id"], "directoryId": o.get("directory_id", "")} for o in status.get("current_observers", [])]
     fields = [
         ("ClusterId", status.get("cluster_id", "")),
         ("LeaderId", status.get("leader_id", -1)),

@@ -207,4 +207,4 @@ async def test_heartbeating_brokers_are_observers(controller: Any) -> None:
     assert [(o["node_id"], o["directory_id"]) for o in observers] == [(7, "d1")]
     assert observers[0]["log_end_offset"] == reg["offset"] + 1
     _, status_body = await controller.get("/v1/quorum/status")
-    assert status_body["current_observers"] == [{"id": 7}]
+    assert status_body["current_observers"] == [{"id": 7, "directory_id": "d1"}]
