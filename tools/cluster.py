@@ -102,6 +102,8 @@ class LocalCluster:
             if self.s3_endpoint is None:
                 self.s3 = S3Server(bucket=self.bucket, log_path=os.path.join(self.state_dir, "s3.log")).start()
                 self.s3_endpoint = self.s3.endpoint_url
+            else:
+                self._ensure_bucket()
             self.quorum = start_quorum(os.path.join(self.state_dir, "controllers"), self.num_controllers,
                                        **self.controller_overrides)
             ports = free_ports(self.num_brokers)
@@ -116,6 +118,18 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def _ensure_bucket(self) -> None:
+        """With an external S3 endpoint, create the bucket unless it is there already."""
+        from stream_storage.config import S3Config
+        from stream_storage.s3_store import make_s3_client
+
+        assert self.s3_endpoint is not None
+        client = make_s3_client(S3Config(endpoint_url=self.s3_endpoint, bucket=self.bucket))
+        try:
+            client.head_bucket(Bucket=self.bucket)
+        except Exception:  # botocore's ClientError: absent (or not ours); try to create it
+            client.create_bucket(Bucket=self.bucket)
 
     def _write_broker_config(self, bid: int) -> None:
         dirs = self.broker_log_dirs(bid)
@@ -432,6 +446,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--log-dirs-per-broker", type=int, default=1)
     parser.add_argument("--s3-endpoint", help="use this S3 endpoint instead of starting the embedded moto server")
+    parser.add_argument("--bucket", default="ferry", help="S3 bucket (created when absent)")
     parser.add_argument("--state-dir", default=os.path.join(os.getcwd(), ".ferry", "cluster"))
     args = parser.parse_args(argv)
     state_dir = os.path.abspath(args.state_dir)
@@ -447,7 +462,7 @@ def main(argv: list[str]) -> int:
     if args.controllers < 1 or args.brokers < 1:
         print("--controllers and --brokers must be at least 1", file=sys.stderr)
         return 2
-    cluster = LocalCluster(state_dir, args.controllers, args.brokers, args.s3_endpoint,
+    cluster = LocalCluster(state_dir, args.controllers, args.brokers, args.s3_endpoint, bucket=args.bucket,
                            log_dirs_per_broker=args.log_dirs_per_broker)
     try:
         cluster.start()
