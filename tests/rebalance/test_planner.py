@@ -195,3 +195,43 @@ def test_sample_format_round_trips_and_windows_by_key():
     with pytest.raises(FerryError) as bad:
         decode_samples(b'{"ts_ms": 1}\n')
     assert bad.value.error is ErrorCode.INVALID_RECORD and "line 1" in bad.value.message
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@st.composite
+def clusters(draw):
+    n_brokers = draw(st.integers(2, 7))
+    n = draw(st.integers(1, 120))
+    owners = draw(st.lists(st.integers(0, n_brokers - 1), min_size=n, max_size=n))
+    heavy = draw(st.sampled_from([1.0, 3.0, 30.0]))  # how heavy the tail of partition loads is
+    seeds = draw(st.lists(st.floats(0.0, 1.0), min_size=2 * n, max_size=2 * n))
+    net_in = [heavy ** (4 * s) - 1.0 for s in seeds[:n]]  # many small, a few large, some zero
+    net_out = [x * (0.5 + s) for x, s in zip(net_in, seeds[n:])]
+    return make_cluster_load(["t"] * n, range(n), owners, net_in, net_out, brokers=range(n_brokers))
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters())
+def test_any_cluster_plan_is_a_fixed_point_and_never_worse(cluster):
+    result = plan(cluster)
+    assert plan(cluster).moves == result.moves
+    assert plan(cluster.with_owners(result.owners_after)).moves == []
+    before = broker_totals(cluster, cluster.owners, cluster.brokers)
+    after = broker_totals(cluster, result.owners_after, cluster.brokers)
+    # the top load goal never ends worse than it started, unless it ends within the band (or at a giant)
+    bound = max(before["net_in"].max(), 1.10 * before["net_in"].mean(), cluster.loads[:, 0].max())
+    assert after["net_in"].max() <= bound * (1 + 1e-9) + 1e-9
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters(), st.data())
+def test_any_cluster_modes_touch_only_their_brokers(cluster, data):
+    new = max(cluster.brokers) + 1
+    added = plan(cluster, PlannerConfig(add_brokers=(new,)))
+    assert all(m.to_broker == new for m in added.moves)
+    gone = data.draw(st.sampled_from(cluster.brokers))
+    removed = plan(cluster, PlannerConfig(remove_brokers=(gone,)))
+    assert all(m.from_broker == gone for m in removed.moves)
+    assert gone not in set(removed.owners_after.tolist())
