@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import AsyncIterator
 
 from metadata_quorum.errors import FerryError
 from tools.client import Producer
@@ -24,7 +25,17 @@ def parse_properties(items: list[str]) -> dict[str, str]:
     return props
 
 
-async def produce(args: argparse.Namespace, lines: list[str]) -> int:
+async def stdin_lines() -> AsyncIterator[str]:
+    """Lines of stdin as they are typed (Kafka's console producer sends each line at once)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        yield line.rstrip("\n")
+
+
+async def produce(args: argparse.Namespace, lines: AsyncIterator[str]) -> int:
     props = parse_properties(args.property)
     parse_key = props.get("parse.key", "false").lower() == "true"
     separator = props.get("key.separator", "\t")
@@ -32,7 +43,7 @@ async def produce(args: argparse.Namespace, lines: list[str]) -> int:
     async with Producer(args.bootstrap_server, acks=args.acks, delivery_timeout_ms=args.delivery_timeout_ms,
                         linger_ms=args.linger_ms) as producer:
         futures = []
-        for line in lines:
+        async for line in lines:
             key: bytes | None = None
             value = line
             if parse_key:
@@ -65,9 +76,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--property", action="append", default=[])
     p.add_argument("--print-offsets", action="store_true", help="print topic-partition@offset per record")
     args = p.parse_args(argv)
-    lines = [line.rstrip("\n") for line in sys.stdin]
     try:
-        return asyncio.run(produce(args, lines))
+        return asyncio.run(produce(args, stdin_lines()))
     except FerryError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1

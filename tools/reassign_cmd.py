@@ -486,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reassignment-json-file")
     p.add_argument("--additional", action="store_true")
     p.add_argument("--timeout", type=int, default=10_000, help="ms to wait for log-dir moves to start")
+    p.add_argument("--throttle", type=int, default=-1, help="inter-broker throttle, B/s (no effect on storage=s3)")
+    p.add_argument("--replica-alter-log-dirs-throttle", type=int, default=-1,
+                   help="AlterReplicaLogDirs throttle, B/s (no effect on storage=s3)")
     p.add_argument("--preserve-throttles", action="store_true")
     p.add_argument("--disable-rack-aware", action="store_true")
     return p
@@ -510,6 +513,9 @@ async def run(args: argparse.Namespace, out: list[str]) -> None:
     if not args.bootstrap_server and not args.bootstrap_controller:
         raise CommandError("Please specify either --bootstrap-server or --bootstrap-controller")
     action = chosen[0]
+    if args.throttle >= 0 or args.replica_alter_log_dirs_throttle >= 0:
+        print("Note: throttles are not applied: a storage=s3 move copies no partition data "
+              "(what was not uploaded yet is force-uploaded by the old owner).", file=sys.stderr)
     # Read and parse the input before connecting: malformed files never reach the cluster.
     if action == "generate":
         topics_text = _read_file(args.topics_to_move_json_file, "topics-to-move-json-file")
