@@ -189,6 +189,20 @@ async def throughput(client: ControllerClient, writers: int, batch_ops: int, dur
     return committed, time.perf_counter() - t0
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds used by a process and its reaped children (Linux /proc), or None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def controllers_cpu_s(quorum: Quorum) -> dict[int, float | None]:
+    return {nid: process_cpu_s(proc.pid) for nid, proc in quorum.procs.items()}
+
+
 async def failover_trials(quorum: Quorum, trials: int) -> list[float]:
     times = []
     for trial in range(trials):
@@ -219,7 +233,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 sum0, count0 = server_commit_seconds(quorum)
                 lat = await commit_latency(client, args.writes)
                 sum1, count1 = server_commit_seconds(quorum)
+                leader = quorum.wait_leader()
+                cpu0 = controllers_cpu_s(quorum)
                 records, elapsed = await throughput(client, args.writers, args.batch, args.duration)
+                hw = quorum.health(leader)["high_watermark"]  # type: ignore[index]
+                for nid in quorum.running():
+                    quorum.wait_ready(nid, timeout_s=60, min_high_watermark=hw)  # followers applied it all
+                cpu1 = controllers_cpu_s(quorum)
             fail = await failover_trials(quorum, args.trials)
         finally:
             quorum.stop_all()
@@ -233,6 +253,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "writes": args.writes,
         "writers": args.writers,
         "batch_ops": args.batch,
+        "cpu_us_per_record": {
+            ("leader" if nid == leader else f"follower-{nid}"):
+                round(((cpu1[nid] or 0.0) - (cpu0[nid] or 0.0)) / max(1, records) * 1e6, 1)
+            for nid in sorted(cpu0) if cpu0[nid] is not None and cpu1.get(nid) is not None},
         "server_commit_mean_ms": round((sum1 - sum0) / max(1.0, count1 - count0) * ms, 3),
         "raw_http_p50_ms": round(percentile(http_lat, 0.5) * ms, 3),
         "raw_http_p99_ms": round(percentile(http_lat, 0.99) * ms, 3),
@@ -243,6 +267,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
     })
     raw_floor = result["raw_http_p50_ms"] + result["raw_syncobj_p50_ms"]
+    total_us = sum(result["cpu_us_per_record"].values())
+    result["cpu_us_per_record_all_controllers"] = round(total_us, 1)
+    result["cpu_bound_records_per_s"] = round((os.cpu_count() or 1) * 1e6 / total_us) if total_us else None
     result["commit_p50_vs_raw_ratio"] = round(result["commit_p50_ms"] / raw_floor, 2) if raw_floor else None
     result["targets"] = TARGETS
     result["meets_targets"] = {
@@ -264,6 +291,10 @@ def print_table(r: dict[str, Any]) -> None:
         ("  of which Raft (append → applied, mean)", f"{r['server_commit_mean_ms']:.3f} ms", "", ""),
         (f"records/s ({r['writers']} writers × {r['batch_ops']} ops/request)", f"{r['records_per_s']:,.0f}",
          f"≥ {TARGETS['records_per_s']:,.0f}", ""),
+        ("  CPU per record (3 controllers)", f"{r['cpu_us_per_record_all_controllers']} µs",
+         "", "; ".join(f"{k} {v} µs" for k, v in r["cpu_us_per_record"].items())
+         + (f"; all {r['cpus']} CPUs to the quorum would allow ≈ {r['cpu_bound_records_per_s']:,}/s"
+            if r.get("cpu_bound_records_per_s") else "")),
         ("failover (kill -9 leader → next commit)", f"{r['failover_median_s']:.3f} s median",
          f"≤ {TARGETS['failover_median_s']} s", "trials: " + ", ".join(f"{t:.2f}" for t in r["failover_s"])),
     ]
