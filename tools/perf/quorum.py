@@ -269,7 +269,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     raw_floor = result["raw_http_p50_ms"] + result["raw_syncobj_p50_ms"]
     total_us = sum(result["cpu_us_per_record"].values())
     result["cpu_us_per_record_all_controllers"] = round(total_us, 1)
-    result["cpu_bound_records_per_s"] = round((os.cpu_count() or 1) * 1e6 / total_us) if total_us else None
+    leader_us = result["cpu_us_per_record"].get("leader", 0.0)
+    # The leader is one Python process (one core under the GIL); the three share the machine's CPUs.
+    result["cpu_bound_records_per_s"] = (round(min(1e6 / leader_us, (os.cpu_count() or 1) * 1e6 / total_us))
+                                         if total_us and leader_us else None)
     result["commit_p50_vs_raw_ratio"] = round(result["commit_p50_ms"] / raw_floor, 2) if raw_floor else None
     result["targets"] = TARGETS
     result["meets_targets"] = {
@@ -293,7 +296,7 @@ def print_table(r: dict[str, Any]) -> None:
          f"≥ {TARGETS['records_per_s']:,.0f}", ""),
         ("  CPU per record (3 controllers)", f"{r['cpu_us_per_record_all_controllers']} µs",
          "", "; ".join(f"{k} {v} µs" for k, v in r["cpu_us_per_record"].items())
-         + (f"; all {r['cpus']} CPUs to the quorum would allow ≈ {r['cpu_bound_records_per_s']:,}/s"
+         + (f"; ceiling with the CPUs to itself ≈ {r['cpu_bound_records_per_s']:,}/s"
             if r.get("cpu_bound_records_per_s") else "")),
         ("failover (kill -9 leader → next commit)", f"{r['failover_median_s']:.3f} s median",
          f"≤ {TARGETS['failover_median_s']} s", "trials: " + ", ".join(f"{t:.2f}" for t in r["failover_s"])),
