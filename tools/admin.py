@@ -8,8 +8,6 @@ exact JSON layout.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -25,12 +23,6 @@ from tools.client import (
     parse_bootstrap,
     raise_for_error,
 )
-
-
-def local_state_files() -> list[str]:
-    """Where `ferry cluster up` leaves its state: $FERRY_STATE_DIR, else ./.ferry/cluster."""
-    dirs = [os.environ.get("FERRY_STATE_DIR", ""), os.path.join(os.getcwd(), ".ferry", "cluster")]
-    return [os.path.join(d, "cluster.json") for d in dirs if d]
 
 
 class ControllerApi(Protocol):
@@ -161,21 +153,12 @@ class Admin:
             await self._session.close()
 
     async def _controllers_from_brokers(self) -> list[str]:
-        """The controllers named by a broker's metadata, else by a local cluster's state file listing that broker."""
+        """The controllers a broker names in its `/v1/metadata` (Kafka's tools need only brokers)."""
         meta = await self.broker_metadata()
-        if meta.controllers:
-            return meta.controllers
-        urls = set(self.bootstrap_servers) | set(meta.brokers.values())
-        for path in local_state_files():
-            try:
-                with open(path, encoding="utf-8") as f:
-                    state = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if urls & {normalize_url(b.get("url", "")) for b in state.get("brokers", [])}:
-                return parse_bootstrap(state.get("bootstrap_controller", ""))
-        raise FerryError(ErrorCode.INVALID_REQUEST,
-                         "the brokers did not name the controllers; use --bootstrap-controller HOST:PORT")
+        if not meta.controllers:
+            raise FerryError(ErrorCode.INVALID_REQUEST,
+                             "the brokers did not name the controllers; use --bootstrap-controller HOST:PORT")
+        return meta.controllers
 
     # -- raw access
     async def write(self, op: str, args: dict[str, Any]) -> Any:

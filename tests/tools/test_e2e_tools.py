@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 def ferry(args: list[str], cluster, stdin: str | None = None, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, FERRY_STATE_DIR=cluster.state_dir, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=ROOT)
     return subprocess.run([sys.executable, "-m", "tools.cli", *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=timeout_s, input=stdin)
 
