@@ -22,11 +22,10 @@ from broker.metrics import BrokerMetrics
 from broker.move_timeline import (ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline, decode_halves, encode_halves,
                                   merge_all, move_kv_key)
 from broker.replica import Replica, StreamPlan
-from broker.storage_factory import UploadBatcher
+from broker.storage_factory import UploadBatcher, prefetch_streams
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
-from stream_storage.control import ObjectRef
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
 
 if TYPE_CHECKING:
@@ -151,25 +150,27 @@ class PartitionManager:
                 self._incoming.pop(int(raw), None)
         if not self._incoming:
             return
+        by_object: dict[tuple[str, int], set[int]] = {}
         for stream_id in delta.changed_stream_ids():
             if stream_id not in self._incoming:
                 continue
             meta = image.streams.streams.get(stream_id)
-            if meta is None or not meta.objects:
+            if meta is None:
                 continue
-            if len(self._prefetched) > 4096:
-                self._prefetched.clear()
             for obj in meta.objects[-PREFETCH_OBJECTS:]:
                 if obj.object_key not in self._prefetched:
-                    self._prefetched.add(obj.object_key)
-                    self._spawn(self._prefetch(stream_id, obj))
+                    by_object.setdefault((obj.object_key, obj.size), set()).add(stream_id)
+        if len(self._prefetched) > 4096:
+            self._prefetched.clear()
+        for (key, size), stream_ids in by_object.items():
+            self._prefetched.add(key)
+            self._spawn(self._prefetch(key, size, stream_ids))
 
-    async def _prefetch(self, stream_id: int, obj: Any) -> None:
+    async def _prefetch(self, object_key: str, size: int, stream_ids: set[int]) -> None:
         try:
-            ref = ObjectRef(obj.object_key, obj.start_offset, obj.end_offset, obj.size, obj.epoch)
-            await self.storage.reader.read(stream_id, ref, obj.start_offset, PREFETCH_BYTES)
+            await prefetch_streams(self.storage, object_key, size, stream_ids)
         except Exception as exc:  # noqa: BLE001 - an optimisation: the open reads S3 itself if needed
-            log.debug("prefetch of %s failed: %r", obj.object_key, exc)
+            log.debug("prefetch of %s failed: %r", object_key, exc)
 
     def _target(self, tp: TopicIdPartition, reg: PartitionRegistration, lead: bool, seen_ms: int, gained: bool,
                 elect: bool = False) -> None:
@@ -340,7 +341,7 @@ class PartitionManager:
                         half.mark("t3", now_ms())
                 # both streams (and those of partitions closing alongside) in one object
                 await replica.prepare_close()
-                await self.uploads.upload([replica.data_stream_id, replica.meta_stream_id])
+                await self.uploads.upload([replica.data_stream_id], [replica.meta_stream_id])
                 await replica.close_streams()
                 if half:
                     half.mark("t4", now_ms())

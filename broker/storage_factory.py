@@ -60,33 +60,49 @@ class UploadBatcher:
         self.storage = storage
         self.window_s = window_s
         self.max_streams = max_streams
-        self._queue: list[tuple[list[int], asyncio.Future[None]]] = []
+        self._queue: list[tuple[list[int], list[int], asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
 
-    async def upload(self, stream_ids: list[int]) -> None:
+    async def upload(self, stream_ids: list[int], last_ids: list[int] = ()) -> None:  # type: ignore[assignment]
+        """Upload ``stream_ids`` and ``last_ids``; the latter go after every other stream of the
+        object (the meta streams: contiguous, so a new owner can read them all with one GET)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((list(stream_ids), fut))
+        self._queue.append((list(stream_ids), list(last_ids), fut))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
         await fut
-        for sid in stream_ids:  # the per-stream outcome (fenced, failed) is raised here
+        for sid in list(stream_ids) + list(last_ids):  # the per-stream outcome (fenced, failed) is raised here
             await self.storage.force_upload(sid)
 
     async def _run(self) -> None:
         await asyncio.sleep(self.window_s)
         while self._queue:
-            batch: list[tuple[list[int], asyncio.Future[None]]] = []
+            batch: list[tuple[list[int], list[int], asyncio.Future[None]]] = []
             count = 0
             while self._queue and count < self.max_streams:
                 item = self._queue.pop(0)
                 batch.append(item)
-                count += len(item[0])
+                count += len(item[0]) + len(item[1])
             try:
-                await upload_together(self.storage, [sid for ids, _ in batch for sid in ids])
+                await upload_together(self.storage, [sid for ids, _l, _f in batch for sid in ids] +
+                                      [sid for _i, last, _f in batch for sid in last])
             finally:
-                for _ids, fut in batch:
+                for _ids, _last, fut in batch:
                     if not fut.done():
                         fut.set_result(None)
+
+
+async def prefetch_streams(storage: Any, object_key: str, size: int, stream_ids: set[int]) -> None:
+    """Read the blocks of ``stream_ids`` in one object into the storage's caches (contiguous
+    blocks come in one ranged GET), so that a later fetch of those streams needs no S3 request."""
+    reader = getattr(storage, "reader", None)
+    blocks_of = getattr(reader, "_blocks", None)
+    if reader is None or blocks_of is None:
+        return
+    index = await reader.index(object_key, size)
+    wanted = sorted((e for e in index.entries if e.stream_id in stream_ids), key=lambda e: e.position)
+    if wanted:
+        await blocks_of(object_key, wanted)
 
 
 async def close_storage(storage: Any, store: Any) -> None:
