@@ -161,9 +161,17 @@ async def move_once(admin: Admin, load: ProduceLoad, tp: TopicPartition, from_br
                       unavailability_ms(load.acks[tp], from_broker, to_broker, started))
 
 
+def has_source_half(timeline: dict[str, Any]) -> bool:
+    """Whether the old owner's times (t1..t4) are merged in: it publishes them a moment after it closes."""
+    return all(timeline.get("t_ms", {}).get(f"t{k}") is not None for k in (1, 2, 3, 4))
+
+
 async def fetch_timeline(admin: Admin, tp: TopicPartition, broker_ids: list[int], move_after_ms: int = 0,
-                         timeout_s: float = 5.0) -> dict[str, Any] | None:
-    """The newest complete six-step timeline of `tp` (as the brokers' /v1/moves report it)."""
+                         timeout_s: float = 5.0, want_source: bool = True) -> dict[str, Any] | None:
+    """The newest complete six-step timeline of `tp` (as the brokers' /v1/moves report it).
+
+    With `want_source`, wait (up to `timeout_s`) until the old owner's half is merged in; a move
+    whose old owner died never gets it, so pass False there."""
     deadline = time.monotonic() + timeout_s
     urls = await admin.brokers()
     while True:
@@ -180,7 +188,9 @@ async def fetch_timeline(admin: Admin, tp: TopicPartition, broker_ids: list[int]
                 if int(m.get("move_id", 0)) >= move_after_ms and m.get("complete"):
                     if best is None or int(m["move_id"]) > int(best["move_id"]):
                         best = m
-        if best is not None or time.monotonic() > deadline:
+        if best is not None and (has_source_half(best) or not want_source):
+            return best
+        if time.monotonic() > deadline:
             return best
         await asyncio.sleep(0.05)
 
