@@ -96,6 +96,11 @@ class Replica:
         self.stream_epoch = data.epoch
         started = time.monotonic()
         marks: dict[str, float] = {}
+        for plan in (meta, data):
+            if plan.previous_owner != self.broker_id and self.storage.stream(plan.stream_id) is None:
+                # this broker's own WAL may still hold entries of an older ownership that was fenced
+                # or closed; they were never acknowledged or are in S3 already: never replay them
+                self.storage.release_stream(plan.stream_id)
 
         async def open_meta() -> dict[str, bytes]:
             await self.storage.open_stream(meta.stream_id, meta.epoch)

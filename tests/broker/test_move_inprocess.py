@@ -15,7 +15,9 @@ from broker.metrics import BrokerMetrics
 from broker.partition import PartitionState
 from broker.partition_manager import PartitionManager
 from broker.replica import META_COMPACT_FORCE_RECORDS
+from metadata_quorum.delta import MetadataDelta
 from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.image import EMPTY_IMAGE
 from metadata_quorum.local_controller import LocalController
 from stream_storage import batches
 from stream_storage.config import StreamStorageConfig
@@ -215,3 +217,55 @@ async def test_deleted_topic_is_dropped_without_uploading(cluster: InProcessClus
         body = batches.build_batch([(None, b"late")], timestamp_ms=1)
         await replica.append(body, batches.validate_batches(body))
     assert e.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+async def test_restarted_broker_never_replays_its_fenced_writes(cluster: InProcessCluster) -> None:
+    """A paused owner writes to its WAL after another broker took over; when it restarts and later
+    gets the partition back, those unacknowledged writes must not reappear."""
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "s", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    old = await c.serving(1, "s", 0)
+    acked = [(await append(old, b"a%d" % i), b"a%d" % i) for i in range(5)]
+    c.controller.listeners.remove(c.listeners[1])  # broker 1 is paused: it sees nothing more
+    c.skew_ms += 5000
+    epoch2 = c.controller.image.cluster.brokers[2].broker_epoch
+    c.controller.write("broker_heartbeat", {"broker_id": 2, "broker_epoch": epoch2, "metadata_offset": 10**9})
+    c.controller.tick()
+    new = await c.serving(2, "s", 0)
+    # broker 1 wakes up and writes to its own WAL (a real broker's lease refuses to acknowledge this)
+    body = batches.build_batch([(None, b"stale")], timestamp_ms=1)
+    try:
+        await old.replica.append(body, batches.validate_batches(body))
+    except FerryError:
+        pass
+    # broker 1 restarts (same WAL dir) while broker 2 moves the partition back to it
+    await c.managers[1].cancel_tasks()
+    await c.storages[1].abort()
+    c.skew_ms += 5000
+    c.controller.write("broker_heartbeat", {"broker_id": 2, "broker_epoch": epoch2, "metadata_offset": 10**9})
+    dirs = LogDirsManager([os.path.join(c.root, "b1", "d0")])
+    dirs.prepare()
+    epoch1 = c.controller.write("register_broker", {
+        "broker_id": 1, "incarnation_id": "inc-1b", "endpoints": ["http://b1"],
+        "log_dirs": [{"dir_id": d.dir_id, "path": d.path} for d in dirs.dirs]})["broker_epoch"]
+    c.controller.write("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch1, "metadata_offset": 10**9})
+    storage = StreamStorage(StreamStorageConfig(wal_dir=c.wal_dir(1)), c.store,
+                            LocalStreamControl(c.controller, delay_ms=0.2), 1, epoch1)
+    await storage.start()
+    c.storages[1] = storage
+
+    async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return c.controller.write(op, args)
+
+    manager = PartitionManager(1, storage, write, BrokerMetrics(1), c.wal_dir, dirs)
+    c.managers[1] = manager
+    manager.on_delta(MetadataDelta(EMPTY_IMAGE).replay_all([r for _o, r in c.controller.log]),
+                     c.controller.image)
+    c.controller.listeners.append(lambda _b, _r, delta, image: manager.on_delta(delta, image))
+    c.controller.write("alter_partition_reassignments",
+                       {"reassignments": [{"topic": "s", "partition": 0, "replicas": [1]}]})
+    back = await c.serving(1, "s", 0)
+    assert [(r.offset, r.value) for r in await read_all(back)] == acked
+    await append(back, b"b0")  # and it serves on from there
+    assert [r.value for r in await read_all(back)] == [v for _o, v in acked] + [b"b0"]
