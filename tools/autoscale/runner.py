@@ -42,6 +42,7 @@ class Experiment:
         self.rec = Recorder()
         self.tps = [TopicPartition(scenario.topic, p) for p in range(scenario.partitions)]
         self.acks: dict[int, list[tuple[int, int, int, float]]] = {p: [] for p in range(scenario.partitions)}
+        self.end_offsets = [0] * scenario.partitions  # one past the highest acknowledged offset
         self.in_flight = 0
         self.shed = 0
         self.t0 = 0.0
@@ -152,6 +153,7 @@ class Experiment:
         m = fut.result()
         self.rec.acked(self._t(m.ack_time_s), m.broker_id, (m.ack_time_s - scheduled_s) * 1000.0)
         self.acks[p].append((seq, m.offset, m.broker_id, m.ack_time_s))
+        self.end_offsets[p] = max(self.end_offsets[p], m.offset + 1)
 
     async def _consume(self) -> None:
         assert self.consumer is not None
@@ -164,8 +166,9 @@ class Experiment:
             self.rec.consumed(self.now(), len(got))
 
     def _lag(self) -> int:
+        """Acknowledged records the consumer has not read yet (the producer's view of each log's end)."""
         assert self.consumer is not None
-        return sum(max(0, self.consumer.high_watermarks.get(tp, 0) - self.consumer.position(tp)) for tp in self.tps)
+        return sum(max(0, self.end_offsets[tp.partition] - self.consumer.position(tp)) for tp in self.tps)
 
     async def _drain(self) -> None:
         """Wait for the acknowledgements and for the consumer to reach every partition's end (bounded)."""
