@@ -6,7 +6,7 @@ import pytest
 from tools.cluster import LocalCluster
 
 # Quick failure detection so that crash tests finish in seconds (Kafka's defaults are 2 s / 9 s).
-FAST = {"heartbeat_interval_ms": 250, "session_timeout_ms": 2000}
+FAST = {"heartbeat_interval_ms": 250, "session_timeout_ms": 2000, "metrics_interval_ms": 500}
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,10 @@ import pytest
 from tests.broker.conftest import FAST
 from tests.broker.helpers import (batch, create_topic, fetch_all, leader_of, produce, reassign, wait_running,
                                   wait_serving)
+from stream_storage.config import S3Config
+from stream_storage.s3_store import S3ObjectStore
 from tools.cluster import LocalCluster
+from tools.rebalance.samples import decode_samples
 
 pytestmark = pytest.mark.integration
 
@@ -156,6 +159,15 @@ async def test_produce_fetch_offsets_metadata_and_errors(two_brokers: LocalClust
             text = await r.text()
         assert 'ferry_broker_produce_records_total{partition="0",topic="rt"} 11.0' in text
         assert 'ferry_broker_storage{name="wal_fsyncs_total"}' in text
+    # load samples: one object per broker per interval in the bucket, one line per partition
+    await asyncio.sleep(1.2)
+    store = S3ObjectStore(S3Config(endpoint_url=c.s3_endpoint, bucket=c.bucket))
+    samples = []
+    for info in await store.list("metrics/broker=1/"):
+        samples += decode_samples(await store.get(info.key))
+    await store.close()
+    rt = [x for x in samples if x.topic == "rt" and x.partition == 0]
+    assert rt and sum(x.records_in for x in rt) == 11 and rt[-1].size_bytes > 0
 
 
 async def test_move_under_load_loses_nothing_and_is_timed(two_brokers: LocalCluster) -> None:
