@@ -35,6 +35,7 @@ class InProcessCluster:
         self.ids = list(range(1, brokers + 1))
         self.managers: dict[int, PartitionManager] = {}
         self.storages: dict[int, StreamStorage] = {}
+        self.dirs: dict[int, LogDirsManager] = {}
         self.listeners: dict[int, Any] = {}
 
     def wal_dir(self, broker_id: int) -> str:
@@ -42,8 +43,9 @@ class InProcessCluster:
 
     async def start(self) -> "InProcessCluster":
         for bid in self.ids:
-            dirs = LogDirsManager([os.path.join(self.root, f"b{bid}", "d0")])
+            dirs = LogDirsManager([os.path.join(self.root, f"b{bid}", f"d{i}") for i in range(2)])
             dirs.prepare()
+            self.dirs[bid] = dirs
             epoch = self.controller.write("register_broker", {
                 "broker_id": bid, "incarnation_id": f"inc-{bid}", "endpoints": [f"http://b{bid}"],
                 "log_dirs": [{"dir_id": d.dir_id, "path": d.path} for d in dirs.dirs]})["broker_epoch"]
@@ -244,7 +246,7 @@ async def test_restarted_broker_never_replays_its_fenced_writes(cluster: InProce
     await c.storages[1].abort()
     c.skew_ms += 5000
     c.controller.write("broker_heartbeat", {"broker_id": 2, "broker_epoch": epoch2, "metadata_offset": 10**9})
-    dirs = LogDirsManager([os.path.join(c.root, "b1", "d0")])
+    dirs = LogDirsManager([os.path.join(c.root, "b1", f"d{i}") for i in range(2)])
     dirs.prepare()
     epoch1 = c.controller.write("register_broker", {
         "broker_id": 1, "incarnation_id": "inc-1b", "endpoints": ["http://b1"],
@@ -269,3 +271,34 @@ async def test_restarted_broker_never_replays_its_fenced_writes(cluster: InProce
     assert [(r.offset, r.value) for r in await read_all(back)] == acked
     await append(back, b"b0")  # and it serves on from there
     assert [r.value for r in await read_all(back)] == [v for _o, v in acked] + [b"b0"]
+
+
+async def test_log_dirs_placement_and_alter_through_future_dir(cluster: InProcessCluster) -> None:
+    c = cluster
+    d0, d1 = (d.path for d in c.dirs[2].dirs)
+    c.controller.write("create_topics", {"topics": [{"name": "l", "num_partitions": 2, "replication_factor": 1,
+                                                     "assignments": {"0": [1], "1": [1]}}]})
+    # a reassignment naming a log dir places the replica there when it opens
+    reply = c.controller.write("alter_partition_reassignments", {"reassignments": [
+        {"topic": "l", "partition": 0, "replicas": [2], "log_dirs": [d1]}]})
+    assert not reply["responses"][0].get("error"), reply
+    slot = await c.serving(2, "l", 0)
+    assert slot.log_dir == d1 and os.path.isdir(os.path.join(d1, "l-0"))
+    # AlterReplicaLogDirs: bad input changes nothing
+    for bad, error in (("rel/dir", ErrorCode.LOG_DIR_NOT_FOUND), ("/no/such/dir", ErrorCode.LOG_DIR_NOT_FOUND)):
+        with pytest.raises(FerryError) as e:
+            await c.dirs[2].alter(c.managers[2], "l", 0, bad)
+        assert e.value.error is error
+    with pytest.raises(FerryError) as e:
+        await c.dirs[2].alter(c.managers[2], "nope", 0, d0)
+    assert e.value.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    with pytest.raises(FerryError) as e:
+        await c.dirs[2].alter(c.managers[2], "l", 1, d0)  # led by broker 1, no replica here
+    assert e.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert slot.log_dir == d1
+    # a real move: through l-0.<uid>-future, old copy retired
+    await append(slot, b"before")
+    await c.dirs[2].alter(c.managers[2], "l", 0, d0)
+    assert slot.log_dir == d0 and os.listdir(d0).count("l-0") == 1 and "l-0" not in os.listdir(d1)
+    await append(slot, b"after")
+    assert [r.value for r in await read_all(slot)] == [b"before", b"after"]
