@@ -282,7 +282,7 @@ async def run_generate(admin: Admin, topics_text: str, broker_list: str, out: li
             raise CommandError(f"Topic {name} not found.", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         for p in parts:
             current[p.tp] = p.replicas
-    live = await admin.describe_cluster()
+    live = {b: info for b, info in (await admin.describe_cluster()).items() if not info.fenced}
     brokers = [b for b in brokers_wanted if b in live]
     proposed: dict[TopicPartition, list[int]] = {}
     for name in topics:
@@ -342,7 +342,8 @@ async def run_execute(admin: Admin, text: str, additional: bool, out: list[str],
     parts = validate_execute(r)
     if not additional and await admin.list_partition_reassignments():
         raise CommandError(CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE)
-    brokers = await admin.describe_cluster()
+    # Like Kafka's describeCluster, only unfenced brokers count: a fenced one is "unknown".
+    brokers = {b: info for b, info in (await admin.describe_cluster()).items() if not info.fenced}
     for tp, replicas in r.partitions:  # Kafka checks broker ids before looking the partitions up
         for b in replicas:
             if b not in brokers:

@@ -244,3 +244,18 @@ def test_leader_election_lines():
         parse_election_json('{"partitions": [{"topic": "t", "partition": 0}, {"topic": "t", "partition": 0}]}')
     with pytest.raises(rc.CommandError, match='missing "partitions" field'):
         parse_election_json('{"x": 1}')
+
+
+async def test_a_fenced_broker_is_unknown_like_in_kafka(tmp_path):
+    fake = FakeController()
+    real_read = fake.read
+
+    async def read(op: str, args: dict[str, Any]) -> Any:
+        reply = await real_read(op, args)
+        if op == "describe_cluster":
+            reply["brokers"][2]["fenced"] = True
+        return reply
+    fake.read = read  # type: ignore[method-assign]
+    code, out = await run_tool(fake, {"--execute": True, "--reassignment-json-file": "r.json"},
+                               {"r.json": move([{"topic": "t", "partition": 0, "replicas": [3]}])}, tmp_path)
+    assert code == 1 and out == "Unknown broker id 3" and fake.writes == []
