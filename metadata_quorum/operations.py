@@ -15,6 +15,7 @@ from metadata_quorum.ops import cluster, configs, replication, streams, topics
 
 WRITE_OPERATIONS: dict[str, WriteOperation] = {
     "register_broker": cluster.register_broker,
+    "unregister_broker": cluster.unregister_broker,
     "broker_heartbeat": cluster.broker_heartbeat,
     "tick": cluster.tick,
     "create_topics": topics.create_topics,

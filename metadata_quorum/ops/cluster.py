@@ -35,6 +35,7 @@ from metadata_quorum.records import (
     BrokerRegistrationChangeRecord,
     LogDirSpec,
     RegisterBrokerRecord,
+    UnregisterBrokerRecord,
 )
 
 
@@ -179,6 +180,22 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
     return ControllerResult(tuple(builder.records), {"fenced_brokers": fenced, "elected": elected})
 
 
+def unregister_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """Remove a broker for good (Kafka's UnregisterBroker, for scaling in): it is fenced, its s3
+    partitions go to live brokers, it leaves every ISR, then its registration is removed. Streams
+    it still holds can be taken over at once."""
+    broker_id = req_int(args, "broker_id", 0)
+    reg = image.cluster.brokers.get(broker_id)
+    if reg is None:
+        raise FerryError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+    builder = RecordBuilder(image)
+    if not reg.fenced:
+        builder.add(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=reg.broker_epoch, fenced=True))
+    evacuate(builder, Placement(image), broker_id, "dead", ctx)
+    builder.add(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.broker_epoch))
+    return ControllerResult(tuple(builder.records), {})
+
+
 def describe_broker(reg: BrokerRegistration) -> dict[str, Any]:
     return {
         "broker_id": reg.broker_id,
@@ -201,5 +218,5 @@ def describe_cluster(image: MetadataImage, args: dict[str, Any]) -> dict[str, An
     }
 
 
-__all__ = ["register_broker", "broker_heartbeat", "tick", "describe_cluster", "check_broker_epoch",
+__all__ = ["register_broker", "unregister_broker", "broker_heartbeat", "tick", "describe_cluster", "check_broker_epoch",
            "heartbeat_expired"]

@@ -64,7 +64,9 @@ def _directories(builder: RecordBuilder, placement: Placement, target: tuple[int
     for i, broker_id in enumerate(target):
         wanted = ANY_LOG_DIR if raw is None else raw[i]
         reg = builder.view.broker(broker_id)
-        assert reg is not None
+        if reg is None:  # an unregistered broker restored by a cancel: no dir to name
+            dirs.append("")
+            continue
         if wanted != ANY_LOG_DIR:
             spec = reg.log_dir_by_path(wanted) if isinstance(wanted, str) and os.path.isabs(wanted) else None
             if spec is None:

@@ -287,3 +287,22 @@ def test_controlled_shutdown_removes_the_broker_from_local_isrs_it_follows() -> 
     part = partition(out.image, "l", 0)
     assert part.isr == (1, 2) and part.leader == 1 and part.leader_epoch == 0
     assert out.reply["should_shut_down"] is True
+
+
+def test_unregister_broker_moves_its_partitions_and_removes_it() -> None:
+    c = controller(3)
+    c.write("create_topics", {"topics": [{"name": "t", "assignments": {"0": [0], "1": [1]}},
+                                         {"name": "l", "storage": "local", "assignments": {"0": [0, 1]}}]})
+    sid = int(c.image.kv[f"partition/{c.image.topics.get('t').topic_id}/0/data"])  # type: ignore[union-attr]
+    c.write("open_stream", {"stream_id": sid, "epoch": 0, "broker_id": 0, "broker_epoch": epoch_of(c.image, 0)})
+    out = run(c.image, "unregister_broker", {"broker_id": 0}, now_ms=c.clock_ms(), heartbeats=c.last_heartbeat_ms)
+    assert 0 not in out.image.cluster.brokers
+    moved = partition(out.image, "t", 0)
+    assert moved.leader in (1, 2) and moved.replicas == (moved.leader,)
+    assert partition(out.image, "l", 0).leader == 1 and partition(out.image, "l", 0).isr == (1,)
+    # the new owner may take the stream over at once
+    taken = run(out.image, "open_stream", {"stream_id": sid, "epoch": moved.leader_epoch, "broker_id": moved.leader,
+                                           "broker_epoch": epoch_of(out.image, moved.leader)},
+                now_ms=c.clock_ms(), heartbeats=c.last_heartbeat_ms)
+    assert taken.image.streams.streams[sid].owner == moved.leader
+    expect_error(out.image, "unregister_broker", {"broker_id": 0}, ErrorCode.BROKER_ID_NOT_REGISTERED)
