@@ -312,3 +312,16 @@ def test_the_six_step_move_through_the_controller() -> None:
                                         "broker_epoch": epoch_of(c.image, 1)})
         assert reply["epoch"] == part.leader_epoch
     assert TopicIdPartition(tid, 0) not in c.image.topics.leaderless
+
+
+def test_cancel_back_to_an_unregistered_owner_is_settled_by_tick() -> None:
+    c = s3_topic(brokers=3, owner=0)
+    c.write("alter_partition_reassignments", {"reassignments": [{"topic": "t", "partition": 0, "replicas": [1]}]})
+    c.write("unregister_broker", {"broker_id": 0})
+    out, resp = reassign(c.image, "t", None)
+    part = partition(out.image, "t", 0)
+    assert "error" not in resp and (part.replicas, part.directories, part.leader) == ((0,), ("",), NO_LEADER)
+    settled = run(out.image, "tick", {}, now_ms=part.reelection_deadline_ms,
+                  heartbeats={1: part.reelection_deadline_ms, 2: part.reelection_deadline_ms})
+    final = partition(settled.image, "t", 0)
+    assert final.leader in (1, 2) and final.replicas == (final.leader,)
