@@ -41,6 +41,7 @@ def test_short_scenario_loses_nothing_and_writes_its_outputs(tmp_path, capsys):
     assert summary["verification"]["misplaced"] == 0
     frame = pd.read_csv(out / "timeseries.csv", dtype={"live_brokers": str})
     assert len(frame) >= 30 and frame["achieved_rps"].sum() == records["acknowledged"]
+    assert frame["consumed_rps"].sum() == records["acknowledged"]  # the consumer read each record once
     assert frame["brokers"].max() == 3 and frame["brokers"].iloc[-1] == 2  # scaled out, then in
     assert {"broker_1_rps", "broker_2_rps", "broker_3_rps"} <= set(frame.columns)
     assert frame["broker_3_rps"].sum() > 0  # the added broker took load after the rebalance
