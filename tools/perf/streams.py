@@ -329,7 +329,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dir", default=None, help="directory for the WAL and the raw-write file")
     parser.add_argument("--mib", type=int, default=32, help="MiB per throughput figure (bounded: 8..256)")
     parser.add_argument("--repeats", type=int, default=9, help="closes per pending size")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per throughput figure (median)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per throughput figure (median)")
     args = parser.parse_args(argv)
     args.mib = max(8, min(256, args.mib))
     args.repeats = max(1, min(50, args.repeats))
