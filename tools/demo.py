@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from typing import Any
@@ -20,7 +22,7 @@ from rich.table import Table
 
 from tools.admin import Admin
 from tools.client import TopicPartition
-from tools.cluster import LocalCluster
+from tools.cluster import ROOT, LocalCluster
 from tools.move_workload import MoveResult, ProduceLoad, check_read_back, fetch_timeline, move_once, percentile
 
 STEP_LEGEND = ("steps: 1 controller accepted → old owner saw it, 2 stopped produce, 3 meta persisted, "
@@ -49,6 +51,33 @@ def moves_table(results: list[MoveResult]) -> Table:
     return table
 
 
+async def run_tool(console: Console, args: list[str]) -> None:
+    """Run a `ferry` command as a user would and show what it prints."""
+    console.print(f"[dim]$ ferry {' '.join(args)}[/]")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tools.cli", *args, cwd=ROOT,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    console.print(out.decode(errors="replace").rstrip(), markup=False, highlight=False)
+
+
+async def kafka_tool_move(cluster: LocalCluster, admin: Admin, console: Console, tp: TopicPartition,
+                          brokers: list[int]) -> None:
+    """One more move, with Kafka's reassignment tool and its JSON file, under the same load."""
+    src = (await admin.wait_for_leader(tp)).leader
+    dst = brokers[(brokers.index(src) + 1) % len(brokers)]
+    path = os.path.join(cluster.state_dir, "reassignment.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition, "replicas": [dst]}]}, f)
+    server = cluster.bootstrap_servers[0].removeprefix("http://")
+    console.print(f"\nThe same with Kafka's tool and file format ({tp} {src} → {dst}):")
+    await run_tool(console, ["reassign-partitions", "--bootstrap-server", server, "--execute",
+                             "--reassignment-json-file", path])
+    await admin.wait_for_leader(tp, dst, timeout_s=30)
+    await asyncio.sleep(0.3)
+    await run_tool(console, ["reassign-partitions", "--bootstrap-server", server, "--verify",
+                             "--reassignment-json-file", path])
+
+
 async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitions: int) -> bool:
     async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
         topic = "demo"
@@ -75,6 +104,7 @@ async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitio
                 console.print(f"  move {i + 1:>2}: {tp} {src} → {dst}  unavailable "
                               f"{fmt_ms(result.unavailability_ms)} ms")
                 await asyncio.sleep(0.3)
+            await kafka_tool_move(cluster, admin, console, tps[0], brokers)
             await asyncio.sleep(0.5)
         finally:
             await load.stop()

@@ -372,17 +372,22 @@ STEP_NAMES = {"1": "notified", "2": "stop", "3": "meta", "4": "upload+close", "5
 
 
 def timeline_lines(moves: dict[int, Any], tps: set[TopicPartition]) -> list[str]:
-    """The six-step timelines (`/v1/moves`) of these partitions' moves, one line each, oldest first."""
-    found: dict[tuple[str, int, int], dict[str, Any]] = {}
+    """The six-step timeline (`/v1/moves`) of each partition's latest move, one line each."""
+    found: dict[tuple[str, int], dict[str, Any]] = {}
     for body in moves.values():
         for m in (body.get("moves", []) if isinstance(body, dict) else body or []):
             tp = TopicPartition(str(m.get("topic")), int(m.get("partition", -1)))
-            key = (tp.topic, tp.partition, int(m.get("move_id", 0)))
-            if tp in tps and (key not in found or (m.get("complete") and not found[key].get("complete"))):
+            key = (tp.topic, tp.partition)
+            old = found.get(key)
+            newer = old is None or int(m.get("move_id", 0)) > int(old.get("move_id", 0))
+            fuller = old is not None and int(m.get("move_id", 0)) == int(old.get("move_id", 0)) and \
+                sum(v is not None for v in (m.get("t_ms") or {}).values()) > \
+                sum(v is not None for v in (old.get("t_ms") or {}).values())
+            if tp in tps and (newer or fuller):
                 found[key] = m
     if not found:
         return []
-    lines = ["Move timelines (step durations in ms):"]
+    lines = ["Latest move of each partition (step durations in ms):"]
     for key in sorted(found):
         m = found[key]
         steps = m.get("steps_ms") or {}
