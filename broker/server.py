@@ -142,7 +142,10 @@ class Broker:
 
     async def _on_metadata(self, records: list[Any], delta: Any, image: Any) -> None:
         assert self.manager is not None
-        self.manager.on_delta(delta, image)
+        try:
+            self.manager.on_delta(delta, image)
+        except Exception:  # noqa: BLE001 - never stop following the metadata log
+            log.exception("applying metadata offset %d failed", image.offset)
         reg = image.cluster.brokers.get(self.broker_id)
         if reg is not None and reg.fenced and not self.heartbeater.state.want_shutdown:
             self.heartbeater.poke()
