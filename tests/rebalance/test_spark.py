@@ -158,6 +158,8 @@ def test_rebalance_command_prints_a_summary_and_the_plan(spark, skewed_input, ca
     (["--brokers", "0,1"], "not in the broker list"),
     (["--window-ms", "0"], "--window-ms must be positive"),
     (["--execute"], "--execute needs --bootstrap-server"),
+    (["--balance-band", "1.5"], "--balance-band must be between 0 and 1"),
+    (["--max-network-in", "-5"], "--max-network-in must be a positive rate"),
 ])
 def test_rebalance_command_refuses_bad_input(spark, skewed_input, capsys, argv, message):
     code, _, err = run_cli(capsys, "--input", str(skewed_input), "--window-ms", "60000", *argv)

@@ -77,6 +77,11 @@ def _check_args(args: argparse.Namespace) -> None:
         raise FerryError(ErrorCode.INVALID_REQUEST, "--execute needs --bootstrap-server or --bootstrap-controller")
     if args.window_ms <= 0:
         raise FerryError(ErrorCode.INVALID_REQUEST, f"--window-ms must be positive, got {args.window_ms}")
+    if not 0 < args.balance_band < 1 or not 0 <= args.count_band:
+        raise FerryError(ErrorCode.INVALID_REQUEST, "--balance-band must be between 0 and 1 and --count-band >= 0")
+    for flag, value in (("--max-network-in", args.max_network_in), ("--max-network-out", args.max_network_out)):
+        if value is not None and value <= 0:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"{flag} must be a positive rate in bytes/s, got {value}")
 
 
 def _sample_paths(args: argparse.Namespace, scratch: Path) -> tuple[list[str], int | None]:
