@@ -99,6 +99,9 @@ class QuorumController:
         self._commit_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._waiter_ids = itertools.count()
         self.log_changed = asyncio.Event()
+        self.log_waiters = 0  # long-polls waiting for the log to grow
+        self._applied_pending: deque[AppliedCommand] = deque()
+        self._drain_scheduled = False
         self.last_heartbeat_ms: dict[int, int] = {}
         self.observers: dict[int, ObserverState] = {}
         self.voter_caught_up_ms: dict[int, int] = {}
@@ -107,7 +110,24 @@ class QuorumController:
     # -- wiring with the tick thread -------------------------------------------------------------
 
     def on_applied_threadsafe(self, applied: AppliedCommand) -> None:
-        self.loop.call_soon_threadsafe(self._on_applied, applied)
+        """Called on the Raft thread after each applied command; wakes the event loop only when
+        someone waits (the leader's writes, long-polls), and once for a run of commands.
+
+        Waking a follower's loop for nothing would make its Raft thread share the GIL just when it
+        must answer the leader. A long-poll registers in ``log_waiters`` before it reads the high
+        watermark, and this reads ``log_waiters`` after the state changed, so no wake-up is lost.
+        """
+        if not self.is_leader and not self.log_waiters:
+            return
+        self._applied_pending.append(applied)
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self.loop.call_soon_threadsafe(self._drain_applied)
+
+    def _drain_applied(self) -> None:
+        self._drain_scheduled = False
+        while self._applied_pending:
+            self._on_applied(self._applied_pending.popleft())
 
     def on_state_changed_threadsafe(self, old_state: int, new_state: int) -> None:
         self.loop.call_soon_threadsafe(self._on_state_changed)

@@ -262,17 +262,21 @@ class ControllerServer:
         max_wait_ms = min(self._int_param(request, "max_wait_ms", 0), self.config.long_poll_max_wait_ms)
         max_records = self._int_param(request, "max_records", 10_000, minimum=1)
         deadline = time.monotonic() + max_wait_ms / 1000
-        while self.state.high_watermark <= offset and offset >= self.state.log_start_offset and not self.closing:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            changed = self.controller.log_changed
-            if self.state.high_watermark > offset:
-                break
-            try:
-                await asyncio.wait_for(changed.wait(), remaining)
-            except asyncio.TimeoutError:
-                break
+        self.controller.log_waiters += 1  # before reading the high watermark (see on_applied_threadsafe)
+        try:
+            while self.state.high_watermark <= offset and offset >= self.state.log_start_offset and not self.closing:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                changed = self.controller.log_changed
+                if self.state.high_watermark > offset:
+                    break
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+        finally:
+            self.controller.log_waiters -= 1
         piece = self.state.read(offset, max_records)
         if piece.snapshot_offset is not None:
             return _json({"snapshot": {"offset": piece.snapshot_offset, "records": piece.snapshot_records},

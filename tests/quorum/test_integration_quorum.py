@@ -193,3 +193,19 @@ async def test_bad_input_over_http_is_4xx_and_changes_nothing(quorum: Quorum) ->
             await client.write("put_kv", {"key": ""})
         assert err.value.error is ErrorCode.INVALID_REQUEST
     assert quorum.health(leader)["high_watermark"] == before  # type: ignore[index]
+
+
+async def test_a_long_poll_on_a_follower_wakes_when_a_record_commits(quorum: Quorum) -> None:
+    leader = quorum.wait_leader()
+    follower = next(n for n in quorum.running() if n != leader)
+    async with ControllerClient(quorum.bootstrap, timeout_ms=20_000) as client:
+        await client.write("put_kv", {"key": "first", "value": "1"})
+        hw = quorum.wait_ready(follower, min_high_watermark=quorum.health(leader)["high_watermark"])[  # type: ignore[index]
+            "high_watermark"]
+        poll = asyncio.ensure_future(client.fetch_log(hw, max_wait_ms=20_000, url=quorum.url(follower)))
+        await asyncio.sleep(0.2)
+        assert not poll.done()
+        body = await client.write_with_offset("put_kv", {"key": "second", "value": "2"})
+        answer = await asyncio.wait_for(poll, 20)
+    assert [r["offset"] for r in answer["records"]] == [body["offset"]] == [hw]
+    assert decode_record(answer["records"][0]["record"]) == KVRecord(key="second", value="2")
