@@ -367,9 +367,18 @@ def _alive(pid: int | None) -> bool:
         return True
 
 
+def _is_ferry_process(pid: int) -> bool:
+    """Whether `pid` is still a Ferry process (a pid from an old state file may have been reused)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"tools.cli" in f.read()
+    except OSError:
+        return False
+
+
 def _stop_group(pid: int | None, timeout_s: float = 10.0) -> None:
     """Stop the process group led by `pid` (started by `cluster up` with its own session)."""
-    if not _alive(pid):
+    if not _alive(pid) or not _is_ferry_process(pid or 0):
         return
     assert pid is not None
     for sig in (signal.SIGCONT, signal.SIGTERM):
