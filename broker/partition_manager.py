@@ -419,11 +419,13 @@ class PartitionManager:
                         attempt < ELECT_ATTEMPTS - 1:
                     retry[key] = pending[key]
                     continue
-                if err and err not in ("NONE", "ELECTION_NOT_NEEDED"):
-                    log.info("elect %s-%d: %s %s", key[0], key[1], err, result.get("message", ""))
                 _slot, half = pending[key]
-                if half is not None:
+                if err and err not in ("NONE", "ELECTION_NOT_NEEDED"):
+                    # the controller's deadline elects later; the new owner's sighting stands for t5
+                    log.info("elect %s-%d: %s %s", key[0], key[1], err, result.get("message", ""))
+                elif half is not None:
                     half.mark("t5", done_ms)
+                if half is not None:
                     self._finish_half(half)
             if not retry:
                 return
