@@ -41,7 +41,7 @@ def test_rates_ramps_and_weights():
     assert scn.rate_at(15) == pytest.approx(200) and scn.rate_at(20) == 300 and scn.rate_at(59) == 300
     weights = scn.partition_weights()
     assert sum(weights) == pytest.approx(1.0) and weights[-1] == pytest.approx(2 * weights[0])
-    assert scn.steps[3].broker == 1 and scn.steps[3].window_ms == 5_000
+    assert scn.steps[3].broker == 1 and scn.steps[3].window_ms == 5_000 and scn.steps[2].balance_band == 0.05
 
 
 @pytest.mark.parametrize("text, message", [
@@ -52,6 +52,7 @@ def test_rates_ramps_and_weights():
     ("duration_s: 10\nload: {rate_per_s: fast}", "load.rate_per_s must be a number"),
     ("duration_s: 10\ncolour: blue", "unknown scenario field(s): colour"),
     ("duration_s: [", "not valid YAML"),
+    ("duration_s: 10\nsteps: [{at_s: 1, action: rebalance, balance_band: 2}]", "balance_band must be between 0 and 1"),
     ("steps: []", "scenario.duration_s must be a number"),
 ])
 def test_bad_scenarios_name_the_field(text, message):

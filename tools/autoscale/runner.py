@@ -236,13 +236,13 @@ class Experiment:
         elif step.action == "rebalance":
             self.status = "rebalancing"
             mode = ["--add-broker", ",".join(map(str, self.new_brokers))] if self.new_brokers else []
-            await self._rebalance(step.window_ms, mode)
+            await self._rebalance(step.window_ms, step.balance_band, mode)
             self.new_brokers = []
         elif step.action == "remove_broker":
             assert step.broker is not None
             self.status = f"draining broker {step.broker}"
             self.rec.event(self.now(), "remove_broker", broker=step.broker)
-            await self._rebalance(step.window_ms, ["--remove-broker", str(step.broker)])
+            await self._rebalance(step.window_ms, step.balance_band, ["--remove-broker", str(step.broker)])
             topics = await self.admin.describe_topics([self.scn.topic])
             parts = topics.get(self.scn.topic)
             left = sum(1 for p in parts if p.leader == step.broker) if isinstance(parts, list) else -1
@@ -255,12 +255,12 @@ class Experiment:
                 await asyncio.sleep(0.2)
             self.rec.event(self.now(), "broker_removed", broker=step.broker, partitions_left=left)
 
-    async def _rebalance(self, window_ms: int, mode: list[str]) -> None:
+    async def _rebalance(self, window_ms: int, balance_band: float, mode: list[str]) -> None:
         assert self.cluster is not None
         from tools.rebalance import cli as rebalance_cli
 
         argv = ["--s3-endpoint", str(self.cluster.s3_endpoint), "--bucket", self.cluster.bucket,
-                "--window-ms", str(window_ms), "--json", "--execute",
+                "--window-ms", str(window_ms), "--balance-band", str(balance_band), "--json", "--execute",
                 "--bootstrap-controller", ",".join(self.cluster.controller_bootstrap), "--timeout-ms", "60000", *mode]
         self.rec.event(self.now(), "rebalance_start", args=" ".join(mode))
         args = rebalance_cli.build_parser().parse_args(argv)

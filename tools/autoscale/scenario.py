@@ -17,7 +17,9 @@ A scenario is YAML::
 Actions: ``set_rate`` (``rate_per_s``, optional ``ramp_s``), ``add_brokers`` (``count``),
 ``rebalance`` (``window_ms``; with new brokers since the last rebalance it runs in add-broker
 mode, moving partitions only onto them), ``remove_broker`` (``broker``: drain it with the
-planner's remove-broker mode, then stop it). ``skew`` spreads the partitions' rates linearly
+planner's remove-broker mode, then stop it). Both take ``balance_band`` (default 0.05): the
+planner aims inside ±5 % so that the measured throughput, noisier than the samples' averages,
+lands within the verdict's 1.1. ``skew`` spreads the partitions' rates linearly
 from 1 to 1 + skew times the coldest's.
 """
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Step:
     count: int = 1
     broker: int | None = None
     window_ms: int = 8_000
+    balance_band: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,13 @@ def _number(obj: dict[str, Any], key: str, default: Any, kind: type, where: str,
     return kind(value)
 
 
+def _band(raw: dict[str, Any], where: str) -> float:
+    band = _number(raw, "balance_band", 0.05, float, where)
+    if not 0 < band < 1:
+        raise _bad(f"{where}.balance_band must be between 0 and 1, got {band}")
+    return band
+
+
 def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, dict):
@@ -141,7 +151,8 @@ def parse_scenario(text: str) -> Scenario:
             step = Step(at_s, action, count=_number(raw, "count", 1, int, where, 1))
             live += step.count
         elif action == "rebalance":
-            step = Step(at_s, action, window_ms=_number(raw, "window_ms", 8_000, int, where, 1))
+            step = Step(at_s, action, window_ms=_number(raw, "window_ms", 8_000, int, where, 1),
+                        balance_band=_band(raw, where))
         elif action == "remove_broker":
             broker = _number(raw, "broker", None, int, where, 1)
             if broker in removed:
@@ -150,7 +161,8 @@ def parse_scenario(text: str) -> Scenario:
                 raise _bad(f"{where}: removing broker {broker} would leave no broker")
             removed.add(broker)
             live -= 1
-            step = Step(at_s, action, broker=broker, window_ms=_number(raw, "window_ms", 5_000, int, where, 1))
+            step = Step(at_s, action, broker=broker, window_ms=_number(raw, "window_ms", 5_000, int, where, 1),
+                        balance_band=_band(raw, where))
         steps.append(step)
     name = data.get("name", "scenario")
     if not isinstance(name, str) or not name or "/" in name:
