@@ -47,6 +47,10 @@ async def errors_middleware(request: web.Request, handler: Any) -> web.StreamRes
         return await handler(request)
     except FerryError as exc:
         return error_response(exc)
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
+        return web.json_response({"error": ErrorCode.INVALID_REQUEST.name, "code": ErrorCode.INVALID_REQUEST.code,
+                                  "message": f"{request.method} {request.path}: {exc.reason} "
+                                             "(see docs/broker-api.md)"}, status=exc.status)
     except web.HTTPException:
         raise
     except asyncio.CancelledError:

@@ -155,6 +155,10 @@ async def test_produce_fetch_offsets_metadata_and_errors(two_brokers: LocalClust
         assert [x["error"] for x in results] == ["LOG_DIR_NOT_FOUND", "LOG_DIR_NOT_FOUND"]
         async with s.post(f"{u1}/v1/log-dirs/alter", data=b"{not json") as r:
             assert r.status == 400 and (await r.json())["error"] == "INVALID_REQUEST"
+        async with s.get(f"{u1}/v1/nope") as r:
+            assert r.status == 404 and (await r.json())["error"] == "INVALID_REQUEST"
+        async with s.get(f"{u1}/v1/fetch/rt/0", params={"offset": "x"}) as r:
+            assert r.status == 400 and "not an integer" in (await r.json())["message"]
         async with s.get(f"{u1}/metrics") as r:
             text = await r.text()
         assert 'ferry_broker_produce_records_total{partition="0",topic="rt"} 11.0' in text
