@@ -161,8 +161,3 @@ def next_dir_state(state: LogDirState, usable_bytes: int, reserved_bytes: int, i
     if state is LogDirState.SATURATED and usable_bytes < 2 * reserved_bytes:
         return LogDirState.SATURATED
     return LogDirState.ONLINE
-
-
-def alter_moves_in_order(requests: Mapping[tuple[str, int], str]) -> list[tuple[tuple[str, int], str]]:
-    """AlterReplicaLogDirs moves run one partition at a time, in topic-partition name order."""
-    return sorted(requests.items(), key=lambda item: (item[0][0], item[0][1]))

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,9 +37,10 @@ class LogDir:
 
 
 class LogDirsManager:
-    def __init__(self, paths: list[str], reserved_bytes: int = 0) -> None:
+    def __init__(self, paths: list[str], reserved_bytes: int = 0, alter_max_bytes_per_second: int = 0) -> None:
         self.paths = [os.path.normpath(p) for p in paths]
         self.reserved_bytes = reserved_bytes
+        self.alter_max_bytes_per_second = alter_max_bytes_per_second
         self.dirs: list[LogDir] = []
         self._state: dict[str, LogDirState] = {p: LogDirState.ONLINE for p in self.paths}
         self._space: dict[str, tuple[int, int]] = {}
@@ -181,7 +183,8 @@ class LogDirsManager:
         async with self._alter_lock:  # one move at a time, in request order
             self._futures[(topic, partition)] = target
             try:
-                await asyncio.to_thread(_move_replica_dir, slot.log_dir, target, topic, partition)
+                await asyncio.to_thread(_move_replica_dir, slot.log_dir, target, topic, partition,
+                                        self.alter_max_bytes_per_second)
                 slot.log_dir = target
             except OSError as exc:
                 raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"moving {topic}-{partition} to {target} failed: "
@@ -199,12 +202,19 @@ def _read_topic_partition(replica_dir: str) -> tuple[str, int] | None:
         return None
 
 
-def _move_replica_dir(src_root: str, dst_root: str, topic: str, partition: int) -> None:
-    """KIP-113: copy to ``-future`` in the target dir, swap it in, retire the old copy as ``-delete``."""
+def _move_replica_dir(src_root: str, dst_root: str, topic: str, partition: int,
+                      max_bytes_per_second: int = 0) -> None:
+    """KIP-113: copy to ``-future`` in the target dir (at most ``max_bytes_per_second``, Kafka's
+    replica.alter.log.dirs.io.max.bytes.per.second; 0 = unlimited), swap it in, retire the old
+    copy as ``-delete``."""
     uid = uuid.uuid4().hex
     current = os.path.join(src_root, partition_dir_name(topic, partition))
     future = os.path.join(dst_root, future_dir_name(topic, partition, uid))
+    started = time.monotonic()
     shutil.copytree(current, future)
+    if max_bytes_per_second > 0:
+        copied = sum(os.path.getsize(os.path.join(d, f)) for d, _s, files in os.walk(future) for f in files)
+        time.sleep(max(0.0, copied / max_bytes_per_second - (time.monotonic() - started)))
     _fsync_dir(dst_root)
     doomed = os.path.join(src_root, delete_dir_name(topic, partition, uid))
     os.replace(current, doomed)

@@ -79,7 +79,8 @@ class Broker:
         self.metrics = BrokerMetrics(config.broker_id)
         self.state = "STARTING"
         self.client = ControllerClient(list(config.controllers), timeout_ms=config.controller_timeout_ms)
-        self.log_dirs = LogDirsManager(list(config.log_dirs), config.log_dir_reserved_bytes)
+        self.log_dirs = LogDirsManager(list(config.log_dirs), config.log_dir_reserved_bytes,
+                                       config.alter_log_dirs_max_bytes_per_second)
         self.storage: Any = None
         self.object_store: Any = None
         self.manager: PartitionManager | None = None
@@ -420,15 +421,16 @@ class Broker:
                                  "(integer) and log_dir (string)")
             parsed.append((e["topic"], e["partition"], e["log_dir"]))
         assert self.manager is not None
-        results = []
-        for topic, partition, path in parsed:
+        outcome: dict[int, dict[str, Any]] = {}
+        # KIP-113: one replica at a time, in topic-partition order; answers in request order
+        for i, (topic, partition, path) in sorted(enumerate(parsed), key=lambda item: (item[1][0], item[1][1])):
             try:
                 await self.log_dirs.alter(self.manager, topic, partition, path)
-                results.append({"topic": topic, "partition": partition, "log_dir": path, "error": None})
+                outcome[i] = {"topic": topic, "partition": partition, "log_dir": path, "error": None}
             except FerryError as exc:
-                results.append({"topic": topic, "partition": partition, "log_dir": path, "error": exc.error.name,
-                                "message": exc.message})
-        return web.json_response({"results": results})
+                outcome[i] = {"topic": topic, "partition": partition, "log_dir": path, "error": exc.error.name,
+                              "message": exc.message}
+        return web.json_response({"results": [outcome[i] for i in range(len(parsed))]})
 
     # ------------------------------------------------------------------ moves, health, metrics
     async def moves(self, request: web.Request) -> web.Response:

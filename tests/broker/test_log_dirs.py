@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.log_dirs import (LogDirInfo, LogDirState, alter_moves_in_order, choose_log_dir, delete_dir_name,
+from broker.log_dirs import (LogDirInfo, LogDirState, choose_log_dir, delete_dir_name,
                              future_dir_name, next_dir_state, parse_dir_name, recovery_plan, validate_log_dir)
 from metadata_quorum.errors import ErrorCode, FerryError
 
@@ -73,8 +73,3 @@ def test_saturation_transitions() -> None:
     assert next_dir_state(LogDirState.ONLINE, usable_bytes=150, reserved_bytes=100) is LogDirState.ONLINE
     assert next_dir_state(LogDirState.ONLINE, 1000, 100, io_error=True) is LogDirState.OFFLINE
     assert next_dir_state(LogDirState.OFFLINE, 1000, 100) is LogDirState.OFFLINE
-
-
-def test_alter_moves_in_name_order() -> None:
-    order = alter_moves_in_order({("b", 0): "/x", ("a", 10): "/y", ("a", 2): "/z"})
-    assert [k for k, _ in order] == [("a", 2), ("a", 10), ("b", 0)]
