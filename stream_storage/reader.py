@@ -1,23 +1,43 @@
 """Reading a stream's committed offsets from objects: tail GET for the index, ranged GET for blocks.
 
 Indexes are cached by object key (an object never changes once written), blocks by position,
-so a sequential reader costs one GET per block and one per object index.
+so a sequential reader costs one GET per block and one per object index. After serving a read,
+the next block of the same stream is fetched ahead in the background (one block, bounded by the
+block cache), so a sequential reader's next fetch usually finds it already here.
 """
 from __future__ import annotations
+
+import asyncio
+import logging
 
 from stream_storage.batches import iter_batches, slice_from
 from stream_storage.cache import BlockCache, IndexCache
 from stream_storage.control import ObjectRef
-from stream_storage.object_format import TAIL_READ_BYTES, IndexEntry, ObjectIndex, check_block, parse_footer, parse_index, parse_tail
+from stream_storage.object_format import (
+    TAIL_READ_BYTES,
+    IndexEntry,
+    ObjectIndex,
+    check_block,
+    parse_footer,
+    parse_index,
+    parse_tail,
+)
 from stream_storage.object_store import ObjectStore
+
+log = logging.getLogger(__name__)
 
 
 class ObjectReader:
-    def __init__(self, store: ObjectStore, index_cache: IndexCache, block_cache: BlockCache) -> None:
+    def __init__(self, store: ObjectStore, index_cache: IndexCache, block_cache: BlockCache,
+                 readahead: bool = True) -> None:
         self.store = store
         self.index_cache = index_cache
         self.block_cache = block_cache
+        self.readahead = readahead
         self.gets = 0
+        self.readahead_gets = 0
+        self._inflight: dict[tuple[str, int], asyncio.Future[bytes]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def index(self, key: str, size: int) -> ObjectIndex:
         cached = self.index_cache.get(key)
@@ -35,28 +55,96 @@ class ObjectReader:
         self.index_cache.put(key, parsed)
         return parsed
 
-    async def _blocks(self, key: str, blocks: list[IndexEntry]) -> list[bytes]:
-        out: list[bytes | None] = [self.block_cache.get((key, b.position)) for b in blocks]
-        i = 0
-        while i < len(blocks):
-            if out[i] is not None:
-                i += 1
-                continue
-            j = i
-            while j < len(blocks) and out[j] is None:
-                j += 1
-            first, last = blocks[i], blocks[j - 1]
+    def _claim(self, key: str, run: list[IndexEntry]) -> list[asyncio.Future[bytes]]:
+        """Mark blocks as being fetched (synchronously, so no second GET starts for them)."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for block in run:
+            fut: asyncio.Future[bytes] = loop.create_future()
+            self._inflight[(key, block.position)] = fut
+            futures.append(fut)
+        return futures
+
+    async def _get_run(self, key: str, run: list[IndexEntry],
+                       futures: list[asyncio.Future[bytes]] | None = None) -> list[bytes]:
+        """One ranged GET for contiguous blocks; concurrent readers of them wait for it."""
+        if futures is None:
+            futures = self._claim(key, run)
+        try:
+            first, last = run[0], run[-1]
             data = await self.store.get(key, first.position, last.position + last.size)
             self.gets += 1
             view = memoryview(data)
-            for k in range(i, j):
-                rel = blocks[k].position - first.position
-                block = data if j - i == 1 else bytes(view[rel: rel + blocks[k].size])
-                check_block(block, blocks[k], key)
-                self.block_cache.put((key, blocks[k].position), block)
-                out[k] = block
-            i = j
-        return [b for b in out if b is not None]
+            bodies = []
+            for block, fut in zip(run, futures):
+                rel = block.position - first.position
+                body = data if len(run) == 1 else bytes(view[rel: rel + block.size])
+                check_block(body, block, key)
+                self.block_cache.put((key, block.position), body)
+                fut.set_result(body)
+                bodies.append(body)
+            return bodies
+        except BaseException as exc:
+            for fut in futures:
+                if fut.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    fut.cancel()
+                else:
+                    fut.set_exception(exc)
+                    fut.exception()  # marked retrieved: a readahead nobody waits for must not warn
+            raise
+        finally:
+            for block in run:
+                self._inflight.pop((key, block.position), None)
+
+    async def _blocks(self, key: str, blocks: list[IndexEntry]) -> list[bytes]:
+        found: dict[int, bytes] = {}
+        waiting: dict[int, asyncio.Future[bytes]] = {}
+        run: list[IndexEntry] = []
+        runs: list[list[IndexEntry]] = []
+        for block in blocks:
+            cached = self.block_cache.get((key, block.position))
+            inflight = self._inflight.get((key, block.position))
+            if cached is not None:
+                found[block.position] = cached
+            elif inflight is not None:
+                waiting[block.position] = inflight
+            else:
+                if run and run[-1].position + run[-1].size != block.position:
+                    runs.append(run)
+                    run = []
+                run.append(block)
+        if run:
+            runs.append(run)
+        for one_run in runs:
+            for block, body in zip(one_run, await self._get_run(key, one_run)):
+                found[block.position] = body
+        for position, fut in waiting.items():
+            found[position] = await asyncio.shield(fut)
+        return [found[block.position] for block in blocks]
+
+    def _read_ahead(self, key: str, index: ObjectIndex, stream_id: int, after: IndexEntry) -> None:
+        if not self.readahead:
+            return
+        nxt = index.blocks_for(stream_id, after.end_offset, 1)
+        if not nxt or nxt[0].start_offset != after.end_offset:
+            return
+        block = nxt[0]
+        if (key, block.position) in self._inflight or self.block_cache.get((key, block.position)) is not None:
+            return
+        self.readahead_gets += 1
+        futures = self._claim(key, [block])
+        task = asyncio.create_task(self._quiet(self._get_run(key, [block], futures)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _quiet(coro) -> None:  # type: ignore[no-untyped-def]
+        try:
+            await coro
+        except Exception as exc:  # a failed readahead only costs the reader its own GET later
+            log.debug("readahead failed: %s", exc)
 
     async def read(self, stream_id: int, ref: ObjectRef, start_offset: int, max_bytes: int,
                    first: bool = True) -> bytes:
@@ -67,10 +155,23 @@ class ObjectReader:
         blocks = index.blocks_for(stream_id, start_offset, max_bytes)
         if not blocks:
             return b""
-        if not first and blocks[0].size > max_bytes and self.block_cache.get((ref.object_key, blocks[0].position)) is None:
+        key = ref.object_key
+        if not first and blocks[0].size > max_bytes and self.block_cache.get((key, blocks[0].position)) is None:
+            self._read_ahead(key, index, stream_id, _before(blocks[0]))
             return b""
-        data = b"".join(await self._blocks(ref.object_key, blocks))
+        data = b"".join(await self._blocks(key, blocks))
+        self._read_ahead(key, index, stream_id, blocks[-1])
         return slice_from(data, start_offset, max_bytes)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _before(block: IndexEntry) -> IndexEntry:
+    """A zero-size entry ending where ``block`` starts (to read ahead ``block`` itself)."""
+    return IndexEntry(block.stream_id, block.start_offset, block.start_offset, block.position, 0, 0)
 
 
 def next_offset_of(data: bytes) -> int | None:

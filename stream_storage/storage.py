@@ -139,6 +139,7 @@ class StreamStorage:
         except OSError as exc:
             log.warning("WAL trim at shutdown failed: %s", exc)
         await self.uploader.stop()
+        await self.reader.close()
         await self.wal.close()
         await self.store.close()
 
@@ -147,6 +148,7 @@ class StreamStorage:
         for handle in self.handles.values():
             handle.fence("storage aborted")
         await self.uploader.stop()
+        await self.reader.close()
         await self.wal.close()
 
     # -- ownership ---------------------------------------------------------------------------
@@ -429,6 +431,7 @@ class StreamStorage:
             "index_cache_hits_total": self.index_cache.hits,
             "index_cache_misses_total": self.index_cache.misses,
             "object_gets_total": self.reader.gets,
+            "object_readahead_gets_total": self.reader.readahead_gets,
         }
 
 

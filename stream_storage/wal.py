@@ -304,9 +304,18 @@ class WriteAheadLog:
         return deleted
 
     async def close(self) -> None:
+        """Finish queued writes, then close the file on the writer thread (after any roll or
+        trim it is still doing)."""
         while self._flusher is not None and not self._flusher.done():
             await self._flusher
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._close_sync)
+        self._pool.shutdown(wait=True)
+
+    def _close_sync(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
-        self._pool.shutdown(wait=True)
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None

@@ -100,7 +100,7 @@ async def make_storage(tmp_path: Any, controller: LocalController) -> AsyncItera
 
     yield make
     for storage in created:  # whatever a test left running: stop tasks, close files
-        if storage._started and storage.wal._fd is not None:
+        if storage._started and storage.wal.is_open:
             await storage.abort()
 
 

@@ -105,7 +105,7 @@ async def test_random_moves_never_lose_or_duplicate_acknowledged_records(make_st
             assert [r.offset for r in got] == list(range(len(got)))
     assert moves > 0
     for s in brokers.values():
-        if s.wal._fd is not None:
+        if s.wal.is_open:
             await s.close()
 
 
@@ -189,5 +189,5 @@ async def test_random_moves_of_streams_sharing_objects(make_storage, controller,
             assert [r.key.decode().rsplit("-", 1)[0] for r in got if r.key.decode().endswith("-0")] == acked[sid]
             assert [r.offset for r in got] == list(range(len(got)))
     for s in brokers.values():
-        if s.wal._fd is not None:  # type: ignore[attr-defined]
+        if s.wal.is_open:  # type: ignore[attr-defined]
             await s.close()  # type: ignore[attr-defined]
