@@ -38,6 +38,7 @@ class BrokerConfig:
     heartbeat_interval_ms: int = 2000
     session_timeout_ms: int = 9000
     metrics_interval_ms: int = 10000
+    meta_checkpoint_interval_ms: int = 30000
     metadata_poll_wait_ms: int = 5000
     controller_timeout_ms: int = 10000
     max_batch_bytes: int = 8 * 1024 * 1024

@@ -69,12 +69,15 @@ class Slot:
 class PartitionManager:
     def __init__(self, broker_id: int, storage: Any, write: WriteFn, metrics: BrokerMetrics,
                  wal_dir_of: Callable[[int], str], log_dirs: "LogDirsManager",
-                 write_many: Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[Any]] | None = None) -> None:
+                 write_many: Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[Any]] | None = None,
+                 meta_checkpoint_interval_ms: int = 30000) -> None:
         self.broker_id = broker_id
         self.storage = storage
         self._write = write
         self._write_many = write_many
         self.uploads = UploadBatcher(storage)
+        self.meta_checkpoint_interval_ms = meta_checkpoint_interval_ms
+        self._checkpoint_task: asyncio.Task[None] | None = None
         self.metrics = metrics
         self._wal_dir_of = wal_dir_of
         self._log_dirs = log_dirs
@@ -293,6 +296,8 @@ class PartitionManager:
             return
         slot.replica = replica
         slot.open_attempts = 0
+        if self._checkpoint_task is None and self.meta_checkpoint_interval_ms > 0:
+            self._checkpoint_task = self._spawn(self._checkpoints())
         slot.status, actions = sm.on_opened(slot.status)
         served_ms = now_ms()
         if not result.clean:
@@ -431,6 +436,21 @@ class PartitionManager:
                 return
             pending = retry
             await asyncio.sleep(0.1)
+
+    async def _checkpoints(self) -> None:
+        """Every interval, each serving partition that took writes persists its meta (not clean)."""
+        while not self.stopping:
+            await asyncio.sleep(self.meta_checkpoint_interval_ms / 1000)
+            for slot in self.serving():
+                replica = slot.replica
+                if replica is None:
+                    continue
+                try:
+                    await replica.checkpoint()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the next checkpoint (or close) writes it
+                    log.info("meta checkpoint of %s-%d failed: %r", slot.topic, slot.tp.partition, exc)
 
     # ------------------------------------------------------------------ fencing from produce
     def on_fenced(self, slot: Slot, exc: BaseException) -> None:

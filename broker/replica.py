@@ -87,6 +87,8 @@ class Replica:
         self._compaction: asyncio.Future[None] | None = None
         self._compacting = False
         self._flush_meta_on_close = False
+        self._checkpointing: asyncio.Future[bool] | None = None
+        self._checkpointed_end = -1
         self._pending_sequences: dict[tuple[int, int, int], asyncio.Future[tuple[int, int]]] = {}
 
     # ------------------------------------------------------------------ open (step 6)
@@ -194,6 +196,27 @@ class Replica:
         except Exception as exc:  # noqa: BLE001 - compaction is an optimisation; the history stays readable
             log.info("%s-%d: meta stream compaction failed: %r", self.topic, self.partition, exc)
 
+    async def checkpoint(self) -> bool:
+        """Persist the partition meta while serving (not as a clean shutdown), so that after a
+        crash the next owner re-indexes at most one checkpoint interval of batches; compact the
+        meta stream when its history has grown. Returns whether anything was written."""
+        if self.closed or self.fenced or self.meta_stream is None or self._compacting or \
+                self.high_watermark == self._checkpointed_end:
+            return False
+        self._checkpointing = asyncio.ensure_future(self._checkpoint())
+        return await asyncio.shield(self._checkpointing)
+
+    async def _checkpoint(self) -> bool:
+        assert self.meta_stream is not None
+        end = self.high_watermark
+        await self.meta_stream.put(META_KEY, self.meta_snapshot(clean=False).encode())
+        self._checkpointed_end = end
+        handle = self.storage.stream(self.meta_stream_id)
+        if handle is not None and handle.durable_end - handle.start_offset >= META_COMPACT_AFTER_RECORDS:
+            await self.meta_stream.compact()
+            await self.meta_stream.flush()
+        return True
+
     def _observe(self, info: batches.BatchInfo, base_offset: int) -> None:
         self.size_bytes += info.size_bytes
         self.time_index.observe(info.max_timestamp_ms, base_offset)
@@ -294,6 +317,8 @@ class Replica:
                     await asyncio.wait_for(asyncio.shield(self._compaction), timeout_s)
                 else:
                     self._compaction.cancel()  # not started yet: the next owner will compact
+            if self._checkpointing is not None and not self._checkpointing.done():
+                await asyncio.wait_for(asyncio.shield(self._checkpointing), timeout_s)
             await asyncio.wait_for(self._drained.wait(), timeout_s)
         except asyncio.TimeoutError:
             log.warning("%s-%d: appends still in flight after %.1fs", self.topic, self.partition, timeout_s)

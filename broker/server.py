@@ -136,7 +136,8 @@ class Broker:
         self.heartbeater.on_registered = self.storage.set_broker_epoch
         self.manager = PartitionManager(self.broker_id, self.storage, self._write, self.metrics,
                                         lambda b: wal_dir_of(self.config.effective_wal_root, b),
-                                        self.log_dirs, self.client.write_many)
+                                        self.log_dirs, self.client.write_many,
+                                        self.config.meta_checkpoint_interval_ms)
         self.follower = MetadataLogFollower(self.client, self._on_metadata, max_wait_ms=self.config.metadata_poll_wait_ms)
         self.follower.start()
         self.heartbeater.start()

@@ -14,6 +14,7 @@ from broker.log_dirs_manager import LogDirsManager
 from broker.metrics import BrokerMetrics
 from broker.partition import PartitionState
 from broker.partition_manager import PartitionManager
+from broker.partition_meta import PartitionMeta
 from broker.replica import META_COMPACT_FORCE_RECORDS
 from metadata_quorum.delta import MetadataDelta
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -302,3 +303,22 @@ async def test_log_dirs_placement_and_alter_through_future_dir(cluster: InProces
     assert slot.log_dir == d0 and os.listdir(d0).count("l-0") == 1 and "l-0" not in os.listdir(d1)
     await append(slot, b"after")
     assert [r.value for r in await read_all(slot)] == [b"before", b"after"]
+
+
+async def test_serving_partition_checkpoints_its_meta(cluster: InProcessCluster) -> None:
+    c = cluster
+    for m in c.managers.values():
+        m.meta_checkpoint_interval_ms = 20
+    c.controller.write("create_topics", {"topics": [{"name": "k", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    slot = await c.serving(1, "k", 0)
+    for i in range(3):
+        await append(slot, b"c%d" % i)
+    for _ in range(200):
+        raw = slot.replica.meta_stream.get("partition")
+        if raw is not None and PartitionMeta.decode(raw).end_offset == 3:
+            break
+        await asyncio.sleep(0.01)
+    meta = PartitionMeta.decode(slot.replica.meta_stream.get("partition"))
+    assert meta.end_offset == 3 and meta.clean_shutdown is False and meta.size_bytes > 0
+    assert not await slot.replica.checkpoint()  # nothing new since: nothing written
