@@ -145,6 +145,12 @@ def test_bad_input_is_refused_with_kafka_error_names():
     with pytest.raises(FerryError) as not_listed:
         make_cluster_load(["t"], [0], [5], [1.0], [1.0], brokers=[1, 2])
     assert not_listed.value.error is ErrorCode.BROKER_ID_NOT_REGISTERED
+    from tools.rebalance.model import ClusterLoad
+    stray = ClusterLoad(cluster.topics, cluster.partitions, np.array([1, 7]), cluster.loads, cluster.size_bytes, (1, 2))
+    with pytest.raises(FerryError) as outside:
+        plan(stray)
+    assert outside.value.error is ErrorCode.BROKER_ID_NOT_REGISTERED and "[7]" in outside.value.message
+    assert cluster.with_owners(np.array([1, 9])).brokers == (1, 2, 9)
 
 
 def test_summary_numbers():
@@ -235,3 +241,12 @@ def test_any_cluster_modes_touch_only_their_brokers(cluster, data):
     removed = plan(cluster, PlannerConfig(remove_brokers=(gone,)))
     assert all(m.from_broker == gone for m in removed.moves)
     assert gone not in set(removed.owners_after.tolist())
+
+
+def test_fewer_partitions_than_brokers():
+    # every partition is a giant: nothing can get better by moving, in any mode
+    cluster = make_cluster_load(["t", "t"], [0, 1], [0, 0], [100.0, 50.0], [100.0, 50.0], brokers=[0, 1, 2])
+    assert plan(cluster, PlannerConfig(add_brokers=(3,))).moves[0].to_broker == 3
+    balanced = plan(cluster)
+    assert len(balanced.moves) == 1 and balanced.moves[0].partition == 1  # the giants get a broker each
+    assert plan(cluster.with_owners(balanced.owners_after)).moves == []

@@ -33,8 +33,10 @@ class ClusterLoad:
         return int(self.partitions.shape[0])
 
     def with_owners(self, owners: np.ndarray) -> "ClusterLoad":
-        return ClusterLoad(self.topics, self.partitions, np.asarray(owners, dtype=np.int64).copy(),
-                           self.loads, self.size_bytes, self.brokers)
+        """The same loads owned as given (brokers that now own partitions join the broker list)."""
+        owner_arr = np.asarray(owners, dtype=np.int64).copy()
+        brokers = tuple(sorted(set(self.brokers) | {int(b) for b in np.unique(owner_arr)}))
+        return ClusterLoad(self.topics, self.partitions, owner_arr, self.loads, self.size_bytes, brokers)
 
     def with_brokers(self, brokers: Iterable[int]) -> "ClusterLoad":
         return ClusterLoad(self.topics, self.partitions, self.owners, self.loads, self.size_bytes,

@@ -59,6 +59,7 @@ class PlannerConfig:
     candidate_brokers: int = 8
     candidate_partitions: int = 64
     max_passes: int = 50
+    selection: str = "closest"  # "closest": the partition nearest the transfer that evens the pair; "largest"
 
 
 def plan(cluster: ClusterLoad, config: PlannerConfig | None = None) -> Plan:
@@ -94,7 +95,7 @@ def mean_without_giants(x: np.ndarray, n_brokers: int, band: float) -> float:
     """Mean broker load once partitions too big for any band (each alone above it) have a broker each."""
     desc = np.sort(x)[::-1]
     total, k = float(desc.sum()), 0
-    while k < n_brokers - 1 and desc[k] > (1 + band) * total / (n_brokers - k):
+    while k < min(n_brokers - 1, desc.size) and desc[k] > (1 + band) * total / (n_brokers - k):
         total -= float(desc[k])
         k += 1
     return total / (n_brokers - k)
@@ -109,6 +110,10 @@ class _Search:
         self.broker_ids = sorted(set(cluster.brokers) | set(cfg.add_brokers))
         index = {b: k for k, b in enumerate(self.broker_ids)}
         n_brokers = len(self.broker_ids)
+        unknown = sorted({int(b) for b in np.unique(cluster.owners)} - set(index))
+        if unknown:
+            raise FerryError(ErrorCode.BROKER_ID_NOT_REGISTERED,
+                             f"partitions are owned by brokers {unknown} outside the broker list {self.broker_ids}")
         self.X = np.ascontiguousarray(cluster.loads, dtype=np.float64)
         self.n = self.X.shape[0]
         self.owner = np.array([index[int(b)] for b in cluster.owners], dtype=np.int64)
@@ -291,6 +296,37 @@ class _Search:
                 return i
         return None
 
+    def _pick(self, lst: list[tuple[float, int]], target: float, limit: float, floor: float, s: int, d: int,
+              r: int, protect: tuple[int, ...]) -> int | None:
+        """A partition to move from s to d for goal r (floor <= load <= limit), or None.
+
+        "closest": the one whose load is nearest ``target`` (the transfer that brings the pair to
+        the mean), larger first on ties, so brokers land near the mean rather than on the band's
+        edges and later moves still fit; "largest": the largest that fits (fewest moves when
+        partitions are small against the band).
+        """
+        if self.cfg.selection == "largest" or target >= limit:
+            return self._scan(lst, limit, floor, s, d, r, protect)
+        top = bisect_right(lst, (limit, self.n)) - 1
+        if top < 0:
+            return None
+        hi = bisect_right(lst, (target, self.n))
+        lo = hi - 1
+        for _ in range(self.cfg.candidate_partitions):
+            below = lo >= 0 and lst[lo][0] >= floor
+            above = hi <= top
+            if not below and not above:
+                return None
+            if above and (not below or lst[hi][0] - target <= target - lst[lo][0]):
+                x, i = lst[hi]
+                hi += 1
+            else:
+                x, i = lst[lo]
+                lo -= 1
+            if self._acceptable(i, s, d, r, protect):
+                return i
+        return None
+
     # -- phases -----------------------------------------------------------------------------------
 
     def _over_phase(self, r: int) -> int:
@@ -314,9 +350,12 @@ class _Search:
                     limit = min(Lr[s] - self.lower[r], upper[d] - Lr[d])
                     if limit < self.min_move[r]:
                         break
-                    i = self._scan(lists[s], limit, self.min_move[r], s, d, r, protect)
+                    target = min(Lr[s] - self.mean[r], self.mean[r] - Lr[d])
+                    i = self._pick(lists[s], target, limit, self.min_move[r], s, d, r, protect)
                     if i is not None and key[i] > best_x:
                         best_x, found = key[i], (i, d)
+                        if self.cfg.selection == "closest":
+                            break
                 if found is None and len(self.giants_of[r].get(s, ())) > 1:
                     found = self._spare_giant(lists[s], s, dests, r, protect)
                 if found is not None:
@@ -348,9 +387,12 @@ class _Search:
                     limit = min(Lr[s] - self.lower[r], room)
                     if limit < self.min_move[r]:
                         break
-                    i = self._scan(lists[s], limit, self.min_move[r], s, d, r, protect)
+                    target = min(Lr[s] - self.mean[r], self.mean[r] - Lr[d])
+                    i = self._pick(lists[s], target, limit, self.min_move[r], s, d, r, protect)
                     if i is not None and key[i] > best_x:
                         best_x, found = key[i], (i, s)
+                        if self.cfg.selection == "closest":
+                            break
                 if found is not None:
                     break
             if found is None:
