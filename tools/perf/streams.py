@@ -28,7 +28,7 @@ from stream_storage.batches import build_batch
 from stream_storage.config import MIB, S3Config, StreamStorageConfig
 from stream_storage.control import LocalStreamControl
 from stream_storage.s3_server import S3Server
-from stream_storage.s3_store import make_s3_client, open_s3_store
+from stream_storage.s3_store import S3ObjectStore, make_s3_client, open_s3_store
 from stream_storage.storage import StreamStorage
 
 TARGET_RATIO = 0.70
@@ -283,6 +283,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.endpoint:
             endpoint, bucket = args.endpoint, args.bucket
+            S3ObjectStore(S3Config(endpoint_url=endpoint, bucket=bucket)).ensure_bucket_sync()
         else:
             server = S3Server(bucket=args.bucket).start()
             endpoint, bucket = server.endpoint_url, server.bucket
