@@ -199,8 +199,10 @@ class Uploader:
                                  previous: list[asyncio.Future[None]]) -> None:
         put_done: tuple[str, BuiltObject] | None = None
         attempt = 0
+        ambiguous = False  # a commit attempt of the current key may have been applied (no reply)
         while True:
             if put_done is None:
+                ambiguous = False
                 parts = [(h, c) for h, c in parts if h.state not in (FENCED, FAILED)]
                 if not parts:
                     return
@@ -227,12 +229,17 @@ class Uploader:
                 await self.control.commit_object(key, len(built.data), broker_id, broker_epoch, ranges)
             except FerryError as exc:
                 if is_fenced(exc):
+                    if ambiguous and await self._committed_already(key, parts):
+                        self._on_committed(key, built, parts)
+                        return
                     await self._find_fenced(parts, exc)
-                    await self._discard(key)
+                    if not ambiguous:  # never delete what an unanswered attempt may have committed
+                        await self._discard(key)
                     put_done = None
                     self.stats.rebuilds += 1
                     continue
                 if exc.retriable and not self._stopping and attempt < self.config.controller_retry.max_attempts:
+                    ambiguous = True
                     attempt += 1
                     self.stats.commit_retries += 1
                     await asyncio.sleep(self.config.controller_retry.backoff_ms(attempt) / 1000)
@@ -260,6 +267,14 @@ class Uploader:
             await self.store.delete([key])
         except ObjectStoreError as exc:  # an uncommitted object is garbage, not a correctness problem
             log.warning("could not delete uncommitted object %s: %s", key, exc)
+
+    async def _committed_already(self, key: str, parts: list[tuple[StreamHandle, list[Chunk]]]) -> bool:
+        """Whether an earlier, unanswered attempt committed ``key`` (commits are all-or-nothing)."""
+        try:
+            desc = await self.control.describe_stream(parts[0][0].stream_id)
+        except FerryError:
+            return False
+        return any(o.object_key == key for o in desc.objects)
 
     async def _find_fenced(self, parts: list[tuple[StreamHandle, list[Chunk]]], exc: FerryError) -> None:
         if len(parts) == 1 or exc.error == ErrorCode.STALE_BROKER_EPOCH:

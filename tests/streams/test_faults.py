@@ -124,3 +124,36 @@ async def test_store_down_longer_than_retries_fails_upload_but_keeps_wal(make_st
         await a.append(sid, batch_of("refused"))
     assert a.wal.size_bytes > 0  # the acknowledged data stays in the WAL for recovery
     await a.abort()
+
+
+class CommitThenRefuse(LocalStreamControl):
+    """The first commit is applied but its reply is lost; the retry is refused as if the broker
+    had re-registered meanwhile (STALE_BROKER_EPOCH is checked before the idempotent-retry rule)."""
+
+    def __init__(self, controller: Any) -> None:
+        super().__init__(controller)
+        self.calls = 0
+
+    async def commit_object(self, object_key, size, broker_id, broker_epoch, ranges) -> None:  # type: ignore[override]
+        self.calls += 1
+        if self.calls == 1:
+            await super().commit_object(object_key, size, broker_id, broker_epoch, ranges)
+            raise FerryError(ErrorCode.REQUEST_TIMED_OUT, "injected: reply lost after commit")
+        raise FerryError(ErrorCode.STALE_BROKER_EPOCH, "injected: broker epoch moved on")
+
+
+async def test_refused_retry_after_an_unanswered_commit_never_deletes_the_object(make_storage, controller) -> None:
+    store = MemoryObjectStore()
+    a = make_storage(1, retrying(store))
+    a.control = a.uploader.control = CommitThenRefuse(controller)
+    await a.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 0)
+    await a.append(sid, batch_of("kept"))
+    await a.force_upload(sid)  # the first attempt did commit: found out, not deleted, not fenced
+    desc = controller.read("describe_stream", {"stream_id": sid})
+    assert desc["end_offset"] == 3 and len(desc["objects"]) == 1
+    assert desc["objects"][0]["object_key"] in store.objects
+    check_committed_objects(controller, store, [sid])
+    assert [r.key for r in await read_all(a, sid)] == [b"kept-0", b"kept-1", b"kept-2"]
+    await a.close()
