@@ -65,8 +65,19 @@ class BrokerConfig:
 
 
 def wal_dir_of(wal_root: str, broker_id: int) -> str:
-    """Where broker ``broker_id`` keeps its WAL under ``wal_root`` (also how peers find it)."""
+    """Where broker ``broker_id`` keeps its WAL under ``wal_root`` (also how peers find it). With
+    several log dirs, each has its own WAL in a sub-directory named by the log dir's id."""
     return os.path.join(wal_root, f"broker-{broker_id}")
+
+
+def wal_dirs_of(wal_root: str, broker_id: int) -> list[str]:
+    """Every WAL dir of a broker: its own dir and one per log dir beneath it."""
+    root = wal_dir_of(wal_root, broker_id)
+    try:
+        subdirs = sorted(os.path.join(root, d) for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    except OSError:
+        return [root]
+    return [root] + subdirs
 
 
 def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> BrokerConfig:

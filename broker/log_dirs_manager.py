@@ -180,17 +180,20 @@ class LogDirsManager:
             return
         if os.path.normpath(slot.log_dir) == target:
             return
-        async with self._alter_lock:  # one move at a time, in request order
+        async with self._alter_lock:  # one move at a time
             self._futures[(topic, partition)] = target
             try:
-                await asyncio.to_thread(_move_replica_dir, slot.log_dir, target, topic, partition,
-                                        self.alter_max_bytes_per_second)
-                slot.log_dir = target
-            except OSError as exc:
-                raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"moving {topic}-{partition} to {target} failed: "
-                                 f"{exc}") from exc
+                await manager.move_replica(slot, target, self._move_dir)
             finally:
                 self._futures.pop((topic, partition), None)
+
+    async def _move_dir(self, src_root: str, dst_root: str, topic: str, partition: int) -> None:
+        try:
+            await asyncio.to_thread(_move_replica_dir, src_root, dst_root, topic, partition,
+                                    self.alter_max_bytes_per_second)
+        except OSError as exc:
+            raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"moving {topic}-{partition} to {dst_root} failed: "
+                             f"{exc}") from exc
 
 
 def _read_topic_partition(replica_dir: str) -> tuple[str, int] | None:

@@ -64,22 +64,25 @@ class Slot:
     close_phase: int = 0  # 0 = nothing done yet, 1 = meta persisted (steps 2-3 done)
     close_attempts: int = 0
     open_attempts: int = 0
+    io_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # a log-dir move vs. a close
 
 
 class PartitionManager:
     def __init__(self, broker_id: int, storage: Any, write: WriteFn, metrics: BrokerMetrics,
-                 wal_dir_of: Callable[[int], str], log_dirs: "LogDirsManager",
+                 wal_dirs_of: Callable[[int], list[str]], log_dirs: "LogDirsManager",
                  write_many: Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[Any]] | None = None,
                  meta_checkpoint_interval_ms: int = 30000) -> None:
         self.broker_id = broker_id
-        self.storage = storage
+        # one stream storage (WAL, cache, uploader) per log dir, or one shared by all of them
+        self.storages: dict[str, Any] = dict(storage) if isinstance(storage, dict) else {}
+        self.storage = next(iter(self.storages.values())) if self.storages else storage
+        self._batchers: dict[int, UploadBatcher] = {}
         self._write = write
         self._write_many = write_many
-        self.uploads = UploadBatcher(storage)
         self.meta_checkpoint_interval_ms = meta_checkpoint_interval_ms
         self._checkpoint_task: asyncio.Task[None] | None = None
         self.metrics = metrics
-        self._wal_dir_of = wal_dir_of
+        self._wal_dirs_of = wal_dirs_of
         self._log_dirs = log_dirs
         self.image = MetadataImage()
         self.slots: dict[TopicIdPartition, Slot] = {}
@@ -90,11 +93,23 @@ class PartitionManager:
         self._kv_queue: dict[str, list[MoveHalf]] = {}
         self._kv_task: asyncio.Task[None] | None = None
         self._kv_written: dict[str, str] = {}  # this broker's own timeline keys, as last written
-        self._incoming: dict[int, TopicIdPartition] = {}  # meta stream id -> partition moving here
+        self._incoming: dict[int, Any] = {}  # meta stream id of a partition moving here -> its storage
         self._prefetched: set[str] = set()
         self.stopping = False
 
     # ------------------------------------------------------------------ lookups
+    def storage_for(self, log_dir: str | None) -> Any:
+        """The stream storage whose WAL lives with ``log_dir``."""
+        if log_dir is not None and log_dir in self.storages:
+            return self.storages[log_dir]
+        return self.storage
+
+    def uploads_for(self, storage: Any) -> UploadBatcher:
+        batcher = self._batchers.get(id(storage))
+        if batcher is None:
+            batcher = self._batchers[id(storage)] = UploadBatcher(storage)
+        return batcher
+
     def slot_by_name(self, topic: str, partition: int) -> Slot | None:
         topic_id = self.image.topics.by_name.get(topic)
         if topic_id is None:
@@ -148,30 +163,33 @@ class PartitionManager:
             if reg is None or raw is None:
                 continue
             if reg.leader == NO_LEADER and self.broker_id in reg.replicas:
-                self._incoming[int(raw)] = tp
+                planned = self._dir_path_of(reg.directories[0]) if reg.directories else None
+                self._incoming[int(raw)] = self.storage_for(planned)
             else:
                 self._incoming.pop(int(raw), None)
         if not self._incoming:
             return
-        by_object: dict[tuple[str, int], set[int]] = {}
+        by_object: dict[tuple[str, int, int], set[int]] = {}
         for stream_id in delta.changed_stream_ids():
             if stream_id not in self._incoming:
                 continue
+            storage = self._incoming[stream_id]
             meta = image.streams.streams.get(stream_id)
             if meta is None:
                 continue
             for obj in meta.objects[-PREFETCH_OBJECTS:]:
                 if obj.object_key not in self._prefetched:
-                    by_object.setdefault((obj.object_key, obj.size), set()).add(stream_id)
+                    by_object.setdefault((obj.object_key, obj.size, id(storage)), set()).add(stream_id)
         if len(self._prefetched) > 4096:
             self._prefetched.clear()
-        for (key, size), stream_ids in by_object.items():
+        storages = {id(st): st for st in self._incoming.values()}
+        for (key, size, storage_id), stream_ids in by_object.items():
             self._prefetched.add(key)
-            self._spawn(self._prefetch(key, size, stream_ids))
+            self._spawn(self._prefetch(storages[storage_id], key, size, stream_ids))
 
-    async def _prefetch(self, object_key: str, size: int, stream_ids: set[int]) -> None:
+    async def _prefetch(self, storage: Any, object_key: str, size: int, stream_ids: set[int]) -> None:
         try:
-            await prefetch_streams(self.storage, object_key, size, stream_ids)
+            await prefetch_streams(storage, object_key, size, stream_ids)
         except Exception as exc:  # noqa: BLE001 - an optimisation: the open reads S3 itself if needed
             log.debug("prefetch of %s failed: %r", object_key, exc)
 
@@ -259,8 +277,8 @@ class PartitionManager:
             if slot.log_dir is None:
                 slot.log_dir = choose_log_dir(self._log_dirs.infos(), self.partitions_per_dir(), slot.requested_dir)
                 await asyncio.to_thread(_ensure_partition_dir, slot.log_dir, slot.topic, tp)
-            replica = Replica(self.storage, slot.topic, tp.topic_id, tp.partition, self.broker_id,
-                              self._wal_dir_of, slot.log_dir)
+            replica = Replica(self.storage_for(slot.log_dir), slot.topic, tp.topic_id, tp.partition, self.broker_id,
+                              self._wal_dirs_of, slot.log_dir)
             result = await replica.open(data_plan, meta_plan, epoch)
         except asyncio.CancelledError:
             raise
@@ -325,6 +343,10 @@ class PartitionManager:
 
     async def _close(self, slot: Slot) -> None:
         """Steps 2-4, each done once; a failed step is retried (bounded) from where it stopped."""
+        async with slot.io_lock:
+            await self._close_locked(slot)
+
+    async def _close_locked(self, slot: Slot) -> None:
         tp = slot.tp
         replica = slot.replica
         half = slot.source
@@ -346,7 +368,7 @@ class PartitionManager:
                         half.mark("t3", now_ms())
                 # both streams (and those of partitions closing alongside) in one object
                 await replica.prepare_close()
-                await self.uploads.upload([replica.data_stream_id], [replica.meta_stream_id])
+                await self.uploads_for(replica.storage).upload([replica.data_stream_id], [replica.meta_stream_id])
                 await replica.close_streams()
                 if half:
                     half.mark("t4", now_ms())
@@ -451,6 +473,60 @@ class PartitionManager:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the next checkpoint (or close) writes it
                     log.info("meta checkpoint of %s-%d failed: %r", slot.topic, slot.tp.partition, exc)
+
+    # ------------------------------------------------------------------ AlterReplicaLogDirs
+    async def move_replica(self, slot: Slot, target: str,
+                           move_dir: Callable[[str, str, str, int], Awaitable[None]]) -> None:
+        """Move a replica hosted here to log dir ``target`` (KIP-113).
+
+        Its dir travels through ``-future``; when the target dir has its own WAL, the partition
+        pauses briefly (produce answers NOT_LEADER_OR_FOLLOWER, clients retry): buffered data is
+        uploaded, the streams are closed in the old dir's storage and re-opened in the target's at
+        the next stream epoch, and the partition serves again from there.
+        """
+        async with slot.io_lock:
+            source = slot.log_dir
+            replica = slot.replica
+            assert source is not None
+            old_storage, new_storage = self.storage_for(source), self.storage_for(target)
+            if old_storage is new_storage or replica is None:
+                await move_dir(source, target, slot.topic, slot.tp.partition)
+                slot.log_dir = target
+                return
+            if not slot.status.accepts_produce:
+                raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{slot.topic}-{slot.tp.partition} is "
+                                 f"{slot.status.state.value.lower()} here; move its log dir once it serves")
+            epochs = {sid: h.epoch for sid in (replica.data_stream_id, replica.meta_stream_id)
+                      if (h := old_storage.stream(sid)) is not None}
+            replica.closed = True  # the swap: no appends until the target serves
+            try:
+                await replica.drain()
+                await replica.persist_meta(clean=True)
+                await replica.prepare_close()
+                await self.uploads_for(old_storage).upload([replica.data_stream_id], [replica.meta_stream_id])
+                await replica.close_streams()
+                await move_dir(source, target, slot.topic, slot.tp.partition)
+                slot.log_dir = target
+                moved = Replica(new_storage, slot.topic, slot.tp.topic_id, slot.tp.partition, self.broker_id,
+                                self._wal_dirs_of, target)
+                plans = [StreamPlan(sid, epochs.get(sid, 0) + 1, -1, epochs.get(sid, 0))
+                         for sid in (replica.data_stream_id, replica.meta_stream_id)]
+                await moved.open(plans[0], plans[1], replica.leader_epoch)
+            except Exception as exc:
+                log.error("moving %s-%d to %s failed (%r); re-opening it", slot.topic, slot.tp.partition, target,
+                          exc)
+                slot.replica = None
+                slot.status = sm.PartitionStatus(state=sm.PartitionState.OPENING,
+                                                 leader_epoch=slot.status.leader_epoch, want_lead=True,
+                                                 want_epoch=slot.status.want_epoch)
+                self._run(slot, (sm.Action.OPEN,))
+                if isinstance(exc, FerryError):
+                    raise
+                raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"moving {slot.topic}-{slot.tp.partition} to "
+                                 f"{target} failed: {exc}") from exc
+            slot.replica = moved
+            log.info("moved %s-%d from log dir %s to %s", slot.topic, slot.tp.partition, source, target)
+            await replica.wake_fetchers()
 
     # ------------------------------------------------------------------ fencing from produce
     def on_fenced(self, slot: Slot, exc: BaseException) -> None:

@@ -57,13 +57,13 @@ class Replica:
     """A partition's streams, offsets and indexes while this broker owns it."""
 
     def __init__(self, storage: Any, topic: str, topic_id: str, partition: int, broker_id: int,
-                 wal_dir_of: Callable[[int], str], log_dir: str) -> None:
+                 wal_dirs_of: Callable[[int], list[str]], log_dir: str) -> None:
         self.storage = storage
         self.topic = topic
         self.topic_id = topic_id
         self.partition = partition
         self.broker_id = broker_id
-        self._wal_dir_of = wal_dir_of
+        self._wal_dirs_of = wal_dirs_of
         self.log_dir = log_dir
         self.data_stream_id = -1
         self.meta_stream_id = -1
@@ -153,14 +153,16 @@ class Replica:
 
     async def _recover_from_peer(self, plan: StreamPlan) -> int:
         """The previous owner did not close the stream: bring back its WAL tail (nothing it
-        acknowledged is lost while its WAL is reachable)."""
-        wal_dir = self._wal_dir_of(plan.previous_owner)
-        if not os.path.isdir(wal_dir):
-            log.warning("%s-%d: WAL %s of broker %d is not reachable; stream %d is recovered from S3 only "
-                        "(what that broker had not uploaded is lost)", self.topic, self.partition, wal_dir,
+        acknowledged is lost while its WALs are reachable; one per log dir it had)."""
+        wal_dirs = [d for d in self._wal_dirs_of(plan.previous_owner) if os.path.isdir(d)]
+        if not wal_dirs:
+            log.warning("%s-%d: no WAL of broker %d is reachable; stream %d is recovered from S3 only "
+                        "(what that broker had not uploaded is lost)", self.topic, self.partition,
                         plan.previous_owner, plan.stream_id)
             return 0
-        n = int(await self.storage.recover_from_wal(wal_dir, plan.stream_id))
+        n = 0
+        for wal_dir in wal_dirs:  # only the WAL that held the stream last has a tail beyond S3
+            n += int(await self.storage.recover_from_wal(wal_dir, plan.stream_id))
         if n:
             log.info("%s-%d: recovered %d offsets of stream %d from broker %d's WAL", self.topic, self.partition,
                      n, plan.stream_id, plan.previous_owner)

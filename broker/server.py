@@ -19,13 +19,13 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.config import BrokerConfig, load_config, wal_dir_of
+from broker.config import BrokerConfig, load_config, wal_dirs_of
 from broker.heartbeat import Heartbeater
 from broker.load_sampler import LoadSampler, PartitionLoad
 from broker.log_dirs_manager import LogDirsManager
 from broker.metrics import BrokerMetrics
 from broker.partition_manager import PartitionManager, Slot
-from broker.storage_factory import close_storage, open_object_store, open_storage
+from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from metadata_quorum.client import ControllerClient, MetadataLogFollower
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER
@@ -82,6 +82,7 @@ class Broker:
         self.log_dirs = LogDirsManager(list(config.log_dirs), config.log_dir_reserved_bytes,
                                        config.alter_log_dirs_max_bytes_per_second)
         self.storage: Any = None
+        self.storages: dict[str, Any] = {}  # log dir -> its stream storage (WAL, cache, uploader)
         self.object_store: Any = None
         self.manager: PartitionManager | None = None
         self.follower: MetadataLogFollower | None = None
@@ -131,11 +132,15 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         epoch = await self.heartbeater.register()
         self.object_store = open_object_store(self.config)
-        self.storage = await open_storage(self.config, self.object_store, self.client, self.broker_id,
-                                          lambda: self.heartbeater.state.broker_epoch)
-        self.heartbeater.on_registered = self.storage.set_broker_epoch
-        self.manager = PartitionManager(self.broker_id, self.storage, self._write, self.metrics,
-                                        lambda b: wal_dir_of(self.config.effective_wal_root, b),
+        wal_dirs = wal_dirs_for(self.config, {d.path: d.dir_id for d in self.log_dirs.dirs})
+        for path, wal_dir in wal_dirs.items():
+            await asyncio.to_thread(os.makedirs, wal_dir, exist_ok=True)
+            self.storages[path] = await open_storage(self.config, self.object_store, self.client, self.broker_id,
+                                                     lambda: self.heartbeater.state.broker_epoch, wal_dir)
+        self.storage = next(iter(self.storages.values()))
+        self.heartbeater.on_registered = self._set_broker_epoch
+        self.manager = PartitionManager(self.broker_id, dict(self.storages), self._write, self.metrics,
+                                        lambda b: wal_dirs_of(self.config.effective_wal_root, b),
                                         self.log_dirs, self.client.write_many,
                                         self.config.meta_checkpoint_interval_ms)
         self.follower = MetadataLogFollower(self.client, self._on_metadata, max_wait_ms=self.config.metadata_poll_wait_ms)
@@ -145,6 +150,10 @@ class Broker:
         self._background.append(asyncio.create_task(self.log_dirs.monitor(self.config.log_dir_check_interval_ms)))
         self.state = "RUNNING"
         log.info("broker %d registered (broker epoch %d), following the metadata log", self.broker_id, epoch)
+
+    def _set_broker_epoch(self, broker_epoch: int) -> None:
+        for storage in self.storages.values():
+            storage.set_broker_epoch(broker_epoch)
 
     async def _on_metadata(self, records: list[Any], delta: Any, image: Any) -> None:
         assert self.manager is not None
@@ -182,8 +191,8 @@ class Broker:
             await self.follower.stop()
         if self.manager is not None:
             await self.manager.cancel_tasks()
-        if self.storage is not None:
-            await close_storage(self.storage, self.object_store)
+        if self.storages:
+            await close_storage(list(self.storages.values()), self.object_store)
         if self._runner is not None:
             await self._runner.cleanup()
         await self.client.close()
@@ -450,8 +459,11 @@ class Broker:
             "partitions": self.manager.state_counts() if self.manager else {}})
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        if self.storage is not None and hasattr(self.storage, "stats"):
-            self.metrics.set_storage_stats(self.storage.stats())
+        totals: dict[str, float] = {}
+        for storage in self.storages.values():
+            for name, value in storage.stats().items():
+                totals[name] = totals.get(name, 0) + value
+        self.metrics.set_storage_stats(totals)
         return web.Response(body=self.metrics.render(), content_type="text/plain")
 
 

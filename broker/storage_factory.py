@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any, Callable
 
 from broker.config import BrokerConfig
@@ -21,17 +22,25 @@ def open_object_store(config: BrokerConfig) -> Any:
 
 
 async def open_storage(config: BrokerConfig, store: Any, client: Any, broker_id: int,
-                       broker_epoch: Callable[[], int]) -> StreamStorage:
-    """A started StreamStorage on this broker's WAL dir; its own WAL tail is kept for re-opens."""
+                       broker_epoch: Callable[[], int], wal_dir: str) -> StreamStorage:
+    """A started StreamStorage on ``wal_dir``; its own WAL tail is kept for re-opens."""
     settings = dict(config.storage)
-    settings["wal_dir"] = config.effective_wal_dir
+    settings["wal_dir"] = wal_dir
     storage = StreamStorage(storage_config_from_dict(settings), store, HttpStreamControl(client), broker_id,
                             broker_epoch())
     replay = await storage.start()
     if replay.entries:
-        log.info("WAL %s holds %d entries from before the restart (%d torn bytes cut)", config.effective_wal_dir,
+        log.info("WAL %s holds %d entries from before the restart (%d torn bytes cut)", wal_dir,
                  len(replay.entries), replay.torn_bytes)
     return storage
+
+
+def wal_dirs_for(config: BrokerConfig, dir_ids: dict[str, str]) -> dict[str, str]:
+    """Log dir -> its WAL dir: the broker's WAL dir with one log dir, one sub-directory (named by
+    the log dir's id) per log dir with several, so that a partition's WAL follows its log dir."""
+    if len(config.log_dirs) == 1:
+        return {config.log_dirs[0]: config.effective_wal_dir}
+    return {path: os.path.join(config.effective_wal_dir, dir_ids[path]) for path in config.log_dirs}
 
 
 async def upload_together(storage: Any, stream_ids: list[int]) -> None:
@@ -105,11 +114,12 @@ async def prefetch_streams(storage: Any, object_key: str, size: int, stream_ids:
         await blocks_of(object_key, wanted)
 
 
-async def close_storage(storage: Any, store: Any) -> None:
-    """Stop the storage without closing streams (partitions were closed one by one before)."""
+async def close_storage(storages: list[Any], store: Any) -> None:
+    """Stop the storages without closing streams (partitions were closed one by one before)."""
     try:
-        await storage.uploader.stop()
-        await storage.wal.close()
+        for storage in storages:
+            await storage.uploader.stop()
+            await storage.wal.close()
     finally:
         try:
             await store.close()

@@ -240,7 +240,7 @@ async def test_controlled_shutdown_moves_partitions_then_restart(two_brokers: Lo
 @pytest.fixture
 def wal_only_cluster(tmp_path):  # type: ignore[no-untyped-def]
     """Uploads only on close, so that a killed broker's acknowledged data lives in its WAL alone."""
-    c = LocalCluster(str(tmp_path / "c"), brokers=2, broker_overrides=dict(
+    c = LocalCluster(str(tmp_path / "c"), brokers=2, log_dirs_per_broker=2, broker_overrides=dict(
         FAST, storage={"upload_interval_ms": 600000, "upload_bytes": 256 * 1024 * 1024}))
     c.start()
     yield c
@@ -264,6 +264,21 @@ async def test_killed_owner_recovered_from_its_wal_then_paused_owner_steps_down(
         async with s.get(f"{c.broker_url(2)}/v1/moves", params={"topic": "kw"}) as r:
             moves = (await r.json())["moves"]
         assert any(m["to_broker"] == 2 and m["clean"] is False and m["complete"] for m in moves), moves
+        # AlterReplicaLogDirs on broker 2: the partition's WAL and streams follow it to the other dir
+        async with s.get(f"{c.broker_url(2)}/v1/log-dirs") as r:
+            dirs = (await r.json())["brokers"][0]["logDirs"]
+        here = next(d["logDir"] for d in dirs if d["partitions"])
+        there = next(d["logDir"] for d in dirs if d["logDir"] != here)
+        async with s.post(f"{c.broker_url(2)}/v1/log-dirs/alter",
+                          json={"partitions": [{"topic": "kw", "partition": 0, "log_dir": there}]}) as r:
+            assert (await r.json())["results"][0]["error"] is None
+        async with s.get(f"{c.broker_url(2)}/v1/log-dirs") as r:
+            dirs = (await r.json())["brokers"][0]["logDirs"]
+        assert [p["partition"] for d in dirs if d["logDir"] == there for p in d["partitions"]] == ["kw-0"]
+        await wait_serving(s, c.broker_url(2), "kw", 0)
+        status, body = await produce(s, c.broker_url(2), "kw", 0, batch([b"moved-dir"]))
+        assert status == 200
+        acked.append((body["base_offset"], b"moved-dir"))
 
         # now broker 2 owns it; bring broker 1 back, move the partition there, then freeze it
         c.restart_broker(1)

@@ -28,7 +28,9 @@ from stream_storage.storage import StreamStorage
 
 
 class InProcessCluster:
-    def __init__(self, root: str, brokers: int = 2) -> None:
+    def __init__(self, root: str, brokers: int = 2, wal_per_dir: bool = False) -> None:
+        self.wal_per_dir = wal_per_dir
+        self.extra_storages: list[StreamStorage] = []
         self.skew_ms = 0
         self.controller = LocalController(lambda: int(time.time() * 1000) + self.skew_ms, session_timeout_ms=2000)
         self.store = MemoryObjectStore(latency_ms=0.5)
@@ -41,6 +43,10 @@ class InProcessCluster:
 
     def wal_dir(self, broker_id: int) -> str:
         return os.path.join(self.root, "wal", f"broker-{broker_id}")
+
+    def wal_dirs(self, broker_id: int) -> list[str]:
+        root = self.wal_dir(broker_id)
+        return [root] + [os.path.join(root, d) for d in ("0", "1") if os.path.isdir(os.path.join(root, d))]
 
     async def start(self) -> "InProcessCluster":
         for bid in self.ids:
@@ -56,12 +62,21 @@ class InProcessCluster:
                                     LocalStreamControl(self.controller, delay_ms=0.2), bid, epoch)
             await storage.start()
             self.storages[bid] = storage
+            per_dir: Any = storage
+            if self.wal_per_dir:  # each log dir with its own WAL (and cache, uploader)
+                per_dir = {}
+                for i, d in enumerate(dirs.dirs):
+                    st = StreamStorage(StreamStorageConfig(wal_dir=os.path.join(self.wal_dir(bid), str(i))),
+                                       self.store, LocalStreamControl(self.controller, delay_ms=0.2), bid, epoch)
+                    await st.start()
+                    self.extra_storages.append(st)
+                    per_dir[d.path] = st
 
             async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
                 await asyncio.sleep(0.0005)
                 return self.controller.write(op, args)
 
-            manager = PartitionManager(bid, storage, write, BrokerMetrics(bid), self.wal_dir, dirs)
+            manager = PartitionManager(bid, per_dir, write, BrokerMetrics(bid), self.wal_dirs, dirs)
             self.managers[bid] = manager
 
             def listener(_base: int, _records: Any, delta: Any, image: Any, m: PartitionManager = manager) -> None:
@@ -74,7 +89,7 @@ class InProcessCluster:
     async def stop(self) -> None:
         for m in self.managers.values():
             await m.cancel_tasks()
-        for s in self.storages.values():
+        for s in list(self.storages.values()) + self.extra_storages:
             await s.abort()
 
     async def serving(self, bid: int, topic: str, partition: int, timeout_s: float = 10.0) -> Any:
@@ -261,7 +276,7 @@ async def test_restarted_broker_never_replays_its_fenced_writes(cluster: InProce
     async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
         return c.controller.write(op, args)
 
-    manager = PartitionManager(1, storage, write, BrokerMetrics(1), c.wal_dir, dirs)
+    manager = PartitionManager(1, storage, write, BrokerMetrics(1), c.wal_dirs, dirs)
     c.managers[1] = manager
     manager.on_delta(MetadataDelta(EMPTY_IMAGE).replay_all([r for _o, r in c.controller.log]),
                      c.controller.image)
@@ -322,3 +337,34 @@ async def test_serving_partition_checkpoints_its_meta(cluster: InProcessCluster)
     meta = PartitionMeta.decode(slot.replica.meta_stream.get("partition"))
     assert meta.end_offset == 3 and meta.clean_shutdown is False and meta.size_bytes > 0
     assert not await slot.replica.checkpoint()  # nothing new since: nothing written
+
+
+async def test_alter_log_dir_moves_wal_and_streams_to_the_target_dir(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    c = await InProcessCluster(str(tmp_path), wal_per_dir=True).start()
+    try:
+        d0, d1 = (d.path for d in c.dirs[1].dirs)
+        c.controller.write("create_topics", {"topics": [{"name": "w", "num_partitions": 1, "replication_factor": 1,
+                                                         "assignments": {"0": [1]}}]})
+        slot = await c.serving(1, "w", 0)
+        first = slot.log_dir
+        other = d1 if first == d0 else d0
+        old_storage = c.managers[1].storage_for(first)
+        new_storage = c.managers[1].storage_for(other)
+        assert old_storage is not new_storage and slot.replica.storage is old_storage
+        acked = [(await append(slot, b"x%d" % i), b"x%d" % i) for i in range(5)]
+        await c.dirs[1].alter(c.managers[1], "w", 0, other)
+        assert slot.log_dir == other and slot.replica.storage is new_storage and slot.status.accepts_produce
+        assert old_storage.stream(slot.replica.data_stream_id) is None  # nothing of it left in the old WAL
+        assert "w-0" in os.listdir(other) and "w-0" not in os.listdir(first)
+        acked.append((await append(slot, b"after"), b"after"))
+        assert [(r.offset, r.value) for r in await read_all(slot)] == acked
+        # the new dir's WAL holds the tail now: a crash of this broker is recovered from it
+        c.controller.listeners.remove(c.listeners[1])
+        c.skew_ms += 5000
+        epoch2 = c.controller.image.cluster.brokers[2].broker_epoch
+        c.controller.write("broker_heartbeat", {"broker_id": 2, "broker_epoch": epoch2, "metadata_offset": 10**9})
+        c.controller.tick()
+        moved = await c.serving(2, "w", 0)
+        assert [(r.offset, r.value) for r in await read_all(moved)] == acked
+    finally:
+        await c.stop()
