@@ -19,7 +19,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable
 
@@ -56,11 +56,6 @@ class ObserverState:
     metadata_offset: int = -1
     last_fetch_ms: int = 0
     last_caught_up_ms: int = 0
-
-
-@dataclass
-class WriteStats:
-    commit_latency_s: list[float] = field(default_factory=list)
 
 
 def now_ms() -> int:

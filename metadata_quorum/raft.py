@@ -67,7 +67,8 @@ class Command:
     """One replicated command: operation batches computed after command ``prev``, in term ``epoch``.
 
     Records travel as the record objects themselves (pysyncobj pickles the command), so that no
-    node decodes JSON on the apply path; the log keeps their self-describing encoding.
+    node decodes JSON on the apply path; the log encodes a batch (``encode_record``) when it is
+    first read.
     """
 
     command_id: str
