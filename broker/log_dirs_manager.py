@@ -16,7 +16,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from broker.log_dirs import (LogDirInfo, LogDirState, delete_dir_name, future_dir_name, next_dir_state,
                              partition_dir_name, recovery_plan, validate_log_dir)
@@ -134,7 +134,10 @@ class LogDirsManager:
         except OSError:
             self._state[path] = next_dir_state(self._state[path], 0, self.reserved_bytes, io_error=True)
 
-    async def monitor(self, interval_ms: int) -> None:
+    async def monitor(self, interval_ms: int,
+                      on_saturated: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """Re-check free space every interval; a dir that becomes saturated is handed to
+        ``on_saturated`` (which uploads what its WAL buffers so the WAL can shrink)."""
         while True:
             await asyncio.sleep(interval_ms / 1000)
             for path in self.paths:
@@ -142,6 +145,11 @@ class LogDirsManager:
                 await asyncio.to_thread(self._refresh, path)
                 if self._state[path] is not before:
                     log.warning("log dir %s is now %s", path, self._state[path].value)
+                    if self._state[path] is LogDirState.SATURATED and on_saturated is not None:
+                        try:
+                            await on_saturated(path)
+                        except Exception as exc:  # noqa: BLE001 - retried at the next transition
+                            log.warning("relieving saturated log dir %s failed: %r", path, exc)
 
     def info(self, path: str) -> LogDirInfo:
         total, free = self._space.get(path, (0, 0))

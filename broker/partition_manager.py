@@ -474,6 +474,19 @@ class PartitionManager:
                 except Exception as exc:  # noqa: BLE001 - the next checkpoint (or close) writes it
                     log.info("meta checkpoint of %s-%d failed: %r", slot.topic, slot.tp.partition, exc)
 
+    async def relieve_saturated(self, log_dir: str) -> None:
+        """KIP-928 in s3 mode: a full log dir takes no appends (produce answers KAFKA_STORAGE_ERROR);
+        everything its WAL buffers is uploaded now so that the WAL segments can be deleted."""
+        storage = self.storage_for(log_dir)
+        ids = [sid for s in self.slots.values() if s.replica is not None and s.replica.storage is storage
+               for sid in (s.replica.data_stream_id, s.replica.meta_stream_id)]
+        if ids:
+            await self.uploads_for(storage).upload(ids)
+        wal = getattr(storage, "wal", None)
+        if wal is not None:
+            await wal.trim()
+        log.info("log dir %s is full: uploaded %d streams and trimmed its WAL", log_dir, len(ids))
+
     # ------------------------------------------------------------------ AlterReplicaLogDirs
     async def move_replica(self, slot: Slot, target: str,
                            move_dir: Callable[[str, str, str, int], Awaitable[None]]) -> None:

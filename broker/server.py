@@ -147,7 +147,8 @@ class Broker:
         self.follower.start()
         self.heartbeater.start()
         self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
-        self._background.append(asyncio.create_task(self.log_dirs.monitor(self.config.log_dir_check_interval_ms)))
+        self._background.append(asyncio.create_task(self.log_dirs.monitor(self.config.log_dir_check_interval_ms,
+                                                                          self.manager.relieve_saturated)))
         self.state = "RUNNING"
         log.info("broker %d registered (broker epoch %d), following the metadata log", self.broker_id, epoch)
 

@@ -58,7 +58,7 @@ class InProcessCluster:
                 "log_dirs": [{"dir_id": d.dir_id, "path": d.path} for d in dirs.dirs]})["broker_epoch"]
             self.controller.write("broker_heartbeat", {"broker_id": bid, "broker_epoch": epoch,
                                                        "metadata_offset": 10**9})
-            storage = StreamStorage(StreamStorageConfig(wal_dir=self.wal_dir(bid)), self.store,
+            storage = StreamStorage(StreamStorageConfig(wal_dir=self.wal_dir(bid), upload_interval_ms=60000), self.store,
                                     LocalStreamControl(self.controller, delay_ms=0.2), bid, epoch)
             await storage.start()
             self.storages[bid] = storage
@@ -66,7 +66,7 @@ class InProcessCluster:
             if self.wal_per_dir:  # each log dir with its own WAL (and cache, uploader)
                 per_dir = {}
                 for i, d in enumerate(dirs.dirs):
-                    st = StreamStorage(StreamStorageConfig(wal_dir=os.path.join(self.wal_dir(bid), str(i))),
+                    st = StreamStorage(StreamStorageConfig(wal_dir=os.path.join(self.wal_dir(bid), str(i)), upload_interval_ms=60000),
                                        self.store, LocalStreamControl(self.controller, delay_ms=0.2), bid, epoch)
                     await st.start()
                     self.extra_storages.append(st)
@@ -368,3 +368,16 @@ async def test_alter_log_dir_moves_wal_and_streams_to_the_target_dir(tmp_path) -
         assert [(r.offset, r.value) for r in await read_all(moved)] == acked
     finally:
         await c.stop()
+
+
+async def test_saturated_dir_uploads_what_its_wal_buffers(cluster: InProcessCluster) -> None:
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "z", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    slot = await c.serving(1, "z", 0)
+    for i in range(4):
+        await append(slot, b"z%d" % i)
+    stream = c.controller.image.streams.streams[slot.replica.data_stream_id]
+    assert stream.end_offset < 4  # still only in the WAL (the uploader waits for its interval)
+    await c.managers[1].relieve_saturated(slot.log_dir)
+    assert c.controller.image.streams.streams[slot.replica.data_stream_id].end_offset == 4
