@@ -357,6 +357,17 @@ class StreamStorage:
             raise FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {stream_id} is not opened here")
         await self.uploader.force_upload(handle)
 
+    async def force_upload_many(self, stream_ids: list[int]) -> dict[int, FerryError]:
+        """Force-upload several streams in one object and one commit (partitions closing
+        together); returns the streams that did not commit and why. The order of ``stream_ids`` is
+        the order of their ranges in the object."""
+        handles = [h for sid in stream_ids if (h := self.handles.get(sid)) is not None]
+        failed = await self.uploader.force_upload_many(handles)
+        for sid in stream_ids:
+            if sid not in self.handles:
+                failed[sid] = FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {sid} is not opened here")
+        return failed
+
     async def trim(self, stream_id: int, new_start_offset: int) -> None:
         """Move the stream's start forward; objects wholly below are deleted from S3."""
         handle = self._writable(stream_id)

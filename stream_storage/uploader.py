@@ -161,6 +161,27 @@ class Uploader:
                              f"stream {handle.stream_id}: upload did not commit offsets "
                              f"[{handle.committed_end}, {handle.taken_end})")
 
+    async def force_upload_many(self, handles: list[StreamHandle]) -> dict[int, FerryError]:
+        """Upload what all these streams buffer as ONE stream-set object with one commit, and
+        wait; returns the streams that did not commit, with why (empty: all did)."""
+        parts = [(h, c) for h in handles if (c := self._take(h))]
+        if parts:
+            self._begin(parts, slot=False)
+        waits = [asyncio.shield(h.last_commit) for h in handles if h.last_commit is not None]
+        if waits:
+            await asyncio.gather(*waits, return_exceptions=True)
+        failed: dict[int, FerryError] = {}
+        for h in handles:
+            try:
+                if h.state in (FENCED, FAILED):
+                    h.check_writable()
+                if h.committed_end < h.taken_end:
+                    raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"stream {h.stream_id}: upload did not commit "
+                                     f"offsets [{h.committed_end}, {h.taken_end})")
+            except FerryError as exc:
+                failed[h.stream_id] = exc
+        return failed
+
     # -- one upload --------------------------------------------------------------------------
 
     def _begin(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool) -> None:

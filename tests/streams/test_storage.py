@@ -407,3 +407,22 @@ async def test_fetch_finds_objects_in_the_brokers_image_without_asking_the_contr
     assert asked == []
     await a.close()
     await b.close()
+
+
+async def test_force_upload_many_puts_one_object_for_many_streams(make_storage, memory_store, controller) -> None:
+    a = make_storage(1, memory_store, upload_interval_ms=60_000)
+    await a.start()
+    sids = [await a.create_stream() for _ in range(5)]
+    for sid in sids:
+        await a.open_stream(sid, 0)
+        await a.append(sid, batch_of(f"m{sid}"))
+    missing = 10_000
+    failed = await a.force_upload_many(sids + [missing])
+    assert list(failed) == [missing]
+    assert memory_store.calls["put"] == 1
+    keys = {controller.read("describe_stream", {"stream_id": sid})["objects"][0]["object_key"] for sid in sids}
+    assert len(keys) == 1
+    for sid in sids:
+        await a.close_stream(sid)
+    assert memory_store.calls["put"] == 1  # nothing left to upload at close
+    await a.close()
