@@ -64,6 +64,7 @@ class Slot:
     close_phase: int = 0  # 0 = nothing done yet, 1 = meta persisted (steps 2-3 done)
     close_attempts: int = 0
     open_attempts: int = 0
+    open_failures: int = 0
     io_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # a log-dir move vs. a close
 
 
@@ -303,8 +304,11 @@ class PartitionManager:
                 self._run(slot, tuple(a for a in actions if a is not sm.Action.DROP))
                 return
             retriable = not isinstance(exc, FerryError) or exc.retriable or exc.error is ErrorCode.STREAM_NOT_CLOSED
-            log.warning("open %s-%d at leader epoch %d failed (%s): %r", slot.topic, tp.partition, epoch,
-                        "retrying" if retriable and not self.stopping else "giving up", exc)
+            slot.open_failures += 1
+            if slot.open_failures == 1 or slot.open_failures % 20 == 0 or not retriable:
+                log.warning("open %s-%d at leader epoch %d failed (attempt %d, %s): %r", slot.topic, tp.partition,
+                            epoch, slot.open_failures, "retrying" if retriable and not self.stopping else "giving up",
+                            exc)
             if retriable and not self.stopping:
                 await asyncio.sleep(OPEN_RETRY_S)
             slot.status, actions = sm.on_open_failed(slot.status, retriable and not self.stopping)
@@ -314,6 +318,7 @@ class PartitionManager:
             return
         slot.replica = replica
         slot.open_attempts = 0
+        slot.open_failures = 0
         if self._checkpoint_task is None and self.meta_checkpoint_interval_ms > 0:
             self._checkpoint_task = self._spawn(self._checkpoints())
         slot.status, actions = sm.on_opened(slot.status)
