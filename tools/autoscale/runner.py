@@ -103,6 +103,8 @@ class Experiment:
             await asyncio.wait([tasks[3]], timeout=self.scn.drain_timeout_s)
             self.status = "draining"
             await self._drain()
+            self._consuming = False  # let the poll in progress finish and count what it read
+            await asyncio.wait([tasks[1]], timeout=5.0)
         finally:
             self._producing = self._consuming = False
             for task in tasks:
