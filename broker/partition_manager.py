@@ -8,7 +8,6 @@ timeline (move_timeline.py), publishes its half in the metadata log's KV, and lo
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
 import shutil
@@ -19,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from broker import partition as sm
 from broker.log_dirs import choose_log_dir, partition_dir_name
 from broker.metrics import BrokerMetrics
-from broker.move_timeline import (ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline, decode_halves, encode_halves,
-                                  merge_all, move_kv_key)
+from broker.move_log import MoveLog
+from broker.move_timeline import ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline
 from broker.replica import Replica, StreamPlan
 from broker.storage_factory import UploadBatcher, prefetch_streams
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
@@ -34,14 +33,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("ferry.broker.partitions")
 
 WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-MOVE_HISTORY = 1000
 OPEN_RETRY_S = 0.1
 CLOSE_ATTEMPTS = 20
 PREFETCH_OBJECTS = 8
 ELECT_COALESCE_S = 0.002
 ELECT_BATCH_MAX = 500
 ELECT_ATTEMPTS = 20
-KV_COALESCE_S = 0.05
 PREFETCH_BYTES = 1024 * 1024
 FENCED_ERRORS = (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH)
 
@@ -79,7 +76,6 @@ class PartitionManager:
         self.storage = next(iter(self.storages.values())) if self.storages else storage
         self._batchers: dict[int, UploadBatcher] = {}
         self._write = write
-        self._write_many = write_many
         self.meta_checkpoint_interval_ms = meta_checkpoint_interval_ms
         self._checkpoint_task: asyncio.Task[None] | None = None
         self.metrics = metrics
@@ -87,13 +83,10 @@ class PartitionManager:
         self._log_dirs = log_dirs
         self.image = MetadataImage()
         self.slots: dict[TopicIdPartition, Slot] = {}
-        self.history: collections.deque[MoveHalf] = collections.deque(maxlen=MOVE_HISTORY)
+        self.move_log = MoveLog(broker_id, metrics, lambda: self.image, write, write_many, self._spawn)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._elect_queue: list[tuple[Slot, MoveHalf | None]] = []
         self._elect_task: asyncio.Task[None] | None = None
-        self._kv_queue: dict[str, list[MoveHalf]] = {}
-        self._kv_task: asyncio.Task[None] | None = None
-        self._kv_written: dict[str, str] = {}  # this broker's own timeline keys, as last written
         self._incoming: dict[int, Any] = {}  # meta stream id of a partition moving here -> its storage
         self._prefetched: set[str] = set()
         self.stopping = False
@@ -555,67 +548,13 @@ class PartitionManager:
 
     # ------------------------------------------------------------------ timelines
     def _finish_half(self, half: MoveHalf) -> None:
-        self.history.append(half)
-        times = " ".join(f"{k}=+{v - half.move_id}ms" for k, v in sorted(half.times_ms.items()))
-        log.info("move %s-%d %s half (broker %d, leader epoch %d): %s", half.topic, half.partition, half.role,
-                 half.broker_id, half.leader_epoch, times)
-        topic_id = self.image.topics.by_name.get(half.topic)
-        if topic_id is None:
-            return
-        if half.role == ROLE_TARGET:
-            merged = self.timeline_for(half)
-            if merged is not None and merged.complete:
-                log.info("move %s-%d from broker %s to %d took %s ms: steps %s", half.topic, half.partition,
-                         merged.from_broker, self.broker_id, merged.total_ms, merged.steps_ms)
-                self.metrics.observe_move(ROLE_TARGET, merged.steps_ms, merged.total_ms)
-        else:
-            t = {k: half.times_ms.get(k) for k in ("t1", "t2", "t3", "t4", "t5")}
-            steps = {str(i): (t[f"t{i}"] - (t.get(f"t{i-1}") if i > 1 else half.move_id))  # type: ignore[operator]
-                     if t.get(f"t{i}") is not None and (i == 1 or t.get(f"t{i-1}") is not None) else None
-                     for i in range(1, 6)}
-            self.metrics.observe_move(ROLE_SOURCE, steps, None)
-        self._kv_queue.setdefault(move_kv_key(topic_id, half.partition, half.role, self.broker_id), []).append(half)
-        if self._kv_task is None or self._kv_task.done():
-            self._kv_task = self._spawn(self._publish())
-
-    async def _publish(self) -> None:
-        """Publish timeline halves in the metadata log's KV, many keys per request when possible."""
-        await asyncio.sleep(KV_COALESCE_S)
-        while self._kv_queue:
-            queued, self._kv_queue = self._kv_queue, {}
-            ops = []
-            for key, halves in queued.items():
-                value = self._kv_written.get(key, self.image.kv.get(key))
-                for half in halves:
-                    value = encode_halves(value, half)
-                self._kv_written[key] = value
-                ops.append(("put_kv", {"key": key, "value": value}))
-            try:
-                if self._write_many is not None and len(ops) > 1:
-                    await self._write_many(ops)
-                else:
-                    for op, args in ops:
-                        await self._write(op, args)
-            except Exception as exc:  # noqa: BLE001 - timelines are best effort
-                log.info("could not publish %d move timelines: %r", len(ops), exc)
-
-    def _all_halves(self) -> list[MoveHalf]:
-        halves = list(self.history)
-        for key, value in self.image.kv.items():
-            if key.startswith("move/"):
-                halves.extend(decode_halves(value))
-        return halves
+        self.move_log.finish(half)
 
     def timeline_for(self, half: MoveHalf) -> MoveTimeline | None:
-        for m in merge_all([h for h in self._all_halves() if h.topic == half.topic and h.partition == half.partition]):
-            if m.move_id == half.move_id:
-                return m
-        return None
+        return self.move_log.timeline_for(half)
 
     def moves(self, topic: str | None = None, partition: int | None = None, limit: int = 100) -> list[MoveTimeline]:
-        halves = [h for h in self._all_halves()
-                  if (topic is None or h.topic == topic) and (partition is None or h.partition == partition)]
-        return merge_all(halves)[:limit]
+        return self.move_log.moves(topic, partition, limit)
 
     # ------------------------------------------------------------------ shutdown
     async def close_all(self, timeout_s: float) -> None:

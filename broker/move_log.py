@@ -1,0 +1,117 @@
+"""This broker's record of partition moves: each half it took part in, logged, measured, and
+published in the metadata log's KV so that any broker can show the whole six-step timeline.
+
+Publishing is off the move's critical path and batched: halves finished within a short window go
+out in one controller request. Each broker writes only its own keys
+(``move/<topic_id>/<partition>/<role>/<broker_id>``), so concurrent writers never lose updates.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import Any, Awaitable, Callable
+
+from broker.metrics import BrokerMetrics
+from broker.move_timeline import (ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline, decode_halves, encode_halves,
+                                  merge_all, move_kv_key)
+from metadata_quorum.image import MetadataImage
+
+log = logging.getLogger("ferry.broker.moves")
+
+MOVE_HISTORY = 1000
+KV_COALESCE_S = 0.05
+WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+WriteManyFn = Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[Any]]
+
+
+class MoveLog:
+    def __init__(self, broker_id: int, metrics: BrokerMetrics, image: Callable[[], MetadataImage],
+                 write: WriteFn, write_many: WriteManyFn | None,
+                 spawn: Callable[[Any], asyncio.Task[Any]]) -> None:
+        self.broker_id = broker_id
+        self.metrics = metrics
+        self._image = image
+        self._write = write
+        self._write_many = write_many
+        self._spawn = spawn
+        self.history: collections.deque[MoveHalf] = collections.deque(maxlen=MOVE_HISTORY)
+        self._queue: dict[str, list[MoveHalf]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._written: dict[str, str] = {}  # this broker's own keys, as last written
+
+    def finish(self, half: MoveHalf) -> None:
+        """A half is complete (the old owner elected, or the new owner serves): log, measure, publish."""
+        self.history.append(half)
+        times = " ".join(f"{k}=+{v - half.move_id}ms" for k, v in sorted(half.times_ms.items()))
+        log.info("move %s-%d %s half (broker %d, leader epoch %d): %s", half.topic, half.partition, half.role,
+                 half.broker_id, half.leader_epoch, times)
+        topic_id = self._image().topics.by_name.get(half.topic)
+        if topic_id is None:
+            return
+        if half.role == ROLE_TARGET:
+            merged = self.timeline_for(half)
+            if merged is not None and merged.complete:
+                log.info("move %s-%d from broker %s to %d took %s ms: steps %s", half.topic, half.partition,
+                         merged.from_broker, self.broker_id, merged.total_ms, merged.steps_ms)
+                self.metrics.observe_move(ROLE_TARGET, merged.steps_ms, merged.total_ms)
+        else:
+            self.metrics.observe_move(ROLE_SOURCE, _source_steps_ms(half), None)
+        self._queue.setdefault(move_kv_key(topic_id, half.partition, half.role, self.broker_id), []).append(half)
+        if self._task is None or self._task.done():
+            self._task = self._spawn(self._publish())
+
+    async def _publish(self) -> None:
+        await asyncio.sleep(KV_COALESCE_S)
+        while self._queue:
+            queued, self._queue = self._queue, {}
+            ops = []
+            for key, halves in queued.items():
+                value = self._written.get(key, self._image().kv.get(key))
+                for half in halves:
+                    value = encode_halves(value, half)
+                self._written[key] = value
+                ops.append(("put_kv", {"key": key, "value": value}))
+            try:
+                if self._write_many is not None and len(ops) > 1:
+                    await self._write_many(ops)
+                else:
+                    for op, args in ops:
+                        await self._write(op, args)
+            except Exception as exc:  # noqa: BLE001 - timelines are best effort
+                log.info("could not publish %d move timelines: %r", len(ops), exc)
+
+    def _halves(self, topic: str | None, partition: int | None) -> list[MoveHalf]:
+        halves = [h for h in self.history
+                  if (topic is None or h.topic == topic) and (partition is None or h.partition == partition)]
+        image = self._image()
+        prefix = "move/"
+        if topic is not None:
+            topic_id = image.topics.by_name.get(topic)
+            if topic_id is None:
+                return halves
+            prefix += f"{topic_id}/" + (f"{partition}/" if partition is not None else "")
+        for key, value in image.kv.items():
+            if key.startswith(prefix):  # decode only the keys asked for
+                halves.extend(h for h in decode_halves(value) if partition is None or h.partition == partition)
+        return halves
+
+    def timeline_for(self, half: MoveHalf) -> MoveTimeline | None:
+        for m in merge_all(self._halves(half.topic, half.partition)):
+            if m.move_id == half.move_id:
+                return m
+        return None
+
+    def moves(self, topic: str | None = None, partition: int | None = None, limit: int = 100) -> list[MoveTimeline]:
+        return merge_all(self._halves(topic, partition))[:limit]
+
+
+def _source_steps_ms(half: MoveHalf) -> dict[str, int | None]:
+    """Steps 1-5 as the old owner saw them (t0 is the move id)."""
+    t: dict[str, int | None] = {"t0": half.move_id}
+    t.update({k: half.times_ms.get(k) for k in ("t1", "t2", "t3", "t4", "t5")})
+    steps: dict[str, int | None] = {}
+    for i in range(1, 6):
+        cur, prev = t.get(f"t{i}"), t.get(f"t{i-1}")
+        steps[str(i)] = cur - prev if cur is not None and prev is not None else None
+    return steps
