@@ -88,7 +88,7 @@ class Broker:
         self.follower: MetadataLogFollower | None = None
         self.heartbeater = Heartbeater(self._write, config.broker_id, config.heartbeat_interval_ms,
                                        config.session_timeout_ms, self._registration, self._metadata_offset,
-                                       self.log_dirs.heartbeat_dirs)
+                                       self.log_dirs.heartbeat_dirs, on_failure=self.metrics.heartbeat_failures.inc)
         self.sampler = LoadSampler(config.broker_id, config.metrics_interval_ms)
         self._runner: web.AppRunner | None = None
         self._background: list[asyncio.Task[Any]] = []
