@@ -1,0 +1,79 @@
+"""Registration and heartbeats against a scripted controller (no processes)."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from broker.heartbeat import Heartbeater
+from metadata_quorum.errors import ErrorCode, FerryError
+
+
+class ScriptedController:
+    def __init__(self, answers: dict[str, list[Any]]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append((op, dict(args)))
+        script = self.answers[op]
+        answer = script.pop(0) if len(script) > 1 else script[0]
+        if isinstance(answer, FerryError):
+            raise answer
+        return dict(answer)
+
+
+def heartbeater(ctrl: ScriptedController, registered: list[int] | None = None) -> Heartbeater:
+    hb = Heartbeater(ctrl.write, broker_id=3, interval_ms=10, session_timeout_ms=1000,
+                     registration=lambda: {"endpoints": ["http://x"], "rack": None, "log_dirs": []},
+                     metadata_offset=lambda: 42, dir_states=lambda: (["d1"], []),
+                     on_registered=(registered.append if registered is not None else None))
+    return hb
+
+
+async def test_register_waits_out_a_live_old_incarnation() -> None:
+    dup = FerryError(ErrorCode.DUPLICATE_BROKER_REGISTRATION, "still alive")
+    ctrl = ScriptedController({"register_broker": [dup, dup, {"broker_epoch": 17}]})
+    seen: list[int] = []
+    hb = heartbeater(ctrl, seen)
+    assert await hb.register(timeout_s=5) == 17
+    assert seen == [17] and len(ctrl.calls) == 3
+    assert len({c[1]["incarnation_id"] for c in ctrl.calls}) == 1  # one incarnation, retried
+
+
+async def test_heartbeats_carry_offset_and_dirs_and_grant_shutdown() -> None:
+    ctrl = ScriptedController({
+        "register_broker": [{"broker_epoch": 5}],
+        "broker_heartbeat": [{"is_fenced": True, "is_caught_up": False, "should_shut_down": False},
+                             {"is_fenced": False, "is_caught_up": True, "should_shut_down": False},
+                             {"is_fenced": False, "is_caught_up": True, "should_shut_down": True}],
+    })
+    hb = heartbeater(ctrl)
+    await hb.register()
+    await hb.beat_once()
+    assert hb.state.fenced
+    await hb.beat_once()
+    assert not hb.state.fenced and hb.lease.valid(hb.lease.sent_mono_s + 0.5)
+    hb.request_shutdown()
+    await hb.beat_once()
+    assert hb.shutdown_granted.is_set()
+    op, args = ctrl.calls[-1]
+    assert op == "broker_heartbeat" and args["want_shutdown"] is True
+    assert args["metadata_offset"] == 42 and args["saturated_log_dirs"] == ["d1"] and args["broker_epoch"] == 5
+
+
+async def test_stale_epoch_registers_again() -> None:
+    stale = FerryError(ErrorCode.STALE_BROKER_EPOCH, "old epoch")
+    ctrl = ScriptedController({
+        "register_broker": [{"broker_epoch": 5}, {"broker_epoch": 9}],
+        "broker_heartbeat": [stale, {"is_fenced": False, "is_caught_up": True, "should_shut_down": False}],
+    })
+    seen: list[int] = []
+    hb = heartbeater(ctrl, seen)
+    await hb.register()
+    hb.start()
+    for _ in range(200):
+        if hb.state.broker_epoch == 9:
+            break
+        await asyncio.sleep(0.01)
+    await hb.stop()
+    assert hb.state.broker_epoch == 9 and seen == [5, 9]
