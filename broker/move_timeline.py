@@ -69,6 +69,8 @@ class MoveHalf:
     leader_epoch: int = -1
     clean: bool | None = None
     times_ms: dict[str, int] = field(default_factory=dict)
+    recovered_records: int = 0  # offsets the new owner re-appended from the old owner's WAL
+    wal_unreachable: bool = False  # the old owner's WAL was gone: what it had not uploaded is lost
 
     def mark(self, name: str, now_ms: int) -> None:
         """Record a time once; a retried step keeps its first time."""
@@ -77,14 +79,17 @@ class MoveHalf:
     def to_json(self) -> dict[str, Any]:
         return {"role": self.role, "topic": self.topic, "partition": self.partition, "move_id": self.move_id,
                 "broker_id": self.broker_id, "leader_epoch": self.leader_epoch, "clean": self.clean,
-                "times_ms": dict(self.times_ms)}
+                "times_ms": dict(self.times_ms), "recovered_records": self.recovered_records,
+                "wal_unreachable": self.wal_unreachable}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "MoveHalf":
         return cls(role=str(data["role"]), topic=str(data["topic"]), partition=int(data["partition"]),
                    move_id=int(data["move_id"]), broker_id=int(data["broker_id"]),
                    leader_epoch=int(data.get("leader_epoch", -1)), clean=data.get("clean"),
-                   times_ms={str(k): int(v) for k, v in dict(data.get("times_ms", {})).items()})
+                   times_ms={str(k): int(v) for k, v in dict(data.get("times_ms", {})).items()},
+                   recovered_records=int(data.get("recovered_records", 0)),
+                   wal_unreachable=bool(data.get("wal_unreachable", False)))
 
     def encode(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
@@ -109,6 +114,8 @@ class MoveTimeline:
     leader_epoch: int
     clean: bool | None
     t_ms: dict[str, int | None]
+    recovered_records: int = 0
+    wal_unreachable: bool = False
 
     @property
     def complete(self) -> bool:
@@ -126,7 +133,8 @@ class MoveTimeline:
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition, "move_id": self.move_id,
                 "from_broker": self.from_broker, "to_broker": self.to_broker, "leader_epoch": self.leader_epoch,
-                "complete": self.complete, "clean": self.clean, "t_ms": dict(self.t_ms),
+                "complete": self.complete, "clean": self.clean, "recovered_records": self.recovered_records,
+                "wal_unreachable": self.wal_unreachable, "t_ms": dict(self.t_ms),
                 "steps_ms": self.steps_ms, "total_ms": self.total_ms}
 
 
@@ -177,7 +185,9 @@ def merge(source: MoveHalf | None, target: MoveHalf | None) -> MoveTimeline:
     return MoveTimeline(topic=half.topic, partition=half.partition, move_id=half.move_id,
                         from_broker=source.broker_id if source is not None else None,
                         to_broker=target.broker_id if target is not None else None,
-                        leader_epoch=epoch, clean=clean, t_ms=t)
+                        leader_epoch=epoch, clean=clean, t_ms=t,
+                        recovered_records=target.recovered_records if target is not None else 0,
+                        wal_unreachable=target.wal_unreachable if target is not None else False)
 
 
 def merge_all(halves: list[MoveHalf]) -> list[MoveTimeline]:

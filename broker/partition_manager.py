@@ -326,6 +326,8 @@ class PartitionManager:
             half = slot.target
             half.clean = result.clean
             half.leader_epoch = epoch
+            half.recovered_records = result.recovered_records
+            half.wal_unreachable = result.wal_unreachable
             half.mark("t6", served_ms)
             slot.target = None
             self._finish_half(half)

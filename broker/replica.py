@@ -51,6 +51,7 @@ class OpenResult:
     clean: bool
     recovered_records: int
     end_offset: int
+    wal_unreachable: bool = False
 
 
 class Replica:
@@ -89,6 +90,7 @@ class Replica:
         self._flush_meta_on_close = False
         self._checkpointing: asyncio.Future[bool] | None = None
         self._checkpointed_end = -1
+        self._wal_unreachable = False
         self._pending_sequences: dict[tuple[int, int, int], asyncio.Future[tuple[int, int]]] = {}
 
     # ------------------------------------------------------------------ open (step 6)
@@ -149,13 +151,15 @@ class Replica:
                   "indexes %.1f ms", self.topic, self.partition, (marks["meta_opened"] - started) * 1e3,
                   (marks["data_opened"] - started) * 1e3, (loaded - marks["meta_opened"]) * 1e3,
                   (time.monotonic() - loaded) * 1e3)
-        return OpenResult(clean=clean, recovered_records=recovered, end_offset=end)
+        return OpenResult(clean=clean, recovered_records=recovered, end_offset=end,
+                          wal_unreachable=self._wal_unreachable)
 
     async def _recover_from_peer(self, plan: StreamPlan) -> int:
         """The previous owner did not close the stream: bring back its WAL tail (nothing it
         acknowledged is lost while its WALs are reachable; one per log dir it had)."""
         wal_dirs = [d for d in self._wal_dirs_of(plan.previous_owner) if os.path.isdir(d)]
         if not wal_dirs:
+            self._wal_unreachable = True
             log.warning("%s-%d: no WAL of broker %d is reachable; stream %d is recovered from S3 only "
                         "(what that broker had not uploaded is lost)", self.topic, self.partition,
                         plan.previous_owner, plan.stream_id)

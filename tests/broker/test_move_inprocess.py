@@ -178,6 +178,7 @@ async def test_dead_owner_wal_recovered_and_stale_owner_fenced(cluster: InProces
     assert [(r.offset, r.value) for r in await read_all(new)] == acked  # from broker 1's WAL
     moves = c.managers[2].moves("f", 0)
     assert moves and moves[0].clean is False and moves[0].to_broker == 2
+    assert moves[0].recovered_records == 20 and not moves[0].wal_unreachable
     # the stale owner: its next writes are refused once its streams are fenced, and never land
     fenced = False
     for i in range(50):
@@ -381,3 +382,23 @@ async def test_saturated_dir_uploads_what_its_wal_buffers(cluster: InProcessClus
     assert stream.end_offset < 4  # still only in the WAL (the uploader waits for its interval)
     await c.managers[1].relieve_saturated(slot.log_dir)
     assert c.controller.image.streams.streams[slot.replica.data_stream_id].end_offset == 4
+
+
+async def test_unreachable_wal_of_a_dead_owner_is_stated_not_hidden(cluster: InProcessCluster) -> None:
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "u", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    old = await c.serving(1, "u", 0)
+    for i in range(3):
+        await append(old, b"u%d" % i)  # in broker 1's WAL only (uploads wait for their interval)
+    c.controller.listeners.remove(c.listeners[1])
+    os.rename(c.wal_dir(1), c.wal_dir(1) + ".gone")  # the disk holding broker 1's WAL is lost
+    c.skew_ms += 5000
+    epoch2 = c.controller.image.cluster.brokers[2].broker_epoch
+    c.controller.write("broker_heartbeat", {"broker_id": 2, "broker_epoch": epoch2, "metadata_offset": 10**9})
+    c.controller.tick()
+    new = await c.serving(2, "u", 0)
+    assert await read_all(new) == []  # only what reached S3 survives ...
+    move = c.managers[2].moves("u", 0)[0]
+    assert move.wal_unreachable and move.clean is False  # ... and the loss is stated
+    assert move.to_json()["wal_unreachable"] is True
