@@ -17,11 +17,13 @@ _EVENT_STYLE = {"add_brokers": ("tab:green", "scale out"), "rebalance_start": ("
 
 
 def _mark_events(ax: Any, events: list[dict[str, Any]], label: bool) -> None:
+    labelled: set[str] = set()
     for e in events:
         style = _EVENT_STYLE.get(e["kind"])
         if style is not None:
-            ax.axvline(e["t_s"], color=style[0], linestyle="--", linewidth=1,
-                       label=style[1] if label else None)
+            first = label and e["kind"] not in labelled
+            labelled.add(e["kind"])
+            ax.axvline(e["t_s"], color=style[0], linestyle="--", linewidth=1, label=style[1] if first else None)
     moves = [e["t_s"] for e in events if e["kind"] == "move"]
     if moves:
         ax.plot(moves, [0] * len(moves), "|", color="tab:orange", markersize=12, label="moves" if label else None)
