@@ -416,8 +416,11 @@ class _Search:
             under = (C < self.count_lower) & self.dest_ok & ~stuck
             if over.any():
                 s = int(np.argmax(np.where(over, C, -1)))
-                pairs = [(s, d) for d in self._ranked(self.dest_ok & (C < self.count_upper) & (self.idx != s),
-                                                       C.astype(float), False, k)]
+                # brokers at their load ceiling (a giant's, typically) cannot take even a cold partition
+                room = np.all(self.L < np.stack([self._upper_array(r) for r in range(len(RESOURCES))], axis=1)
+                              - self.tol, axis=1)
+                pairs = [(s, d) for d in self._ranked(
+                    self.dest_ok & room & (C < self.count_upper) & (self.idx != s), C.astype(float), False, k)]
                 blame = s
             elif under.any():
                 d = int(np.argmin(np.where(under, C, np.iinfo(np.int64).max)))
