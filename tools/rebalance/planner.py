@@ -416,11 +416,14 @@ class _Search:
             under = (C < self.count_lower) & self.dest_ok & ~stuck
             if over.any():
                 s = int(np.argmax(np.where(over, C, -1)))
-                # brokers at their load ceiling (a giant's, typically) cannot take even a cold partition
-                room = np.all(self.L < np.stack([self._upper_array(r) for r in range(len(RESOURCES))], axis=1)
-                              - self.tol, axis=1)
+                # a broker filled to its giant partition's load cannot take even a cold partition
+                full = np.zeros(len(self.idx), dtype=bool)
+                for r in range(len(RESOURCES)):
+                    for b, held in self.giants_of[r].items():
+                        if held and self.L[b, r] >= max(held) - self.tol[r]:
+                            full[b] = True
                 pairs = [(s, d) for d in self._ranked(
-                    self.dest_ok & room & (C < self.count_upper) & (self.idx != s), C.astype(float), False, k)]
+                    self.dest_ok & ~full & (C < self.count_upper) & (self.idx != s), C.astype(float), False, k)]
                 blame = s
             elif under.any():
                 d = int(np.argmin(np.where(under, C, np.iinfo(np.int64).max)))
