@@ -54,6 +54,7 @@ class Experiment:
         self.consumer: Consumer | None = None
         self._producing = True
         self._consuming = True
+        self._leaders: dict[int, int] = {}
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -105,6 +106,12 @@ class Experiment:
             await self._drain()
             self._consuming = False  # let the poll in progress finish and count what it read
             await asyncio.wait([tasks[1]], timeout=5.0)
+            tasks[2].cancel()
+            await asyncio.gather(tasks[2], return_exceptions=True)
+            try:
+                await self._sample_cluster(self.now())  # the state at the end, after the last step
+            except (FerryError, OSError):
+                pass
         finally:
             self._producing = self._consuming = False
             for task in tasks:
@@ -186,30 +193,31 @@ class Experiment:
     # -- the cluster, once a second -----------------------------------------------------------------
 
     async def _monitor(self) -> None:
-        assert self.admin is not None and self.producer is not None
-        leaders: dict[int, int] = {}
         while True:
             t = self.now()
             try:
-                brokers = await self.admin.describe_cluster()
-                topics = await self.admin.describe_topics([self.scn.topic])
+                await self._sample_cluster(t)
             except (FerryError, OSError):
-                await asyncio.sleep(1.0)
-                continue
-            live = sorted(b for b, info in brokers.items() if not info.fenced)
-            self.rec.gauge(t, "live_brokers", live)
-            self.rec.gauge(t, "retries_total", self.producer.retries)
-            self.rec.gauge(t, "consumer_lag", self._lag())
-            parts = topics.get(self.scn.topic)
-            if isinstance(parts, list):
-                for part in parts:
-                    old = leaders.get(part.partition)
-                    if part.leader >= 0:
-                        if old is not None and old != part.leader:
-                            self.rec.event(t, "move", partition=part.partition, from_broker=old, to_broker=part.leader)
-                        leaders[part.partition] = part.leader
+                pass
             self.on_progress(t, self.status)
             await asyncio.sleep(max(0.0, 1.0 - (self.now() - t)))
+
+    async def _sample_cluster(self, t: float) -> None:
+        """Live brokers, retries, lag, and partition leaders (a changed leader is a move)."""
+        assert self.admin is not None and self.producer is not None
+        brokers = await self.admin.describe_cluster()
+        topics = await self.admin.describe_topics([self.scn.topic])
+        self.rec.gauge(t, "live_brokers", sorted(b for b, info in brokers.items() if not info.fenced))
+        self.rec.gauge(t, "retries_total", self.producer.retries)
+        self.rec.gauge(t, "consumer_lag", self._lag())
+        parts = topics.get(self.scn.topic)
+        if isinstance(parts, list):
+            for part in parts:
+                old = self._leaders.get(part.partition)
+                if part.leader >= 0:
+                    if old is not None and old != part.leader:
+                        self.rec.event(t, "move", partition=part.partition, from_broker=old, to_broker=part.leader)
+                    self._leaders[part.partition] = part.leader
 
     # -- the scenario's steps ---------------------------------------------------------------------
 
