@@ -247,6 +247,7 @@ class QuorumController:
                 if not op.future.done():
                     op.future.set_exception(err)
         self._inflight.clear()
+        self.state.forget_expected()
         for _offset, _id, fut in self._commit_waiters:
             if not fut.done():
                 fut.set_exception(err)
@@ -346,6 +347,7 @@ class QuorumController:
             if self._needs_reset:
                 if self._inflight:
                     return  # wait until every command in flight is answered
+                self.state.forget_expected()
                 self._view, self._view_last_id = self.state.committed_view()
                 self._needs_reset = False
                 self._fail_waiters_beyond(self._view.offset)
@@ -444,6 +446,7 @@ class QuorumController:
         assert self.node is not None
         command_id = f"{self.config.node_id}.{self.epoch}.{next(self._ids)}"
         payload = Command(command_id, self._view_last_id, self.epoch, tuple(batches))
+        self.state.expect(command_id, self._view)
         self._view_last_id = command_id
         self._inflight[command_id] = inflight
         loop = self.loop

@@ -110,6 +110,7 @@ class CommittedLog(SyncObjConsumer):
         self._image: Any = empty_image()
         self._snapshot_cache: tuple[int, list[dict[str, Any]]] | None = None
         self._snapshot_image: Any = None
+        self._expected: dict[str, Any] = {}  # command id -> image after it, as the leader computed it
         self.applied_at_raft_index: deque[tuple[int, int]] = deque(maxlen=4096)
         self.last_apply_monotonic = 0.0
         super().__init__()
@@ -190,7 +191,9 @@ class CommittedLog(SyncObjConsumer):
                         if batch:
                             new_batches.append([first + len(flat), epoch, tuple(batch), None])
                             flat.extend(batch)
-                    image = advance_image(self._image, flat, first, epoch) if flat else self._image
+                    image = self._expected.pop(command.command_id, None)
+                    if image is None or image.offset != first + len(flat) - 1 or image.epoch != epoch:
+                        image = advance_image(self._image, flat, first, epoch) if flat else self._image
                 except Exception:
                     log.exception("command %s cannot be replayed; rejected", command.command_id)
                     accepted = False
@@ -202,6 +205,7 @@ class CommittedLog(SyncObjConsumer):
                 self.epoch = epoch
                 self.last_command_id = command.command_id
                 self._maybe_drop_old_batches()
+            self._expected.pop(command.command_id, None)
             raft_index = self._syncObj.raftLastApplied + 1 if self._syncObj is not None else 0
             self.applied_at_raft_index.append((raft_index, self.next_offset))
             self.last_apply_monotonic = time.monotonic()
@@ -230,6 +234,18 @@ class CommittedLog(SyncObjConsumer):
         del self.batches[:cut]
         del self._bases[:cut]
         self._snapshot_cache = None
+
+    def expect(self, command_id: str, image: Any) -> None:
+        """The leader hands over the image it computed after ``command_id``, sparing the replay.
+
+        Sound because a command is applied only if it follows the last applied command: then the
+        committed image before it is the very view the leader computed it against, and the image
+        after it is what the same replay produced on the leader.
+        """
+        self._expected[command_id] = image
+
+    def forget_expected(self) -> None:
+        self._expected.clear()
 
     # -- reads (any thread) ---------------------------------------------------------------------
 

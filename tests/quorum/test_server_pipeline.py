@@ -216,6 +216,20 @@ async def test_commands_that_never_commit_time_out_and_reset_the_view() -> None:
     await controller.stop()
 
 
+def test_an_expected_image_is_used_only_for_an_accepted_command_at_that_offset() -> None:
+    from metadata_quorum.delta import MetadataDelta
+    from metadata_quorum.image import EMPTY_IMAGE
+
+    log = CommittedLog(1000)
+    stale = MetadataDelta(EMPTY_IMAGE).replay_all([KVRecord("wrong", "1")]).apply()
+    log.expect("a", stale)  # offset 0 and epoch -1: does not match the command below, so it is replayed
+    log.append(Command("a", "", 1, ((KVRecord("x", "1"),),)), _doApply=True)
+    assert dict(log.image.kv) == {"x": "1"}
+    log.expect("b", stale)
+    assert log.append(Command("b", "zzz", 1, ((KVRecord("y", "1"),),)), _doApply=True)[0] is False
+    assert dict(log.image.kv) == {"x": "1"} and log._expected == {}
+
+
 def test_log_rejects_stale_and_duplicate_commands_the_same_way_everywhere() -> None:
     logs = [CommittedLog(1000) for _ in range(3)]
     commands = [
@@ -311,6 +325,13 @@ async def test_a_group_mixing_operations_sees_each_others_records() -> None:
     assert replies[3][0]["stream_id"] != replies[4][0]["stream_id"]  # the second saw the first
     assert dict(state.image.kv).get("b") == "2" and "a" not in state.image.kv
     assert 1 in state.image.cluster.brokers
+    # The leader's log took the images it had computed; a node replaying the same commands agrees.
+    replayed = CommittedLog(1000)
+    for command in node.submitted:
+        replayed.append(command, _doApply=True)
+    assert replayed.image.same_content(state.image)
+    assert (replayed.image.offset, replayed.image.epoch) == (state.image.offset, state.image.epoch)
+    assert replayed.read(0, 1000) == state.read(0, 1000)
     await controller.stop()
 
 
