@@ -309,7 +309,7 @@ async def test_a_group_mixing_operations_sees_each_others_records() -> None:
     await become_leader(controller, node)
     node.hold = True
     before = len(node.submitted)
-    writes = [asyncio.ensure_future(controller.write(op, args, 2.0)) for op, args in [
+    ops: list[tuple[str, dict[str, Any]]] = [
         ("put_kv", {"key": "a", "value": "1"}),
         ("register_broker", {"broker_id": 1, "incarnation_id": "i1", "endpoints": ["http://127.0.0.1:1"],
                              "log_dirs": [{"dir_id": "d", "path": "/tmp/ferry-d"}]}),
@@ -317,7 +317,8 @@ async def test_a_group_mixing_operations_sees_each_others_records() -> None:
         ("create_stream", {}),
         ("create_stream", {}),
         ("put_kv", {"key": "a", "value": None}),
-    ]]
+    ]
+    writes = [asyncio.ensure_future(controller.write(op, args, 2.0)) for op, args in ops]
     await asyncio.sleep(0.01)
     assert len(node.submitted) == before + 1
     node.release()
