@@ -5,7 +5,8 @@ partitions to others. A broker that was paused (SIGSTOP, a long GC-like stall) m
 and acknowledge produce requests it can no longer own, so it holds a *lease*: it may acknowledge
 only while ``now < send time of the last acknowledged heartbeat + session_timeout_ms``. The
 controller stamps a heartbeat when it receives it, which is after the broker sent it, so the
-lease always ends before the controller can fence the broker.
+lease always ends before the controller can fence the broker. Only a heartbeat answered
+"not fenced" renews it; the broker's image must also be fresh (freshness.py).
 """
 from __future__ import annotations
 
@@ -78,10 +79,8 @@ class Heartbeater:
             args = dict(self._registration(), broker_id=self.state.broker_id,
                         incarnation_id=self.state.incarnation_id)
             try:
-                sent = time.monotonic()
                 reply = await self._write("register_broker", args)
                 self.state.broker_epoch = int(reply["broker_epoch"])
-                self.lease.renewed(sent)
                 if self.on_registered is not None:
                     self.on_registered(self.state.broker_epoch)
                 log.info("registered broker %d with epoch %d", self.state.broker_id, self.state.broker_epoch)
@@ -123,8 +122,9 @@ class Heartbeater:
                 "saturated_log_dirs": saturated, "offline_log_dirs": offline}
         sent = time.monotonic()
         reply = await self._write("broker_heartbeat", args)
-        self.lease.renewed(sent)
         self.state.fenced = bool(reply.get("is_fenced", False))
+        if not self.state.fenced:  # a fenced broker holds no lease: it may not acknowledge writes
+            self.lease.renewed(sent)
         self.state.caught_up = bool(reply.get("is_caught_up", True))
         self.state.last_error = None
         if reply.get("should_shut_down"):

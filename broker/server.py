@@ -26,7 +26,8 @@ from broker.log_dirs_manager import LogDirsManager
 from broker.metrics import BrokerMetrics
 from broker.partition_manager import PartitionManager, Slot
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
-from metadata_quorum.client import ControllerClient, MetadataLogFollower
+from broker.freshness import FreshnessTrackingFollower
+from metadata_quorum.client import ControllerClient
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER
 from stream_storage import batches
@@ -85,7 +86,7 @@ class Broker:
         self.storages: dict[str, Any] = {}  # log dir -> its stream storage (WAL, cache, uploader)
         self.object_store: Any = None
         self.manager: PartitionManager | None = None
-        self.follower: MetadataLogFollower | None = None
+        self.follower: FreshnessTrackingFollower | None = None
         self.heartbeater = Heartbeater(self._write, config.broker_id, config.heartbeat_interval_ms,
                                        config.session_timeout_ms, self._registration, self._metadata_offset,
                                        self.log_dirs.heartbeat_dirs, on_failure=self.metrics.heartbeat_failures.inc)
@@ -93,6 +94,7 @@ class Broker:
         self._runner: web.AppRunner | None = None
         self._background: list[asyncio.Task[Any]] = []
         self.stopped = asyncio.Event()
+        self._lease_warned_mono_s = -1e9
         self.url = config.advertised_url
 
     # ------------------------------------------------------------------ controller calls
@@ -143,7 +145,9 @@ class Broker:
                                         lambda b: wal_dirs_of(self.config.effective_wal_root, b),
                                         self.log_dirs, self.client.write_many,
                                         self.config.meta_checkpoint_interval_ms)
-        self.follower = MetadataLogFollower(self.client, self._on_metadata, max_wait_ms=self.config.metadata_poll_wait_ms)
+        # a long-poll must end well within the session timeout, or an idle image never counts as fresh
+        poll_wait_ms = min(self.config.metadata_poll_wait_ms, self.config.session_timeout_ms // 4)
+        self.follower = FreshnessTrackingFollower(self.client, self._on_metadata, max_wait_ms=poll_wait_ms)
         self.follower.start()
         self.heartbeater.start()
         self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
@@ -238,10 +242,21 @@ class Broker:
                 raise FerryError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {client_epoch} of {topic}-{partition} "
                                  f"is newer than this broker's {slot.replica.leader_epoch}",
                                  {"leader_epoch": slot.replica.leader_epoch})
-        if for_write and not self.heartbeater.lease.valid(time.monotonic()):
+        if for_write and not self.write_lease_valid():
             raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} has not heard from the "
                              "controllers within its session timeout and may have been fenced")
         return slot
+
+    def write_lease_valid(self) -> bool:
+        """Writes are acknowledged only with a live heartbeat lease and a recently caught-up image."""
+        now = time.monotonic()
+        heartbeat_ok = self.heartbeater.lease.valid(now)
+        fresh = self.follower is not None and self.follower.fresh(now, self.config.session_timeout_ms / 1000)
+        if not (heartbeat_ok and fresh) and now - self._lease_warned_mono_s > 5.0:
+            self._lease_warned_mono_s = now
+            log.warning("refusing writes: heartbeat lease %s, metadata image %s", "valid" if heartbeat_ok else
+                        "expired", "fresh" if fresh else "not caught up within the session timeout")
+        return heartbeat_ok and fresh
 
     def _not_leader(self, topic: str, partition: int, leader: int, leader_epoch: int, slot: Slot | None) -> FerryError:
         url = None
@@ -303,7 +318,7 @@ class Broker:
                 if exc.error is ErrorCode.STREAM_NOT_OPENED:
                     raise self._not_leader(topic, slot.tp.partition, -1, replica.leader_epoch, slot) from exc
                 raise
-            if not self.heartbeater.lease.valid(time.monotonic()):
+            if not self.write_lease_valid():
                 raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} lost its lease while "
                                  "writing; the write is not acknowledged (retry)")
         except FerryError as exc:
@@ -456,7 +471,7 @@ class Broker:
         return web.json_response({
             "broker_id": self.broker_id, "state": self.state, "url": self.url, "broker_epoch": hb.broker_epoch,
             "fenced": hb.fenced, "metadata_offset": self._metadata_offset(),
-            "lease_valid": self.heartbeater.lease.valid(time.monotonic()), "last_heartbeat_error": hb.last_error,
+            "lease_valid": self.write_lease_valid(), "last_heartbeat_error": hb.last_error,
             "partitions": self.manager.state_counts() if self.manager else {}})
 
     async def prometheus(self, request: web.Request) -> web.Response:

@@ -50,7 +50,7 @@ async def test_heartbeats_carry_offset_and_dirs_and_grant_shutdown() -> None:
     hb = heartbeater(ctrl)
     await hb.register()
     await hb.beat_once()
-    assert hb.state.fenced
+    assert hb.state.fenced and not hb.lease.valid(0.0) and hb.lease.sent_mono_s < 0  # fenced: no lease
     await hb.beat_once()
     assert not hb.state.fenced and hb.lease.valid(hb.lease.sent_mono_s + 0.5)
     hb.request_shutdown()
