@@ -44,22 +44,15 @@ def wal_dirs_for(config: BrokerConfig, dir_ids: dict[str, str]) -> dict[str, str
 
 
 async def upload_together(storage: Any, stream_ids: list[int]) -> None:
-    """Upload what many streams buffer as ONE object with one commit (the uploader's multi-stream
-    path), so that closing many partitions at once costs a few PUTs instead of one per stream.
-    Errors are not raised here: each caller's own ``force_upload`` afterwards reports its stream's
-    outcome (and uploads anything this pass left). Falls back to one upload per stream."""
-    uploader = getattr(storage, "uploader", None)
-    take, begin = getattr(uploader, "_take", None), getattr(uploader, "_begin", None)
-    handles = [h for sid in stream_ids if (h := storage.stream(sid)) is not None]
-    if take is None or begin is None:
-        await asyncio.gather(*(storage.force_upload(h.stream_id) for h in handles), return_exceptions=True)
+    """Upload what many streams buffer as ONE object with one commit, so that closing many
+    partitions at once costs a few PUTs instead of one per stream. Errors are not raised here:
+    each caller's own ``force_upload`` afterwards reports its stream's outcome (and uploads
+    anything this pass left)."""
+    many = getattr(storage, "force_upload_many", None)
+    if many is not None:
+        await many(stream_ids)  # per-stream failures come back as a map; the callers re-check
         return
-    parts = [(h, chunks) for h in handles if (chunks := take(h))]
-    if parts:
-        begin(parts, False)
-    waits = [asyncio.shield(h.last_commit) for h in handles if h.last_commit is not None]
-    if waits:
-        await asyncio.gather(*waits, return_exceptions=True)
+    await asyncio.gather(*(storage.force_upload(sid) for sid in stream_ids), return_exceptions=True)
 
 
 class UploadBatcher:
