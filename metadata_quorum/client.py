@@ -37,6 +37,7 @@ from metadata_quorum.records import (
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_MS = 15_000
+DEFAULT_ATTEMPT_TIMEOUT_MS = 6_000  # above the controller's commit timeout (5 s)
 BACKOFF_INITIAL_MS = 20
 BACKOFF_MAX_MS = 250
 NO_LEADER_BACKOFF_MS = 25  # an election takes a few hundred ms: poll it briskly
@@ -51,13 +52,17 @@ class ControllerClient:
     """Async client of the controller HTTP API (docs/controller-api.md)."""
 
     def __init__(self, bootstrap: list[str] | str, timeout_ms: int = DEFAULT_TIMEOUT_MS,
-                 session: aiohttp.ClientSession | None = None) -> None:
+                 session: aiohttp.ClientSession | None = None,
+                 attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS) -> None:
         if isinstance(bootstrap, str):
             bootstrap = [b for b in bootstrap.split(",") if b.strip()]
         if not bootstrap:
             raise FerryError(ErrorCode.INVALID_REQUEST, "the bootstrap controller list is empty")
         self.bootstrap = [_base_url(b) for b in bootstrap]
         self.timeout_ms = timeout_ms
+        # One attempt's limit: a controller that accepts connections but does not answer (paused,
+        # partitioned) costs at most this before the next one is tried.
+        self.attempt_timeout_ms = attempt_timeout_ms
         self._session = session
         self._own_session = session is None
         self._leader_url: str | None = None
@@ -127,7 +132,8 @@ class ControllerClient:
             if remaining <= 0:
                 break
             try:
-                return await self.request(method, url, path, body, timeout_s=max(0.05, remaining), params=params)
+                attempt_s = min(remaining, self.attempt_timeout_ms / 1000)
+                return await self.request(method, url, path, body, timeout_s=max(0.05, attempt_s), params=params)
             except FerryError as e:
                 last = e
                 if e.error is ErrorCode.NOT_CONTROLLER:
@@ -190,7 +196,7 @@ class ControllerClient:
         target = url or self._leader_url or self._any_url()
         params = {"offset": str(offset), "max_wait_ms": str(max_wait_ms), "max_records": str(max_records)}
         result: dict[str, Any] = await self.request("GET", target, "/v1/log", None,
-                                                    timeout_s=max_wait_ms / 1000 + 10, params=params)
+                                                    timeout_s=max_wait_ms / 1000 + 3, params=params)
         return result
 
     async def snapshot(self) -> dict[str, Any]:

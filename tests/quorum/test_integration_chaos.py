@@ -75,3 +75,52 @@ async def test_no_acknowledged_write_is_lost_through_repeated_crashes(chaos_quor
         assert log[:shortest] == reference[:shortest]
         for offset, (key, value) in acked.items():
             assert decode_record(log[offset]["record"]) == KVRecord(key=key, value=value)
+
+
+async def test_a_paused_leader_is_deposed_and_its_late_write_never_forks_the_log(chaos_quorum: Quorum) -> None:
+    """SIGSTOP the leader (as a long GC pause or a partition would), write through the new leader,
+    then resume the old one: it must step down, and whatever it still had queued must not commit
+    against a stale view."""
+    import json
+    import os
+    import signal
+
+    import aiohttp
+
+    quorum = chaos_quorum
+    old = quorum.wait_leader()
+    async with ControllerClient(quorum.bootstrap, timeout_ms=20_000) as client:
+        before = await client.write_with_offset("put_kv", {"key": "before", "value": "1"})
+    os.killpg(quorum.procs[old].pid, signal.SIGSTOP)
+    try:
+        async with aiohttp.ClientSession() as session:
+            late = asyncio.ensure_future(session.post(
+                f"{quorum.url(old)}/v1/write/put_kv", data=json.dumps({"key": "late", "value": "zombie"}),
+                headers={"Content-Type": "application/json"}, timeout=aiohttp.ClientTimeout(total=60)))
+            others = [quorum.peers[n].http for n in quorum.peers if n != old]
+            async with ControllerClient(others, timeout_ms=20_000) as client:
+                acked = {before["offset"]: KVRecord("before", "1")}
+                for i in range(20):
+                    body = await client.write_with_offset("put_kv", {"key": f"new-{i}", "value": str(i)})
+                    acked[body["offset"]] = KVRecord(f"new-{i}", str(i))
+            new = quorum.wait_leader(exclude={old})
+            os.killpg(quorum.procs[old].pid, signal.SIGCONT)
+            resp = await asyncio.wait_for(late, 60)
+            answer = await resp.json()
+    finally:
+        os.killpg(quorum.procs[old].pid, signal.SIGCONT)
+    if resp.status == 200:  # it may have been forwarded and committed by the new leader: then it is in the log
+        acked[answer["offset"]] = KVRecord("late", "zombie")
+    else:
+        assert answer["error"] in ("NOT_CONTROLLER", "REQUEST_TIMED_OUT"), answer
+    assert quorum.wait_leader() == new
+    high_watermark = max(acked) + 1
+    for nid in quorum.running():
+        quorum.wait_ready(nid, timeout_s=60, min_high_watermark=high_watermark)
+    logs = {nid: read_log(quorum, nid) for nid in quorum.running()}
+    shortest = min(len(log) for log in logs.values())
+    assert all(log[:shortest] == logs[new][:shortest] for log in logs.values())
+    for log in logs.values():
+        for offset, record in acked.items():
+            assert decode_record(log[offset]["record"]) == record
+    assert quorum.health(old)["is_leader"] is False  # type: ignore[index]
