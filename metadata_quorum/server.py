@@ -30,6 +30,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_BATCH_OPS = 10_000
 OBSERVER_EXPIRY_MS = 5 * 60 * 1000
+MAX_LOG_RECORDS = 100_000  # per /v1/log answer (whole batches may go slightly past it)
 
 
 def load_operations() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -260,7 +261,7 @@ class ControllerServer:
         self._require_ready()
         offset = self._int_param(request, "offset", None)
         max_wait_ms = min(self._int_param(request, "max_wait_ms", 0), self.config.long_poll_max_wait_ms)
-        max_records = self._int_param(request, "max_records", 10_000, minimum=1)
+        max_records = min(self._int_param(request, "max_records", 10_000, minimum=1), MAX_LOG_RECORDS)
         deadline = time.monotonic() + max_wait_ms / 1000
         self.controller.log_waiters += 1  # before reading the high watermark (see on_applied_threadsafe)
         try:
