@@ -123,11 +123,11 @@ def _cancel(builder: RecordBuilder, placement: Placement, part: PartitionRegistr
     isr = tuple(r for r in part.isr if r in original) or original[:1]
     leader = part.leader if part.leader in isr else next(
         (r for r in original if r in isr and builder.is_active(r)), NO_LEADER)
-    dirs = tuple(d for r, d in zip(part.replicas, part.directories) if r in original) \
+    kept_dirs: tuple[str, ...] | None = tuple(d for r, d in zip(part.replicas, part.directories) if r in original) \
         if len(part.directories) == len(part.replicas) else None
     builder.add(PartitionChangeRecord(
         topic_id=part.topic_id, partition=part.partition, replicas=original, isr=isr, adding_replicas=(),
-        removing_replicas=(), leader=leader if leader != part.leader else None, directories=dirs,
+        removing_replicas=(), leader=leader if leader != part.leader else None, directories=kept_dirs,
         change_started_ms=0,
     ))
 
