@@ -9,10 +9,14 @@ Kind 1 is data. Kind 2 is a void marker: data entries of that stream written *ea
 lower epoch at or past ``start_offset`` are not part of the stream (its owner moved on; see
 :func:`stream_storage.recovery.recoverable_tail`).
 
-Appends are group-committed: one writer thread writes everything queued and fsyncs once, and
-every append waiting on that fsync is acknowledged together. Replay stops at the first entry
-whose length or CRC is wrong; in the last segment that is a torn tail (a crash mid-write) and is
-cut off, never replayed as data. A segment is deleted once every stream range in it is committed
+Appends are group-committed: one writer thread writes everything queued and syncs once, and
+every append waiting on that sync is acknowledged together. Segment files are preallocated with
+zeros a few MiB ahead of the writer (on a second thread), so that most syncs are ``fdatasync``
+calls that leave the file size unchanged and flush data blocks only; ``fdatasync`` also flushes
+the size whenever a write did extend the file, so durability never depends on the preallocation.
+Replay stops at the first entry whose length or CRC is wrong: zeros after it are preallocated
+space (the clean end); anything else is, in the last segment, a torn tail (a crash mid-write) and
+is cut off, never replayed as data. A segment is deleted once every stream range in it is committed
 in S3. Another broker's WAL (a shared volume) can be read with :func:`read_wal` without changing it.
 """
 from __future__ import annotations
@@ -22,6 +26,7 @@ import logging
 import os
 import re
 import struct
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -69,11 +74,27 @@ class _Segment:
     max_end: dict[int, int] = field(default_factory=dict)
 
 
-def encode_entry(stream_id: int, epoch: int, start_offset: int, end_offset: int,
+_PREALLOC_MIN_BYTES = 256 * 1024
+_PREALLOC_MAX_BYTES = 8 * 1024 * 1024
+_ZEROS = bytes(1024 * 1024)
+_IOV_MAX = 1024
+
+
+def entry_header(stream_id: int, epoch: int, start_offset: int, end_offset: int,
                  payload: bytes | bytearray | memoryview, kind: int = KIND_DATA) -> bytes:
+    """The bytes that precede ``payload`` in its entry (written separately: no copy of the payload)."""
     body_header = _BODY_HEADER.pack(kind, stream_id, epoch, start_offset, end_offset)
     crc = crc32c(payload, crc32c(body_header))
-    return _PREFIX.pack(len(body_header) + len(payload), crc) + body_header + bytes(payload)
+    return _PREFIX.pack(len(body_header) + len(payload), crc) + body_header
+
+
+def encode_entry(stream_id: int, epoch: int, start_offset: int, end_offset: int,
+                 payload: bytes | bytearray | memoryview, kind: int = KIND_DATA) -> bytes:
+    return entry_header(stream_id, epoch, start_offset, end_offset, payload, kind) + bytes(payload)
+
+
+def _is_zeros(data: bytes, start: int) -> bool:
+    return data.count(0, start) == len(data) - start
 
 
 def _parse_segment(data: bytes, base: int) -> tuple[list[WalEntry], int]:
@@ -95,6 +116,19 @@ def _parse_segment(data: bytes, base: int) -> tuple[list[WalEntry], int]:
         entries.append(WalEntry(stream_id, epoch, start, stop, bytes(body[_BODY_HEADER.size:]), base + pos, kind))
         pos = end
     return entries, pos
+
+
+def _pwrite_all(fd: int, pieces: list[bytes | bytearray | memoryview], position: int) -> None:
+    """Write ``pieces`` back to back at ``position`` (vectored: the payloads are not joined)."""
+    for first in range(0, len(pieces), _IOV_MAX):
+        group = pieces[first:first + _IOV_MAX]
+        length = sum(len(p) for p in group)
+        written = os.pwritev(fd, group, position)
+        if written < length:
+            rest = b"".join(group)
+            while written < length:
+                written += os.pwrite(fd, memoryview(rest)[written:], position + written)
+        position += length
 
 
 def list_segments(directory: str) -> list[tuple[int, str]]:
@@ -121,7 +155,12 @@ def _scan(directory: str, repair: bool) -> tuple[ReplayResult, list[_Segment]]:
                 raise
             continue  # a live owner trimmed it meanwhile: everything in it was committed
         entries, valid = _parse_segment(data, base)
-        if valid < len(data):
+        if valid < len(data) and _is_zeros(data, valid):  # preallocated space: the clean end
+            if repair and index == len(listed) - 1:
+                with open(path, "r+b") as fh:  # appends continue at the end of the valid data
+                    fh.truncate(valid)
+                    os.fsync(fh.fileno())
+        elif valid < len(data):
             if index != len(listed) - 1:
                 raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR,
                                  f"WAL segment {path} is corrupt at byte {valid} and is not the last segment; "
@@ -150,18 +189,29 @@ def read_wal(directory: str) -> ReplayResult:
 class WriteAheadLog:
     """One broker's WAL. Call :meth:`open` (returns the replayed entries) before appending."""
 
-    def __init__(self, directory: str, segment_bytes: int = 64 * 1024 * 1024, fsync: bool = True) -> None:
+    def __init__(self, directory: str, segment_bytes: int = 64 * 1024 * 1024, fsync: bool = True,
+                 preallocate: bool | None = None) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.fsync = fsync
+        self.preallocate = fsync if preallocate is None else preallocate
         self._segments: list[_Segment] = []
         self._fd: int | None = None
-        self._queue: list[tuple[bytes, int, int, asyncio.Future[int]]] = []
+        self._queue: list[tuple[tuple[bytes, bytes | bytearray | memoryview], int, int, asyncio.Future[int]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-wal")
+        self._prealloc_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-wal-prealloc")
+        # Guards the active segment's fd, write position and preallocated end between the writer
+        # thread and the preallocating thread: zeros are only ever written past the write position.
+        self._lock = threading.Lock()
+        self._alloc_end = 0  # bytes of the active segment that exist on disk (zeros or data)
+        self._alloc_generation = 0  # bumped when the active segment changes or shrinks
+        self._prealloc_pending = False
         self._committed: dict[int, int] = {}
         self._failed: str | None = None
         self.fsyncs = 0
+        self.extending_syncs = 0  # syncs whose write grew the file (not preallocated yet)
+        self.preallocated_bytes = 0
         self.appended_bytes = 0
 
     def open(self) -> ReplayResult:
@@ -171,18 +221,22 @@ class WriteAheadLog:
             self._new_segment(0)
         else:
             last = self._segments[-1]
-            self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND)
+            self._fd = os.open(last.path, os.O_WRONLY)
+            self._alloc_end = last.size  # _scan cut any zeros or torn bytes past the valid data
         return result
 
     def _new_segment(self, base: int) -> None:
         path = os.path.join(self.directory, segment_name(base))
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if self._fd is not None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        with self._lock:
+            old, self._fd = self._fd, fd
+            self._segments.append(_Segment(base, path))
+            self._alloc_end = 0
+            self._alloc_generation += 1
+        if old is not None:
             if self.fsync:
-                os.fsync(self._fd)
-            os.close(self._fd)
-        self._fd = fd
-        self._segments.append(_Segment(base, path))
+                os.fsync(old)
+            os.close(old)
         if self.fsync:
             dir_fd = os.open(self.directory, os.O_RDONLY)
             try:
@@ -200,12 +254,14 @@ class WriteAheadLog:
 
     async def append(self, stream_id: int, epoch: int, start_offset: int, end_offset: int,
                      payload: bytes | bytearray | memoryview, kind: int = KIND_DATA) -> int:
-        """Durably append one entry; returns its WAL position once fsynced (shared with concurrent appends)."""
+        """Durably append one entry; returns its WAL position once synced (shared with concurrent appends).
+
+        ``payload`` is written as given (not copied): it must not change until this returns."""
         if self._failed is not None:
             raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"WAL in {self.directory} failed: {self._failed}")
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queue.append((encode_entry(stream_id, epoch, start_offset, end_offset, payload, kind), stream_id,
-                            end_offset if kind == KIND_DATA else -1, fut))
+        header = entry_header(stream_id, epoch, start_offset, end_offset, payload, kind)
+        self._queue.append(((header, payload), stream_id, end_offset if kind == KIND_DATA else -1, fut))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_loop())
         return await fut
@@ -227,37 +283,102 @@ class WriteAheadLog:
                 if not fut.done():
                     fut.set_result(position)
 
-    def _write_batch(self, entries: list[bytes], ranges: list[tuple[int, int]]) -> list[int]:
-        """Runs on the writer thread: roll if needed, write, fsync once."""
+    def _write_batch(self, entries: list[tuple[bytes, bytes | bytearray | memoryview]],
+                     ranges: list[tuple[int, int]]) -> list[int]:
+        """Runs on the writer thread: roll if needed, write, sync once."""
         assert self._fd is not None
         segment = self._segments[-1]
         if segment.size >= self.segment_bytes:
             self._new_segment(segment.base + segment.size)
             segment = self._segments[-1]
-        data = b"".join(entries)
-        before = segment.size
+        pieces: list[bytes | bytearray | memoryview] = []
+        for header, payload in entries:
+            pieces.append(header)
+            if len(payload):
+                pieces.append(payload)
+        length = sum(len(p) for p in pieces)
+        fd = self._fd
+        with self._lock:
+            before = segment.size
+            extends = before + length > self._alloc_end
+            try:
+                _pwrite_all(fd, pieces, before)
+            except OSError:
+                self._cut_back(fd, before)
+                raise
+            segment.size = before + length  # the preallocator writes zeros only beyond this
         try:
-            written = os.write(self._fd, data)
-            while written < len(data):
-                written += os.write(self._fd, data[written:])
             if self.fsync:
-                os.fdatasync(self._fd)
+                os.fdatasync(fd)  # also flushes the file size when this write extended the file
                 self.fsyncs += 1
+                self.extending_syncs += extends
         except OSError:
-            try:  # leave no torn entry in the middle of the log
-                os.ftruncate(self._fd, before)
-            except OSError as exc2:
-                self._failed = str(exc2)
+            with self._lock:
+                segment.size = before
+                self._cut_back(fd, before)  # leave no unacknowledged entry in the middle of the log
             raise
         positions, pos = [], segment.base + before
-        for entry, (stream_id, end) in zip(entries, ranges):
+        for (header, payload), (stream_id, end) in zip(entries, ranges):
             positions.append(pos)
-            pos += len(entry)
+            pos += len(header) + len(payload)
             if end >= 0:  # data pins the segment until committed; a void marker pins nothing
                 segment.max_end[stream_id] = max(segment.max_end.get(stream_id, 0), end)
-        segment.size = before + len(data)
-        self.appended_bytes += len(data)
+        self.appended_bytes += length
+        self._maybe_preallocate(segment)
         return positions
+
+    def _cut_back(self, fd: int, size: int) -> None:
+        """Under the lock: drop everything from ``size`` on (a failed write or sync)."""
+        try:
+            os.ftruncate(fd, size)
+            self._alloc_end = min(self._alloc_end, size)
+            self._alloc_generation += 1
+        except OSError as exc:
+            self._failed = str(exc)
+
+    # -- preallocation (second thread) -------------------------------------------------------
+
+    def _prealloc_ahead_bytes(self, segment: _Segment) -> int:
+        return min(_PREALLOC_MAX_BYTES, max(_PREALLOC_MIN_BYTES, segment.size))
+
+    def _maybe_preallocate(self, segment: _Segment) -> None:
+        """Keep zeros ahead of the writer (more as the segment grows: an idle WAL writes few zeros)."""
+        if not self.preallocate or self._prealloc_pending or self._failed is not None:
+            return
+        if min(self.segment_bytes, segment.size + self._prealloc_ahead_bytes(segment)) <= self._alloc_end:
+            return
+        self._prealloc_pending = True
+        try:
+            self._prealloc_pool.submit(self._preallocate, segment)
+        except RuntimeError:  # shutting down
+            self._prealloc_pending = False
+
+    def _preallocate(self, segment: _Segment) -> None:
+        dup = -1
+        try:
+            with self._lock:
+                if self._fd is None or segment is not self._segments[-1]:
+                    return
+                generation = self._alloc_generation
+                start = max(self._alloc_end, segment.size)
+                end = min(self.segment_bytes, segment.size + 2 * self._prealloc_ahead_bytes(segment))
+                if end <= start:
+                    return
+                pos = start
+                while pos < end:
+                    pos += os.pwrite(self._fd, memoryview(_ZEROS)[:min(len(_ZEROS), end - pos)], pos)
+                dup = os.dup(self._fd)
+            os.fsync(dup)  # size and allocation durable: later fdatasyncs flush data blocks only
+            with self._lock:
+                if generation == self._alloc_generation and segment is self._segments[-1]:
+                    self._alloc_end = max(self._alloc_end, end)
+                    self.preallocated_bytes += end - start
+        except OSError as exc:  # only an optimisation: appends still extend the file and sync it
+            log.warning("WAL preallocation in %s failed: %s", self.directory, exc)
+        finally:
+            if dup >= 0:
+                os.close(dup)
+            self._prealloc_pending = False
 
     def mark_committed(self, stream_id: int, end_offset: int) -> None:
         """Offsets of ``stream_id`` below ``end_offset`` are in S3 (or no longer this WAL's concern)."""
@@ -310,10 +431,12 @@ class WriteAheadLog:
             await self._flusher
         await asyncio.get_running_loop().run_in_executor(self._pool, self._close_sync)
         self._pool.shutdown(wait=True)
+        self._prealloc_pool.shutdown(wait=True)
 
     def _close_sync(self) -> None:
-        if self._fd is not None:
+        with self._lock:
             fd, self._fd = self._fd, None
+        if fd is not None:
             os.close(fd)
 
     @property

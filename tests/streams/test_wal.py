@@ -6,7 +6,7 @@ import os
 import pytest
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from stream_storage.wal import WriteAheadLog, read_wal
+from stream_storage.wal import ENTRY_OVERHEAD, WriteAheadLog, read_wal
 
 
 async def test_concurrent_appends_share_fsyncs_and_replay_in_order(tmp_path) -> None:
@@ -29,10 +29,13 @@ async def test_torn_tail_is_cut_and_never_replayed(tmp_path, cut: str) -> None:
         await wal.append(7, 1, i, i + 1, b"x" * 100)
     await wal.close()
     (segment,) = [os.path.join(tmp_path, n) for n in os.listdir(tmp_path)]
-    size = os.path.getsize(segment)
+    size = 5 * (ENTRY_OVERHEAD + 100)  # the end of the valid entries; preallocated zeros may follow
+    with open(segment, "rb") as fh:
+        assert fh.read()[size:].count(0) == os.path.getsize(segment) - size
     with open(segment, "r+b") as fh:
-        if cut == "half-entry":
-            fh.truncate(size - 60)
+        if cut == "half-entry":  # the last entry's end never reached the disk
+            fh.seek(size - 60)
+            fh.write(b"\x00" * 60)
         elif cut == "garbage":
             fh.seek(size)
             fh.write(b"\x00\x00\x01\x00garbage-that-claims-256-bytes")
@@ -49,7 +52,8 @@ async def test_torn_tail_is_cut_and_never_replayed(tmp_path, cut: str) -> None:
     wal2 = WriteAheadLog(str(tmp_path))
     replay = wal2.open()
     assert [e.start_offset for e in replay.entries] == list(range(expected))
-    assert replay.torn_bytes > 0
+    # zeros past the last entry are preallocated space (the clean end), anything else a torn tail
+    assert (replay.torn_bytes > 0) == (cut != "zeros")
     await wal2.append(7, 2, expected, expected + 1, b"after-repair")
     await wal2.close()
     again = WriteAheadLog(str(tmp_path)).open()
@@ -110,3 +114,33 @@ def test_recoverable_tail_prefers_newer_epochs_honours_void_markers_and_stops_at
     assert [(x.epoch, x.start_offset) for x in recoverable_tail(voided, 1, 5)] == [(2, 5)]
     later = voided + [e(7, 3, 9, 11)]  # written after the marker, at the new epoch: kept
     assert [(x.epoch, x.start_offset) for x in recoverable_tail(later, 1, 5)] == [(2, 5), (3, 9)]
+
+
+async def test_segments_are_preallocated_and_zero_tails_replay_as_clean_ends(tmp_path) -> None:
+    wal = WriteAheadLog(str(tmp_path), segment_bytes=4 * 1024 * 1024)
+    wal.open()
+    await wal.append(1, 1, 0, 1, b"a" * 1000)
+    for _ in range(500):  # bounded: the preallocating thread writes zeros ahead of the writer
+        if wal.preallocated_bytes > 0:
+            break
+        await asyncio.sleep(0.01)
+    assert wal.preallocated_bytes > 0
+    for i in range(1, 20):
+        await wal.append(1, 1, i, i + 1, b"b" * 1000)
+    assert wal.extending_syncs < wal.fsyncs  # most syncs wrote into preallocated space
+    (first,) = os.listdir(tmp_path)
+    assert os.path.getsize(os.path.join(tmp_path, first)) > wal.size_bytes
+    # roll while the old segment still has preallocated zeros after its entries (as an idle roll does)
+    active = wal._segments[-1]
+    await asyncio.get_running_loop().run_in_executor(wal._pool, wal._new_segment, active.base + active.size)
+    await wal.append(2, 1, 0, 1, b"next segment")
+    await wal.close()  # no trim: both segments stay, the first one ending in zeros
+    assert len(os.listdir(tmp_path)) == 2
+    seen = read_wal(str(tmp_path))
+    assert seen.torn_bytes == 0 and [e.start_offset for e in seen.entries] == list(range(20)) + [0]
+    again = WriteAheadLog(str(tmp_path))
+    replay = again.open()
+    assert replay.torn_bytes == 0 and len(replay.entries) == 21
+    await again.append(2, 1, 1, 2, b"after restart")
+    await again.close()
+    assert [e.payload for e in read_wal(str(tmp_path)).entries][-2:] == [b"next segment", b"after restart"]
