@@ -35,7 +35,7 @@ def test_short_scenario_loses_nothing_and_writes_its_outputs(tmp_path, capsys):
     assert code in (0, 1) and summary["verdict"] in printed
     checks = summary["checks"]
     assert checks["zero_loss"] and checks["steps_completed"] and checks["moves_completed"]
-    assert checks["removed_brokers_drained"]
+    assert checks["removed_brokers_drained"] and checks["removed_brokers_gone"] and checks["final_state_recorded"]
     records = summary["records"]
     assert records["lost"] == 0 and records["duplicated"] == 0 and records["acknowledged"] > 3_000
     assert summary["verification"]["misplaced"] == 0

@@ -11,6 +11,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from tools.autoscale import cli
 from tools.autoscale.plots import plot_balance, plot_overview
 from tools.autoscale.recorder import Recorder, percentile
+from tools.autoscale.runner import live_broker_ids
 from tools.autoscale.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
 from tools.autoscale.summary import balance_series, summarize_run, time_to_balance_s
 
@@ -131,6 +132,7 @@ def test_verdict(tmp_path):
     frame = frame_of(rec, tmp_path)
     events = [{"t_s": e.t_s, "kind": e.kind, **e.detail} for e in rec.events]
     events.append({"t_s": 1.0, "kind": "step_done"})
+    events.append({"t_s": 13.5, "kind": "final_state", "live_brokers": [1, 2, 3]})
     good = summarize_run(frame, events, {"acknowledged": 1400, "lost": 0, "duplicated": 0}, first_step_s=5.0, steps=1)
     assert good["verdict"] == "pass" and good["time_to_balance_s"] == pytest.approx(5.0)
     assert good["moves"] == 2 and good["stall_per_moved_partition_ms"] == {"p50": 100.0, "max": 120.0, "measured": 2}
@@ -142,6 +144,37 @@ def test_verdict(tmp_path):
     assert lost["verdict"] == "fail" and lost["checks"]["zero_loss"] is False
     unfinished = summarize_run(frame, events, {"lost": 0, "duplicated": 0}, first_step_s=5.0, steps=2)
     assert unfinished["verdict"] == "fail" and unfinished["checks"]["steps_completed"] is False
+
+
+def test_verdict_fails_when_the_series_ends_before_a_removal_completed(tmp_path):
+    """A removed broker still live in the last row, or no state recorded after the last step, fails."""
+    rec = synthetic_run()
+    frame = frame_of(rec, tmp_path)
+    events = [{"t_s": e.t_s, "kind": e.kind, **e.detail} for e in rec.events]
+    events += [{"t_s": 12.5, "kind": "remove_broker", "broker": 1},
+               {"t_s": 13.0, "kind": "broker_removed", "broker": 1, "partitions_left": 0},
+               {"t_s": 13.0, "kind": "step_done"}]
+    ok = {"acknowledged": 1400, "lost": 0, "duplicated": 0}
+    still_live = summarize_run(frame, events + [{"t_s": 13.5, "kind": "final_state"}], ok, 5.0, steps=1)
+    assert still_live["verdict"] == "fail" and still_live["checks"]["removed_brokers_gone"] is False
+    assert still_live["final_live_brokers"] == [1, 2, 3] and still_live["checks"]["final_state_recorded"]
+    no_end = summarize_run(frame, events, ok, 5.0, steps=1)
+    assert no_end["verdict"] == "fail" and no_end["checks"]["final_state_recorded"] is False
+    stale_end = summarize_run(frame, events + [{"t_s": 12.8, "kind": "final_state"}], ok, 5.0, steps=1)
+    assert stale_end["checks"]["final_state_recorded"] is False  # sampled before the last step ended
+    rec.gauge(13.9, "live_brokers", [2, 3])  # the removal reached the last row
+    gone = summarize_run(frame_of(rec, tmp_path), events + [{"t_s": 13.9, "kind": "final_state"}], ok, 5.0, steps=1)
+    assert gone["verdict"] == "pass" and gone["final_live_brokers"] == [2, 3]
+    timed_out = events + [{"t_s": 13.9, "kind": "final_state"}, {"t_s": 13.0, "kind": "step_timed_out", "step": 1}]
+    assert summarize_run(frame_of(rec, tmp_path), timed_out, ok, 5.0, steps=2)["checks"]["steps_completed"] is False
+
+
+def test_live_brokers_exclude_fenced_and_shutting_down_ones():
+    reply = {"brokers": [{"broker_id": 1, "fenced": False, "in_controlled_shutdown": True},
+                         {"broker_id": 2, "fenced": False, "in_controlled_shutdown": False},
+                         {"broker_id": 3, "fenced": True, "in_controlled_shutdown": False},
+                         {"broker_id": 4}], "metadata_offset": 12}
+    assert live_broker_ids(reply) == [2, 4] and live_broker_ids({"brokers": []}) == []
 
 
 def test_plots_are_written(tmp_path):

@@ -6,6 +6,12 @@ a slower sender); one consumer follows every partition. A monitor samples the cl
 second (live brokers, partition leaders: a leader change is a move), the steps run at their times
 (scale out, rebalance with the PySpark planner, ramp, drain and remove a broker), and at the end
 every acknowledged record is read back.
+
+The experiment records until every step has finished: the load runs for the scenario's
+``duration_s`` and then on until the last step is done (at most ``drain_timeout_s`` more), and
+the state of the cluster is sampled once more after the last step, so the time series always
+ends with what the steps did (a removed broker is gone from the last row). A step that does not
+finish in time is recorded as timed out, and the verdict fails.
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.errors import ErrorCode, FerryError
 from tools.admin import Admin
 from tools.autoscale.plots import plot_balance, plot_overview
 from tools.autoscale.recorder import Recorder
@@ -55,6 +61,7 @@ class Experiment:
         self._producing = True
         self._consuming = True
         self._leaders: dict[int, int] = {}
+        self._step_index = -1
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -98,20 +105,25 @@ class Experiment:
                  asyncio.create_task(self._monitor()), asyncio.create_task(self._steps())]
         try:
             await asyncio.sleep(self.scn.duration_s)
+            if not tasks[3].done():  # the load goes on until the last step is done (bounded)
+                self.status = "finishing the last step"
+                await asyncio.wait([tasks[3]], timeout=self.scn.drain_timeout_s)
+            if not tasks[3].done():
+                step = self.scn.steps[self._step_index] if 0 <= self._step_index < len(self.scn.steps) else None
+                self.rec.event(self.now(), "step_timed_out", step=self._step_index,
+                               action=step.action if step else None, waited_s=self.scn.drain_timeout_s)
+                tasks[3].cancel()
+                await asyncio.gather(tasks[3], return_exceptions=True)
             self._producing = False
             await tasks[0]
-            self.status = "finishing the last step"
-            await asyncio.wait([tasks[3]], timeout=self.scn.drain_timeout_s)
+            self.rec.event(self.now(), "load_stopped")
             self.status = "draining"
             await self._drain()
             self._consuming = False  # let the poll in progress finish and count what it read
             await asyncio.wait([tasks[1]], timeout=5.0)
             tasks[2].cancel()
             await asyncio.gather(tasks[2], return_exceptions=True)
-            try:
-                await self._sample_cluster(self.now())  # the state at the end, after the last step
-            except (FerryError, OSError):
-                pass
+            await self._final_sample()
         finally:
             self._producing = self._consuming = False
             for task in tasks:
@@ -202,12 +214,34 @@ class Experiment:
             self.on_progress(t, self.status)
             await asyncio.sleep(max(0.0, 1.0 - (self.now() - t)))
 
-    async def _sample_cluster(self, t: float) -> None:
+    async def _final_sample(self, timeout_s: float = 15.0) -> None:
+        """The cluster's state after the last step, recorded as the time series' last gauges (retried:
+        a missing end state would let the last row show a stale broker set)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            t = self.now()
+            try:
+                live = await self._sample_cluster(t)
+            except (FerryError, OSError) as exc:
+                if time.monotonic() > deadline:
+                    self.rec.event(self.now(), "final_state_unknown", error=str(exc))
+                    return
+                await asyncio.sleep(0.5)
+                continue
+            self.rec.event(t, "final_state", live_brokers=live)
+            return
+
+    async def _live_brokers(self) -> list[int]:
+        """Registered brokers that are neither fenced nor in a controlled shutdown: the ones that take load."""
+        assert self.admin is not None
+        return live_broker_ids(await self.admin.read("describe_cluster", {}))
+
+    async def _sample_cluster(self, t: float) -> list[int]:
         """Live brokers, retries, lag, and partition leaders (a changed leader is a move)."""
         assert self.admin is not None and self.producer is not None
-        brokers = await self.admin.describe_cluster()
+        live = await self._live_brokers()
         topics = await self.admin.describe_topics([self.scn.topic])
-        self.rec.gauge(t, "live_brokers", sorted(b for b, info in brokers.items() if not info.fenced))
+        self.rec.gauge(t, "live_brokers", live)
         self.rec.gauge(t, "retries_total", self.producer.retries)
         self.rec.gauge(t, "consumer_lag", self._lag())
         parts = topics.get(self.scn.topic)
@@ -218,11 +252,13 @@ class Experiment:
                     if old is not None and old != part.leader:
                         self.rec.event(t, "move", partition=part.partition, from_broker=old, to_broker=part.leader)
                     self._leaders[part.partition] = part.leader
+        return live
 
     # -- the scenario's steps ---------------------------------------------------------------------
 
     async def _steps(self) -> None:
         for k, step in enumerate(self.scn.steps):
+            self._step_index = k
             late_s = self.now() - step.at_s
             await asyncio.sleep(max(0.0, -late_s))
             try:
@@ -256,14 +292,41 @@ class Experiment:
             topics = await self.admin.describe_topics([self.scn.topic])
             parts = topics.get(self.scn.topic)
             left = sum(1 for p in parts if p.leader == step.broker) if isinstance(parts, list) else -1
-            await asyncio.to_thread(self.cluster.terminate_broker, step.broker)
-            deadline = time.monotonic() + 15.0  # until the controllers count it out (controlled shutdown or fence)
-            while time.monotonic() < deadline:
-                brokers = await self.admin.describe_cluster()
-                if step.broker not in brokers or brokers[step.broker].fenced:
-                    break
-                await asyncio.sleep(0.2)
+            await self._remove_broker(step.broker)
             self.rec.event(self.now(), "broker_removed", broker=step.broker, partitions_left=left)
+
+    async def _remove_broker(self, broker_id: int, timeout_s: float = 20.0) -> None:
+        """Stop a drained broker and take it out of the cluster for good, as Kafka scales in: a
+        controlled shutdown (it uploads what it buffered and exits), then ``unregister_broker``.
+        Waiting for the controllers to fence a stopped broker instead would take a session timeout
+        or more (longer on a busy machine), and until then it would still count as registered.
+        Returns once the controllers no longer list it; raises if they still do after ``timeout_s``."""
+        assert self.cluster is not None and self.admin is not None
+        code = await asyncio.to_thread(self.cluster.terminate_broker, broker_id)
+        self.rec.event(self.now(), "broker_stopped", broker=broker_id, exit_code=code)
+        deadline = time.monotonic() + timeout_s
+        last_error = ""
+        while True:
+            try:
+                await self.admin.write("unregister_broker", {"broker_id": broker_id})
+            except FerryError as exc:
+                if exc.error != ErrorCode.BROKER_ID_NOT_REGISTERED:  # already gone is what we want
+                    last_error = str(exc)
+            except OSError as exc:
+                last_error = str(exc)
+            try:
+                if broker_id not in await self.admin.describe_cluster():
+                    break
+            except (FerryError, OSError) as exc:
+                last_error = str(exc)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker {broker_id} is still registered {timeout_s:g} s after it stopped"
+                                   + (f" ({last_error})" if last_error else ""))
+            await asyncio.sleep(0.3)
+        try:  # the removal shows in the time series at the second it happened (the monitor samples again anyway)
+            await self._sample_cluster(self.now())
+        except (FerryError, OSError):
+            pass
 
     async def _rebalance(self, window_ms: int, balance_band: float, mode: list[str]) -> None:
         assert self.cluster is not None
@@ -345,6 +408,16 @@ class Experiment:
                             "summary": str(self.out_dir / "summary.json")}
         write_summary(summary, self.out_dir / "summary.json")
         return summary
+
+
+def live_broker_ids(reply: Any) -> list[int]:
+    """Ids of the brokers a ``describe_cluster`` reply shows as taking load: registered, not fenced
+    and not in a controlled shutdown (a broker shutting down leads nothing and is about to exit)."""
+    brokers = reply.get("brokers", []) if isinstance(reply, dict) else reply
+    if isinstance(brokers, dict):
+        brokers = [dict(v, broker_id=int(k)) for k, v in brokers.items()]
+    return sorted(int(b["broker_id"]) for b in brokers
+                  if not b.get("fenced", False) and not b.get("in_controlled_shutdown", False))
 
 
 def _warm_spark(scratch_dir: str) -> None:

@@ -8,6 +8,11 @@
 - p99 produce latency during moves (seconds in which a move was seen, and the next) against the
   steady state (before the first step), as the mean and max of the per-second p99s;
 - records lost (acknowledged but not read back: must be 0) and duplicated.
+
+The verdict also needs every step done, every submitted move done, removed brokers drained
+before they stopped, the cluster's state recorded after the last step (``final_state``), and
+no removed broker live in that last state: a time series that ends before the removal
+completed cannot pass.
 """
 from __future__ import annotations
 
@@ -89,6 +94,11 @@ def summarize_run(frame: pd.DataFrame, events: list[dict[str, Any]], verificatio
     steady = [float(v) for t, v in zip(frame["t_s"], p99) if 3 <= t < steady_end and v == v]
     during = [float(v) for t, v in zip(frame["t_s"], p99) if t in move_seconds and v == v]
     rebalances = events_of(events, "rebalance_done")
+    final_states = events_of(events, "final_state")
+    steps_ended = [e["t_s"] for e in events if e["kind"] in ("step_done", "step_failed", "step_timed_out")]
+    last_step_s = max(steps_ended, default=0.0)
+    removed_ids = {int(e["broker"]) for e in removals}
+    final_live = frame["live_brokers"].iloc[-1] if len(frame) else ""
     lost, duplicated = int(verification.get("lost", -1)), int(verification.get("duplicated", -1))
     checks = {
         "zero_loss": lost == 0,
@@ -97,6 +107,8 @@ def summarize_run(frame: pd.DataFrame, events: list[dict[str, Any]], verificatio
         "moves_completed": all(r.get("completed") == r.get("submitted") for r in rebalances),
         "removed_brokers_drained": len(removed) == len(removals)
         and all(r.get("partitions_left", 1) == 0 for r in removed),
+        "final_state_recorded": bool(final_states) and final_states[-1]["t_s"] >= last_step_s,
+        "removed_brokers_gone": not removed_ids & set(_live(final_live)),
     }
     steady_p99 = _p99_stats(steady)
     during_p99 = _p99_stats(during)
@@ -118,6 +130,8 @@ def summarize_run(frame: pd.DataFrame, events: list[dict[str, Any]], verificatio
                     "lost": lost, "duplicated": duplicated, "failed": int(frame["errors"].sum()),
                     "retries": int(frame["retries"].sum()), "read_back": verification.get("read_back")},
         "rebalances": rebalances,
+        "timed_out_steps": events_of(events, "step_timed_out"),
+        "final_live_brokers": _live(final_live),
     }
 
 
