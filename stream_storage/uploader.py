@@ -52,6 +52,7 @@ class Uploader:
         self.handles: dict[int, StreamHandle] = {}
         self.pending_bytes = 0  # durable in the WAL, not yet taken by an upload
         self.admitted_bytes = 0  # admitted appends on their way to the WAL
+        self.admit_waits = 0  # appends that waited for buffered bytes to be uploaded (backpressure)
         self.stats = UploadStats()
         self._kick = asyncio.Event()
         self._room = asyncio.Event()
@@ -81,6 +82,7 @@ class Uploader:
         their way to the WAL (one append is always admitted when nothing is buffered)."""
         while self.pending_bytes + self.admitted_bytes > 0 and \
                 self.pending_bytes + self.admitted_bytes + size_bytes > self.buffered_limit_bytes:
+            self.admit_waits += 1
             self._room.clear()
             await self._room.wait()
         self.admitted_bytes += size_bytes

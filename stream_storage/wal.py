@@ -27,6 +27,7 @@ import os
 import re
 import struct
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -213,6 +214,7 @@ class WriteAheadLog:
         self.extending_syncs = 0  # syncs whose write grew the file (not preallocated yet)
         self.preallocated_bytes = 0
         self.appended_bytes = 0
+        self.sync_seconds = 0.0  # time spent in write + sync on the writer thread
 
     def open(self) -> ReplayResult:
         os.makedirs(self.directory, exist_ok=True)
@@ -298,6 +300,7 @@ class WriteAheadLog:
                 pieces.append(payload)
         length = sum(len(p) for p in pieces)
         fd = self._fd
+        started = time.perf_counter()
         with self._lock:
             before = segment.size
             extends = before + length > self._alloc_end
@@ -312,6 +315,7 @@ class WriteAheadLog:
                 os.fdatasync(fd)  # also flushes the file size when this write extended the file
                 self.fsyncs += 1
                 self.extending_syncs += extends
+            self.sync_seconds += time.perf_counter() - started
         except OSError:
             with self._lock:
                 segment.size = before
