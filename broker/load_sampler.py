@@ -1,8 +1,7 @@
 """Per-partition load samples written to the bucket every ``metrics_interval_ms``.
 
-The format (one JSON line per partition, one object per broker per interval) is defined with its
-reader in ``tools/rebalance/samples.py`` and docs/load-samples.md; the rebalancer plans moves from
-it. Counters here are cumulative per partition; each sample carries the difference since the
+The format (one JSON line per partition, one object per broker per interval) is defined in
+``broker/load_samples.py`` and docs/load-samples.md; the rebalancer plans moves from it. Counters here are cumulative per partition; each sample carries the difference since the
 previous one, so a partition that arrived mid-interval reports only what it took in here.
 """
 from __future__ import annotations
@@ -13,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from tools.rebalance.samples import PartitionSample, encode_samples, sample_key
+from broker.load_samples import PartitionSample, encode_samples, sample_key
 
 log = logging.getLogger("ferry.broker.load")
 

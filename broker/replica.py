@@ -107,7 +107,8 @@ class Replica:
                 self.storage.release_stream(plan.stream_id)
 
         async def open_meta() -> dict[str, bytes]:
-            await self.storage.open_stream(meta.stream_id, meta.epoch)
+            await self.storage.open_stream(meta.stream_id, meta.epoch, previous_owner=meta.previous_owner,
+                                           previous_epoch=meta.previous_epoch)
             if meta.previous_owner >= 0 and meta.previous_owner != self.broker_id:
                 await self._recover_from_peer(meta)
             marks["meta_opened"] = time.monotonic()
@@ -116,7 +117,8 @@ class Replica:
             return await self.meta_stream.load()
 
         async def open_data() -> int:
-            await self.storage.open_stream(data.stream_id, data.epoch)
+            await self.storage.open_stream(data.stream_id, data.epoch, previous_owner=data.previous_owner,
+                                           previous_epoch=data.previous_epoch)
             marks["data_opened"] = time.monotonic()
             if data.previous_owner >= 0 and data.previous_owner != self.broker_id:
                 return await self._recover_from_peer(data)
@@ -166,7 +168,7 @@ class Replica:
             return 0
         n = 0
         for wal_dir in wal_dirs:  # only the WAL that held the stream last has a tail beyond S3
-            n += int(await self.storage.recover_from_wal(wal_dir, plan.stream_id))
+            n += int(await self.storage.recover_from_wal(wal_dir, plan.stream_id, plan.previous_epoch))
         if n:
             log.info("%s-%d: recovered %d offsets of stream %d from broker %d's WAL", self.topic, self.partition,
                      n, plan.stream_id, plan.previous_owner)

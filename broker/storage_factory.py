@@ -97,14 +97,7 @@ class UploadBatcher:
 async def prefetch_streams(storage: Any, object_key: str, size: int, stream_ids: set[int]) -> None:
     """Read the blocks of ``stream_ids`` in one object into the storage's caches (contiguous
     blocks come in one ranged GET), so that a later fetch of those streams needs no S3 request."""
-    reader = getattr(storage, "reader", None)
-    blocks_of = getattr(reader, "_blocks", None)
-    if reader is None or blocks_of is None:
-        return
-    index = await reader.index(object_key, size)
-    wanted = sorted((e for e in index.entries if e.stream_id in stream_ids), key=lambda e: e.position)
-    if wanted:
-        await blocks_of(object_key, wanted)
+    await storage.prefetch(object_key, size, stream_ids)
 
 
 async def close_storage(storages: list[Any], store: Any) -> None:

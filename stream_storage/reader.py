@@ -146,6 +146,16 @@ class ObjectReader:
         except Exception as exc:  # a failed readahead only costs the reader its own GET later
             log.debug("readahead failed: %s", exc)
 
+    async def prefetch(self, key: str, size: int, stream_ids: set[int] | frozenset[int]) -> int:
+        """Read the blocks of ``stream_ids`` in one object into the block cache (contiguous blocks
+        in one ranged GET), so that later reads of those streams need no S3 request. Returns how
+        many blocks were read or already cached."""
+        index = await self.index(key, size)
+        wanted = sorted((e for e in index.entries if e.stream_id in stream_ids), key=lambda e: e.position)
+        if wanted:
+            await self._blocks(key, wanted)
+        return len(wanted)
+
     async def read(self, stream_id: int, ref: ObjectRef, start_offset: int, max_bytes: int,
                    first: bool = True) -> bytes:
         """Whole batches of ``stream_id`` from the one holding ``start_offset``, up to ``max_bytes``

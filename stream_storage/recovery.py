@@ -15,12 +15,15 @@ from typing import Iterable
 from stream_storage.wal import KIND_VOID, WalEntry, list_segments, read_wal
 
 
-def recoverable_tail(entries: Iterable[WalEntry], stream_id: int, from_offset: int) -> list[WalEntry]:
+def recoverable_tail(entries: Iterable[WalEntry], stream_id: int, from_offset: int,
+                     owner_epoch: int | None = None) -> list[WalEntry]:
     """The contiguous run of ``stream_id``'s WAL entries starting at ``from_offset``.
 
     Entries are in WAL order. Where two epochs wrote the same offsets the higher epoch wins (the
     older owner had been fenced), and a void marker drops the earlier entries it covers (written
-    when this broker took the stream back after another owner had it).
+    when this broker took the stream back after another owner had it). ``owner_epoch`` is the
+    epoch the WAL's broker last held the stream with (the controller's record): entries of a later
+    epoch were never that owner's to acknowledge and are dropped.
     """
     ordered = sorted((e for e in entries if e.stream_id == stream_id), key=lambda e: e.position)
     by_start: dict[int, WalEntry] = {}
@@ -29,7 +32,7 @@ def recoverable_tail(entries: Iterable[WalEntry], stream_id: int, from_offset: i
             for start in [s for s, e in by_start.items() if s >= entry.start_offset and e.epoch < entry.epoch]:
                 del by_start[start]
             continue
-        if entry.start_offset < from_offset:
+        if entry.start_offset < from_offset or (owner_epoch is not None and entry.epoch > owner_epoch):
             continue
         known = by_start.get(entry.start_offset)
         if known is None or entry.epoch >= known.epoch:

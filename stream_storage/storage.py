@@ -156,14 +156,17 @@ class StreamStorage:
     async def create_stream(self) -> int:
         return await self.control.create_stream()
 
-    async def open_stream(self, stream_id: int, epoch: int, previous_owner: int | None = None) -> OpenInfo:
+    async def open_stream(self, stream_id: int, epoch: int, previous_owner: int | None = None,
+                          previous_epoch: int | None = None) -> OpenInfo:
         """Take ownership at ``epoch`` (idempotent for the same epoch); recover this WAL's tail.
 
-        ``previous_owner`` is the stream's owner before this open, when the caller knows it. If it
-        is another broker, whatever this WAL still holds of the stream from earlier epochs is
-        stale (the other owner recovered what counted) and is voided, never recovered. Raises
-        STREAM_FENCED if the epoch is not newer, STREAM_NOT_CLOSED while another live broker
-        still owns it.
+        ``previous_owner`` is the stream's owner before this open, when the caller knows it (-1 =
+        nobody: it was closed cleanly, everything is in S3). If it is not this broker, whatever
+        this WAL still holds of the stream from earlier epochs is stale (the other owner recovered
+        what counted, or a fenced owner wrote it late) and is voided, never recovered.
+        ``previous_epoch`` is the stream's epoch before this open: when this broker was its owner,
+        only entries up to that epoch are its tail. Raises STREAM_FENCED if the epoch is not newer,
+        STREAM_NOT_CLOSED while another live broker still owns it.
         """
         existing = self.handles.get(stream_id)
         if existing is not None and existing.epoch == epoch and existing.state == OPEN:
@@ -188,7 +191,7 @@ class StreamStorage:
         self.wal.reset_committed(stream_id, opened.end_offset)
         mine_before = previous_owner is None or previous_owner == self.broker_id
         stale = [e for e in self._replayed if e.stream_id == stream_id]
-        tail = recoverable_tail(self._replayed, stream_id, opened.end_offset) if mine_before else []
+        tail = recoverable_tail(self._replayed, stream_id, opened.end_offset, previous_epoch) if mine_before else []
         self._replayed = [e for e in self._replayed if e.stream_id != stream_id]
         if not mine_before and (stale or self.wal.holds(stream_id)):
             await self.wal.append(stream_id, opened.epoch, opened.end_offset, opened.end_offset, b"", KIND_VOID)
@@ -202,12 +205,14 @@ class StreamStorage:
         return OpenInfo(stream_id, opened.epoch, opened.start_offset, handle.durable_end,
                         handle.durable_end - opened.end_offset)
 
-    async def recover_from_wal(self, wal_dir: str, stream_id: int) -> int:
+    async def recover_from_wal(self, wal_dir: str, stream_id: int, previous_epoch: int | None = None) -> int:
         """After opening ``stream_id``, bring back its uncommitted tail from another broker's WAL
-        (read-only; that WAL is not changed). Returns how many offsets were recovered; they are
-        durable here and in S3 when this returns."""
+        (read-only; that WAL is not changed). ``previous_epoch`` is the epoch that broker held the
+        stream with (entries of later epochs are not its tail). Returns how many offsets were
+        recovered; they are durable here and in S3 when this returns."""
         handle = self._writable(stream_id)
-        tail = recoverable_tail(await self.foreign_wals.entries(wal_dir, stream_id), stream_id, handle.next_offset)
+        tail = recoverable_tail(await self.foreign_wals.entries(wal_dir, stream_id), stream_id, handle.next_offset,
+                                previous_epoch)
         # all queued at once: the WAL group-commits them with a few fsyncs, offsets stay in order
         await asyncio.gather(*(self._append_entry(handle, e.start_offset, e.end_offset, e.payload) for e in tail))
         if tail:
@@ -349,6 +354,14 @@ class StreamStorage:
         except ObjectStoreError as exc:
             raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"reading {ref.object_key}: {exc}") from exc
         return _below(data, hw)
+
+    async def prefetch(self, object_key: str, size: int, stream_ids: set[int] | frozenset[int]) -> int:
+        """Warm the block cache with the blocks of ``stream_ids`` in one committed object (e.g.
+        partitions a new owner is about to serve); returns how many blocks it holds for them."""
+        try:
+            return await self.reader.prefetch(object_key, size, stream_ids)
+        except ObjectStoreError as exc:
+            raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"prefetching {object_key}: {exc}") from exc
 
     async def force_upload(self, stream_id: int) -> None:
         """Upload and commit everything acknowledged for this stream now (one PUT, one commit)."""

@@ -18,7 +18,7 @@ from tests.broker.helpers import (batch, create_topic, fetch_all, leader_of, pro
 from stream_storage.config import S3Config
 from stream_storage.s3_store import S3ObjectStore
 from tools.cluster import LocalCluster
-from tools.rebalance.samples import decode_samples
+from broker.load_samples import decode_samples
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from broker.config import config_from_dict, load_config, wal_dir_of
 from broker.heartbeat import BrokerLease
 from broker.load_sampler import LoadCounters, LoadSampler, PartitionLoad
 from metadata_quorum.errors import ErrorCode, FerryError
-from tools.rebalance.samples import decode_samples, encode_samples
+from broker.load_samples import decode_samples, encode_samples
 
 BASE = {"broker_id": 1, "controllers": ["127.0.0.1:9001"], "log_dirs": ["/var/ferry/d0"]}
 
@@ -69,3 +69,24 @@ def test_load_samples_are_per_interval_differences() -> None:
     # the partition left and came back with fresh counters
     third = s.sample(3000, [PartitionLoad("t", 0, LoadCounters(bytes_in=5), 650)])
     assert third[0].bytes_in == 5
+
+
+def test_the_rebalancer_reads_the_sample_format_the_broker_writes() -> None:
+    import ast
+    import pathlib
+
+    import tools.rebalance.samples as reader
+    from broker.load_samples import PartitionSample, parse_sample_key, sample_key
+
+    written = [PartitionSample(1_700_000_000_000, 10_000, 2, "t", 3, 100, 50, 10, 5, 4096)]
+    (read,) = reader.decode_samples(encode_samples(written))
+    assert tuple(getattr(read, c) for c in reader.SAMPLE_COLUMNS) == \
+        tuple(getattr(written[0], c) for c in reader.SAMPLE_COLUMNS)
+    key = sample_key(2, 1_700_000_000_000)
+    assert reader.parse_sample_key(key) == parse_sample_key(key) == (2, 1_700_000_000_000)
+    # the broker (a server) never imports the tools package
+    for path in pathlib.Path(__file__).resolve().parents[2].joinpath("broker").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                assert not any(n == "tools" or n.startswith("tools.") for n in names), (path.name, names)

@@ -426,3 +426,75 @@ async def test_force_upload_many_puts_one_object_for_many_streams(make_storage, 
         await a.close_stream(sid)
     assert memory_store.calls["put"] == 1  # nothing left to upload at close
     await a.close()
+
+
+async def test_late_writes_of_a_cut_off_owner_never_reappear_after_a_clean_move_back(make_storage, memory_store,
+                                                                                      controller, clock) -> None:
+    """A cut-off owner keeps writing to its WAL past the new owner's end; the new owner closes the
+    stream cleanly (previous owner: nobody) and the stream comes back. Neither the returning
+    broker's own WAL nor a later peer recovery of that WAL may bring the late writes back."""
+    a = make_storage(1, memory_store, upload_interval_ms=60_000)
+    b = make_storage(2, memory_store)
+    c = make_storage(3, memory_store)
+    for s in (a, b, c):
+        await s.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 1)
+    await a.append(sid, batch_of("a1"))
+    await a.force_upload(sid)
+    clock.skew_ms += 60_000
+    heartbeat(controller, 2, b.broker_epoch)
+    await b.open_stream(sid, 2, previous_owner=1, previous_epoch=1)
+    assert await b.recover_from_wal(a.config.wal_dir, sid, previous_epoch=1) == 0
+    for i in range(3):  # offsets 3..12 at epoch 1, beyond what b will have written
+        await a.append(sid, batch_of(f"late{i}"))
+    await b.append(sid, batch_of("b1"))  # offsets 3..6
+    await b.close_stream(sid)
+    a.fence(sid)  # a learns it lost the stream
+    heartbeat(controller, 1, a.broker_epoch)
+    info = await a.open_stream(sid, 3, previous_owner=-1, previous_epoch=2)  # a clean move back to a
+    assert (info.end_offset, info.recovered_offsets) == (6, 0)
+    assert keys_of(await read_all(a, sid)) == expected_keys(["a1", "b1"])
+    await a.append(sid, batch_of("a3"))  # offsets 6..9, acknowledged at epoch 3
+    await a.abort()  # crashes before uploading it
+    clock.skew_ms += 60_000
+    heartbeat(controller, 3, c.broker_epoch)
+    await c.open_stream(sid, 4, previous_owner=1, previous_epoch=3)
+    assert await c.recover_from_wal(a.config.wal_dir, sid, previous_epoch=3) == 3
+    assert keys_of(await read_all(c, sid)) == expected_keys(["a1", "b1", "a3"])
+    await b.close()
+    await c.close()
+
+
+def test_wal_recovery_keeps_only_epochs_the_owner_held() -> None:
+    from stream_storage.recovery import recoverable_tail
+    from stream_storage.wal import WalEntry
+    entries = [WalEntry(7, 2, 0, 5, b"x", 0), WalEntry(7, 2, 5, 9, b"y", 10),
+               WalEntry(7, 4, 9, 12, b"never held", 20), WalEntry(8, 2, 9, 12, b"other stream", 30)]
+    assert [e.payload for e in recoverable_tail(entries, 7, 0, owner_epoch=2)] == [b"x", b"y"]
+    assert [e.payload for e in recoverable_tail(entries, 7, 5, owner_epoch=2)] == [b"y"]
+    assert len(recoverable_tail(entries, 7, 0)) == 3  # no epoch known: WAL order and void markers only
+
+
+async def test_prefetch_warms_the_block_cache_so_reads_need_no_s3_request(make_storage, memory_store) -> None:
+    a = make_storage(1, memory_store)
+    b = make_storage(2, memory_store)
+    await a.start()
+    await b.start()
+    sids = [await a.create_stream() for _ in range(2)]
+    for sid in sids:
+        await a.open_stream(sid, 0)
+        await a.append(sid, batch_of(f"s{sid}", count=20, value_bytes=2000))
+    assert await a.force_upload_many(sids) == {}
+    for sid in sids:
+        await a.close_stream(sid)
+    (ref,) = (await b.control.describe_stream(sids[0])).objects
+    assert await b.prefetch(ref.object_key, ref.size, {sids[0]}) >= 1
+    gets = b.reader.gets
+    assert keys_of(await read_all(b, sids[0])) == expected_keys([f"s{sids[0]}"], 20)
+    assert b.reader.gets == gets  # index and blocks came from the caches
+    with pytest.raises(FerryError) as err:
+        await b.prefetch("streams/no-such-object", 100, {sids[0]})
+    assert err.value.error == ErrorCode.KAFKA_STORAGE_ERROR
+    await a.close()
+    await b.close()
