@@ -247,6 +247,25 @@ class Broker:
                              "controllers within its session timeout and may have been fenced")
         return slot
 
+    def _confirm_ack(self, topic: str, slot: Slot, replica: Any) -> None:
+        """Checked after the WAL sync, with no await before the answer: the lease still holds and
+        the (fresh) image still names this broker leader at the epoch the write was made with.
+        A broker paused between the sync and here may have been fenced and its partition moved;
+        the lease then lapsed, and if it was renewed meanwhile the caught-up image shows the move."""
+        if not self.write_lease_valid():
+            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} lost its lease while "
+                             "writing; the write is not acknowledged (retry)")
+        assert self.manager is not None
+        image = self.manager.image
+        topic_id = image.topics.by_name.get(topic)
+        reg = image.topics.partition(topic_id, slot.tp.partition) if topic_id is not None else None
+        if reg is None or reg.leader != self.broker_id or reg.leader_epoch != replica.leader_epoch or \
+                slot.replica is not replica or replica.fenced:
+            leader = reg.leader if reg is not None else NO_LEADER
+            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{slot.tp.partition} moved away from broker "
+                             f"{self.broker_id} while the write was in flight; it is not acknowledged (retry)",
+                             {"leader_id": leader, "leader_epoch": reg.leader_epoch if reg is not None else -1})
+
     def write_lease_valid(self) -> bool:
         """Writes are acknowledged only with a live heartbeat lease and a recently caught-up image."""
         now = time.monotonic()
@@ -318,9 +337,7 @@ class Broker:
                 if exc.error is ErrorCode.STREAM_NOT_OPENED:
                     raise self._not_leader(topic, slot.tp.partition, -1, replica.leader_epoch, slot) from exc
                 raise
-            if not self.write_lease_valid():
-                raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} lost its lease while "
-                                 "writing; the write is not acknowledged (retry)")
+            self._confirm_ack(topic, slot, replica)
         except FerryError as exc:
             self.metrics.produce_errors.labels(exc.error.name).inc()
             raise

@@ -90,3 +90,47 @@ def test_the_rebalancer_reads_the_sample_format_the_broker_writes() -> None:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 assert not any(n == "tools" or n.startswith("tools.") for n in names), (path.name, names)
+
+
+def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_leadership_still_hold() -> None:
+    """After the WAL sync the produce path re-checks the lease AND the (fresh) image: a broker
+    paused past its session whose lease was renewed on resume must not acknowledge a write to a
+    partition that moved away meanwhile."""
+    from types import SimpleNamespace
+
+    from broker.heartbeat import BrokerLease
+    from broker.server import Broker
+    from metadata_quorum.errors import ErrorCode, FerryError
+
+    now = {"t": 100.0}
+    lease = BrokerLease(4000)
+    regs = {0: SimpleNamespace(leader=1, leader_epoch=5)}
+    image = SimpleNamespace(topics=SimpleNamespace(by_name={"t": "tid"}, partition=lambda tid, p: regs.get(p)))
+    broker = object.__new__(Broker)
+    broker.broker_id = 1
+    broker.config = SimpleNamespace(session_timeout_ms=4000)
+    broker.heartbeater = SimpleNamespace(lease=lease)
+    broker.follower = SimpleNamespace(fresh=lambda t, window_s: True)
+    broker.manager = SimpleNamespace(image=image)
+    broker._lease_warned_mono_s = -1e9
+    replica = SimpleNamespace(leader_epoch=5, fenced=False)
+    slot = SimpleNamespace(tp=SimpleNamespace(partition=0), replica=replica)
+    import broker.server as server_mod
+    real_monotonic = server_mod.time.monotonic
+    server_mod.time.monotonic = lambda: now["t"]  # type: ignore[assignment]
+    try:
+        lease.renewed(99.0)
+        broker._confirm_ack("t", slot, replica)  # lease valid, still the leader: acknowledged
+        now["t"] = 110.0  # paused past the session between the sync and the answer
+        with pytest.raises(FerryError) as err:
+            broker._confirm_ack("t", slot, replica)
+        assert err.value.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        lease.renewed(109.5)  # unfenced again on resume, image caught up: it shows the move
+        regs[0] = SimpleNamespace(leader=2, leader_epoch=6)
+        with pytest.raises(FerryError) as err:
+            broker._confirm_ack("t", slot, replica)
+        assert err.value.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and err.value.details["leader_id"] == 2
+        regs[0] = SimpleNamespace(leader=1, leader_epoch=5)
+        broker._confirm_ack("t", slot, replica)  # nothing moved: acknowledged
+    finally:
+        server_mod.time.monotonic = real_monotonic  # type: ignore[assignment]
