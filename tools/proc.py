@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,15 +24,38 @@ from metadata_quorum.config import PeerAddress, quorum_config_json
 LOOPBACK = "127.0.0.1"
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1 (bound together, then released)."""
-    socks = []
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for _ in range(count):
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 for servers, outside the kernel's ephemeral range.
+
+    A server restarted on the port it had (a controller or broker after kill -9) must find it free;
+    a port from the ephemeral range can meanwhile become the local end of some outgoing connection.
+    """
+    low, high = _ephemeral_range()
+    candidates = [p for p in range(10_000, 65_000) if not low <= p <= high]
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    chosen: list[int] = []
+    socks: list[socket.socket] = []
+    try:
+        while len(chosen) < count:
+            port = rng.choice(candidates) if candidates else 0
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            chosen.append(s.getsockname()[1])
+        return chosen
     finally:
         for s in socks:
             s.close()
