@@ -38,6 +38,10 @@ class S3Config:
     path_style: bool = True
     connect_timeout_ms: int = 2000
     read_timeout_ms: int = 10000
+    # SHA-256 of every PUT body in its signature: boto3 does it on http endpoints unless told not
+    # to (a large share of a broker's CPU). Objects carry their own CRCs (blocks, index, footer),
+    # checked on every read, so the signature need not cover the bytes.
+    sign_payload: bool = False
     max_pool_connections: int = 16
     io_threads: int = 8
     retry: RetryPolicy = field(default_factory=RetryPolicy)

@@ -45,7 +45,8 @@ def make_s3_client(config: S3Config) -> Any:
         read_timeout=config.read_timeout_ms / 1000,
         retries={"total_max_attempts": 1, "mode": "standard"},
         max_pool_connections=config.max_pool_connections,
-        s3={"addressing_style": "path" if config.path_style else "auto"},
+        s3={"addressing_style": "path" if config.path_style else "auto",
+            "payload_signing_enabled": config.sign_payload},
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
