@@ -158,11 +158,14 @@ class MetadataDelta:
         if current is None or current.broker_epoch != r.broker_epoch:
             return
         changes: dict[str, Any] = {}
-        for name in ("fenced", "in_controlled_shutdown", "saturated_log_dirs", "offline_log_dirs"):
+        for name in ("fenced", "in_controlled_shutdown"):
             value = getattr(r, name)
             if value is not None:
-                changes[name] = tuple(value) if isinstance(value, (list, tuple)) else value
-        self._brokers[r.broker_id] = replace(current, **changes)
+                changes[name] = value
+        updated = replace(current, **changes)
+        if r.online_log_dirs is not None or r.saturated_log_dirs is not None or r.offline_log_dirs is not None:
+            updated = updated.with_log_dir_changes(r.online_log_dirs, r.saturated_log_dirs, r.offline_log_dirs)
+        self._brokers[r.broker_id] = updated
 
     def _topic(self, r: TopicRecord) -> None:
         if self.topic(r.topic_id) is not None or self.topic_id_by_name(r.name) is not None:

@@ -11,8 +11,8 @@ under which that record was written (-1 = unknown).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, NamedTuple
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from metadata_quorum.pmap import EMPTY_PMAP, PMap
 from metadata_quorum.records import (
@@ -49,8 +49,10 @@ class TopicIdPartition(NamedTuple):
 class BrokerRegistration:
     """A registered broker: the fields of its RegisterBrokerRecord plus its log dirs' health.
 
-    ``saturated_log_dirs`` / ``offline_log_dirs`` hold what the broker reported in heartbeats
-    (dir ids or paths, as reported); :meth:`usable_log_dirs` matches either.
+    ``saturated_log_dirs`` / ``offline_log_dirs`` are ids of the broker's own log dirs (replay
+    resolves paths and drops names it does not know), sorted and disjoint: an offline dir is not
+    also saturated. Every other registered dir is online. A saturated dir (full, KIP-928) and an
+    offline one get no new partitions; :meth:`usable_log_dirs` are the online ones.
     """
 
     broker_id: int
@@ -73,8 +75,49 @@ class BrokerRegistration:
         return next((d for d in self.log_dirs if d.path.rstrip("/") == path.rstrip("/")), None)
 
     def usable_log_dirs(self) -> tuple[LogDirSpec, ...]:
+        """The online log dirs: neither saturated nor offline."""
         bad = set(self.saturated_log_dirs) | set(self.offline_log_dirs)
-        return tuple(d for d in self.log_dirs if d.dir_id not in bad and d.path not in bad)
+        return tuple(d for d in self.log_dirs if d.dir_id not in bad)
+
+    @property
+    def online_log_dirs(self) -> tuple[str, ...]:
+        """Ids of the online log dirs, sorted."""
+        return tuple(sorted(d.dir_id for d in self.usable_log_dirs()))
+
+    def log_dir_state(self, dir_id: str) -> str | None:
+        """"online", "saturated" or "offline"; None for a dir this broker did not register."""
+        if not any(d.dir_id == dir_id for d in self.log_dirs):
+            return None
+        if dir_id in self.offline_log_dirs:
+            return "offline"
+        return "saturated" if dir_id in self.saturated_log_dirs else "online"
+
+    def can_take_new_partitions(self) -> bool:
+        """Active, and with an online log dir (or none registered: it places partitions itself)."""
+        return self.is_active and (not self.log_dirs or bool(self.usable_log_dirs()))
+
+    def resolve_log_dirs(self, names: Iterable[str]) -> tuple[str, ...]:
+        """The ids of the named dirs (ids or absolute paths), sorted; unknown names are dropped."""
+        by_path = {d.path.rstrip("/"): d.dir_id for d in self.log_dirs}
+        ids = {d.dir_id for d in self.log_dirs}
+        out = {n if n in ids else by_path.get(n.rstrip("/"), "") for n in names}
+        return tuple(sorted(out - {""}))
+
+    def with_log_dir_changes(self, online: Iterable[str] | None, saturated: Iterable[str] | None,
+                             offline: Iterable[str] | None) -> "BrokerRegistration":
+        """Apply a BrokerRegistrationChange's dir fields: ``online`` dirs leave both sets, then
+        ``saturated`` and ``offline`` (each the whole set when given) replace theirs; offline wins."""
+        sat = set(self.saturated_log_dirs)
+        off = set(self.offline_log_dirs)
+        if online is not None:
+            back = set(self.resolve_log_dirs(online))
+            sat -= back
+            off -= back
+        if saturated is not None:
+            sat = set(self.resolve_log_dirs(saturated))
+        if offline is not None:
+            off = set(self.resolve_log_dirs(offline))
+        return replace(self, saturated_log_dirs=tuple(sorted(sat - off)), offline_log_dirs=tuple(sorted(off)))
 
     @classmethod
     def from_record(cls, record: RegisterBrokerRecord) -> "BrokerRegistration":

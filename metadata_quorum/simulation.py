@@ -45,6 +45,10 @@ class SimBroker:
     alive: bool = False
     #: stream id -> the epoch this broker believes it opened the stream with (may be stale).
     opened: dict[int, int] = field(default_factory=dict)
+    #: it asked for a controlled shutdown and keeps asking until told to shut down
+    shutting_down: bool = False
+    #: dir id -> "saturated" / "offline" as its heartbeats report them (others are online)
+    bad_dirs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -137,20 +141,42 @@ class Simulation:
         })
         if reply is None:
             return
-        b.broker_epoch, b.alive, b.opened = int(reply["broker_epoch"]), True, {}
+        b.broker_epoch, b.alive, b.opened, b.shutting_down, b.bad_dirs = int(reply["broker_epoch"]), True, {}, False, {}
         self.beat(b)
 
-    def beat(self, b: SimBroker, want_shutdown: bool = False) -> dict[str, Any] | None:
-        reply = self.call("broker_heartbeat", {"broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
-                                               "metadata_offset": self.image.offset, "want_shutdown": want_shutdown})
+    def beat(self, b: SimBroker) -> dict[str, Any] | None:
+        """One heartbeat; a broker told to shut down closes what it still holds and stops."""
+        was = self.image.cluster.brokers.get(b.broker_id)
+        reply = self.call("broker_heartbeat", {
+            "broker_id": b.broker_id, "broker_epoch": b.broker_epoch, "metadata_offset": self.image.offset,
+            "want_shutdown": b.shutting_down,
+            "saturated_log_dirs": sorted(d for d, st in b.bad_dirs.items() if st == "saturated"),
+            "offline_log_dirs": sorted(d for d, st in b.bad_dirs.items() if st == "offline")})
         reg = self.image.cluster.brokers.get(b.broker_id)
         if reply is None and (reg is None or b.broker_epoch != reg.broker_epoch):
             b.alive = False  # replaced by a newer incarnation or unregistered: a zombie now
+        if reply is not None and reply["metadata_high_watermark"] != self.controller.next_offset:
+            self.fail(f"heartbeat answered high watermark {reply['metadata_high_watermark']}, "
+                      f"log end {self.controller.next_offset}")
+        if reply is not None and reply["should_shut_down"] and b.shutting_down:
+            held = [sid for sid, st in self.image.streams.streams.items() if st.state == STREAM_OPENED and
+                    st.owner == b.broker_id and st.owner_epoch == b.broker_epoch]
+            completed_now = was is not None and was.broker_epoch == b.broker_epoch and not was.fenced
+            if reg is None or not reg.fenced or (held and completed_now):
+                self.fail(f"broker {b.broker_id} told to shut down while unfenced or holding open streams {held}")
+            self.close_lost(b)
+            b.alive = False
         return reply
 
     def heartbeat(self) -> None:
         live = self.alive()
         for b in self.rng.sample(live, k=min(len(live), self.rng.randint(1, 3))):
+            if self.rng.random() < 0.15:  # a log dir fills up, fails, or recovers
+                dir_id = f"{b.broker_id}-{self.rng.randint(0, 1)}"
+                state = self.rng.choice(["online", "online", "saturated", "offline"])
+                b.bad_dirs.pop(dir_id, None)
+                if state != "online":
+                    b.bad_dirs[dir_id] = state
             self.beat(b)
 
     def die(self) -> None:
@@ -163,10 +189,11 @@ class Simulation:
         if len(live) <= 1:
             return
         b = self.rng.choice(live)
-        reply = self.beat(b, want_shutdown=True)
-        if reply and reply["should_shut_down"]:
+        b.shutting_down = True
+        self.beat(b)
+        if b.alive and self.rng.random() < 0.7:  # it closes what it lost, then asks again
             self.close_lost(b)
-            b.alive = False
+            self.beat(b)
 
     # ------------------------------------------------------------------ admin
     def create_topic(self) -> None:
@@ -378,11 +405,8 @@ class Simulation:
         for _round in range(8):
             self.clock.now_ms += REELECTION_TIMEOUT_MS + 1
             for b in self.alive():
-                reg = self.image.cluster.brokers.get(b.broker_id)
-                reply = self.beat(b, want_shutdown=reg is not None and reg.in_controlled_shutdown)
-                if reply and reply["should_shut_down"]:
-                    self.close_lost(b)
-                    b.alive = False
+                self.close_lost(b)
+                self.beat(b)
             before = self.image
             self.call("tick", {})
             self.check(before, self.image)
@@ -437,6 +461,8 @@ class Simulation:
             if not set(part.isr) <= set(part.replicas) or not part.isr:
                 self.fail(f"{topic.name}-{part.partition} ISR {part.isr} not a non-empty subset of {part.replicas}")
             old_part = before.topics.partition(part.topic_id, part.partition)
+            if old_part is None or old_part.directories != part.directories:
+                self.check_new_dirs(before, topic.name, old_part, part)
             if old_part is not None and old_part != part:
                 if part.partition_epoch <= old_part.partition_epoch or part.leader_epoch < old_part.leader_epoch:
                     self.fail(f"{topic.name}-{part.partition} epochs went back: {old_part} -> {part}")
@@ -446,6 +472,18 @@ class Simulation:
                 for stream_id in self.streams_of_image(after, part.topic_id, part.partition):
                     if stream_id not in after.streams.streams:
                         self.fail(f"{topic.name}-{part.partition} points at missing stream {stream_id}")
+
+    def check_new_dirs(self, before: MetadataImage, name: str, old: Any, part: Any) -> None:
+        """A replica newly placed on a log dir never lands on an offline one, nor on a saturated one
+        while its broker has an online dir (KIP-928)."""
+        old_pairs = set(zip(old.replicas, old.directories)) if old is not None else set()
+        for replica, dir_id in zip(part.replicas, part.directories):
+            reg = before.cluster.brokers.get(replica)
+            if not dir_id or (replica, dir_id) in old_pairs or reg is None:
+                continue
+            if dir_id in reg.offline_log_dirs or (dir_id in reg.saturated_log_dirs and reg.usable_log_dirs()):
+                self.fail(f"{name}-{part.partition} placed on broker {replica}'s {reg.log_dir_state(dir_id)} "
+                          f"dir {dir_id}")
 
     def check_streams(self, before: MetadataImage, after: MetadataImage) -> None:
         next_id = int(after.kv.get(STREAM_ID_COUNTER_KEY, "0"))

@@ -32,6 +32,7 @@ from metadata_quorum.ops.validation import (
 from metadata_quorum.records import (
     NO_LEADER,
     STORAGE_S3,
+    STREAM_OPENED,
     BrokerRegistrationChangeRecord,
     LogDirSpec,
     RegisterBrokerRecord,
@@ -109,7 +110,20 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     return ControllerResult(tuple(builder.records), {"broker_epoch": epoch})
 
 
+def _holds_open_streams(image: MetadataImage, reg: BrokerRegistration) -> bool:
+    """This incarnation still has a stream OPENED: it has not finished closing what it led."""
+    return any(st.state == STREAM_OPENED and st.owner == reg.broker_id and st.owner_epoch == reg.broker_epoch
+               for st in image.streams.streams.values())
+
+
 def broker_heartbeat(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """KRaft's heartbeat state machine. ``want_shutdown`` from an active broker starts a controlled
+    shutdown (its leaderships move away); once it leads nothing and has closed its streams the
+    shutdown is complete: it is fenced at once (so the same broker id can register again without
+    waiting for the session to expire) and told ``should_shut_down``. A fenced broker asking to
+    shut down may do so at once. The reply's ``metadata_high_watermark`` is this controller's log
+    end once the heartbeat's records are in: everything committed before the heartbeat was handled
+    lies below it, and all of it is committed when the reply is sent."""
     broker_id = req_int(args, "broker_id", 0)
     broker_epoch = req_int(args, "broker_epoch")
     metadata_offset = req_int(args, "metadata_offset", -1)
@@ -119,28 +133,36 @@ def broker_heartbeat(image: MetadataImage, args: dict[str, Any], ctx: OpContext)
     reg = check_broker_epoch(image, broker_id, broker_epoch)
     builder = RecordBuilder(image)
     caught_up = metadata_offset >= reg.broker_epoch
-    if tuple(sorted(saturated)) != tuple(sorted(reg.saturated_log_dirs)) or \
-            tuple(sorted(offline)) != tuple(sorted(reg.offline_log_dirs)):
+    reported = reg.with_log_dir_changes(None, saturated, offline)
+    if (reported.saturated_log_dirs, reported.offline_log_dirs) != (reg.saturated_log_dirs, reg.offline_log_dirs):
         builder.add(BrokerRegistrationChangeRecord(
             broker_id=broker_id, broker_epoch=broker_epoch,
-            saturated_log_dirs=tuple(sorted(saturated)), offline_log_dirs=tuple(sorted(offline)),
+            saturated_log_dirs=reported.saturated_log_dirs, offline_log_dirs=reported.offline_log_dirs,
         ))
-    if want_shutdown:
+    should_shut_down = False
+    if want_shutdown and reg.fenced:
+        should_shut_down = True  # nothing to move: it leads nothing and may not open streams
+    elif want_shutdown:
         if not reg.in_controlled_shutdown:
             builder.add(BrokerRegistrationChangeRecord(
                 broker_id=broker_id, broker_epoch=broker_epoch, in_controlled_shutdown=True,
             ))
-        if not reg.fenced:
-            evacuate(builder, Placement(image), broker_id, "shutdown", ctx)
+        evacuate(builder, Placement(image), broker_id, "shutdown", ctx)
+        leads = builder.result_image().topics.leader_counts.get(broker_id, 0) > 0
+        if not leads and not _holds_open_streams(image, reg):
+            builder.add(BrokerRegistrationChangeRecord(
+                broker_id=broker_id, broker_epoch=broker_epoch, fenced=True, in_controlled_shutdown=False,
+            ))
+            should_shut_down = True
     elif reg.fenced and caught_up and not reg.in_controlled_shutdown:
         builder.add(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=False))
     after = builder.view.broker(broker_id)
     assert after is not None
-    leads = builder.result_image().topics.leader_counts.get(broker_id, 0) > 0 if want_shutdown else True
     return ControllerResult(tuple(builder.records), {
         "is_fenced": after.fenced,
         "is_caught_up": caught_up,
-        "should_shut_down": bool(want_shutdown and (after.fenced or not leads)),
+        "should_shut_down": should_shut_down,
+        "metadata_high_watermark": ctx.next_offset + len(builder.records),
     })
 
 

@@ -35,6 +35,12 @@ class RecordBuilder:
     def active_broker_ids(self) -> list[int]:
         return sorted(b for b in self.view.broker_ids() if self.is_active(b))
 
+    def placeable_broker_ids(self) -> list[int]:
+        """Active brokers with an online log dir: the ones new partitions may go to (KIP-928:
+        a broker whose dirs are all saturated or offline gets none)."""
+        return sorted(b for b in self.view.broker_ids()
+                      if (reg := self.view.broker(b)) is not None and reg.can_take_new_partitions())
+
     def result_image(self) -> MetadataImage:
         return self.view.apply()
 
@@ -51,11 +57,13 @@ class Placement:
         return ordered[0] if ordered else None
 
     def pick_dir(self, builder: RecordBuilder, broker_id: int) -> str:
-        """The usable log dir of ``broker_id`` holding the fewest partitions ("" if it has none)."""
+        """The online log dir of ``broker_id`` holding the fewest partitions; for a broker named
+        explicitly whose dirs are all unusable, its least-loaded saturated dir (the broker refuses
+        writes there until space is freed), never an offline one; "" when there is none."""
         reg = builder.view.broker(broker_id)
         if reg is None:
             return ""
-        dirs = reg.usable_log_dirs() or reg.log_dirs
+        dirs = reg.usable_log_dirs() or tuple(d for d in reg.log_dirs if d.dir_id not in reg.offline_log_dirs)
         if not dirs:
             return ""
         best = min(dirs, key=lambda d: (self.dir_load.get(d.dir_id, 0), d.path))
@@ -106,7 +114,7 @@ def move_s3_partition(builder: RecordBuilder, placement: Placement, part: Partit
     deadline. Returns the new owner, or NO_LEADER when no broker can take it (the partition is
     then left leaderless with a deadline so ``tick`` retries).
     """
-    target = placement.least_loaded(b for b in builder.active_broker_ids() if b not in exclude)
+    target = placement.least_loaded(b for b in builder.placeable_broker_ids() if b not in exclude)
     if target is None:
         if part.leader != NO_LEADER or part.reelection_deadline_ms == 0:
             builder.add(PartitionChangeRecord(

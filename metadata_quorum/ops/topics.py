@@ -128,11 +128,12 @@ def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, st
     if storage == STORAGE_S3 and rf != 1:
         raise FerryError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          f"storage=s3 topics have replication factor 1 (their data lives in object storage), got {rf}")
-    active = builder.active_broker_ids()
+    active = builder.placeable_broker_ids()
     if rf > len(active):
         raise FerryError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
-                         f"cannot be reached because only {len(active)} broker(s) are registered.")
+                         f"cannot be reached because only {len(active)} broker(s) are registered and can take "
+                         "new partitions (active, with an online log dir that is not full).")
     start = zlib.crc32(name.encode()) % len(active)
     assignment = {
         p: tuple(active[(start + p + j) % len(active)] for j in range(rf)) for p in range(num_partitions)

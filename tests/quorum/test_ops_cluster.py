@@ -105,7 +105,8 @@ def test_fenced_broker_is_unfenced_once_caught_up_to_its_registration() -> None:
     c = controller(0)
     epoch = c.write("register_broker", register_args(0))["broker_epoch"]
     behind = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch, "metadata_offset": epoch - 1})
-    assert behind.records == () and behind.reply == {"is_fenced": True, "is_caught_up": False, "should_shut_down": False}
+    assert behind.records == () and behind.reply == {"is_fenced": True, "is_caught_up": False, "should_shut_down": False,
+                                                     "metadata_high_watermark": c.image.offset + 1}
     caught = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch, "metadata_offset": epoch})
     assert caught.reply["is_fenced"] is False and caught.reply["is_caught_up"] is True
     assert not caught.image.cluster.brokers[0].fenced
@@ -138,7 +139,9 @@ def test_controlled_shutdown_moves_s3_leadership_away_without_a_leader() -> None
     now = c.clock_ms()
     out = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
                                             "metadata_offset": c.image.offset, "want_shutdown": True}, now_ms=now)
-    assert out.image.cluster.brokers[0].in_controlled_shutdown
+    # it held no open stream, so the shutdown completes in the same heartbeat: fenced at once
+    reg = out.image.cluster.brokers[0]
+    assert reg.fenced and not reg.in_controlled_shutdown
     for p in led:
         part = partition(out.image, "t", p)
         assert part.replicas == (1,) and part.isr == (1,) and part.leader == NO_LEADER
@@ -255,7 +258,7 @@ def test_heartbeat_records_offline_dirs() -> None:
     out = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
                                             "metadata_offset": c.image.offset, "offline_log_dirs": ["/data/b0/d1"]})
     reg = out.image.cluster.brokers[0]
-    assert reg.offline_log_dirs == ("/data/b0/d1",) and [d.dir_id for d in reg.usable_log_dirs()] == ["b0-d0"]
+    assert reg.offline_log_dirs == ("b0-d1",) and [d.dir_id for d in reg.usable_log_dirs()] == ["b0-d0"]  # path -> id
 
 
 def test_bad_heartbeat_input() -> None:
