@@ -131,10 +131,16 @@ class Admin:
     async def start(self) -> "Admin":
         self._session = aiohttp.ClientSession()
         if self._controller is None:
-            controllers = self.bootstrap_controllers or await self._controllers_from_brokers()
+            try:
+                controllers = self.bootstrap_controllers or await self.controllers_from_brokers()
+            except BaseException:  # no broker reachable: do not leave the session open
+                await self._session.close()
+                self._session = None
+                raise
             from metadata_quorum.client import ControllerClient
 
-            self._controller = ControllerClient(controllers)
+            self.bootstrap_controllers = list(controllers)  # the ones in use, also when brokers named them
+            self._controller = ControllerClient(controllers, timeout_ms=min(self.timeout_ms, 15_000))
         return self
 
     async def __aenter__(self) -> "Admin":
@@ -152,7 +158,7 @@ class Admin:
         if self._session is not None:
             await self._session.close()
 
-    async def _controllers_from_brokers(self) -> list[str]:
+    async def controllers_from_brokers(self) -> list[str]:
         """The controllers a broker names in its `/v1/metadata` (Kafka's tools need only brokers)."""
         meta = await self.broker_metadata()
         if not meta.controllers:
@@ -176,7 +182,8 @@ class Admin:
                 return ClusterMetadata.from_json(await self.http_get(f"{normalize_url(str(url))}/v1/metadata"))
             except (FerryError, *RETRIABLE_CONNECTION_ERRORS) as exc:
                 last = exc
-        raise FerryError(ErrorCode.LEADER_NOT_AVAILABLE, f"no broker answered: {last}")
+        tried = ", ".join(str(u) for u in (urls or self.bootstrap_servers))
+        raise FerryError(ErrorCode.LEADER_NOT_AVAILABLE, f"no broker answered at {tried}: {last}")
 
     async def http_get(self, url: str, params: dict[str, str] | None = None, timeout_ms: int | None = None) -> Any:
         assert self._session is not None, "Admin not started"

@@ -274,7 +274,12 @@ class Producer:
     async def start(self) -> "Producer":
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         self.metadata = MetadataCache(self._session, self.bootstrap, self.request_timeout_ms)
-        await self.metadata.refresh()
+        try:
+            await self.metadata.refresh()
+        except BaseException:  # no broker reachable: do not leave the session open
+            await self._session.close()
+            self._session = None
+            raise
         return self
 
     async def __aenter__(self) -> "Producer":
@@ -459,7 +464,12 @@ class Consumer:
     async def start(self) -> "Consumer":
         self._session = aiohttp.ClientSession()
         self.metadata = MetadataCache(self._session, self.bootstrap, self.request_timeout_ms)
-        await self.metadata.refresh()
+        try:
+            await self.metadata.refresh()
+        except BaseException:  # no broker reachable: do not leave the session open
+            await self._session.close()
+            self._session = None
+            raise
         return self
 
     async def __aenter__(self) -> "Consumer":

@@ -62,13 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ferry leader-election", description=(
         "This tool attempts to elect a new leader for a set of topic partitions. "
         "The type of elections supported are preferred replicas and unclean replicas."))
-    p.add_argument("--bootstrap-server")
-    p.add_argument("--bootstrap-controller")
-    p.add_argument("--election-type", type=str.lower, choices=["preferred", "unclean"])
-    p.add_argument("--topic")
-    p.add_argument("--partition", type=int)
-    p.add_argument("--all-topic-partitions", action="store_true")
-    p.add_argument("--path-to-json-file")
+    p.add_argument("--bootstrap-server", help="broker address(es) HOST:PORT[,HOST:PORT] (they name the controllers)")
+    p.add_argument("--bootstrap-controller", help="controller address(es) HOST:PORT[,HOST:PORT]")
+    p.add_argument("--election-type", type=str.lower, choices=["preferred", "unclean"],
+                   help="preferred: the first live replica leads; unclean: any live replica of a leaderless partition")
+    p.add_argument("--topic", help="the topic of the partition to elect for (with --partition)")
+    p.add_argument("--partition", type=int, help="the partition to elect for (with --topic)")
+    p.add_argument("--all-topic-partitions", action="store_true", help="elect for every partition that needs it")
+    p.add_argument("--path-to-json-file",
+                   help='a JSON file {"partitions": [{"topic": "t", "partition": 0}, ...]}')
     return p
 
 
@@ -101,7 +103,8 @@ async def run(args: argparse.Namespace, out: list[str]) -> int:
     lines, failed = result_lines(args.election_type, results)
     out.extend(lines)
     if failed:
-        raise CommandError(f"{failed} replica(s) could not be elected")
+        first = next(e for e in results.values() if e is not None and e.error != ErrorCode.ELECTION_NOT_NEEDED)
+        raise CommandError(f"{failed} replica(s) could not be elected", first.error)
     return 0
 
 

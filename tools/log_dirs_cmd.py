@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.errors import ErrorCode, FerryError
 from tools.admin import Admin
 from tools.reassign_cmd import CommandError
 
@@ -40,9 +40,9 @@ def kafka_log_dirs_json(answers: dict[int, Any], topics: list[str] | None) -> di
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ferry log-dirs", description="Query the brokers' log directories.")
-    p.add_argument("--bootstrap-server")
-    p.add_argument("--bootstrap-controller")
-    p.add_argument("--describe", action="store_true")
+    p.add_argument("--bootstrap-server", help="broker address(es) HOST:PORT[,HOST:PORT]")
+    p.add_argument("--bootstrap-controller", help="controller address(es) HOST:PORT[,HOST:PORT]")
+    p.add_argument("--describe", action="store_true", help="describe the brokers' log dirs and the replicas in them")
     p.add_argument("--broker-list", help="comma-separated broker ids (default: all)")
     p.add_argument("--topic-list", help="comma-separated topics (default: all)")
     return p
@@ -64,7 +64,8 @@ async def run(args: argparse.Namespace, out: list[str]) -> None:
             unknown = [b for b in wanted if b not in live]
             if unknown:
                 raise CommandError(f"The given brokers do not exist from --broker-list: {','.join(map(str, unknown))}. "
-                                   f"Current existent brokers: {','.join(map(str, sorted(live)))}")
+                                   f"Current existent brokers: {','.join(map(str, sorted(live)))}",
+                                   ErrorCode.BROKER_ID_NOT_REGISTERED)
         ids = sorted(wanted if wanted is not None else live)
         out.append("Querying brokers for log directories information")
         answers = await admin.describe_log_dirs(ids, topics)
@@ -80,7 +81,7 @@ def main(argv: list[str]) -> int:
     except (CommandError, FerryError) as exc:
         if out:
             print("\n".join(out), flush=True)
-        print(f"Error: {exc.message if isinstance(exc, FerryError) else exc}", file=sys.stderr)
+        print(f"Error: {exc.message if isinstance(exc, FerryError) else exc} ({exc.error.name})", file=sys.stderr)
         return 1
     print("\n".join(out))
     return 0

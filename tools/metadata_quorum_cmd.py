@@ -1,4 +1,4 @@
-"""`ferry metadata-quorum --bootstrap-controller HOST:PORT describe --status | --replication`.
+"""`ferry metadata-quorum --bootstrap-server|--bootstrap-controller HOST:PORT describe --status | --replication`.
 
 The output follows Kafka's `kafka-metadata-quorum.sh`: the same field names for `--status`, and
 the same table (NodeId, DirectoryId, LogEndOffset, Lag, LastFetchTimestamp, LastCaughtUpTimestamp,
@@ -15,14 +15,16 @@ from typing import Any
 
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.errors import FerryError
+from tools.admin import Admin
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ferry metadata-quorum",
                                      description="Describe the metadata quorum (Kafka's kafka-metadata-quorum).")
-    parser.add_argument("--bootstrap-controller", required=True,
-                        help="comma-separated controller addresses HOST:PORT")
-    parser.add_argument("--timeout-ms", type=int, default=10_000)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--bootstrap-server", help="comma-separated broker addresses HOST:PORT (they name the controllers)")
+    where.add_argument("--bootstrap-controller", help="comma-separated controller addresses HOST:PORT")
+    parser.add_argument("--timeout-ms", type=int, default=10_000, help="how long to wait for the controllers (ms)")
     sub = parser.add_subparsers(dest="command", required=True)
     describe = sub.add_parser("describe", help="describe the quorum")
     what = describe.add_mutually_exclusive_group(required=True)
@@ -73,8 +75,15 @@ def format_replication(body: dict[str, Any], human: bool, now_ms: int | None = N
     return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
 
 
+async def _controllers(args: argparse.Namespace) -> str | list[str]:
+    if args.bootstrap_controller:
+        return str(args.bootstrap_controller)
+    async with Admin(bootstrap_servers=args.bootstrap_server, timeout_ms=args.timeout_ms) as admin:
+        return admin.bootstrap_controllers
+
+
 async def _run(args: argparse.Namespace) -> str:
-    async with ControllerClient(args.bootstrap_controller, timeout_ms=args.timeout_ms) as client:
+    async with ControllerClient(await _controllers(args), timeout_ms=args.timeout_ms) as client:
         if args.status:
             return format_status(await client.quorum_status())
         return format_replication(await client.quorum_replication(), args.human_readable)
@@ -85,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(asyncio.run(_run(args)))
     except FerryError as e:
-        print(f"ERROR {e.error.name}: {e.message}", file=sys.stderr)
+        print(f"Error: {e.message} ({e.error.name})", file=sys.stderr)
         return 1
     return 0
 

@@ -337,7 +337,26 @@ async def execute_log_dir_moves(admin: Admin, moves: dict[tuple[TopicPartition, 
         await asyncio.sleep(0.1)
 
 
-async def run_execute(admin: Admin, text: str, additional: bool, out: list[str], timeout_ms: int = 10_000) -> None:
+def throttle_lines(throttle_bps: int, log_dir_throttle_bps: int) -> list[str]:
+    """What Kafka prints for `--throttle` / `--replica-alter-log-dirs-throttle`, and why Ferry sets neither.
+
+    A storage=s3 move copies no partition data: the old owner uploads what it still buffers and
+    closes the streams, the new owner opens the same streams. There is no replication traffic to
+    limit, so the flags are accepted (scripts written for Kafka keep working) and change nothing."""
+    why = ("storage=s3 partitions move without copying their data (the old owner uploads what it still "
+           "buffers to S3 and closes the partition's streams, the new owner opens the same streams), "
+           "so there is no replica traffic to throttle")
+    lines = []
+    if throttle_bps >= 0:
+        lines.append(f"The inter-broker throttle limit was not set ({throttle_bps} B/s requested): {why}.")
+    if log_dir_throttle_bps >= 0:
+        lines.append(f"The replica-alter-dir throttle limit was not set ({log_dir_throttle_bps} B/s requested): "
+                     f"a log dir move of a storage=s3 replica copies only its partition.metadata file.")
+    return lines
+
+
+async def run_execute(admin: Admin, text: str, additional: bool, out: list[str], timeout_ms: int = 10_000,
+                      throttle_bps: int = -1, log_dir_throttle_bps: int = -1) -> None:
     r = parse_reassignment_json(text)
     parts = validate_execute(r)
     if not additional and await admin.list_partition_reassignments():
@@ -351,6 +370,7 @@ async def run_execute(admin: Admin, text: str, additional: bool, out: list[str],
     current = await current_assignment(admin, list(parts))
     check_brokers_and_dirs(r, parts, brokers)
     out.append(current_assignment_text(current))
+    out.extend(throttle_lines(throttle_bps, log_dir_throttle_bps))
     request = []
     for tp in sorted(parts):
         item: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition, "replicas": parts[tp]}
@@ -359,7 +379,7 @@ async def run_execute(admin: Admin, text: str, additional: bool, out: list[str],
         request.append(item)
     errors = {tp: e for tp, e in (await admin.alter_partition_reassignments(request)).items() if e is not None}
     if errors:
-        raise CommandError("Error reassigning partition(s):\n" + "\n".join(
+        raise CommandError("Error reassigning partition(s): " + "; ".join(
             f"{tp}: {errors[tp].message or errors[tp].error.name}" for tp in sorted(errors)),
             next(iter(errors.values())).error)
     out.append(f"Successfully started partition reassignment{plural(len(parts))} for "
@@ -466,7 +486,7 @@ async def run_cancel(admin: Admin, text: str, out: list[str]) -> None:
             [{"topic": tp.topic, "partition": tp.partition, "replicas": None} for tp in active])
         errors = {tp: e for tp, e in result.items() if e is not None}
         if errors:
-            raise CommandError(f"Error cancelling partition reassignment{plural(len(errors))} for:\n" + "\n".join(
+            raise CommandError(f"Error cancelling partition reassignment{plural(len(errors))} for: " + "; ".join(
                 f"{tp}: {errors[tp].message or errors[tp].error.name}" for tp in sorted(errors)))
         out.append(f"Successfully cancelled partition reassignment{plural(len(active))} for: "
                    + ",".join(str(tp) for tp in active))
@@ -484,19 +504,27 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="This tool helps to move topic partitions between replicas.")
     p.add_argument("--bootstrap-server", help="broker address(es), host:port[,host:port]")
     p.add_argument("--bootstrap-controller", help="controller address(es), host:port[,host:port]")
-    actions = ("generate", "execute", "verify", "cancel", "list")
-    for a in actions:
-        p.add_argument(f"--{a}", action="store_true")
-    p.add_argument("--topics-to-move-json-file")
-    p.add_argument("--broker-list")
-    p.add_argument("--reassignment-json-file")
-    p.add_argument("--additional", action="store_true")
+    actions = {
+        "generate": "propose a reassignment of the topics in --topics-to-move-json-file onto --broker-list",
+        "execute": "start the reassignment in --reassignment-json-file",
+        "verify": "show whether the reassignment in --reassignment-json-file is done, with each move's timeline",
+        "cancel": "cancel the active reassignments of the partitions in --reassignment-json-file",
+        "list": "list the active reassignments",
+    }
+    for a, text in actions.items():
+        p.add_argument(f"--{a}", action="store_true", help=text)
+    p.add_argument("--topics-to-move-json-file", help='{"version":1,"topics":[{"topic":"t"}]} (with --generate)')
+    p.add_argument("--broker-list", help='the brokers to place partitions on, "1,2,3" (with --generate)')
+    p.add_argument("--reassignment-json-file",
+                   help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2],"log_dirs":["any"]}]}')
+    p.add_argument("--additional", action="store_true", help="execute in addition to reassignments already running")
     p.add_argument("--timeout", type=int, default=10_000, help="ms to wait for log-dir moves to start")
-    p.add_argument("--throttle", type=int, default=-1, help="inter-broker throttle, B/s (no effect on storage=s3)")
-    p.add_argument("--replica-alter-log-dirs-throttle", type=int, default=-1,
-                   help="AlterReplicaLogDirs throttle, B/s (no effect on storage=s3)")
-    p.add_argument("--preserve-throttles", action="store_true")
-    p.add_argument("--disable-rack-aware", action="store_true")
+    p.add_argument("--throttle", type=int, default=-1, metavar="BYTES_PER_S",
+                   help="accepted for compatibility with Kafka; no effect: storage=s3 moves copy no data")
+    p.add_argument("--replica-alter-log-dirs-throttle", type=int, default=-1, metavar="BYTES_PER_S",
+                   help="accepted for compatibility with Kafka; no effect: storage=s3 log dir moves copy no data")
+    p.add_argument("--preserve-throttles", action="store_true", help="accepted for compatibility with Kafka (no throttles are set)")
+    p.add_argument("--disable-rack-aware", action="store_true", help="accepted for compatibility with Kafka (--generate never uses racks)")
     return p
 
 
@@ -519,9 +547,6 @@ async def run(args: argparse.Namespace, out: list[str]) -> None:
     if not args.bootstrap_server and not args.bootstrap_controller:
         raise CommandError("Please specify either --bootstrap-server or --bootstrap-controller")
     action = chosen[0]
-    if args.throttle >= 0 or args.replica_alter_log_dirs_throttle >= 0:
-        print("Note: throttles are not applied: a storage=s3 move copies no partition data "
-              "(what was not uploaded yet is force-uploaded by the old owner).", file=sys.stderr)
     # Read and parse the input before connecting: malformed files never reach the cluster.
     if action == "generate":
         topics_text = _read_file(args.topics_to_move_json_file, "topics-to-move-json-file")
@@ -538,7 +563,8 @@ async def run(args: argparse.Namespace, out: list[str]) -> None:
         if action == "generate":
             await run_generate(admin, topics_text, args.broker_list, out)
         elif action == "execute":
-            await run_execute(admin, text, args.additional, out, args.timeout)
+            await run_execute(admin, text, args.additional, out, args.timeout,
+                              args.throttle, args.replica_alter_log_dirs_throttle)
         elif action == "verify":
             await run_verify(admin, text, out)
         elif action == "cancel":

@@ -1,9 +1,10 @@
-"""`ferry topics --bootstrap-controller HOST:PORT --create/--delete/--list/--describe` (Kafka's kafka-topics).
+"""`ferry topics --bootstrap-server HOST:PORT --create/--delete/--list/--describe` (Kafka's kafka-topics).
 
 Flags and output follow `kafka-topics.sh`: `Created topic T.`, one name per line for `--list`, and
 the `Topic: … TopicId: … PartitionCount: …` / per-partition lines for `--describe`. `--storage`
-(s3 or local) is Ferry's own. A failure prints `Error while executing topic command : MESSAGE`
-and Kafka's error name, exits non-zero, and changes nothing.
+(s3 or local) is Ferry's own. `--bootstrap-server` reaches the controllers through a broker (its
+`/v1/metadata` names them); `--bootstrap-controller` talks to them directly. A failure prints one
+line, `Error while executing topic command : MESSAGE (ERROR_NAME)`, exits 1 and changes nothing.
 """
 from __future__ import annotations
 
@@ -13,18 +14,22 @@ import re
 import sys
 from typing import Any
 
-from metadata_quorum.client import ControllerClient
 from metadata_quorum.errors import ErrorCode, FerryError
+from tools.admin import Admin
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ferry topics", description="Create, delete, list and describe topics.")
-    p.add_argument("--bootstrap-controller", required=True, help="comma-separated controller addresses HOST:PORT")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--bootstrap-server", help="comma-separated broker addresses HOST:PORT")
+    where.add_argument("--bootstrap-controller", help="comma-separated controller addresses HOST:PORT")
     action = p.add_mutually_exclusive_group(required=True)
-    action.add_argument("--create", action="store_true")
-    action.add_argument("--delete", action="store_true")
-    action.add_argument("--list", action="store_true")
-    action.add_argument("--describe", action="store_true")
+    action.add_argument("--create", action="store_true", help="create a new topic")
+    action.add_argument("--delete", action="store_true", help="delete the topics --topic matches")
+    action.add_argument("--list", action="store_true", help="list topic names")
+    action.add_argument("--describe", action="store_true", help="describe topics and their partitions")
+    action.add_argument("--alter", action="store_true",
+                        help="change a topic's partition count (not supported: Ferry cannot add partitions)")
     p.add_argument("--topic", help="the topic (create: a name; other actions: a regular expression)")
     p.add_argument("--partitions", type=int, help="number of partitions (create; default 1)")
     p.add_argument("--replication-factor", type=int, help="replicas per partition (create; default 1)")
@@ -34,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--if-exists", action="store_true", help="delete/describe: no error if the topic is missing")
     p.add_argument("--if-not-exists", action="store_true", help="create: no error if the topic exists")
     p.add_argument("--exclude-internal", action="store_true", help="accepted for compatibility")
-    p.add_argument("--timeout-ms", type=int, default=15_000)
+    p.add_argument("--timeout-ms", type=int, default=15_000, help="how long to wait for the controllers (ms)")
     return p
 
 
@@ -75,7 +80,7 @@ def _matcher(pattern: str | None) -> re.Pattern[str] | None:
         raise TopicCommandError(ErrorCode.INVALID_REQUEST, f"--topic {pattern!r} is not a valid regular expression: {e}")
 
 
-async def _topic_names(client: ControllerClient, pattern: str | None) -> list[str]:
+async def _topic_names(client: Admin, pattern: str | None) -> list[str]:
     reply = await client.read("describe_topics", {})
     names = sorted(t["name"] for t in reply.get("topics", []) if "error" not in t)
     regex = _matcher(pattern)
@@ -101,7 +106,10 @@ def format_describe(topic: dict[str, Any]) -> list[str]:
 
 
 async def _run(args: argparse.Namespace) -> list[str]:
-    async with ControllerClient(args.bootstrap_controller, timeout_ms=args.timeout_ms) as client:
+    if args.alter:
+        raise TopicCommandError(ErrorCode.INVALID_REQUEST,
+                                "--alter is not supported: a topic's partition count is fixed when it is created")
+    async with Admin(args.bootstrap_server, args.bootstrap_controller, timeout_ms=args.timeout_ms) as client:
         if args.create:
             return await _create(client, args)
         if args.list:
@@ -111,7 +119,7 @@ async def _run(args: argparse.Namespace) -> list[str]:
         return await _describe(client, args)
 
 
-async def _create(client: ControllerClient, args: argparse.Namespace) -> list[str]:
+async def _create(client: Admin, args: argparse.Namespace) -> list[str]:
     if not args.topic:
         raise TopicCommandError(ErrorCode.INVALID_REQUEST, "--topic is required to create a topic")
     item: dict[str, Any] = {"name": args.topic, "storage": args.storage, "configs": parse_configs(args.config)}
@@ -132,7 +140,7 @@ async def _create(client: ControllerClient, args: argparse.Namespace) -> list[st
     return [f"Created topic {args.topic}."]
 
 
-async def _delete(client: ControllerClient, args: argparse.Namespace) -> list[str]:
+async def _delete(client: Admin, args: argparse.Namespace) -> list[str]:
     if not args.topic:
         raise TopicCommandError(ErrorCode.INVALID_REQUEST, "--topic is required to delete topics")
     names = await _topic_names(client, args.topic)
@@ -149,7 +157,7 @@ async def _delete(client: ControllerClient, args: argparse.Namespace) -> list[st
     return []
 
 
-async def _describe(client: ControllerClient, args: argparse.Namespace) -> list[str]:
+async def _describe(client: Admin, args: argparse.Namespace) -> list[str]:
     names = await _topic_names(client, args.topic)
     if args.topic and not names and not args.if_exists:
         raise TopicCommandError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -168,13 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         lines = asyncio.run(_run(args))
-    except TopicCommandError as e:
-        print(f"Error while executing topic command : {e.message}", file=sys.stderr)
-        print(f"ERROR {e.error.name}: {e.message}", file=sys.stderr)
-        return 1
-    except FerryError as e:
-        print(f"Error while executing topic command : {e.message}", file=sys.stderr)
-        print(f"ERROR {e.error.name}: {e.message}", file=sys.stderr)
+    except (TopicCommandError, FerryError) as e:
+        print(f"Error while executing topic command : {e.message} ({e.error.name})", file=sys.stderr)
         return 1
     for line in lines:
         print(line)
