@@ -5,7 +5,9 @@ partitions to others. A broker that was paused (SIGSTOP, a long GC-like stall) m
 and acknowledge produce requests it can no longer own, so it holds a *lease*: it may acknowledge
 only while ``now < send time of the last acknowledged heartbeat + session_timeout_ms``. The
 controller stamps a heartbeat when it receives it, which is after the broker sent it, so the
-lease always ends before the controller can fence the broker. Only a heartbeat answered
+lease always ends before the controller can fence the broker — provided the lease is not longer
+than the controllers' session timeout: when a reply states the controller's
+``session_timeout_ms``, the lease never lasts longer than that. Only a heartbeat answered
 "not fenced" renews it; the broker's image must also be fresh (freshness.py).
 """
 from __future__ import annotations
@@ -44,6 +46,11 @@ class BrokerLease:
         self.session_timeout_s = session_timeout_ms / 1000.0
         self.sent_mono_s = -1.0
 
+    def bound_by(self, controller_session_timeout_ms: Any) -> None:
+        """The controller fences after its own session timeout: never hold the lease longer."""
+        if isinstance(controller_session_timeout_ms, int) and controller_session_timeout_ms > 0:
+            self.session_timeout_s = min(self.session_timeout_s, controller_session_timeout_ms / 1000.0)
+
     def renewed(self, sent_mono_s: float) -> None:
         self.sent_mono_s = max(self.sent_mono_s, sent_mono_s)
 
@@ -81,6 +88,7 @@ class Heartbeater:
             try:
                 reply = await self._write("register_broker", args)
                 self.state.broker_epoch = int(reply["broker_epoch"])
+                self.lease.bound_by(reply.get("session_timeout_ms"))
                 if self.on_registered is not None:
                     self.on_registered(self.state.broker_epoch)
                 log.info("registered broker %d with epoch %d", self.state.broker_id, self.state.broker_epoch)
@@ -122,6 +130,7 @@ class Heartbeater:
                 "saturated_log_dirs": saturated, "offline_log_dirs": offline}
         sent = time.monotonic()
         reply = await self._write("broker_heartbeat", args)
+        self.lease.bound_by(reply.get("session_timeout_ms"))  # before renewing with this answer
         self.state.fenced = bool(reply.get("is_fenced", False))
         if not self.state.fenced:  # a fenced broker holds no lease: it may not acknowledge writes
             self.lease.renewed(sent)

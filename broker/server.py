@@ -270,7 +270,7 @@ class Broker:
         """Writes are acknowledged only with a live heartbeat lease and a recently caught-up image."""
         now = time.monotonic()
         heartbeat_ok = self.heartbeater.lease.valid(now)
-        fresh = self.follower is not None and self.follower.fresh(now, self.config.session_timeout_ms / 1000)
+        fresh = self.follower is not None and self.follower.fresh(now, self.heartbeater.lease.session_timeout_s)
         if not (heartbeat_ok and fresh) and now - self._lease_warned_mono_s > 5.0:
             self._lease_warned_mono_s = now
             log.warning("refusing writes: heartbeat lease %s, metadata image %s", "valid" if heartbeat_ok else

@@ -110,7 +110,7 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
     broker.broker_id = 1
     broker.config = SimpleNamespace(session_timeout_ms=4000)
     broker.heartbeater = SimpleNamespace(lease=lease)
-    broker.follower = SimpleNamespace(fresh=lambda t, window_s: True)
+    broker.follower = SimpleNamespace(fresh=lambda t, window_s: window_s == lease.session_timeout_s)
     broker.manager = SimpleNamespace(image=image)
     broker._lease_warned_mono_s = -1e9
     replica = SimpleNamespace(leader_epoch=5, fenced=False)

@@ -77,3 +77,27 @@ async def test_stale_epoch_registers_again() -> None:
         await asyncio.sleep(0.01)
     await hb.stop()
     assert hb.state.broker_epoch == 9 and seen == [5, 9]
+
+
+async def test_lease_never_outlasts_the_controllers_session_timeout() -> None:
+    """A broker configured with a longer session than the controllers' would hold its lease past
+    the moment the controller may fence it; a stated controller session bounds the lease."""
+    ctrl = ScriptedController({
+        "register_broker": [{"broker_epoch": 5}],
+        "broker_heartbeat": [{"is_fenced": False, "is_caught_up": True, "should_shut_down": False},
+                             {"is_fenced": False, "is_caught_up": True, "should_shut_down": False,
+                              "session_timeout_ms": 400},
+                             {"is_fenced": False, "is_caught_up": True, "should_shut_down": False,
+                              "session_timeout_ms": 60_000}],
+    })
+    hb = heartbeater(ctrl)
+    configured = hb.lease.session_timeout_s
+    await hb.register()
+    await hb.beat_once()
+    assert hb.lease.session_timeout_s == configured  # nothing stated: the broker's own setting
+    await hb.beat_once()
+    sent = hb.lease.sent_mono_s
+    assert hb.lease.session_timeout_s == 0.4 < configured
+    assert hb.lease.valid(sent + 0.39) and not hb.lease.valid(sent + 0.4)
+    await hb.beat_once()
+    assert hb.lease.session_timeout_s == 0.4  # a longer controller session never lengthens it
