@@ -13,7 +13,7 @@ from tools.client import TopicPartition
 from tools.cluster import LocalCluster
 from tools.move_workload import ProduceLoad, check_read_back
 from tools.rebalance import cli
-from tools.rebalance.samples import METRICS_PREFIX, S3SampleSource, parse_sample_key
+from tools.rebalance.samples import METRICS_PREFIX, S3SampleSource, decode_samples, keys_in_window, parse_sample_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -26,15 +26,31 @@ def cluster(tmp_path):
     c.stop(graceful=False)
 
 
-async def wait_for_samples(source: S3SampleSource, brokers: set[int], intervals: int, timeout_s: float) -> None:
+async def wait_for_loaded_window(source: S3SampleSource, brokers: set[int], partitions: set[tuple[str, int]],
+                                 window_ms: int, timeout_s: float) -> int:
+    """The end of the newest window that every broker has published samples through and in which
+    every partition took records in: the planner then reads the load the test offers, whatever
+    the machine's load did to the first seconds of sending."""
     deadline = time.monotonic() + timeout_s
     while True:
-        keys = [parse_sample_key(k) for k in await asyncio.to_thread(source.list, METRICS_PREFIX)]
-        per_broker = {b: sum(1 for k in keys if k and k[0] == b) for b in brokers}
-        if all(n >= intervals for n in per_broker.values()):
-            return
-        assert time.monotonic() < deadline, f"brokers wrote too few samples: {per_broker}"
-        await asyncio.sleep(0.2)
+        keys = await asyncio.to_thread(source.list, METRICS_PREFIX)
+        newest: dict[int, int] = {}
+        for key in keys:
+            parsed = parse_sample_key(key)
+            if parsed and parsed[0] in brokers:
+                newest[parsed[0]] = max(newest.get(parsed[0], 0), parsed[1])
+        if set(newest) == brokers:
+            end_ms = min(newest.values())  # every broker has published up to here
+            chosen, _ = keys_in_window(keys, window_ms, end_ms)
+            bytes_in: dict[tuple[str, int], int] = {}
+            for key in chosen:
+                for sample in decode_samples(await asyncio.to_thread(source.get, key)):
+                    tp = (sample.topic, sample.partition)
+                    bytes_in[tp] = bytes_in.get(tp, 0) + sample.bytes_in
+            if all(bytes_in.get(tp, 0) > 0 for tp in partitions):
+                return end_ms
+        assert time.monotonic() < deadline, f"no {window_ms} ms window of samples shows load on every partition"
+        await asyncio.sleep(0.5)
 
 
 async def test_rebalance_plans_from_real_samples_and_executes_under_load(spark, cluster, capsys):
@@ -48,8 +64,10 @@ async def test_rebalance_plans_from_real_samples_and_executes_under_load(spark, 
     hot_load = await ProduceLoad(cluster.bootstrap_servers, hot, rate_per_s=100.0, value_bytes=200).start()
     cold_load = await ProduceLoad(cluster.bootstrap_servers, cold, rate_per_s=5.0, value_bytes=200).start()
     try:
-        await wait_for_samples(S3SampleSource(cluster.s3_endpoint, cluster.bucket), {1, 2, 3}, 4, timeout_s=30)
-        argv = ["--s3-endpoint", cluster.s3_endpoint, "--bucket", cluster.bucket, "--window-ms", "1500", "--json",
+        end_ms = await wait_for_loaded_window(S3SampleSource(cluster.s3_endpoint, cluster.bucket), {1, 2, 3},
+                                              {(tp.topic, tp.partition) for tp in hot + cold}, 2_000, timeout_s=60)
+        argv = ["--s3-endpoint", cluster.s3_endpoint, "--bucket", cluster.bucket, "--window-ms", "2000",
+                "--end-ms", str(end_ms), "--json",
                 "--execute", "--bootstrap-controller", ",".join(cluster.controller_bootstrap), "--timeout-ms", "30000"]
         code = await asyncio.to_thread(cli.main, argv)
         await asyncio.sleep(0.5)  # acknowledgements from the new owners
