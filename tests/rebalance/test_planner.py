@@ -203,6 +203,18 @@ def test_sample_format_round_trips_and_windows_by_key():
     assert bad.value.error is ErrorCode.INVALID_RECORD and "line 1" in bad.value.message
 
 
+def test_the_rebalancer_reads_the_format_the_broker_writes():
+    """One format: the broker's module defines it, the rebalancer and Spark's schema follow it."""
+    import broker.load_samples as broker_format
+    from tools.rebalance import samples
+    from tools.rebalance.aggregate import SAMPLE_SCHEMA_DDL
+
+    assert samples.PartitionSample is broker_format.PartitionSample
+    assert samples.encode_samples is broker_format.encode_samples and samples.sample_key is broker_format.sample_key
+    spark_columns = tuple(part.split()[0] for part in SAMPLE_SCHEMA_DDL.split(","))
+    assert spark_columns == broker_format.SAMPLE_COLUMNS == tuple(broker_format.PartitionSample.__dataclass_fields__)
+
+
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
