@@ -402,6 +402,8 @@ class Simulation:
     def settle(self) -> None:
         """Liveness: with faults stopped, every s3 partition ends up led by a live broker that has
         opened its streams at the partition's leader epoch."""
+        for b in self.brokers.values():
+            b.bad_dirs.clear()  # faults stopped: full or failed log dirs recover too
         for _round in range(8):
             self.clock.now_ms += REELECTION_TIMEOUT_MS + 1
             for b in self.alive():

@@ -24,33 +24,44 @@ from metadata_quorum.records import NO_LEADER, STORAGE_S3, PartitionChangeRecord
 ANY_LOG_DIR = "any"
 
 
-def _find(image: MetadataImage, topic_name: Any, partition: Any) -> tuple[TopicImage, PartitionRegistration]:
+def _find(image: MetadataImage, topic_name: Any, partition: Any,
+          for_election: bool = False) -> tuple[TopicImage, PartitionRegistration]:
+    """The partition, or UNKNOWN_TOPIC_OR_PARTITION worded as KRaft's ReplicationControlManager
+    words it for reassignments and, ``for_election``, for leader elections."""
     topic = image.topics.get(topic_name) if isinstance(topic_name, str) else None
     try:
         index = int(partition)
     except (TypeError, ValueError):
         index = -1
-    part = None if topic is None else topic.partitions.get(index)
-    if topic is None or part is None:
-        raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                         f"This server does not host this topic-partition: {topic_name}-{partition}")
+    if topic is None:
+        raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic_name}" if for_election
+                         else f"Unable to find a topic named {topic_name}.")
+    part = topic.partitions.get(index)
+    if part is None:
+        raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic_name}-{partition}"
+                         if for_election else f"Unable to find partition {topic_name}:{partition}.")
     return topic, part
 
 
 def _target(builder: RecordBuilder, raw: Any) -> tuple[int, ...]:
     if not isinstance(raw, (list, tuple)) or not raw:
-        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment.")
+        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         "The manual partition assignment includes an empty replica list.")
     try:
         target = tuple(as_int(r, "replica", 0) for r in raw)
     except FerryError:
-        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Invalid broker id in replica list: {raw}") from None
-    if len(set(target)) != len(target):
         raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                         f"Duplicate replica ids in partition reassignment replica list: {list(target)}")
-    for b in target:
+                         f"The manual partition assignment includes an invalid broker id: {raw}") from None
+    # KRaft checks in broker id order: the lowest unknown or repeated id is the one named.
+    seen: set[int] = set()
+    for b in sorted(target):
         if builder.view.broker(b) is None:
             raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              f"The manual partition assignment includes broker {b}, but no such broker is registered.")
+        if b in seen:
+            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"The manual partition assignment includes the broker {b} more than once.")
+        seen.add(b)
     return target
 
 
@@ -108,8 +119,7 @@ def complete_local_reassignment(builder: RecordBuilder, part: PartitionRegistrat
 
 def _cancel(builder: RecordBuilder, placement: Placement, part: PartitionRegistration, ctx: OpContext) -> None:
     if not part.is_reassigning:
-        raise FerryError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
-                         f"No reassignment is in progress for partition {part.partition}.")
+        raise FerryError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
     original = part.original_replicas
     if part.storage == STORAGE_S3:
         dirs = _directories(builder, placement, original, None, part)
@@ -235,7 +245,7 @@ def elect_leaders(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     for topic_name, partition in items:
         result: dict[str, Any] = {"topic": topic_name, "partition": partition}
         try:
-            _topic, found = _find(image, topic_name, partition)
+            _topic, found = _find(image, topic_name, partition, for_election=True)
             part = builder.view.partition(found.topic_id, found.partition)
             assert part is not None
             leader = _elect_one(builder, part, unclean)
@@ -250,31 +260,37 @@ def elect_leaders(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     return ControllerResult(tuple(builder.records), {"results": results})
 
 
+ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+PREFERRED_NOT_AVAILABLE_MESSAGE = "The preferred leader was not available."
+ELIGIBLE_NOT_AVAILABLE_MESSAGE = "Eligible topic partition leaders are not available."
+
+
 def _elect_one(builder: RecordBuilder, part: PartitionRegistration, unclean: bool) -> int:
-    name = f"partition {part.partition} of topic {part.topic_id}"
+    """KRaft's electLeader: its error messages, then (for the two "not available" errors) which
+    replicas were considered, so a person sees why."""
     if unclean and part.leader != NO_LEADER and builder.is_active(part.leader):
-        raise FerryError(ErrorCode.ELECTION_NOT_NEEDED, f"Leader election not needed for {name}")
+        raise FerryError(ErrorCode.ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
     if not unclean and part.storage != STORAGE_S3:
         # Kafka's preferred election: the first replica, if it is alive and in the ISR.
         preferred = part.replicas[0] if part.replicas else NO_LEADER
         if preferred == part.leader:
-            raise FerryError(ErrorCode.ELECTION_NOT_NEEDED, f"Leader election not needed for {name}")
+            raise FerryError(ErrorCode.ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
         if not builder.is_active(preferred) or preferred not in part.isr:
             raise FerryError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
-                             f"Failed to elect leader for {name}: preferred replica {preferred} is not alive "
-                             f"and in the ISR {list(part.isr)}")
+                             f"{PREFERRED_NOT_AVAILABLE_MESSAGE} Preferred replica {preferred} is not both active "
+                             f"and in the ISR {list(part.isr)}.")
         elect(builder, part, preferred)
         return preferred
     candidate = election_candidate(builder, part, unclean=unclean)
     if candidate == NO_LEADER:
         if unclean:
             raise FerryError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
-                             f"no live replica of {name} can lead (replicas {list(part.replicas)})")
+                             f"{ELIGIBLE_NOT_AVAILABLE_MESSAGE} No replica of {list(part.replicas)} is active.")
         raise FerryError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
-                         f"Failed to elect leader for {name}: no live replica in the ISR "
-                         f"(replicas {list(part.replicas)}, isr {list(part.isr)})")
+                         f"{PREFERRED_NOT_AVAILABLE_MESSAGE} No replica of {list(part.replicas)} is both active "
+                         f"and in the ISR {list(part.isr)}.")
     if candidate == part.leader:
-        raise FerryError(ErrorCode.ELECTION_NOT_NEEDED, f"Leader election not needed for {name}")
+        raise FerryError(ErrorCode.ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
     elect(builder, part, candidate)
     return candidate
 

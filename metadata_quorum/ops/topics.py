@@ -72,23 +72,26 @@ def _assignments(raw: Any, n_brokers_known: set[int]) -> dict[int, tuple[int, ..
             raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {key!r} is not a number") from None
         if not isinstance(replicas, (list, tuple)) or not replicas:
             raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             f"The manual partition assignment includes an empty replica list for partition {partition}.")
+                             "The manual partition assignment includes an empty replica list.")
         ids = tuple(as_int(r, "replica") for r in replicas)
-        if len(set(ids)) != len(ids):
+        seen: set[int] = set()
+        for b in sorted(ids):  # KRaft's order: the lowest unknown or repeated id is the one named
+            if b not in n_brokers_known:
+                raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"The manual partition assignment includes broker {b}, but no such broker is registered.")
+            if b in seen:
+                raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"The manual partition assignment includes the broker {b} more than once.")
+            seen.add(b)
+        if out and len(ids) != len(next(iter(out.values()))):
+            first = len(next(iter(out.values())))
             raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             f"The manual partition assignment includes the partition {partition} with duplicate replicas.")
-        unknown = [b for b in ids if b not in n_brokers_known]
-        if unknown:
-            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             f"The manual partition assignment includes broker {unknown[0]}, but no such broker is registered.")
+                             f"The manual partition assignment includes a partition with {len(ids)} replica(s), but "
+                             f"this is not consistent with previous partitions, which have {first} replica(s).")
         out[partition] = ids
     if sorted(out) != list(range(len(out))):
         raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                          "partitions should be a consecutive 0-based integer sequence")
-    sizes = {len(r) for r in out.values()}
-    if len(sizes) != 1:
-        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                         "All partitions in the manual partition assignment must have the same replication factor")
     return out
 
 

@@ -73,10 +73,11 @@ def test_s3_topics_have_one_replica() -> None:
 
 @pytest.mark.parametrize("assignments,fragment", [
     ({"0": []}, "empty replica list"),
-    ({"0": [1, 1]}, "duplicate replicas"),
+    ({"0": [1, 1]}, "includes the broker 1 more than once"),
     ({"0": [9]}, "broker 9"),
     ({"0": [0], "2": [1]}, "consecutive"),
-    ({"0": [0, 1], "1": [1]}, "same replication factor"),
+    ({"0": [0, 1], "1": [1]}, "a partition with 1 replica(s), but this is not consistent with previous partitions, "
+                              "which have 2 replica(s)"),
 ])
 def test_invalid_explicit_assignments(assignments: dict, fragment: str) -> None:  # type: ignore[type-arg]
     _out, item = create_one(controller(3), name="t", storage="local", assignments=assignments)
