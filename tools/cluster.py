@@ -2,13 +2,17 @@
 
 `ferry cluster up|down|status [--controllers 3 --brokers 3 --s3-endpoint URL --state-dir DIR]`
 starts real processes (each in its own session, so they outlive `up` and are stopped as groups by
-`down`), writes `cluster.json` with their pids, ports and log files into the state dir, and prints
-it. `LocalCluster` is the same thing as a Python API for tests, the demo and the benchmarks, with
-the fault injections they need (kill -9, SIGSTOP/SIGCONT, SIGTERM, restart).
+`down`) and records each one's pid in `cluster.json` in the state dir as soon as it is spawned, so
+that `down` stops everything even when `up` itself was killed half-way. `up` holds a lock on the
+state dir while it starts, refuses to start a second cluster there, and starts a fresh one (the
+previous cluster's metadata and WALs refer to objects the embedded S3 did not keep). `LocalCluster`
+is the same thing as a Python API for tests, the demo and the benchmarks, with the fault injections
+they need (kill -9, SIGSTOP/SIGCONT, SIGTERM, restart).
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -26,6 +30,7 @@ from tools.proc import LOOPBACK, Quorum, free_ports, http_get_json, kill_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE_FILE = "cluster.json"
+LOCK_FILE = "cluster.lock"
 
 # Failure detection a little quicker than Kafka's defaults (2 s / 9 s) so that local runs and tests
 # see a dead broker fenced in seconds; every value can be overridden.
@@ -104,14 +109,18 @@ class LocalCluster:
                 self.s3_endpoint = self.s3.endpoint_url
             else:
                 self._ensure_bucket()
+            self.write_state("starting")
             self.quorum = start_quorum(os.path.join(self.state_dir, "controllers"), self.num_controllers,
-                                       **self.controller_overrides)
+                                       wait=False, **self.controller_overrides)
+            self.write_state("starting")  # every pid is on disk before anything is waited for
+            self.quorum.wait_leader()
             ports = free_ports(self.num_brokers)
             for i in range(self.num_brokers):
                 bid = i + 1
                 self.broker_ports[bid] = ports[i]
                 self._write_broker_config(bid)
                 self.start_broker(bid, wait=False)
+            self.write_state("starting")
             self.wait_brokers(timeout_s=timeout_s)
             self.write_state()
         except BaseException:
@@ -319,25 +328,32 @@ class LocalCluster:
         self.quorum.start(node_id)
 
     # -- state file for `ferry cluster down|status`
-    def describe(self) -> dict[str, Any]:
-        assert self.quorum is not None
+    def describe(self, status: str = "running") -> dict[str, Any]:
+        """The cluster as `cluster.json` records it (also while it is starting: what runs so far)."""
+        quorum_procs = self.quorum.procs if self.quorum is not None else {}
         return {
+            "status": status,
             "state_dir": self.state_dir,
             "s3": {"endpoint_url": self.s3_endpoint, "bucket": self.bucket,
                    "pid": self.s3.process.pid if self.s3 and self.s3.process else None,
                    "log": os.path.join(self.state_dir, "s3.log") if self.s3 else None},
-            "controllers": [{"id": nid, "url": self.quorum.url(nid), "pid": self.quorum.procs[nid].pid,
-                             "log": self.quorum.log_path(nid)} for nid in sorted(self.quorum.procs)],
+            "controllers": [{"id": nid, "url": self.quorum.url(nid), "pid": quorum_procs[nid].pid,
+                             "log": self.quorum.log_path(nid)}
+                            for nid in sorted(quorum_procs) if self.quorum is not None],
             "brokers": [{"id": bid, "url": self.broker_url(bid), "pid": proc.pid, "log": self.broker_log_path(bid),
                          "config": self.broker_config_path(bid), "log_dirs": self.broker_log_dirs(bid)}
                         for bid, proc in sorted(self.broker_procs.items())],
             "bootstrap_server": ",".join(u.removeprefix("http://") for u in self.bootstrap_servers),
-            "bootstrap_controller": ",".join(u.removeprefix("http://") for u in self.controller_bootstrap),
+            "bootstrap_controller": ",".join(u.removeprefix("http://") for u in self.controller_bootstrap)
+            if self.quorum is not None else "",
         }
 
-    def write_state(self) -> None:
-        with open(os.path.join(self.state_dir, STATE_FILE), "w", encoding="utf-8") as f:
-            json.dump(self.describe(), f, indent=2)
+    def write_state(self, status: str = "running") -> None:
+        """Write `cluster.json` atomically (a reader never sees half a file)."""
+        path = os.path.join(self.state_dir, STATE_FILE)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(self.describe(status), f, indent=2)
+        os.replace(path + ".tmp", path)
 
 
 # ---------------------------------------------------------------- CLI
@@ -376,40 +392,67 @@ def _is_ferry_process(pid: int) -> bool:
         return False
 
 
-def _stop_group(pid: int | None, timeout_s: float = 10.0) -> None:
-    """Stop the process group led by `pid` (started by `cluster up` with its own session)."""
+def _signal_group(pid: int | None, sig: int) -> bool:
+    """Signal the process group led by `pid` if it is still a live Ferry process; whether it was."""
     if not _alive(pid) or not _is_ferry_process(pid or 0):
-        return
+        return False
     assert pid is not None
-    for sig in (signal.SIGCONT, signal.SIGTERM):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop_groups(pids: list[int], timeout_s: float = 10.0) -> None:
+    """SIGTERM the groups together (brokers shut down in parallel), then SIGKILL whatever is left."""
+    signalled = [p for p in pids if _signal_group(p, signal.SIGCONT) and _signal_group(p, signal.SIGTERM)]
     deadline = time.monotonic() + timeout_s
-    while _alive(pid) and time.monotonic() < deadline:
+    while any(_alive(p) for p in signalled) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _alive(pid):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    for p in signalled:
+        if _alive(p):
+            try:
+                os.killpg(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _state_pids(state: dict[str, Any]) -> list[tuple[str, int]]:
+    """(name, pid) of every process a state file records, brokers first (the order `down` stops them)."""
+    out = [(f"broker {b['id']}", int(b["pid"])) for b in state.get("brokers", []) if b.get("pid")]
+    out += [(f"controller {c['id']}", int(c["pid"])) for c in state.get("controllers", []) if c.get("pid")]
+    if (state.get("s3") or {}).get("pid"):
+        out.append(("s3", int(state["s3"]["pid"])))
+    return out
+
+
+def running_processes(state_dir: str) -> list[str]:
+    """Names of the processes of the cluster recorded in `state_dir` that still run."""
+    state = _load_state(state_dir)
+    if state is None:
+        return []
+    return [name for name, pid in _state_pids(state) if _alive(pid) and _is_ferry_process(pid)]
 
 
 def cmd_down(state_dir: str) -> int:
     state = _load_state(state_dir)
     if state is None:
-        print(f"No cluster state in {state_dir}", file=sys.stderr)
+        print(f"Error: no cluster state in {state_dir} (nothing to stop; `ferry cluster up --state-dir DIR` "
+              f"records its processes there)", file=sys.stderr)
         return 1
-    for b in state.get("brokers", []):
-        _stop_group(b.get("pid"))
-        print(f"broker {b['id']} stopped")
-    for c in state.get("controllers", []):
-        _stop_group(c.get("pid"))
-        print(f"controller {c['id']} stopped")
-    if state.get("s3", {}).get("pid"):
-        _stop_group(state["s3"]["pid"])
-        print("s3 stopped")
+    procs = _state_pids(state)
+    brokers = [(n, p) for n, p in procs if n.startswith("broker")]
+    others = [(n, p) for n, p in procs if not n.startswith("broker")]
+    for group in (brokers, others):  # brokers first: their controlled shutdown needs the controllers
+        running = [(n, p) for n, p in group if _alive(p) and _is_ferry_process(p)]
+        _stop_groups([p for _n, p in running])
+        for name, pid in group:
+            print(f"{name} (pid {pid}) {'stopped' if (name, pid) in running else 'was not running'}")
+    left = [n for n, p in procs if _alive(p) and _is_ferry_process(p)]
+    if left:
+        print(f"Error: still running: {', '.join(left)}", file=sys.stderr)
+        return 1
     os.remove(os.path.join(state_dir, STATE_FILE))
     return 0
 
@@ -417,7 +460,8 @@ def cmd_down(state_dir: str) -> int:
 def cmd_status(state_dir: str) -> int:
     state = _load_state(state_dir)
     if state is None:
-        print(f"No cluster state in {state_dir}", file=sys.stderr)
+        print(f"Error: no cluster state in {state_dir} (is a cluster up? `ferry cluster up --state-dir DIR`)",
+              file=sys.stderr)
         return 1
     ok = True
     rows = []
@@ -439,44 +483,113 @@ def cmd_status(state_dir: str) -> int:
                 health = http_get_json(f"{b['url']}/v1/health", 1.0)
             except (OSError, ValueError):
                 health = None
-        rows.append(("broker", b["id"], b["url"], _alive(b["pid"]) and health is not None, ""))
+        extra = ""
+        if isinstance(health, dict):
+            extra = str(health.get("state", "")) + (" fenced" if health.get("fenced") else "")
+        rows.append(("broker", b["id"], b["url"], _alive(b["pid"]) and health is not None, extra))
+    if state.get("status") == "starting":
+        print(f"The cluster in {state_dir} did not finish starting (`ferry cluster up` stopped or is still running)")
+        ok = False
     for kind, nid, url, up, extra in rows:
         ok = ok and up
         print(f"{kind:<10} {str(nid):>3}  {url:<28} {'up' if up else 'DOWN'} {extra}".rstrip())
-    print(f"--bootstrap-server {state['bootstrap_server']}")
-    print(f"--bootstrap-controller {state['bootstrap_controller']}")
+    if state.get("bootstrap_server"):
+        print(f"--bootstrap-server {state['bootstrap_server']}")
+    if state.get("bootstrap_controller"):
+        print(f"--bootstrap-controller {state['bootstrap_controller']}")
     return 0 if ok else 1
 
 
+# What `up` creates in a state dir; a new `up` removes it first (see the module docstring).
+_CLUSTER_DATA = ("controllers", "wal", "s3.log")
+
+
+def _remove_previous_data(state_dir: str) -> bool:
+    removed = False
+    for name in sorted(os.listdir(state_dir)):
+        path = os.path.join(state_dir, name)
+        if name in _CLUSTER_DATA or (name.startswith("broker-") and
+                                     (os.path.isdir(path) or name.endswith((".json", ".log")))):
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            removed = True
+    return removed
+
+
+def summary(state: dict[str, Any], elapsed_s: float) -> str:
+    """What `up` prints: where everything runs, its logs, and how to use and stop it."""
+    lines = [f"Ferry cluster up in {elapsed_s:.1f} s; state and logs in {state['state_dir']}"]
+    s3 = state.get("s3") or {}
+    if s3.get("pid"):
+        lines.append(f"  s3            {s3['endpoint_url']:<24}  pid {s3['pid']:<7}  log {s3['log']}")
+    else:
+        lines.append(f"  s3            {s3.get('endpoint_url')} (external, bucket {s3.get('bucket')})")
+    for c in state.get("controllers", []):
+        lines.append(f"  controller {c['id']:<2} {c['url']:<24}  pid {c['pid']:<7}  log {c['log']}")
+    for b in state.get("brokers", []):
+        lines.append(f"  broker {b['id']:<6} {b['url']:<24}  pid {b['pid']:<7}  log {b['log']}")
+    d = state["state_dir"]
+    lines += ["", f"  --bootstrap-server {state['bootstrap_server']}",
+              f"  --bootstrap-controller {state['bootstrap_controller']}", "",
+              f"Try: ferry topics --bootstrap-server {state['bootstrap_server'].split(',')[0]} --create --topic t --partitions 3",
+              f"Stop it with: ferry cluster down --state-dir {d}"]
+    return "\n".join(lines)
+
+
+def cmd_up(args: argparse.Namespace, state_dir: str) -> int:
+    if args.controllers < 1 or args.brokers < 1:
+        print("Error: --controllers and --brokers must be at least 1 (INVALID_REQUEST)", file=sys.stderr)
+        return 2
+    os.makedirs(state_dir, exist_ok=True)
+    lock = open(os.path.join(state_dir, LOCK_FILE), "a+", encoding="utf-8")  # noqa: SIM115 - held until exit
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"Error: another `ferry cluster up` is starting a cluster in {state_dir}; wait for it or run "
+              f"`ferry cluster down --state-dir {state_dir}`", file=sys.stderr)
+        return 1
+    running = running_processes(state_dir)
+    if running:
+        print(f"Error: a cluster is already running from {state_dir} ({', '.join(running)}); "
+              f"stop it with `ferry cluster down --state-dir {state_dir}` or use another --state-dir", file=sys.stderr)
+        return 1
+    if _load_state(state_dir) is not None:
+        os.remove(os.path.join(state_dir, STATE_FILE))  # a cluster that is gone: its pids mean nothing now
+    if _remove_previous_data(state_dir):
+        print(f"Starting a fresh cluster: removed the previous cluster's data in {state_dir}", file=sys.stderr)
+    started = time.monotonic()
+    cluster = LocalCluster(state_dir, args.controllers, args.brokers, args.s3_endpoint, bucket=args.bucket,
+                           log_dirs_per_broker=args.log_dirs_per_broker)
+    try:
+        cluster.start()
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        os.remove(os.path.join(state_dir, STATE_FILE)) if _load_state(state_dir) is not None else None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"Error: the cluster did not start: {first} (logs in {state_dir})", file=sys.stderr)
+        return 1
+    state = cluster.describe()
+    print(json.dumps(state, indent=2) if args.json else summary(state, time.monotonic() - started))
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="ferry cluster", description="start, stop or inspect a local cluster")
-    parser.add_argument("action", choices=["up", "down", "status"])
-    parser.add_argument("--controllers", type=int, default=3)
-    parser.add_argument("--brokers", type=int, default=3)
-    parser.add_argument("--log-dirs-per-broker", type=int, default=1)
+    parser = argparse.ArgumentParser(
+        prog="ferry cluster", description="Start, stop or inspect a local cluster: the embedded S3 (moto server), "
+        "a controller quorum and brokers, each a process on 127.0.0.1.")
+    parser.add_argument("action", choices=["up", "down", "status"],
+                        help="up: start a fresh cluster and return once every broker serves; down: stop every "
+                             "process recorded in the state dir; status: which of them answer")
+    parser.add_argument("--controllers", type=int, default=3, help="controllers in the quorum (up; default 3)")
+    parser.add_argument("--brokers", type=int, default=3, help="brokers (up; default 3)")
+    parser.add_argument("--log-dirs-per-broker", type=int, default=1, help="log dirs per broker (up; default 1)")
     parser.add_argument("--s3-endpoint", help="use this S3 endpoint instead of starting the embedded moto server")
     parser.add_argument("--bucket", default="ferry", help="S3 bucket (created when absent)")
-    parser.add_argument("--state-dir", default=os.path.join(os.getcwd(), ".ferry", "cluster"))
+    parser.add_argument("--state-dir", default=os.path.join(os.getcwd(), ".ferry", "cluster"),
+                        help="where pids, configs, data and logs live (default ./.ferry/cluster)")
+    parser.add_argument("--json", action="store_true", help="up: print the cluster as JSON (as cluster.json holds it)")
     args = parser.parse_args(argv)
     state_dir = os.path.abspath(args.state_dir)
     if args.action == "down":
         return cmd_down(state_dir)
     if args.action == "status":
         return cmd_status(state_dir)
-    state = _load_state(state_dir)
-    if state is not None and any(_alive(b.get("pid")) for b in state.get("brokers", [])):
-        print(f"A cluster is already running from {state_dir}; run `ferry cluster down --state-dir {state_dir}` first",
-              file=sys.stderr)
-        return 1
-    if args.controllers < 1 or args.brokers < 1:
-        print("--controllers and --brokers must be at least 1", file=sys.stderr)
-        return 2
-    cluster = LocalCluster(state_dir, args.controllers, args.brokers, args.s3_endpoint, bucket=args.bucket,
-                           log_dirs_per_broker=args.log_dirs_per_broker)
-    try:
-        cluster.start()
-    except (RuntimeError, TimeoutError) as exc:
-        print(f"Error: the cluster did not start: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(cluster.describe(), indent=2))
-    return 0
+    return cmd_up(args, state_dir)

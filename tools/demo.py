@@ -11,10 +11,12 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -25,8 +27,18 @@ from tools.client import TopicPartition
 from tools.cluster import ROOT, LocalCluster
 from tools.move_workload import MoveResult, ProduceLoad, check_read_back, fetch_timeline, move_once, percentile
 
-STEP_LEGEND = ("steps: 1 controller accepted → old owner saw it, 2 stopped produce, 3 meta persisted, "
-               "4 force-uploaded and closed, 5 new leader elected, 6 new owner serving")
+# (column header, what the step is): t(k-1) -> t(k) of the six-step move, docs/broker-api.md "Moves".
+STEPS = (
+    ("1 notify", "the controller accepted the change → the old owner applied it"),
+    ("2 stop", "the old owner stopped taking produce and drained in-flight appends"),
+    ("3 meta", "it persisted the partition's meta"),
+    ("4 upload", "it force-uploaded what its WAL buffered and closed the streams"),
+    ("5 elect", "the controller elected the new owner"),
+    ("6 serve", "the new owner opened the streams and serves"),
+)
+STEP_LEGEND = "\n".join(f"{head}: {text}" for head, text in STEPS) + (
+    "\ntotal: t0 → t6 (controller accepted → new owner serving); unavailable: the producers' last "
+    "acknowledgement from the old owner → their first from the new one")
 
 
 def fmt_ms(value: Any) -> str:
@@ -34,15 +46,15 @@ def fmt_ms(value: Any) -> str:
 
 
 def moves_table(results: list[MoveResult]) -> Table:
-    table = Table(title="Partition moves: six-step timeline and client-observed unavailability (ms)",
+    table = Table(title="Partition moves: each step of the six-step move, in ms",
                   title_justify="left", caption=STEP_LEGEND, caption_justify="left")
     table.add_column("#", justify="right")
     table.add_column("partition", no_wrap=True)
-    table.add_column("move", no_wrap=True)
-    for k in range(1, 7):
-        table.add_column(str(k), justify="right")
-    table.add_column("t0→t6", justify="right")
-    table.add_column("unavailable", justify="right", style="bold")
+    table.add_column("brokers", no_wrap=True)
+    for head, _text in STEPS:
+        table.add_column(head.replace(" ", "\n"), justify="right")
+    table.add_column("total\nms", justify="right")
+    table.add_column("unavailable\nms", justify="right", style="bold")
     for i, r in enumerate(results, 1):
         steps = (r.timeline or {}).get("steps_ms") or {}
         table.add_row(str(i), str(r.tp), f"{r.from_broker}→{r.to_broker}",
@@ -78,7 +90,19 @@ async def kafka_tool_move(cluster: LocalCluster, admin: Admin, console: Console,
                              "--reassignment-json-file", path])
 
 
-async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitions: int) -> bool:
+@dataclass
+class Outcome:
+    """What the verdict line says."""
+
+    moves_done: int = 0
+    acknowledged: int = 0
+    read_back_ok: bool = False
+    p50_ms: float | None = None
+    max_ms: float | None = None
+    problem: str = ""
+
+
+async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitions: int, outcome: Outcome) -> bool:
     async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
         topic = "demo"
         brokers = sorted(cluster.broker_ports)
@@ -101,8 +125,8 @@ async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitio
                 result = await move_once(admin, load, tp, src, dst, timeout_s=30)
                 result.timeline = await fetch_timeline(admin, tp, [src, dst], move_after_ms=wall_ms - 1000)
                 results.append(result)
-                console.print(f"  move {i + 1:>2}: {tp} {src} → {dst}  unavailable "
-                              f"{fmt_ms(result.unavailability_ms)} ms")
+                console.print(f"  move {i + 1:>2}: {tp} from broker {src} to broker {dst}: producers saw "
+                              f"{fmt_ms(result.unavailability_ms)} ms without an acknowledgement")
                 await asyncio.sleep(0.3)
             await kafka_tool_move(cluster, admin, console, tps[0], brokers)
             await asyncio.sleep(0.5)
@@ -110,43 +134,108 @@ async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitio
             await load.stop()
         console.print(moves_table(results))
         gaps = [r.unavailability_ms for r in results if r.unavailability_ms is not None]
+        outcome.moves_done = len(results)
         if gaps:
+            outcome.p50_ms, outcome.max_ms = percentile(gaps, 50), max(gaps)
             console.print(f"Client-observed unavailability: p50 {percentile(gaps, 50):.0f} ms, "
                           f"max {max(gaps):.0f} ms, mean {statistics.mean(gaps):.0f} ms "
                           f"(AutoMQ documents about 1,500 ms per move).")
         console.print("Reading every partition back from its start ...")
         report = await check_read_back(cluster.bootstrap_servers, load)
         failed = sum(load.failed.values())
+        outcome.acknowledged, outcome.read_back_ok = report.acknowledged, report.ok
         if report.ok:
-            console.print(f"[bold green]OK[/]: {report.acknowledged} acknowledged records, each read back exactly once, "
-                          f"in order, at its acknowledged offset ({failed} sends not acknowledged).")
+            console.print(f"Read back: {report.acknowledged} acknowledged records, each exactly once, in order, at "
+                          f"its acknowledged offset ({failed} sends not acknowledged).")
         else:
-            console.print(f"[bold red]FAILED[/]: {report.summary()}")
+            outcome.problem = f"read-back check failed: {report.summary()}"
+            console.print(f"[bold red]Read back FAILED[/]: {report.summary()}")
+        if len(results) != moves:
+            outcome.problem = outcome.problem or f"only {len(results)} of {moves} moves completed"
         return report.ok and len(results) == moves
 
 
+def verdict(ok: bool, outcome: Outcome, leftover: list[int], elapsed_s: float) -> str:
+    """The last line: OK or FAIL, and why, in one line."""
+    if ok and not leftover:
+        return (f"[bold green]OK[/]: {outcome.moves_done} moves under load, unavailability p50 "
+                f"{fmt_ms(outcome.p50_ms)} ms / max {fmt_ms(outcome.max_ms)} ms, {outcome.acknowledged} acknowledged "
+                f"records all read back exactly once in order; every process stopped ({elapsed_s:.1f} s in all).")
+    reasons = [outcome.problem or "the demo did not complete"] if not ok else []
+    if leftover:
+        reasons.append(f"processes still running: {', '.join(map(str, leftover))}")
+    return f"[bold red]FAIL[/]: {'; '.join(reasons)} ({elapsed_s:.1f} s in all)."
+
+
+def _cluster_pids(cluster: LocalCluster) -> list[int]:
+    pids = [p.pid for p in cluster.broker_procs.values()]
+    pids += [p.pid for p in (cluster.quorum.procs.values() if cluster.quorum else [])]
+    if cluster.s3 is not None and cluster.s3.process is not None:
+        pids.append(cluster.s3.process.pid)
+    return pids
+
+
+def _still_running(pids: list[int]) -> list[int]:
+    left = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            pass
+        left.append(pid)
+    return left
+
+
+def _terminate_as_interrupt(_signum: int, _frame: Any) -> None:
+    """SIGTERM stops the demo as Ctrl-C does: the cluster is still stopped on the way out."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="ferry demo", description="the seconds-scale reassignment demo")
-    parser.add_argument("--moves", type=int, default=10)
-    parser.add_argument("--partitions", type=int, default=3)
+    parser = argparse.ArgumentParser(prog="ferry demo", description=(
+        "Start a local cluster (embedded S3, 3 controllers, 3 brokers), keep producers running, move partitions "
+        "between brokers, print each move's six-step timeline and the unavailability the producers saw, check that "
+        "every acknowledged record reads back exactly once and in order, stop the cluster. Exits 0 on OK, 1 on FAIL."))
+    parser.add_argument("--moves", type=int, default=10, help="partition moves to make (default 10)")
+    parser.add_argument("--partitions", type=int, default=3, help="partitions of the demo topic (default 3)")
     parser.add_argument("--state-dir", help="keep the cluster's state and logs here (default: a temporary dir)")
     args = parser.parse_args(argv)
-    console = Console()
+    if args.moves < 1 or args.partitions < 1:
+        print("Error: --moves and --partitions must be at least 1 (INVALID_REQUEST)", file=sys.stderr)
+        return 2
+    # A pipe or a log file gets the width of the table (rich would pick 80 columns and squeeze it).
+    console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 110)
     state_dir = os.path.abspath(args.state_dir) if args.state_dir else tempfile.mkdtemp(prefix="ferry-demo-")
     console.print("[bold]Ferry demo[/]: moving partitions between stateless brokers under load")
     started = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     cluster = LocalCluster(state_dir)
+    outcome = Outcome()
     ok = False
+    pids: list[int] = []
     try:
-        cluster.start()
-        console.print(f"Cluster up in {time.monotonic() - started:.1f} s: S3 at {cluster.s3_endpoint}, "
-                      f"controllers {', '.join(cluster.controller_bootstrap)}, brokers {', '.join(cluster.bootstrap_servers)}"
-                      f" (logs in {state_dir})")
-        ok = asyncio.run(run_demo(cluster, console, args.moves, args.partitions))
-    except Exception as exc:  # report, then still stop the cluster
-        console.print(f"[bold red]Demo failed[/]: {type(exc).__name__}: {exc} (logs in {state_dir})")
-        ok = False
+        try:
+            cluster.start()
+            pids = _cluster_pids(cluster)
+            console.print(f"Cluster up in {time.monotonic() - started:.1f} s: S3 at {cluster.s3_endpoint}, "
+                          f"controllers {', '.join(cluster.controller_bootstrap)}, brokers "
+                          f"{', '.join(cluster.bootstrap_servers)} (logs in {state_dir})")
+            ok = asyncio.run(run_demo(cluster, console, args.moves, args.partitions,
+                                      outcome))
+        except KeyboardInterrupt:
+            outcome.problem = "interrupted"
+            ok = False
+        except Exception as exc:  # report, then still stop the cluster
+            outcome.problem = f"{type(exc).__name__}: {exc} (logs in {state_dir})"
+            ok = False
+        finally:
+            pids = pids or _cluster_pids(cluster)
+            cluster.stop()
     finally:
-        cluster.stop()
-        console.print(f"Cluster down. Total {time.monotonic() - started:.1f} s.")
-    return 0 if ok else 1
+        signal.signal(signal.SIGTERM, previous)
+    leftover = _still_running(pids)
+    console.print(f"Cluster down: {len(pids) - len(leftover)} of {len(pids)} processes stopped.")
+    console.print(verdict(ok, outcome, leftover, time.monotonic() - started))
+    return 0 if ok and not leftover else 1

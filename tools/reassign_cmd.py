@@ -388,7 +388,7 @@ async def run_execute(admin: Admin, text: str, additional: bool, out: list[str],
         await execute_log_dir_moves(admin, r.log_dirs, timeout_ms, out)
 
 
-STEP_NAMES = {"1": "notified", "2": "stop", "3": "meta", "4": "upload+close", "5": "elect", "6": "open+serve"}
+STEP_NAMES = {"1": "notify", "2": "stop", "3": "meta", "4": "upload", "5": "elect", "6": "serve"}  # as `ferry demo`
 
 
 def timeline_lines(moves: dict[int, Any], tps: set[TopicPartition]) -> list[str]:

@@ -4,7 +4,7 @@ Flags and output follow `kafka-topics.sh`: `Created topic T.`, one name per line
 the `Topic: … TopicId: … PartitionCount: …` / per-partition lines for `--describe`. `--storage`
 (s3 or local) is Ferry's own. `--bootstrap-server` reaches the controllers through a broker (its
 `/v1/metadata` names them); `--bootstrap-controller` talks to them directly. A failure prints one
-line, `Error while executing topic command : MESSAGE (ERROR_NAME)`, exits 1 and changes nothing.
+line, `Error while executing topic command : ERROR ERROR_NAME: MESSAGE`, exits 1 and changes nothing.
 """
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lines = asyncio.run(_run(args))
     except (TopicCommandError, FerryError) as e:
-        print(f"Error while executing topic command : {e.message} ({e.error.name})", file=sys.stderr)
+        print(f"Error while executing topic command : ERROR {e.error.name}: {e.message}", file=sys.stderr)
         return 1
     for line in lines:
         print(line)
