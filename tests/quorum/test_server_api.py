@@ -208,3 +208,21 @@ async def test_heartbeating_brokers_are_observers(controller: Any) -> None:
     assert observers[0]["log_end_offset"] == reg["offset"] + 1
     _, status_body = await controller.get("/v1/quorum/status")
     assert status_body["current_observers"] == [{"id": 7, "directory_id": "d1"}]
+
+
+async def test_heartbeat_reply_carries_the_active_controllers_committed_high_watermark(controller: Any) -> None:
+    _, reg = await controller.post("/v1/write/register_broker", {"broker_id": 8, "incarnation_id": "inc-8"})
+    epoch = reg["reply"]["broker_epoch"]
+    for i in range(3):
+        await controller.post("/v1/write/put_kv", {"key": f"hw{i}", "value": "1"})
+    # the unfencing heartbeat writes a record: its high watermark includes it
+    _, hb = await controller.post("/v1/write/broker_heartbeat", {
+        "broker_id": 8, "broker_epoch": epoch, "metadata_offset": reg["offset"]})
+    _, health = await controller.get("/v1/health")
+    assert hb["reply"]["metadata_high_watermark"] == hb["offset"] + 1 == health["high_watermark"]
+    # a quiet heartbeat (no records) still reports everything committed before it
+    await controller.post("/v1/write/put_kv", {"key": "hw-last", "value": "1"})
+    _, quiet = await controller.post("/v1/write/broker_heartbeat", {
+        "broker_id": 8, "broker_epoch": epoch, "metadata_offset": reg["offset"]})
+    _, log = await controller.get(f"/v1/log?offset={hb['offset'] + 1}&max_wait_ms=0")
+    assert quiet["reply"]["metadata_high_watermark"] == log["high_watermark"] == hb["offset"] + 2
