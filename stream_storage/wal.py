@@ -9,8 +9,11 @@ Kind 1 is data. Kind 2 is a void marker: data entries of that stream written *ea
 lower epoch at or past ``start_offset`` are not part of the stream (its owner moved on; see
 :func:`stream_storage.recovery.recoverable_tail`).
 
-Appends are group-committed: one writer thread writes everything queued and syncs once, and
-every append waiting on that sync is acknowledged together. Segment files are preallocated with
+Appends are group-committed: one writer thread writes everything queued, a sync thread syncs it
+once, and every append waiting on that sync is acknowledged together. While one batch syncs the
+next is written and synced too (two syncs in flight; the disk merges their cache flushes);
+batches are acknowledged in WAL order, each only after its own sync returned. A failed sync stops
+the WAL: nothing written after the last good sync is acknowledged. Segment files are preallocated with
 zeros a few MiB ahead of the writer (on a second thread), so that most syncs are ``fdatasync``
 calls that leave the file size unchanged and flush data blocks only; ``fdatasync`` also flushes
 the size whenever a write did extend the file, so durability never depends on the preallocation.
@@ -30,6 +33,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from crc32c import crc32c
 
@@ -79,6 +83,7 @@ _PREALLOC_MIN_BYTES = 256 * 1024
 _PREALLOC_MAX_BYTES = 8 * 1024 * 1024
 _ZEROS = bytes(1024 * 1024)
 _IOV_MAX = 1024
+_SYNC_DEPTH = 2  # batches synced at once: concurrent fdatasyncs share the device's cache flushes
 
 
 def entry_header(stream_id: int, epoch: int, start_offset: int, end_offset: int,
@@ -202,6 +207,7 @@ class WriteAheadLog:
         self._flusher: asyncio.Task[None] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-wal")
         self._prealloc_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-wal-prealloc")
+        self._sync_pool = ThreadPoolExecutor(max_workers=_SYNC_DEPTH, thread_name_prefix="ferry-wal-sync")
         # Guards the active segment's fd, write position and preallocated end between the writer
         # thread and the preallocating thread: zeros are only ever written past the write position.
         self._lock = threading.Lock()
@@ -214,7 +220,7 @@ class WriteAheadLog:
         self.extending_syncs = 0  # syncs whose write grew the file (not preallocated yet)
         self.preallocated_bytes = 0
         self.appended_bytes = 0
-        self.sync_seconds = 0.0  # time spent in write + sync on the writer thread
+        self.sync_seconds = 0.0  # time spent in syncs (summed over the sync threads)
 
     def open(self) -> ReplayResult:
         os.makedirs(self.directory, exist_ok=True)
@@ -269,25 +275,55 @@ class WriteAheadLog:
         return await fut
 
     async def _flush_loop(self) -> None:
+        """Write each queued batch, then sync it on a sync thread while the next batch is written
+        and synced (two syncs in flight: the disk merges their cache flushes). A batch is
+        acknowledged once its own sync returned, always in WAL order."""
         loop = asyncio.get_running_loop()
-        while self._queue:
-            batch, self._queue = self._queue, []
+        inflight: list[tuple[asyncio.Future[None], list[Any], list[int]]] = []
+        while self._queue or inflight:
+            if self._queue and len(inflight) < _SYNC_DEPTH and self._failed is None:
+                batch, self._queue = self._queue, []
+                try:
+                    positions, sync_fd, extends = await loop.run_in_executor(
+                        self._pool, self._write_batch, [b[0] for b in batch], [(b[1], b[2]) for b in batch])
+                except OSError as exc:
+                    self._fail_batch(batch, f"WAL write in {self.directory} failed: {exc}")
+                    continue
+                synced = loop.run_in_executor(self._sync_pool, self._sync, sync_fd, extends)
+                inflight.append((synced, batch, positions))
+                continue
+            if not inflight:  # the WAL failed: nothing queued can be written any more
+                batch, self._queue = self._queue, []
+                self._fail_batch(batch, f"WAL in {self.directory} failed: {self._failed}")
+                continue
+            synced, batch, positions = inflight.pop(0)
             try:
-                positions = await loop.run_in_executor(self._pool, self._write_batch, [b[0] for b in batch],
-                                                       [(b[1], b[2]) for b in batch])
+                await synced
             except OSError as exc:
-                error = FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"WAL write in {self.directory} failed: {exc}")
-                for *_rest, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(error)
+                # After a failed sync the kernel may have dropped the dirty pages: what this and
+                # every later batch wrote cannot be trusted, so the WAL stops (as a log dir does).
+                self._failed = f"sync failed: {exc}"
+                self._fail_batch(batch, f"WAL sync in {self.directory} failed: {exc}")
+                continue
+            if self._failed is not None:
+                self._fail_batch(batch, f"WAL in {self.directory} failed: {self._failed}")
                 continue
             for (_data, _sid, _end, fut), position in zip(batch, positions):
                 if not fut.done():
                     fut.set_result(position)
 
+    @staticmethod
+    def _fail_batch(batch: list[Any], message: str) -> None:
+        error = FerryError(ErrorCode.KAFKA_STORAGE_ERROR, message)
+        for *_rest, fut in batch:
+            if not fut.done():
+                fut.set_exception(error)
+
     def _write_batch(self, entries: list[tuple[bytes, bytes | bytearray | memoryview]],
-                     ranges: list[tuple[int, int]]) -> list[int]:
-        """Runs on the writer thread: roll if needed, write, sync once."""
+                     ranges: list[tuple[int, int]]) -> tuple[list[int], int, bool]:
+        """Runs on the writer thread: roll if needed, write (not synced yet). Returns the entries'
+        positions, a duplicate of the file descriptor for the sync (the segment may roll and its
+        descriptor close meanwhile) and whether the write grew the file."""
         assert self._fd is not None
         segment = self._segments[-1]
         if segment.size >= self.segment_bytes:
@@ -300,27 +336,16 @@ class WriteAheadLog:
                 pieces.append(payload)
         length = sum(len(p) for p in pieces)
         fd = self._fd
-        started = time.perf_counter()
         with self._lock:
             before = segment.size
             extends = before + length > self._alloc_end
             try:
                 _pwrite_all(fd, pieces, before)
+                sync_fd = os.dup(fd)
             except OSError:
-                self._cut_back(fd, before)
+                self._cut_back(fd, before)  # leave no partial entry in the middle of the log
                 raise
             segment.size = before + length  # the preallocator writes zeros only beyond this
-        try:
-            if self.fsync:
-                os.fdatasync(fd)  # also flushes the file size when this write extended the file
-                self.fsyncs += 1
-                self.extending_syncs += extends
-            self.sync_seconds += time.perf_counter() - started
-        except OSError:
-            with self._lock:
-                segment.size = before
-                self._cut_back(fd, before)  # leave no unacknowledged entry in the middle of the log
-            raise
         positions, pos = [], segment.base + before
         for (header, payload), (stream_id, end) in zip(entries, ranges):
             positions.append(pos)
@@ -329,7 +354,20 @@ class WriteAheadLog:
                 segment.max_end[stream_id] = max(segment.max_end.get(stream_id, 0), end)
         self.appended_bytes += length
         self._maybe_preallocate(segment)
-        return positions
+        return positions, sync_fd, extends
+
+    def _sync(self, sync_fd: int, extends: bool) -> None:
+        """Runs on a sync thread: everything written to the file before this call is durable
+        when it returns (``fdatasync`` also flushes the size when a write grew the file)."""
+        started = time.perf_counter()
+        try:
+            if self.fsync:
+                os.fdatasync(sync_fd)
+                self.fsyncs += 1
+                self.extending_syncs += extends
+        finally:
+            os.close(sync_fd)
+            self.sync_seconds += time.perf_counter() - started
 
     def _cut_back(self, fd: int, size: int) -> None:
         """Under the lock: drop everything from ``size`` on (a failed write or sync)."""
@@ -435,6 +473,7 @@ class WriteAheadLog:
             await self._flusher
         await asyncio.get_running_loop().run_in_executor(self._pool, self._close_sync)
         self._pool.shutdown(wait=True)
+        self._sync_pool.shutdown(wait=True)
         self._prealloc_pool.shutdown(wait=True)
 
     def _close_sync(self) -> None:

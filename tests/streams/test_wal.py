@@ -144,3 +144,30 @@ async def test_segments_are_preallocated_and_zero_tails_replay_as_clean_ends(tmp
     await again.append(2, 1, 1, 2, b"after restart")
     await again.close()
     assert [e.payload for e in read_wal(str(tmp_path)).entries][-2:] == [b"next segment", b"after restart"]
+
+
+async def test_a_failed_sync_fails_its_batch_and_stops_the_wal(tmp_path, monkeypatch) -> None:
+    """After a failed fdatasync the kernel may have dropped the written pages: nothing written
+    since the last good sync is acknowledged, and the WAL refuses further appends."""
+    import errno
+
+    import stream_storage.wal as wal_mod
+    wal = WriteAheadLog(str(tmp_path))
+    wal.open()
+    await asyncio.gather(*(wal.append(1, 1, i, i + 1, b"ok") for i in range(3)))
+    real = os.fdatasync
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(wal_mod.os, "fdatasync", broken)
+    results = await asyncio.gather(*(wal.append(1, 1, i, i + 1, b"lost") for i in range(3, 6)),
+                                   return_exceptions=True)
+    assert all(isinstance(r, FerryError) and r.error == ErrorCode.KAFKA_STORAGE_ERROR for r in results)
+    monkeypatch.setattr(wal_mod.os, "fdatasync", real)
+    with pytest.raises(FerryError) as err:
+        await wal.append(1, 1, 6, 7, b"after")
+    assert err.value.error == ErrorCode.KAFKA_STORAGE_ERROR
+    await wal.close()
+    replayed = [e.payload for e in WriteAheadLog(str(tmp_path)).open().entries]
+    assert replayed[:3] == [b"ok"] * 3 and b"after" not in replayed
