@@ -260,7 +260,7 @@ class Broker:
         topic_id = image.topics.by_name.get(topic)
         reg = image.topics.partition(topic_id, slot.tp.partition) if topic_id is not None else None
         if reg is None or reg.leader != self.broker_id or reg.leader_epoch != replica.leader_epoch or \
-                slot.replica is not replica or replica.fenced:
+                replica.fenced or slot.replica is not replica:
             leader = reg.leader if reg is not None else NO_LEADER
             raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{slot.tp.partition} moved away from broker "
                              f"{self.broker_id} while the write was in flight; it is not acknowledged (retry)",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -106,7 +107,7 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
     lease = BrokerLease(4000)
     regs = {0: SimpleNamespace(leader=1, leader_epoch=5)}
     image = SimpleNamespace(topics=SimpleNamespace(by_name={"t": "tid"}, partition=lambda tid, p: regs.get(p)))
-    broker = object.__new__(Broker)
+    broker: Any = object.__new__(Broker)
     broker.broker_id = 1
     broker.config = SimpleNamespace(session_timeout_ms=4000)
     broker.heartbeater = SimpleNamespace(lease=lease)
@@ -114,7 +115,7 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
     broker.manager = SimpleNamespace(image=image)
     broker._lease_warned_mono_s = -1e9
     replica = SimpleNamespace(leader_epoch=5, fenced=False)
-    slot = SimpleNamespace(tp=SimpleNamespace(partition=0), replica=replica)
+    slot: Any = SimpleNamespace(tp=SimpleNamespace(partition=0), replica=replica)
     import broker.server as server_mod
     real_monotonic = server_mod.time.monotonic
     server_mod.time.monotonic = lambda: now["t"]  # type: ignore[assignment]
@@ -129,7 +130,7 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
         regs[0] = SimpleNamespace(leader=2, leader_epoch=6)
         with pytest.raises(FerryError) as err:
             broker._confirm_ack("t", slot, replica)
-        assert err.value.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and err.value.details["leader_id"] == 2
+        assert err.value.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and (err.value.details or {})["leader_id"] == 2
         regs[0] = SimpleNamespace(leader=1, leader_epoch=5)
         broker._confirm_ack("t", slot, replica)  # nothing moved: acknowledged
     finally:
