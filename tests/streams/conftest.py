@@ -66,7 +66,7 @@ def heartbeat(controller: LocalController, broker_id: int, broker_epoch: int) ->
 
 
 def all_records(controller: LocalController, stream_id: int) -> list[Any]:
-    return [r for _o, r in controller.log if type(r).__name__ == "StreamObjectRecord" and r.stream_id == stream_id]
+    return [r for _o, r in controller.log if type(r).__name__ == "StreamObjectRecord" and getattr(r, "stream_id", None) == stream_id]
 
 
 async def read_all(storage: StreamStorage, stream_id: int, max_bytes: int = 1 << 20) -> list[Any]:
