@@ -49,7 +49,12 @@ class UnregisterBrokerRecord:
 
 @dataclass(frozen=True)
 class BrokerRegistrationChangeRecord:
-    """Only the fields that change; None = unchanged."""
+    """Only the fields that change; None = unchanged.
+
+    Log dirs (ids or registered paths) are applied in field order: ``online_log_dirs`` are online
+    again, then ``saturated_log_dirs`` and ``offline_log_dirs`` each replace the whole set; a dir
+    both offline and saturated is offline.
+    """
 
     broker_id: int
     broker_epoch: int

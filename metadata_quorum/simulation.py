@@ -166,6 +166,7 @@ class Simulation:
                 self.fail(f"broker {b.broker_id} told to shut down while unfenced or holding open streams {held}")
             self.close_lost(b)
             b.alive = False
+            self.ops["shutdown_completed"] += 1
         return reply
 
     def heartbeat(self) -> None:
@@ -174,6 +175,7 @@ class Simulation:
             if self.rng.random() < 0.15:  # a log dir fills up, fails, or recovers
                 dir_id = f"{b.broker_id}-{self.rng.randint(0, 1)}"
                 state = self.rng.choice(["online", "online", "saturated", "offline"])
+                self.ops["log_dir_state_change"] += 1
                 b.bad_dirs.pop(dir_id, None)
                 if state != "online":
                     b.bad_dirs[dir_id] = state

@@ -32,6 +32,15 @@ def test_invariants_hold_on_many_seeds() -> None:
                     "register_broker:DUPLICATE_BROKER_REGISTRATION"]:
         assert errors[outcome] > 0, outcome
     assert ops["commit_object"] > 500 and ops["tick"] > 100
+    assert ops["shutdown_completed"] > 10 and ops["log_dir_state_change"] > 50
+
+
+@pytest.mark.parametrize("seed", [146, 464])
+def test_regression_seeds(seed: int) -> None:
+    """Seeds that once failed: the only live broker had every log dir full or offline, so no
+    partition could be placed (KIP-928) and the liveness check must let dirs recover first."""
+    result = run_seed(seed, STEPS)
+    assert result.ops["log_dir_state_change"] > 0
 
 
 def test_a_seed_is_reproducible() -> None:
