@@ -51,6 +51,7 @@ async def consume(args: argparse.Namespace) -> int:
                 parts.append("null" if r.value is None else r.value.decode(errors="replace"))
                 print(separator.join(parts))
                 count += 1
+                args.count = count
                 if args.max_messages is not None and count >= args.max_messages:
                     break
     print(f"Processed a total of {count} messages", file=sys.stderr)
@@ -71,15 +72,18 @@ async def _partitions(consumer: Consumer, topic: str, partition: int | None) -> 
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="ferry consume", description="consume records to stdout")
-    p.add_argument("--bootstrap-server", required=True)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int)
-    p.add_argument("--from-beginning", action="store_true")
+    p = argparse.ArgumentParser(prog="ferry consume", description=(
+        "Kafka's console consumer: prints each record's value (and, with --property print.X=true, more)."))
+    p.add_argument("--bootstrap-server", required=True, help="broker address(es) HOST:PORT[,HOST:PORT]")
+    p.add_argument("--topic", required=True, help="the topic to read")
+    p.add_argument("--partition", type=int, help="only this partition (default: all)")
+    p.add_argument("--from-beginning", action="store_true", help="start at the earliest offset, not the latest")
     p.add_argument("--offset", default="latest", help="earliest, latest or an offset (needs --partition)")
-    p.add_argument("--max-messages", type=int)
-    p.add_argument("--timeout-ms", type=int, default=5000)
-    p.add_argument("--property", action="append", default=[])
+    p.add_argument("--max-messages", type=int, help="exit after this many records")
+    p.add_argument("--timeout-ms", type=int, default=5000,
+                   help="exit when no record arrives for this long (default 5000)")
+    p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="print.key, print.offset, print.partition, print.timestamp (=true); key.separator")
     args = p.parse_args(argv)
     if args.offset not in ("earliest", "latest"):
         if args.partition is None:
@@ -90,8 +94,12 @@ def main(argv: list[str]) -> int:
         except ValueError:
             print(f"Error: --offset must be earliest, latest or a number, got {args.offset!r}", file=sys.stderr)
             return 1
+    args.count = 0
     try:
         return asyncio.run(consume(args))
     except FerryError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        print(f"Error: {exc.message} ({exc.error.name})", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C ends a console consumer; Kafka's still says how many it printed
+        print(f"Processed a total of {args.count} messages", file=sys.stderr)
+        return 130

@@ -61,23 +61,27 @@ async def produce(args: argparse.Namespace, lines: AsyncIterator[str]) -> int:
                     print(f"{meta.topic}-{meta.partition}@{meta.offset}")
             except FerryError as exc:
                 failed += 1
-                print(f"Error: {exc}", file=sys.stderr)
+                print(f"Error: {exc.message} ({exc.error.name})", file=sys.stderr)
     return 1 if failed else 0
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="ferry produce", description="produce lines from stdin")
-    p.add_argument("--bootstrap-server", required=True)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--partition", type=int)
-    p.add_argument("--acks", type=int, default=-1, choices=[-1, 0, 1])
-    p.add_argument("--linger-ms", type=int, default=5)
-    p.add_argument("--delivery-timeout-ms", type=int, default=30_000)
-    p.add_argument("--property", action="append", default=[])
+    p = argparse.ArgumentParser(prog="ferry produce", description=(
+        "Kafka's console producer: each line of stdin is one record. Exits 1 if a record was not acknowledged."))
+    p.add_argument("--bootstrap-server", required=True, help="broker address(es) HOST:PORT[,HOST:PORT]")
+    p.add_argument("--topic", required=True, help="the topic to produce to")
+    p.add_argument("--partition", type=int, help="always this partition (default: by key, else at random)")
+    p.add_argument("--acks", type=int, default=-1, choices=[-1, 0, 1],
+                   help="-1/1: acknowledged once the broker's WAL is fsynced; 0: not waited for (default -1)")
+    p.add_argument("--linger-ms", type=int, default=5, help="how long a batch waits for more records (default 5)")
+    p.add_argument("--delivery-timeout-ms", type=int, default=30_000,
+                   help="give up on a record not acknowledged within this time (default 30000)")
+    p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="parse.key=true and key.separator=SEP (default tab) read 'key SEP value' lines")
     p.add_argument("--print-offsets", action="store_true", help="print topic-partition@offset per record")
     args = p.parse_args(argv)
     try:
         return asyncio.run(produce(args, stdin_lines()))
     except FerryError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        print(f"Error: {exc.message} ({exc.error.name})", file=sys.stderr)
         return 1

@@ -225,3 +225,42 @@ def test_list_verify_and_cancel_a_move_held_open(tmp_path):
         assert log[5:] == [(5, b"after")]
     finally:
         c.stop(graceful=False)
+
+
+def test_topics_and_metadata_quorum_through_a_broker(shared_cluster):
+    """Kafka's tools take --bootstrap-server; Ferry's find the controllers through the broker."""
+    boot = server_flag(shared_cluster)
+    proc = ferry(["topics", *boot, "--create", "--topic", "via-broker", "--partitions", "2"], shared_cluster)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "Created topic via-broker."), proc.stderr
+    proc = ferry(["topics", *boot, "--list"], shared_cluster)
+    assert "via-broker" in proc.stdout.split()
+    proc = ferry(["topics", *boot, "--describe", "--topic", "via-broker"], shared_cluster)
+    assert proc.returncode == 0 and proc.stdout.startswith("Topic: via-broker\tTopicId: "), proc.stderr
+    assert len(proc.stdout.strip().splitlines()) == 3
+    before = asyncio.run(snapshot(shared_cluster))
+    proc = ferry(["topics", *boot, "--create", "--topic", "via-broker"], shared_cluster)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        "Error while executing topic command : ERROR TOPIC_ALREADY_EXISTS: Topic 'via-broker' already exists."]
+    assert asyncio.run(snapshot(shared_cluster)) == before
+    proc = ferry(["metadata-quorum", *boot, "describe", "--status"], shared_cluster)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[1].startswith("LeaderId:"), proc.stderr
+
+
+def test_throttle_is_accepted_and_sets_nothing(shared_cluster, topic, tmp_path):
+    async def leader() -> int:
+        async with Admin(bootstrap_controllers=shared_cluster.controller_bootstrap) as admin:
+            return (await admin.wait_for_leader(TopicPartition("tools", 1))).leader
+    src = asyncio.run(leader())
+    dst = 3 if src != 3 else 1
+    path = write(tmp_path, "r.json", reassignment([{"topic": "tools", "partition": 1, "replicas": [dst]}]))
+    proc = ferry(["reassign-partitions", *server_flag(shared_cluster), "--execute", "--reassignment-json-file", path,
+                  "--throttle", "1000000"], shared_cluster)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[5].startswith("The inter-broker throttle limit was not set (1000000 B/s requested): storage=s3")
+    assert lines[6] == "Successfully started partition reassignment for tools-1"
+
+    async def moved() -> None:
+        async with Admin(bootstrap_controllers=shared_cluster.controller_bootstrap) as admin:
+            await admin.wait_for_leader(TopicPartition("tools", 1), dst)
+    asyncio.run(moved())
