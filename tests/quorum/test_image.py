@@ -15,6 +15,7 @@ from metadata_quorum.records import (
     KVRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    Record,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     StreamObjectRecord,
@@ -151,7 +152,7 @@ def test_replay_ignores_records_about_unknown_things() -> None:
 
 
 def test_untouched_topics_are_shared_between_images() -> None:
-    records = []
+    records: list[Record] = []
     for t in range(20):
         records.append(TopicRecord(name=f"t{t}", topic_id=f"T{t}"))
         records += [PartitionRecord(topic_id=f"T{t}", partition=p, replicas=(1,), isr=(1,), leader=1)
@@ -231,7 +232,7 @@ def test_pmap_behaves_like_a_dict_and_never_changes(start: dict, changes: list) 
 
 
 def test_one_change_among_ten_thousand_partitions_copies_one_bucket() -> None:
-    records = [TopicRecord(name="big", topic_id="B")]
+    records: list[Record] = [TopicRecord(name="big", topic_id="B")]
     records += [PartitionRecord(topic_id="B", partition=p, replicas=(p % 5,), isr=(p % 5,), leader=p % 5)
                 for p in range(10_000)]
     big = replay_records(EMPTY_IMAGE, records)

@@ -1,6 +1,8 @@
 """Broker registration, heartbeats, controlled shutdown and session expiry: one rule per test."""
 from __future__ import annotations
 
+from typing import Any
+
 from metadata_quorum.errors import ErrorCode
 from metadata_quorum.records import NO_LEADER
 from tests.quorum.quorum_helpers import (
@@ -76,14 +78,15 @@ def test_fenced_broker_may_register_a_new_incarnation() -> None:
 
 def test_bad_registration_input_is_invalid_request() -> None:
     c = controller(0)
-    for args in [
+    cases: list[dict[str, Any]] = [
         {"incarnation_id": "a"},
         {"broker_id": -1, "incarnation_id": "a"},
         {"broker_id": 1, "incarnation_id": ""},
         {"broker_id": 1, "incarnation_id": "a", "log_dirs": [{"dir_id": "d", "path": "relative/dir"}]},
         {"broker_id": 1, "incarnation_id": "a", "log_dirs": [{"dir_id": "d", "path": "/a"}, {"dir_id": "d", "path": "/b"}]},
         {"broker_id": 1, "incarnation_id": "a", "endpoints": "http://x"},
-    ]:
+    ]
+    for args in cases:
         expect_error(c.image, "register_broker", args, ErrorCode.INVALID_REQUEST)
 
 

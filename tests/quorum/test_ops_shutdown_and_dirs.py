@@ -2,6 +2,8 @@
 in placement (KIP-928), and the heartbeat's metadata high watermark: run an op, replay, assert."""
 from __future__ import annotations
 
+from typing import Any
+
 from metadata_quorum.delta import MetadataDelta, replay_records
 from metadata_quorum.errors import ErrorCode
 from metadata_quorum.image import MetadataImage
@@ -93,7 +95,7 @@ def test_replay_applies_online_saturated_and_offline_dirs_consistently() -> None
     c = controller(1)
     epoch = epoch_of(c.image, 0)
 
-    def change(image: MetadataImage, **fields: tuple[str, ...]) -> MetadataImage:
+    def change(image: MetadataImage, **fields: Any) -> MetadataImage:
         return replay_records(image, [BrokerRegistrationChangeRecord(broker_id=0, broker_epoch=epoch, **fields)])
 
     img = change(c.image, saturated_log_dirs=("b0-d0", "/data/b0/d1", "unknown"))  # paths resolve, unknowns drop

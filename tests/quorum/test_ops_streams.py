@@ -182,7 +182,7 @@ def test_commit_is_atomic_over_all_ranges() -> None:
     b = c.write("create_stream")["stream_id"]
     c.write("open_stream", op_args(c, a, 0, 1))
     c.write("open_stream", op_args(c, b, 0, 1))
-    bad = {"object_key": "multi", "size": 50, "broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+    bad: dict[str, Any] = {"object_key": "multi", "size": 50, "broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
            "ranges": [{"stream_id": a, "epoch": 1, "start_offset": 0, "end_offset": 5},
                       {"stream_id": b, "epoch": 1, "start_offset": 3, "end_offset": 8}]}
     expect_error(c.image, "commit_object", bad, ErrorCode.OFFSET_NOT_MATCHED)
