@@ -228,6 +228,7 @@ def describe_broker(reg: BrokerRegistration) -> dict[str, Any]:
         "log_dirs": [{"dir_id": d.dir_id, "path": d.path} for d in reg.log_dirs],
         "fenced": reg.fenced,
         "in_controlled_shutdown": reg.in_controlled_shutdown,
+        "online_log_dirs": list(reg.online_log_dirs),
         "saturated_log_dirs": list(reg.saturated_log_dirs),
         "offline_log_dirs": list(reg.offline_log_dirs),
     }

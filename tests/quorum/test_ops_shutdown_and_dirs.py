@@ -187,3 +187,11 @@ def test_delta_sees_dir_changes_of_its_own_records() -> None:
                                                 saturated_log_dirs=("b0-d1",)))
     reg = delta.broker(0)
     assert reg is not None and not reg.can_take_new_partitions()
+
+
+def test_describe_cluster_shows_each_dir_state() -> None:
+    c = controller(1)
+    c.write("broker_heartbeat", beat(c, 0, offline_log_dirs=["b0-d1"]))
+    (broker,) = c.read("describe_cluster", {})["brokers"]
+    assert (broker["online_log_dirs"], broker["saturated_log_dirs"], broker["offline_log_dirs"]) == \
+        (["b0-d0"], [], ["b0-d1"])
