@@ -84,6 +84,9 @@ def _directories(builder: RecordBuilder, placement: Placement, target: tuple[int
                 raise FerryError(ErrorCode.LOG_DIR_NOT_FOUND,
                                  f"broker {broker_id} has no log dir {wanted!r}; expected \"any\" or one of "
                                  f"{[d.path for d in reg.log_dirs]}")
+            if spec.dir_id in reg.offline_log_dirs:
+                raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                 f"log dir {spec.path} of broker {broker_id} is offline; name an online one or \"any\"")
             dirs.append(spec.dir_id)
             continue
         if broker_id in current.replicas and current.replicas.index(broker_id) < len(current.directories):

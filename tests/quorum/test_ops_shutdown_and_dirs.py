@@ -195,3 +195,15 @@ def test_describe_cluster_shows_each_dir_state() -> None:
     (broker,) = c.read("describe_cluster", {})["brokers"]
     assert (broker["online_log_dirs"], broker["saturated_log_dirs"], broker["offline_log_dirs"]) == \
         (["b0-d0"], [], ["b0-d1"])
+
+
+def test_a_reassignment_naming_an_offline_dir_is_refused_and_changes_nothing() -> None:
+    c = controller(2)
+    c.write("create_topics", {"topics": [{"name": "t", "assignments": {"0": [0]}}]})
+    c.write("broker_heartbeat", beat(c, 1, offline_log_dirs=["b1-d0"]))
+    out = run(c.image, "alter_partition_reassignments", {"reassignments": [
+        {"topic": "t", "partition": 0, "replicas": [1], "log_dirs": ["/data/b1/d0"]}]})
+    assert out.reply["responses"][0]["error"] == "KAFKA_STORAGE_ERROR" and out.records == ()
+    ok = run(c.image, "alter_partition_reassignments", {"reassignments": [
+        {"topic": "t", "partition": 0, "replicas": [1], "log_dirs": ["any"]}]})
+    assert "error" not in ok.reply["responses"][0] and partition(ok.image, "t", 0).directories == ("b1-d1",)
