@@ -427,21 +427,46 @@ def _state_pids(state: dict[str, Any]) -> list[tuple[str, int]]:
     return out
 
 
-def running_processes(state_dir: str) -> list[str]:
-    """Names of the processes of the cluster recorded in `state_dir` that still run."""
-    state = _load_state(state_dir)
-    if state is None:
+def _unrecorded_processes(state_dir: str, known: set[int]) -> list[int]:
+    """Ferry processes that write their output to a log in `state_dir` but are not in its state file.
+
+    `up` records each pid right after spawning it; a process spawned just before `up` was killed
+    (the embedded S3 while it starts) is found this way instead, by where its stdout goes."""
+    prefix = os.path.join(state_dir, "")
+    found = []
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
         return []
-    return [name for name, pid in _state_pids(state) if _alive(pid) and _is_ferry_process(pid)]
+    for pid in pids:
+        if pid in known or pid == os.getpid() or not _is_ferry_process(pid):
+            continue
+        try:
+            outputs = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (1, 2)]
+        except OSError:
+            continue
+        if any(o.startswith(prefix) for o in outputs) and _alive(pid):
+            found.append(pid)
+    return found
+
+
+def running_processes(state_dir: str) -> list[str]:
+    """Names of the processes of the cluster in `state_dir` that still run."""
+    state = _load_state(state_dir) or {}
+    recorded = _state_pids(state)
+    names = [name for name, pid in recorded if _alive(pid) and _is_ferry_process(pid)]
+    names += [f"pid {pid}" for pid in _unrecorded_processes(state_dir, {pid for _n, pid in recorded})]
+    return names
 
 
 def cmd_down(state_dir: str) -> int:
     state = _load_state(state_dir)
-    if state is None:
+    strays = _unrecorded_processes(state_dir, {pid for _n, pid in _state_pids(state or {})})
+    if state is None and not strays:
         print(f"Error: no cluster state in {state_dir} (nothing to stop; `ferry cluster up --state-dir DIR` "
               f"records its processes there)", file=sys.stderr)
         return 1
-    procs = _state_pids(state)
+    procs = _state_pids(state or {}) + [(f"process {pid} (logging to {state_dir})", pid) for pid in strays]
     brokers = [(n, p) for n, p in procs if n.startswith("broker")]
     others = [(n, p) for n, p in procs if not n.startswith("broker")]
     for group in (brokers, others):  # brokers first: their controlled shutdown needs the controllers
@@ -453,7 +478,8 @@ def cmd_down(state_dir: str) -> int:
     if left:
         print(f"Error: still running: {', '.join(left)}", file=sys.stderr)
         return 1
-    os.remove(os.path.join(state_dir, STATE_FILE))
+    if state is not None:
+        os.remove(os.path.join(state_dir, STATE_FILE))
     return 0
 
 

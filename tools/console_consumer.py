@@ -87,12 +87,13 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.offset not in ("earliest", "latest"):
         if args.partition is None:
-            print("Error: --offset N needs --partition", file=sys.stderr)
+            print("Error: The partition is required when offset is specified. (INVALID_REQUEST)", file=sys.stderr)
             return 1
         try:
             int(args.offset)
         except ValueError:
-            print(f"Error: --offset must be earliest, latest or a number, got {args.offset!r}", file=sys.stderr)
+            print(f"Error: --offset must be earliest, latest or a number, got {args.offset!r} (INVALID_REQUEST)",
+                  file=sys.stderr)
             return 1
     args.count = 0
     try:

@@ -11,7 +11,7 @@ import asyncio
 import sys
 from typing import AsyncIterator
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.errors import ErrorCode, FerryError
 from tools.client import Producer
 
 
@@ -19,7 +19,7 @@ def parse_properties(items: list[str]) -> dict[str, str]:
     props: dict[str, str] = {}
     for item in items:
         if "=" not in item:
-            raise SystemExit(f"Invalid property {item!r}: expected key=value")
+            raise SystemExit(f"Error: invalid property {item!r}: expected KEY=VALUE (INVALID_CONFIG)")
         k, v = item.split("=", 1)
         props[k.strip()] = v
     return props
@@ -43,12 +43,21 @@ async def produce(args: argparse.Namespace, lines: AsyncIterator[str]) -> int:
     async with Producer(args.bootstrap_server, acks=args.acks, delivery_timeout_ms=args.delivery_timeout_ms,
                         linger_ms=args.linger_ms) as producer:
         futures = []
+        if args.partition is not None:  # fail now, not after the delivery timeout, as Kafka does at send
+            count = len(await producer.partitions_for(args.topic))
+            if not 0 <= args.partition < count:
+                raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"Partition {args.partition} of topic {args.topic} with partition count {count} "
+                                 f"is not present in metadata")
+        line_number = 0
         async for line in lines:
+            line_number += 1
             key: bytes | None = None
             value = line
             if parse_key:
                 if separator not in line:
-                    print(f"No key separator {separator!r} found in line {line!r}", file=sys.stderr)
+                    print(f"Error: No key separator found on line number {line_number}: {line!r} (INVALID_RECORD)",
+                          file=sys.stderr)
                     failed += 1
                     continue
                 k, value = line.split(separator, 1)

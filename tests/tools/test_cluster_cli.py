@@ -86,3 +86,26 @@ def test_summary_says_where_things_run_and_how_to_stop_them() -> None:
     assert "--bootstrap-server 127.0.0.1:11" in text and "--bootstrap-controller 127.0.0.1:10" in text
     assert "/s/b1.log" in text and "pid 7" in text
     assert text.splitlines()[-1] == "Stop it with: ferry cluster down --state-dir /s"
+
+
+def test_down_finds_a_process_that_logs_to_the_state_dir_but_was_not_recorded(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`up` killed between spawning the embedded S3 and recording it: `down` still stops it."""
+    log_path = tmp_path / "s3.log"
+    with open(log_path, "ab") as log:
+        stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "tools.cli"],
+                                 stdout=log, stderr=log, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not cluster._is_ferry_process(stray.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cluster.running_processes(str(tmp_path)) == [f"pid {stray.pid}"]
+        assert cluster.main(["up", "--state-dir", str(tmp_path)]) == 1  # refused: something still runs
+        assert "a cluster is already running" in capsys.readouterr().err
+        assert cluster.main(["down", "--state-dir", str(tmp_path)]) == 0
+        assert stray.wait(10) != 0
+        assert cluster.running_processes(str(tmp_path)) == []
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+            stray.wait(10)
