@@ -354,6 +354,37 @@ def make_syncobj_conf(config: ControllerConfig, on_state_changed: Callable[[int,
     )
 
 
+def align_journal_with_dump(journal_path: str, dump_path: str) -> None:
+    """Drop journal entries the dump already covers, so a restart keeps the entries after it.
+
+    pysyncobj trims the journal only on the tick after a dump is written; a node stopped in
+    between restarts with a journal that does not start at the dump's last two entries, and
+    pysyncobj then clears the whole journal, losing every committed entry after the dump.
+    """
+    if not (os.path.exists(journal_path) and os.path.exists(dump_path)):
+        return
+    import gzip
+    import pickle
+    from pysyncobj.journal import createJournal
+    try:
+        with open(dump_path, "rb") as f, gzip.GzipFile(fileobj=f) as g:
+            data = pickle.load(g)
+        before, last = tuple(data[2]), tuple(data[1])
+    except Exception:
+        log.exception("cannot read %s to align the journal", dump_path)
+        return
+    journal = createJournal(journal_path)
+    try:
+        for pos in range(len(journal) - 1):
+            if tuple(journal[pos]) == before and tuple(journal[pos + 1]) == last:
+                if pos > 0:
+                    journal.deleteEntriesTo(pos)
+                    journal.flush()
+                break
+    finally:
+        journal._destroy()
+
+
 class RaftNode:
     """One pysyncobj node holding a :class:`CommittedLog`; thin accessors over its status."""
 
@@ -362,6 +393,7 @@ class RaftNode:
         self.config = config
         self.state = state
         conf = make_syncobj_conf(config, on_state_changed, on_ready)
+        align_journal_with_dump(conf.journalFile, conf.fullDumpFile)
         self.sync = SyncObj(config.me.raft, config.peer_raft_addresses(), conf=conf, consumers=[state])
 
     def submit(self, command: Command, callback: Callable[[Any, int], None]) -> None:
