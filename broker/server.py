@@ -247,14 +247,22 @@ class Broker:
                              "controllers within its session timeout and may have been fenced")
         return slot
 
-    def _confirm_ack(self, topic: str, slot: Slot, replica: Any) -> None:
+    def _confirm_ack(self, topic: str, slot: Slot, replica: Any, lease_until_mono_s: float | None = None) -> None:
         """Checked after the WAL sync, with no await before the answer: the lease still holds and
         the (fresh) image still names this broker leader at the epoch the write was made with.
         A broker paused between the sync and here may have been fenced and its partition moved;
-        the lease then lapsed, and if it was renewed meanwhile the caught-up image shows the move."""
+        the lease then lapsed, and if it was renewed meanwhile the caught-up image shows the move.
+
+        ``lease_until_mono_s`` is when the lease held at the start of the write ends. If that same
+        lease still holds, no controller can have fenced this broker, so no other owner can open
+        the streams before this broker closes them — and its close uploads every synced write. A
+        write that raced a move is then in the log and is acknowledged (refusing it would make a
+        retry write it twice)."""
         if not self.write_lease_valid():
             raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} lost its lease while "
                              "writing; the write is not acknowledged (retry)")
+        if lease_until_mono_s is not None and time.monotonic() < lease_until_mono_s and not replica.fenced:
+            return
         assert self.manager is not None
         image = self.manager.image
         topic_id = image.topics.by_name.get(topic)
@@ -321,6 +329,8 @@ class Broker:
             assert replica is not None
             if self.log_dirs.is_saturated(slot.log_dir):
                 raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {slot.log_dir} is full (saturated)")
+            lease = self.heartbeater.lease
+            lease_until_mono_s = lease.sent_mono_s + lease.session_timeout_s if lease.sent_mono_s >= 0 else None
             append = replica.append(body, infos)
             if acks == 0:
                 task = asyncio.ensure_future(append)
@@ -337,7 +347,7 @@ class Broker:
                 if exc.error is ErrorCode.STREAM_NOT_OPENED:
                     raise self._not_leader(topic, slot.tp.partition, -1, replica.leader_epoch, slot) from exc
                 raise
-            self._confirm_ack(topic, slot, replica)
+            self._confirm_ack(topic, slot, replica, lease_until_mono_s)
         except FerryError as exc:
             self.metrics.produce_errors.labels(exc.error.name).inc()
             raise

@@ -198,8 +198,14 @@ async def test_move_under_load_loses_nothing_and_is_timed(two_brokers: LocalClus
         assert set(w.refused) <= {"NOT_LEADER_OR_FOLLOWER"}, w.refused
         records = await fetch_all(s, c.broker_url(2), "mv", 0)
         assert_exactly_once_in_order(records, w.acked)
-        async with s.get(f"{c.broker_url(2)}/v1/moves", params={"topic": "mv"}) as r:
-            moves = (await r.json())["moves"]
+        deadline = time.monotonic() + 10  # the old owner publishes its half of a timeline just after its close
+        while True:
+            async with s.get(f"{c.broker_url(2)}/v1/moves", params={"topic": "mv"}) as r:
+                moves = (await r.json())["moves"]
+            if sum(1 for m in moves if m["complete"] and m["from_broker"] is not None) >= 3 or \
+                    time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
         async with s.get(f"{c.broker_url(1)}/metrics") as r:
             text = await r.text()
         assert 'ferry_broker_move_step_seconds_count{role="source",step="4"}' in text
