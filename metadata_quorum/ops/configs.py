@@ -1,7 +1,14 @@
-"""Dynamic configs (Kafka's IncrementalAlterConfigs / DescribeConfigs) and the key/value store."""
+"""Dynamic configs (Kafka's IncrementalAlterConfigs / DescribeConfigs) and the key/value store.
+
+Topic configs are checked as Kafka's LogConfig checks them: a name Kafka does not know is refused
+("Unknown topic config name: ..."), and a value must parse as its type and lie in its range, with
+ConfigException's wording. Ferry stores them and reports them; it does not act on them.
+"""
 from __future__ import annotations
 
-from typing import Any
+import math
+import re
+from typing import Any, Callable
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -10,6 +17,131 @@ from metadata_quorum.ops.validation import as_mapping, invalid, opt_list, req_li
 from metadata_quorum.records import ConfigRecord, KVRecord, Record
 
 RESOURCE_TYPES = ("broker", "topic", "cluster")
+
+_INT_MIN, _INT_MAX = -(2 ** 31), 2 ** 31 - 1
+_LONG_MIN, _LONG_MAX = -(2 ** 63), 2 ** 63 - 1
+_JAVA_INTEGER = re.compile(r"^[+-]?[0-9]+$")
+_JAVA_DOUBLE = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[dDfF]?$")
+
+Validator = Callable[[str, str], None]
+
+
+def _bad_value(name: str, value: str, reason: str) -> FerryError:
+    return FerryError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: {reason}")
+
+
+def _range(name: str, value: str, number: float, minimum: float | None, maximum: float | None) -> None:
+    if minimum is not None and number < minimum:
+        raise _bad_value(name, value, f"Value must be at least {minimum}")
+    if maximum is not None and number > maximum:
+        raise _bad_value(name, value, f"Value must be no more than {maximum}")
+
+
+def _integer(java_type: str, low: int, high: int, minimum: int | None = None,
+             maximum: int | None = None) -> Validator:
+    def check(name: str, value: str) -> None:
+        text = value.strip()
+        if not _JAVA_INTEGER.match(text) or not low <= int(text) <= high:
+            raise _bad_value(name, value, f"Not a number of type {java_type}")
+        _range(name, value, int(text), minimum, maximum)
+    return check
+
+
+def _int(minimum: int | None = None, maximum: int | None = None) -> Validator:
+    return _integer("INT", _INT_MIN, _INT_MAX, minimum, maximum)
+
+
+def _long(minimum: int | None = None) -> Validator:
+    return _integer("LONG", _LONG_MIN, _LONG_MAX, minimum)
+
+
+def _double(minimum: float, maximum: float) -> Validator:
+    def check(name: str, value: str) -> None:
+        text = value.strip()
+        if not _JAVA_DOUBLE.match(text):
+            raise _bad_value(name, value, "Not a number of type DOUBLE")
+        number = float(text.rstrip("dDfF"))
+        if math.isinf(number):
+            raise _bad_value(name, value, "Not a number of type DOUBLE")
+        _range(name, value, number, minimum, maximum)
+    return check
+
+
+def _boolean(name: str, value: str) -> None:
+    if value.strip().lower() not in ("true", "false"):
+        raise _bad_value(name, value, "Expected value to be either true or false")
+
+
+def _one_of(*choices: str) -> Validator:
+    def check(name: str, value: str) -> None:
+        if value.strip() not in choices:
+            raise _bad_value(name, value, f"String must be one of: {', '.join(choices)}")
+    return check
+
+
+def _list_of(*choices: str) -> Validator:
+    """A comma-separated list, each item one of ``choices`` (Kafka's ValidList)."""
+    def check(name: str, value: str) -> None:
+        for item in re.split(r"\s*,\s*", value.strip()):
+            if item not in choices:
+                raise _bad_value(name, item, f"String must be one of: {', '.join(choices)}")
+    return check
+
+
+def _throttled_replicas(name: str, value: str) -> None:
+    items = [i.strip() for i in value.strip().split(",")]
+    if value.strip() == "*" or (value.strip() and all(re.match(r"^[0-9]+:[0-9]+$", i) for i in items)):
+        return
+    raise _bad_value(name, value, f"{name} must be the literal '*' or a list of replicas in the following "
+                                  "format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+# Kafka's topic config names (TopicConfig) with LogConfig's types and ranges.
+TOPIC_CONFIGS: dict[str, Validator] = {
+    "cleanup.policy": _list_of("compact", "delete"),
+    "compression.gzip.level": _int(-1, 9),
+    "compression.lz4.level": _int(1, 17),
+    "compression.type": _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+    "compression.zstd.level": _int(-131072, 22),
+    "delete.retention.ms": _long(0),
+    "file.delete.delay.ms": _long(0),
+    "flush.messages": _long(1),
+    "flush.ms": _long(0),
+    "follower.replication.throttled.replicas": _throttled_replicas,
+    "index.interval.bytes": _int(0),
+    "leader.replication.throttled.replicas": _throttled_replicas,
+    "local.retention.bytes": _long(-2),
+    "local.retention.ms": _long(-2),
+    "max.compaction.lag.ms": _long(1),
+    "max.message.bytes": _int(0),
+    "message.timestamp.after.max.ms": _long(0),
+    "message.timestamp.before.max.ms": _long(0),
+    "message.timestamp.type": _one_of("CreateTime", "LogAppendTime"),
+    "min.cleanable.dirty.ratio": _double(0, 1),
+    "min.compaction.lag.ms": _long(0),
+    "min.insync.replicas": _int(1),
+    "preallocate": _boolean,
+    "remote.log.copy.disable": _boolean,
+    "remote.log.delete.on.disable": _boolean,
+    "remote.storage.enable": _boolean,
+    "retention.bytes": _long(),
+    "retention.ms": _long(-1),
+    "segment.bytes": _int(14),
+    "segment.index.bytes": _int(4),
+    "segment.jitter.ms": _long(0),
+    "segment.ms": _long(1),
+    "unclean.leader.election.enable": _boolean,
+}
+
+
+def check_topic_config(name: str, value: str | None) -> None:
+    """Refuse (INVALID_CONFIG) a topic config name Kafka does not know or a value that does not
+    parse for it; ``None`` (delete) is checked by the caller."""
+    validator = TOPIC_CONFIGS.get(name)
+    if validator is None:
+        raise FerryError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+    if value is not None:
+        validator(name, value)
 
 
 def _resource(image: MetadataImage, raw: Any, check_exists: bool) -> tuple[str, str]:
@@ -41,6 +173,8 @@ def alter_configs(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
             if value is not None and not isinstance(value, (str, int, float, bool)):
                 raise FerryError(ErrorCode.INVALID_CONFIG, f"config {key!r} has an invalid value {value!r}")
             text = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
+            if rtype == "topic" and not (text is None and key in image.configs.get(rtype, name)):
+                check_topic_config(key, text)  # deleting a stored key is always allowed
             records.append(ConfigRecord(resource_type=rtype, resource_name=name, key=key, value=text))
     return ControllerResult(tuple(records), {})
 

@@ -15,6 +15,7 @@ from typing import Any
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import STREAM_ID_COUNTER_KEY, MetadataImage, TopicImage
+from metadata_quorum.ops.configs import check_topic_config
 from metadata_quorum.ops.placement import Placement, RecordBuilder
 from metadata_quorum.ops.streams import new_stream_records
 from metadata_quorum.ops.validation import as_int, as_mapping, invalid, item_error, opt_bool, opt_list, req_list
@@ -95,6 +96,20 @@ def _assignments(raw: Any, n_brokers_known: set[int]) -> dict[int, tuple[int, ..
     return out
 
 
+def _configs(raw: Any) -> dict[str, str]:
+    """A new topic's configs: strings, each a topic config Kafka knows with a value that parses."""
+    configs = dict(as_mapping(raw or {}, "configs"))
+    nulls = [k for k, v in configs.items() if v is None]
+    if nulls:
+        raise FerryError(ErrorCode.INVALID_CONFIG,
+                         f"Null value not supported for topic configs: {','.join(map(str, nulls))}")
+    if not all(isinstance(k, str) and k and isinstance(v, str) for k, v in configs.items()):
+        raise FerryError(ErrorCode.INVALID_CONFIG, "topic configs must map names to string values")
+    for key, value in configs.items():
+        check_topic_config(key, value)
+    return configs
+
+
 def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, str],
           ctx: OpContext) -> tuple[str, str, dict[int, tuple[int, ...]], dict[str, str]]:
     name = validate_topic_name(item.get("name"))
@@ -107,9 +122,7 @@ def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, st
     storage = item.get("storage") or STORAGE_S3
     if storage not in (STORAGE_S3, STORAGE_LOCAL):
         raise invalid(f"storage must be {STORAGE_S3!r} or {STORAGE_LOCAL!r}, got {storage!r}")
-    configs = dict(as_mapping(item.get("configs") or {}, "configs"))
-    if not all(isinstance(k, str) and k and isinstance(v, str) for k, v in configs.items()):
-        raise FerryError(ErrorCode.INVALID_CONFIG, "topic configs must map names to string values")
+    configs = _configs(item.get("configs"))
     num_partitions = as_int(item.get("num_partitions", -1) if item.get("num_partitions") is not None else -1,
                             "num_partitions")
     rf = as_int(item.get("replication_factor", -1) if item.get("replication_factor") is not None else -1,

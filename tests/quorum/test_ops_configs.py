@@ -12,12 +12,12 @@ def test_alter_configs_sets_and_deletes_keys() -> None:
     c = controller(1)
     c.write("create_topics", {"topics": [{"name": "t"}]})
     out = run(c.image, "alter_configs", {"resources": [
-        {"type": "topic", "name": "t", "configs": {"retention.ms": "1000", "x": 5}},
+        {"type": "topic", "name": "t", "configs": {"retention.ms": "1000", "min.insync.replicas": 2}},
         {"type": "broker", "name": "0", "configs": {"throttle": "1"}},
         {"type": "cluster", "name": "", "configs": {"flag": True}}]})
-    assert dict(out.image.configs.get("topic", "t")) == {"retention.ms": "1000", "x": "5"}
+    assert dict(out.image.configs.get("topic", "t")) == {"retention.ms": "1000", "min.insync.replicas": "2"}
     assert dict(out.image.configs.get("cluster", "")) == {"flag": "true"}
-    deleted = run(out.image, "alter_configs", {"resources": [{"type": "topic", "name": "t", "configs": {"x": None}}]})
+    deleted = run(out.image, "alter_configs", {"resources": [{"type": "topic", "name": "t", "configs": {"min.insync.replicas": None}}]})
     assert dict(deleted.image.configs.get("topic", "t")) == {"retention.ms": "1000"}
     described = READ_OPERATIONS["describe_configs"](deleted.image, {"resources": [{"type": "broker", "name": "0"}]})
     assert described == {"resources": [{"type": "broker", "name": "0", "configs": {"throttle": "1"}}]}

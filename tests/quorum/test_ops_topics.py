@@ -161,7 +161,7 @@ def test_malformed_request_is_refused_whole() -> None:
 
 def test_delete_topics_removes_topic_streams_keys_and_configs() -> None:
     c = controller(1)
-    tid = c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 2, "configs": {"a": "b"}}]})["topics"][0]["topic_id"]
+    tid = c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 2, "configs": {"cleanup.policy": "compact"}}]})["topics"][0]["topic_id"]
     c.write("create_topics", {"topics": [{"name": "keep"}]})
     sid = int(c.image.kv[partition_stream_key(tid, 0, "data")])
     ep = epoch_of(c.image, 0)
