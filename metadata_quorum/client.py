@@ -3,7 +3,9 @@
 ``ControllerClient`` sends writes to the active controller: it starts from a bootstrap list, follows
 ``NOT_CONTROLLER`` answers to the leader they name, and retries retriable errors (and connection
 failures) with exponential backoff until ``timeout_ms``. Bad input is never retried: its
-``FerryError`` is raised at once.
+``FerryError`` is raised at once. With ``unreachable_timeout_ms`` set (the command-line tools), a
+client that has never reached a controller gives up after that long when every bootstrap address
+refuses connections: a wrong address or a stopped quorum, not a leader change.
 
 ``MetadataLogFollower`` long-polls the committed metadata log from an offset and keeps a
 ``MetadataImage``, handing every batch of records, its ``MetadataDelta`` and the new image to a
@@ -53,7 +55,8 @@ class ControllerClient:
 
     def __init__(self, bootstrap: list[str] | str, timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  session: aiohttp.ClientSession | None = None,
-                 attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS) -> None:
+                 attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS,
+                 unreachable_timeout_ms: int | None = None) -> None:
         if isinstance(bootstrap, str):
             bootstrap = [b for b in bootstrap.split(",") if b.strip()]
         if not bootstrap:
@@ -63,6 +66,10 @@ class ControllerClient:
         # One attempt's limit: a controller that accepts connections but does not answer (paused,
         # partitioned) costs at most this before the next one is tried.
         self.attempt_timeout_ms = attempt_timeout_ms
+        # None: retry connection failures until timeout_ms. Otherwise: until this long, while no
+        # controller ever answered this client and every bootstrap address refuses connections.
+        self.unreachable_timeout_ms = unreachable_timeout_ms
+        self._answered = False  # some controller answered an HTTP request of this client
         self._session = session
         self._own_session = session is None
         self._leader_url: str | None = None
@@ -105,6 +112,7 @@ class ControllerClient:
         headers = {"Content-Type": "application/json"} if data is not None else None
         async with self.session.request(method, url + path, data=data, headers=headers, params=params,
                                         timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            self._answered = True
             raw = await resp.read()
             try:
                 payload = json.loads(raw) if raw else {}
@@ -125,6 +133,8 @@ class ControllerClient:
         last: BaseException | None = None
         attempts = 0
         redirected = False  # follow a leader hint at once, but not back and forth between stale hints
+        started = time.monotonic()
+        refused: dict[str, str] = {}  # bootstrap url -> why it could not be connected to
         while True:
             attempts += 1
             url = (self._leader_url or self._any_url()) if to_leader else self._any_url()
@@ -150,6 +160,10 @@ class ControllerClient:
                     raise
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 last = e
+                if isinstance(e, aiohttp.ClientConnectorError):
+                    refused[url] = ("connection refused" if isinstance(e.os_error, ConnectionRefusedError)
+                                    else e.strerror or repr(e.os_error))
+                    self._raise_if_unreachable(refused, started)
                 if to_leader and self._leader_url == url:
                     self._leader_url = None
                     continue  # the leader is gone: ask the next controller at once
@@ -162,6 +176,17 @@ class ControllerClient:
                              last.details)
         raise FerryError(ErrorCode.REQUEST_TIMED_OUT,
                          f"no controller answered {path} within {budget_ms} ms (last error: {last!r})")
+
+    def _raise_if_unreachable(self, refused: dict[str, str], started: float) -> None:
+        """Give up early when no bootstrap controller can be connected to and none ever answered."""
+        if self.unreachable_timeout_ms is None or self._answered or not set(self.bootstrap) <= set(refused):
+            return
+        if (time.monotonic() - started) * 1000 < self.unreachable_timeout_ms:
+            return
+        reasons = ", ".join(f"{url.removeprefix('http://')} ({refused[url]})" for url in self.bootstrap)
+        raise FerryError(ErrorCode.REQUEST_TIMED_OUT,
+                         f"cannot connect to any bootstrap controller: {reasons}",
+                         {"unreachable": [url.removeprefix("http://") for url in self.bootstrap]})
 
     # -- the API ------------------------------------------------------------------------------------
 

@@ -24,6 +24,10 @@ from tools.client import (
     raise_for_error,
 )
 
+# A controller list of which no address accepts connections (a typo, a stopped quorum) fails after
+# this long instead of after the whole timeout; once one answered, outages are retried as usual.
+UNREACHABLE_CONTROLLERS_TIMEOUT_MS = 1_000
+
 
 class ControllerApi(Protocol):
     async def write(self, op: str, args: dict[str, Any]) -> Any: ...
@@ -140,7 +144,8 @@ class Admin:
             from metadata_quorum.client import ControllerClient
 
             self.bootstrap_controllers = list(controllers)  # the ones in use, also when brokers named them
-            self._controller = ControllerClient(controllers, timeout_ms=min(self.timeout_ms, 15_000))
+            self._controller = ControllerClient(controllers, timeout_ms=min(self.timeout_ms, 15_000),
+                                                unreachable_timeout_ms=UNREACHABLE_CONTROLLERS_TIMEOUT_MS)
         return self
 
     async def __aenter__(self) -> "Admin":
