@@ -1,6 +1,8 @@
 """The broker's Prometheus metrics (one registry per broker, so tests can run several in a process)."""
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 MOVE_STEP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -36,6 +38,21 @@ class BrokerMetrics:
                              ["name"], registry=r)
         self.broker_info = Gauge("ferry_broker_info", "Broker id", ["broker_id"], registry=r)
         self.broker_info.labels(str(broker_id)).set(1)
+        self._produce_children: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
+
+    def observe_produce(self, topic: str, partition: int, size_bytes: int, records: int, latency_s: float) -> None:
+        """One acknowledged produce (the labelled children are cached: looking them up is most of a
+        metric's cost, and this runs for every request)."""
+        children = self._produce_children.get((topic, partition))
+        if children is None:
+            labels = (topic, str(partition))
+            children = (self.produce_requests.labels(*labels), self.produce_bytes.labels(*labels),
+                        self.produce_records.labels(*labels))
+            self._produce_children[(topic, partition)] = children
+        children[0].inc()
+        children[1].inc(size_bytes)
+        children[2].inc(records)
+        self.produce_latency.observe(latency_s)
 
     def observe_move(self, role: str, steps_ms: dict[str, int | None], total_ms: int | None) -> None:
         for step, ms in steps_ms.items():

@@ -252,7 +252,7 @@ class Replica:
         self._inflight += 1
         self._drained.clear()
         try:
-            base = int(await self.storage.append(self.data_stream_id, body, self.leader_epoch))
+            base = int(await self.storage.append(self.data_stream_id, body, self.leader_epoch, validated=infos))
         except BaseException as exc:
             if pending is not None:
                 pending.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())

@@ -351,11 +351,7 @@ class Broker:
         except FerryError as exc:
             self.metrics.produce_errors.labels(exc.error.name).inc()
             raise
-        labels = (topic, str(slot.tp.partition))
-        self.metrics.produce_requests.labels(*labels).inc()
-        self.metrics.produce_bytes.labels(*labels).inc(len(body))
-        self.metrics.produce_records.labels(*labels).inc(last - base + 1)
-        self.metrics.produce_latency.observe(time.monotonic() - started)
+        self.metrics.observe_produce(topic, slot.tp.partition, len(body), last - base + 1, time.monotonic() - started)
         return web.json_response({"base_offset": base, "last_offset": last, "leader_epoch": replica.leader_epoch,
                                   "log_append_time_ms": -1, "log_start_offset": replica.log_start_offset})
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from stream_storage.batches import assign_offsets, iter_batches, validate_batches
+from stream_storage.batches import BatchInfo, assign_offsets, iter_batches, validate_batches
 from stream_storage.cache import BlockCache, IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
 from stream_storage.control import StreamControl, StreamDescription
@@ -250,18 +250,25 @@ class StreamStorage:
 
     # -- data --------------------------------------------------------------------------------
 
-    async def append(self, stream_id: int, batches: bytes | bytearray, leader_epoch: int | None = None) -> int:
+    async def append(self, stream_id: int, batches: bytes | bytearray, leader_epoch: int | None = None,
+                     validated: list[BatchInfo] | None = None) -> int:
         """Append Kafka v2 RecordBatches; returns the first offset once the WAL has fsynced them.
 
         Offsets (and the leader epoch, if given) are stamped into the batches; the CRC does not
         cover them. Raises STREAM_FENCED / STREAM_NOT_OPENED / CORRUPT_MESSAGE / MESSAGE_TOO_LARGE.
+        ``validated``: the caller already ran :func:`validate_batches` on ``batches``, a bytearray
+        it hands over (stamped in place, not copied).
         """
         self._writable(stream_id)
         if len(batches) > self.config.max_append_bytes:
             raise FerryError(ErrorCode.MESSAGE_TOO_LARGE, f"{len(batches)} bytes exceed the "
                              f"{self.config.max_append_bytes}-byte limit of one append")
-        buf = bytearray(batches)
-        count = sum(info.offset_count for info in validate_batches(buf))
+        if validated is not None and isinstance(batches, bytearray):
+            buf, infos = batches, validated
+        else:
+            buf = bytearray(batches)
+            infos = validate_batches(buf)
+        count = sum(info.offset_count for info in infos)
         await self.uploader.admit(len(buf))
         try:
             handle = self._writable(stream_id)

@@ -229,7 +229,9 @@ class Uploader:
                 parts = [(h, c) for h, c in parts if h.state not in (FENCED, FAILED)]
                 if not parts:
                     return
-                built = build_object([(h.stream_id, c) for h, c in parts], self.config.object_block_bytes)
+                # Built on a thread: joining and checksumming MiBs would stall the loop's appends.
+                built = await asyncio.get_running_loop().run_in_executor(
+                    None, build_object, [(h.stream_id, c) for h, c in parts], self.config.object_block_bytes)
                 key = self._new_key()
                 await self._put(key, built)
                 put_done = (key, built)

@@ -9,8 +9,10 @@ Kind 1 is data. Kind 2 is a void marker: data entries of that stream written *ea
 lower epoch at or past ``start_offset`` are not part of the stream (its owner moved on; see
 :func:`stream_storage.recovery.recoverable_tail`).
 
-Appends are group-committed: one writer thread writes everything queued, a sync thread syncs it
-once, and every append waiting on that sync is acknowledged together. While one batch syncs the
+Appends are group-committed: everything queued is written at once (on the event loop: a write to
+the page cache is cheaper than a hand-off to a thread; a segment roll, which syncs, goes to the
+writer thread), a sync thread syncs it once, and every append waiting on that sync is acknowledged
+together. While one batch syncs the
 next is written and synced too (two syncs in flight; the disk merges their cache flushes);
 batches are acknowledged in WAL order, each only after its own sync returned. A failed sync stops
 the WAL: nothing written after the last good sync is acknowledged. Segment files are preallocated with
@@ -221,6 +223,7 @@ class WriteAheadLog:
         self.preallocated_bytes = 0
         self.appended_bytes = 0
         self.sync_seconds = 0.0  # time spent in syncs (summed over the sync threads)
+        self._writer_jobs = 0  # trims/closes queued on the writer thread: writes go there too meanwhile
 
     def open(self) -> ReplayResult:
         os.makedirs(self.directory, exist_ok=True)
@@ -283,9 +286,13 @@ class WriteAheadLog:
         while self._queue or inflight:
             if self._queue and len(inflight) < _SYNC_DEPTH and self._failed is None:
                 batch, self._queue = self._queue, []
+                entries, ranges = [b[0] for b in batch], [(b[1], b[2]) for b in batch]
                 try:
-                    positions, sync_fd, extends = await loop.run_in_executor(
-                        self._pool, self._write_batch, [b[0] for b in batch], [(b[1], b[2]) for b in batch])
+                    if self._writer_jobs == 0 and self._segments[-1].size < self.segment_bytes:
+                        positions, sync_fd, extends = self._write_batch(entries, ranges)
+                    else:  # a roll (it syncs) or a trim in progress: stay in order behind it
+                        positions, sync_fd, extends = await loop.run_in_executor(
+                            self._pool, self._write_batch, entries, ranges)
                 except OSError as exc:
                     self._fail_batch(batch, f"WAL write in {self.directory} failed: {exc}")
                     continue
@@ -321,9 +328,9 @@ class WriteAheadLog:
 
     def _write_batch(self, entries: list[tuple[bytes, bytes | bytearray | memoryview]],
                      ranges: list[tuple[int, int]]) -> tuple[list[int], int, bool]:
-        """Runs on the writer thread: roll if needed, write (not synced yet). Returns the entries'
-        positions, a duplicate of the file descriptor for the sync (the segment may roll and its
-        descriptor close meanwhile) and whether the write grew the file."""
+        """On the loop, or on the writer thread when the segment must roll first: write (not synced
+        yet). Returns the entries' positions, a duplicate of the file descriptor for the sync (the
+        segment may roll and its descriptor close meanwhile) and whether the write grew the file."""
         assert self._fd is not None
         segment = self._segments[-1]
         if segment.size >= self.segment_bytes:
@@ -396,6 +403,8 @@ class WriteAheadLog:
             self._prealloc_pending = False
 
     def _preallocate(self, segment: _Segment) -> None:
+        """Zeros are written a chunk at a time, each under the lock and past the write position
+        as it is then: the writer (on the event loop) never waits long for the lock."""
         dup = -1
         try:
             with self._lock:
@@ -406,10 +415,16 @@ class WriteAheadLog:
                 end = min(self.segment_bytes, segment.size + 2 * self._prealloc_ahead_bytes(segment))
                 if end <= start:
                     return
-                pos = start
-                while pos < end:
-                    pos += os.pwrite(self._fd, memoryview(_ZEROS)[:min(len(_ZEROS), end - pos)], pos)
                 dup = os.dup(self._fd)
+            pos = start
+            while pos < end:
+                with self._lock:
+                    if generation != self._alloc_generation:
+                        return  # rolled or cut back meanwhile
+                    pos = max(pos, segment.size)
+                    if pos >= end:
+                        break
+                    pos += os.pwrite(dup, memoryview(_ZEROS)[:min(len(_ZEROS), end - pos)], pos)
             os.fsync(dup)  # size and allocation durable: later fdatasyncs flush data blocks only
             with self._lock:
                 if generation == self._alloc_generation and segment is self._segments[-1]:
@@ -453,7 +468,11 @@ class WriteAheadLog:
         The active segment is rolled first when everything in it is committed, so an idle WAL empties.
         """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._trim_sync)
+        self._writer_jobs += 1
+        try:
+            return await loop.run_in_executor(self._pool, self._trim_sync)
+        finally:
+            self._writer_jobs -= 1
 
     def _trim_sync(self) -> int:
         active = self._segments[-1]
@@ -471,6 +490,7 @@ class WriteAheadLog:
         trim it is still doing)."""
         while self._flusher is not None and not self._flusher.done():
             await self._flusher
+        self._writer_jobs += 1
         await asyncio.get_running_loop().run_in_executor(self._pool, self._close_sync)
         self._pool.shutdown(wait=True)
         self._sync_pool.shutdown(wait=True)
