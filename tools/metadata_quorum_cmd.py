@@ -15,7 +15,7 @@ from typing import Any
 
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.errors import FerryError
-from tools.admin import Admin
+from tools.admin import UNREACHABLE_CONTROLLERS_TIMEOUT_MS, Admin
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,7 +83,8 @@ async def _controllers(args: argparse.Namespace) -> str | list[str]:
 
 
 async def _run(args: argparse.Namespace) -> str:
-    async with ControllerClient(await _controllers(args), timeout_ms=args.timeout_ms) as client:
+    async with ControllerClient(await _controllers(args), timeout_ms=args.timeout_ms,
+                                unreachable_timeout_ms=UNREACHABLE_CONTROLLERS_TIMEOUT_MS) as client:
         if args.status:
             return format_status(await client.quorum_status())
         return format_replication(await client.quorum_replication(), args.human_readable)

@@ -16,6 +16,7 @@ COMMANDS = [
     ["reassign-partitions", "--list"],
     ["leader-election", "--election-type", "preferred", "--all-topic-partitions"],
     ["log-dirs", "--describe"],
+    ["metadata-quorum", "describe", "--status"],
 ]
 
 
