@@ -12,8 +12,8 @@ lower epoch at or past ``start_offset`` are not part of the stream (its owner mo
 Appends are group-committed: everything queued is written at once (on the event loop: a write to
 the page cache is cheaper than a hand-off to a thread; a segment roll, which syncs, goes to the
 writer thread), a sync thread syncs it once, and every append waiting on that sync is acknowledged
-together. While one batch syncs the
-next is written and synced too (two syncs in flight; the disk merges their cache flushes);
+together. While one batch syncs the next is written and synced too (two syncs in flight; the disk
+merges their cache flushes);
 batches are acknowledged in WAL order, each only after its own sync returned. A failed sync stops
 the WAL: nothing written after the last good sync is acknowledged. Segment files are preallocated with
 zeros a few MiB ahead of the writer (on a second thread), so that most syncs are ``fdatasync``
