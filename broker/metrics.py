@@ -33,6 +33,9 @@ class BrokerMetrics:
         self.heartbeat_failures = Counter("ferry_broker_heartbeat_failures", "Heartbeats that failed", registry=r)
         self.stream_fenced = Counter("ferry_broker_stream_fenced", "Partitions stepped down on STREAM_FENCED",
                                      registry=r)
+        self.close_failures = Counter("ferry_broker_close_failures",
+                                      "Partition closes given up after every attempt (the next owner recovers)",
+                                      registry=r)
         self.wal_recoveries = Counter("ferry_broker_wal_recoveries", "Partitions recovered from a WAL tail", registry=r)
         self.storage = Gauge("ferry_broker_storage", "Stream storage state (WAL, uploads, caches) by name",
                              ["name"], registry=r)

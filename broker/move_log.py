@@ -21,6 +21,10 @@ log = logging.getLogger("ferry.broker.moves")
 
 MOVE_HISTORY = 1000
 KV_COALESCE_S = 0.05
+# Timelines published per window. A bulk move (thousands of partitions at once) would otherwise
+# add one KV record per partition and broker to the metadata log; past this its halves stay in
+# this broker's own history (``/v1/moves``), which tools also read.
+KV_MAX_PER_WINDOW = 64
 WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 WriteManyFn = Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[Any]]
 
@@ -39,6 +43,7 @@ class MoveLog:
         self._queue: dict[str, list[MoveHalf]] = {}
         self._task: asyncio.Task[None] | None = None
         self._written: dict[str, str] = {}  # this broker's own keys, as last written
+        self.unpublished = 0  # halves of bulk moves kept only here
 
     def finish(self, half: MoveHalf) -> None:
         """A half is complete (the old owner elected, or the new owner serves): log, measure, publish."""
@@ -65,6 +70,11 @@ class MoveLog:
         await asyncio.sleep(KV_COALESCE_S)
         while self._queue:
             queued, self._queue = self._queue, {}
+            if len(queued) > KV_MAX_PER_WINDOW:
+                self.unpublished += len(queued)
+                log.info("%d move timelines finished together: kept in this broker's history, not published",
+                         len(queued))
+                continue
             ops = []
             for key, halves in queued.items():
                 value = self._written.get(key, self._image().kv.get(key))

@@ -23,6 +23,7 @@ from broker.move_timeline import ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimelin
 from broker.replica import Replica, StreamPlan
 from broker.storage_factory import UploadBatcher, prefetch_streams
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
+from metadata_quorum.backoff import STEP_BACKOFF, retry_after_ms_of
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("ferry.broker.partitions")
 
 WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-OPEN_RETRY_S = 0.1
 CLOSE_ATTEMPTS = 20
 PREFETCH_OBJECTS = 8
 ELECT_COALESCE_S = 0.002
@@ -284,9 +284,9 @@ class PartitionManager:
             if isinstance(exc, FerryError) and exc.error in FENCED_ERRORS and still_leader and \
                     (me is None or me.fenced or slot.open_attempts < 3):
                 # this broker is not unfenced yet, or its image was behind: try again, bounded
-                slot.open_attempts += 1
                 log.info("open %s-%d: %s; retrying", slot.topic, tp.partition, exc)
-                await asyncio.sleep(OPEN_RETRY_S)
+                await asyncio.sleep(STEP_BACKOFF.delay_s(slot.open_attempts))
+                slot.open_attempts += 1
                 slot.status, actions = sm.on_open_failed(slot.status, True)
                 self._run(slot, actions)
                 return
@@ -303,7 +303,8 @@ class PartitionManager:
                             epoch, slot.open_failures, "retrying" if retriable and not self.stopping else "giving up",
                             exc)
             if retriable and not self.stopping:
-                await asyncio.sleep(OPEN_RETRY_S)
+                await asyncio.sleep(STEP_BACKOFF.delay_s(slot.open_failures - 1,
+                                                         retry_after_ms_of(getattr(exc, "details", None))))
             slot.status, actions = sm.on_open_failed(slot.status, retriable and not self.stopping)
             if sm.Action.OPEN not in actions and replica is not None:
                 await self._release_half_open(slot, replica)
@@ -382,17 +383,25 @@ class PartitionManager:
                 slot.status, actions = sm.on_fenced(slot.status)
                 self._run(slot, actions)
                 return
-            slot.close_attempts += 1
-            if slot.close_attempts <= CLOSE_ATTEMPTS:
-                log.warning("close %s-%d failed (attempt %d): %r; retrying", slot.topic, tp.partition,
-                            slot.close_attempts, exc)
-                await asyncio.sleep(min(1.0, OPEN_RETRY_S * slot.close_attempts))
-                slot.task = self._spawn(self._close(slot))
-                return
-            log.error("close %s-%d failed %d times (%r); leaving its streams to the next owner's recovery",
-                      slot.topic, tp.partition, slot.close_attempts, exc)
-            if replica is not None:
+            if replica is not None and self._closed_here(replica):
+                # an earlier attempt's close was applied after its answer was lost: nothing is left
+                # to upload (the close follows the upload), so this close is done
+                log.info("close %s-%d: its streams are closed already (%r)", slot.topic, tp.partition, exc)
                 replica.abandon()
+            else:
+                slot.close_attempts += 1
+                if slot.close_attempts <= CLOSE_ATTEMPTS:
+                    log.warning("close %s-%d failed (attempt %d of %d): %r; retrying", slot.topic, tp.partition,
+                                slot.close_attempts, CLOSE_ATTEMPTS, exc)
+                    await asyncio.sleep(STEP_BACKOFF.delay_s(slot.close_attempts - 1,
+                                                             retry_after_ms_of(getattr(exc, "details", None))))
+                    slot.task = self._spawn(self._close(slot))
+                    return
+                log.error("close %s-%d failed %d times (%r); leaving its streams to the next owner's recovery",
+                          slot.topic, tp.partition, slot.close_attempts, exc)
+                self.metrics.close_failures.inc()
+                if replica is not None:
+                    replica.abandon()
         slot.close_phase = 0
         slot.close_attempts = 0
         slot.replica = None
@@ -408,6 +417,16 @@ class PartitionManager:
             slot.source = None
             self._finish_half(half)
         self._run(slot, actions)
+
+    def _closed_here(self, replica: Replica) -> bool:
+        """Both of the replica's streams are CLOSED in the image, last owned by this broker at the
+        epoch it held them with (so no other broker has opened them since)."""
+        for sid in (replica.data_stream_id, replica.meta_stream_id):
+            meta = self.image.streams.streams.get(sid)
+            if meta is None or meta.state == STREAM_OPENED or meta.owner != self.broker_id or \
+                    meta.epoch != replica.stream_epochs.get(sid):
+                return False
+        return True
 
     def _queue_election(self, slot: Slot) -> None:
         """Step 5. Elections of partitions closed at about the same time go in one request."""
@@ -433,7 +452,7 @@ class PartitionManager:
                 raise
             except Exception as exc:  # noqa: BLE001 - the controller's deadline elects anyway
                 log.warning("elect %d partitions failed: %r", len(pending), exc)
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(STEP_BACKOFF.delay_s(attempt, retry_after_ms_of(getattr(exc, "details", None))))
                 continue
             done_ms = now_ms()
             retry: dict[tuple[str, int], tuple[Slot, MoveHalf | None]] = {}
@@ -457,7 +476,7 @@ class PartitionManager:
             if not retry:
                 return
             pending = retry
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(STEP_BACKOFF.delay_s(attempt))
 
     async def _checkpoints(self) -> None:
         """Every interval, each serving partition that took writes persists its meta (not clean)."""

@@ -70,6 +70,7 @@ class Replica:
         self.meta_stream_id = -1
         self.leader_epoch = -1
         self.stream_epoch = -1
+        self.stream_epochs: dict[int, int] = {}  # stream id -> the epoch this broker opened it with
         self.log_start_offset = 0
         self.high_watermark = 0
         self._next_offset = 0
@@ -98,6 +99,7 @@ class Replica:
         self.data_stream_id, self.meta_stream_id = data.stream_id, meta.stream_id
         self.leader_epoch = leader_epoch
         self.stream_epoch = data.epoch
+        self.stream_epochs = {data.stream_id: data.epoch, meta.stream_id: meta.epoch}
         started = time.monotonic()
         marks: dict[str, float] = {}
         for plan in (meta, data):

@@ -28,6 +28,7 @@ from broker.partition_manager import PartitionManager, Slot
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.write_batcher import WriteBatcher
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER
 from stream_storage import batches
@@ -80,6 +81,14 @@ class Broker:
         self.metrics = BrokerMetrics(config.broker_id)
         self.state = "STARTING"
         self.client = ControllerClient(list(config.controllers), timeout_ms=config.controller_timeout_ms)
+        # Stream operations and elections of many partitions go out together (write_batcher.py).
+        self.batcher = WriteBatcher(self.client.write_many, timeout_ms=config.controller_timeout_ms)
+        # Heartbeats and the metadata log get connections of their own: queued behind thousands of
+        # stream operations of a large move, a heartbeat arrived late and the broker was fenced.
+        # A heartbeat gives up before the next one is due, so a slow answer never delays renewal.
+        self.session_client = ControllerClient(
+            list(config.controllers), timeout_ms=max(config.heartbeat_interval_ms, config.session_timeout_ms // 3),
+            attempt_timeout_ms=max(config.heartbeat_interval_ms, config.session_timeout_ms // 3))
         self.log_dirs = LogDirsManager(list(config.log_dirs), config.log_dir_reserved_bytes,
                                        config.alter_log_dirs_max_bytes_per_second)
         self.storage: Any = None
@@ -87,7 +96,7 @@ class Broker:
         self.object_store: Any = None
         self.manager: PartitionManager | None = None
         self.follower: FreshnessTrackingFollower | None = None
-        self.heartbeater = Heartbeater(self._write, config.broker_id, config.heartbeat_interval_ms,
+        self.heartbeater = Heartbeater(self._session_write, config.broker_id, config.heartbeat_interval_ms,
                                        config.session_timeout_ms, self._registration, self._metadata_offset,
                                        self.log_dirs.heartbeat_dirs, on_failure=self.metrics.heartbeat_failures.inc)
         self.sampler = LoadSampler(config.broker_id, config.metrics_interval_ms)
@@ -100,6 +109,9 @@ class Broker:
     # ------------------------------------------------------------------ controller calls
     async def _write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         return await self.client.write(op, args)
+
+    async def _session_write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.session_client.write(op, args)
 
     def _registration(self) -> dict[str, Any]:
         return {"endpoints": [self.url], "rack": self.config.rack,
@@ -138,16 +150,17 @@ class Broker:
         for path, wal_dir in wal_dirs.items():
             await asyncio.to_thread(os.makedirs, wal_dir, exist_ok=True)
             self.storages[path] = await open_storage(self.config, self.object_store, self.client, self.broker_id,
-                                                     lambda: self.heartbeater.state.broker_epoch, wal_dir)
+                                                     lambda: self.heartbeater.state.broker_epoch, wal_dir,
+                                                     write=self.batcher.write)
         self.storage = next(iter(self.storages.values()))
         self.heartbeater.on_registered = self._set_broker_epoch
-        self.manager = PartitionManager(self.broker_id, dict(self.storages), self._write, self.metrics,
+        self.manager = PartitionManager(self.broker_id, dict(self.storages), self.batcher.write, self.metrics,
                                         lambda b: wal_dirs_of(self.config.effective_wal_root, b),
                                         self.log_dirs, self.client.write_many,
                                         self.config.meta_checkpoint_interval_ms)
         # a long-poll must end well within the session timeout, or an idle image never counts as fresh
         poll_wait_ms = min(self.config.metadata_poll_wait_ms, self.config.session_timeout_ms // 4)
-        self.follower = FreshnessTrackingFollower(self.client, self._on_metadata, max_wait_ms=poll_wait_ms)
+        self.follower = FreshnessTrackingFollower(self.session_client, self._on_metadata, max_wait_ms=poll_wait_ms)
         self.follower.start()
         self.heartbeater.start()
         self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
@@ -200,7 +213,9 @@ class Broker:
             await close_storage(list(self.storages.values()), self.object_store)
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.batcher.close()
         await self.client.close()
+        await self.session_client.close()
         self.stopped.set()
 
     def _loads(self) -> list[PartitionLoad]:

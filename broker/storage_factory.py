@@ -4,11 +4,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from broker.config import BrokerConfig
 from stream_storage.config import s3_config_from_dict, storage_config_from_dict
-from stream_storage.control import HttpStreamControl
+from stream_storage.control import HttpStreamControl, OpStreamControl
 from stream_storage.object_store import RetryingObjectStore
 from stream_storage.s3_store import S3ObjectStore
 from stream_storage.storage import StreamStorage
@@ -22,17 +22,24 @@ def open_object_store(config: BrokerConfig) -> Any:
 
 
 async def open_storage(config: BrokerConfig, store: Any, client: Any, broker_id: int,
-                       broker_epoch: Callable[[], int], wal_dir: str) -> StreamStorage:
-    """A started StreamStorage on ``wal_dir``; its own WAL tail is kept for re-opens."""
+                       broker_epoch: Callable[[], int], wal_dir: str,
+                       write: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None) -> StreamStorage:
+    """A started StreamStorage on ``wal_dir``; its own WAL tail is kept for re-opens. Stream
+    operations go through ``write`` when given (the broker's batcher), else one request each."""
     settings = dict(config.storage)
     settings["wal_dir"] = wal_dir
-    storage = StreamStorage(storage_config_from_dict(settings), store, HttpStreamControl(client), broker_id,
-                            broker_epoch())
+    control = HttpStreamControl(client) if write is None else \
+        OpStreamControl(write, lambda op, args: _read_reply(client, op, args))
+    storage = StreamStorage(storage_config_from_dict(settings), store, control, broker_id, broker_epoch())
     replay = await storage.start()
     if replay.entries:
         log.info("WAL %s holds %d entries from before the restart (%d torn bytes cut)", wal_dir,
                  len(replay.entries), replay.torn_bytes)
     return storage
+
+
+async def _read_reply(client: Any, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    return dict(await client.read(op, args))
 
 
 def wal_dirs_for(config: BrokerConfig, dir_ids: dict[str, str]) -> dict[str, str]:

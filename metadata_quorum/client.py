@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 
+from metadata_quorum.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.records import (
     ConfigRecord,
@@ -40,9 +41,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_MS = 15_000
 DEFAULT_ATTEMPT_TIMEOUT_MS = 6_000  # above the controller's commit timeout (5 s)
-BACKOFF_INITIAL_MS = 20
-BACKOFF_MAX_MS = 250
-NO_LEADER_BACKOFF_MS = 25  # an election takes a few hundred ms: poll it briskly
+FOLLOWER_BACKOFF = Backoff(initial_ms=20.0, max_ms=250.0)
+NO_LEADER_RETRY = 1  # while a leader is elected (a few hundred ms) keep retrying briskly
 
 
 def _base_url(address: str) -> str:
@@ -74,6 +74,7 @@ class ControllerClient:
         self._own_session = session is None
         self._leader_url: str | None = None
         self._next = 0
+        self.backoff = CONTROLLER_BACKOFF
 
     async def __aenter__(self) -> "ControllerClient":
         return self
@@ -129,7 +130,8 @@ class ControllerClient:
                             timeout_ms: int | None = None, params: dict[str, Any] | None = None) -> Any:
         budget_ms = self.timeout_ms if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + budget_ms / 1000
-        backoff_ms = BACKOFF_INITIAL_MS
+        retry = 0  # the backoff's attempt number (a leader change restarts it: a new leader is ready)
+        retry_after_ms: int | None = None
         last: BaseException | None = None
         attempts = 0
         redirected = False  # follow a leader hint at once, but not back and forth between stale hints
@@ -146,6 +148,7 @@ class ControllerClient:
                 return await self.request(method, url, path, body, timeout_s=max(0.05, attempt_s), params=params)
             except FerryError as e:
                 last = e
+                retry_after_ms = retry_after_ms_of(e.details)
                 if e.error is ErrorCode.NOT_CONTROLLER:
                     hint = (e.details or {}).get("leader_url")
                     if hint and _base_url(hint) != url:
@@ -155,7 +158,7 @@ class ControllerClient:
                             continue  # go straight to the named leader
                     else:
                         self._leader_url = None
-                    backoff_ms = min(backoff_ms, NO_LEADER_BACKOFF_MS)
+                    retry = min(retry, NO_LEADER_RETRY)
                 elif not e.retriable:
                     raise
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
@@ -167,10 +170,12 @@ class ControllerClient:
                 if to_leader and self._leader_url == url:
                     self._leader_url = None
                     continue  # the leader is gone: ask the next controller at once
-            sleep_ms = min(backoff_ms, max(0.0, (deadline - time.monotonic()) * 1000))
-            await asyncio.sleep(sleep_ms / 1000 * (0.5 + random.random() / 2))
+            sleep_ms = min(self.backoff.delay_ms(retry, random.random(), retry_after_ms),
+                           max(0.0, (deadline - time.monotonic()) * 1000))
+            await asyncio.sleep(sleep_ms / 1000)
             redirected = False
-            backoff_ms = min(BACKOFF_MAX_MS, backoff_ms * 2)
+            retry += 1
+            retry_after_ms = None
         if isinstance(last, FerryError):
             raise FerryError(last.error, f"{last.message} (gave up after {attempts} attempts in {budget_ms} ms)",
                              last.details)
@@ -308,17 +313,17 @@ class MetadataLogFollower:
         await asyncio.wait_for(self._caught_up.wait(), timeout_s)
 
     async def run(self) -> None:
-        backoff_ms = BACKOFF_INITIAL_MS
+        failures = 0
         while not self._stopped.is_set():
             url = self._controllers[self._current % len(self._controllers)]
             try:
                 body = await self.client.fetch_log(self.next_offset, self.max_wait_ms, self.max_records, url=url)
-                backoff_ms = BACKOFF_INITIAL_MS
+                failures = 0
             except (FerryError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 log.debug("metadata log fetch from %s failed: %r", url, e)
                 self._current += 1  # try the next controller
-                await asyncio.sleep(backoff_ms / 1000 * (0.5 + random.random() / 2))
-                backoff_ms = min(BACKOFF_MAX_MS, backoff_ms * 2)
+                await asyncio.sleep(FOLLOWER_BACKOFF.delay_s(failures))
+                failures += 1
                 continue
             try:
                 await self.handle(body)
@@ -329,7 +334,8 @@ class MetadataLogFollower:
                 raise
             except Exception:
                 log.exception("metadata log callback failed at offset %d", self.offset)
-                await asyncio.sleep(backoff_ms / 1000)
+                await asyncio.sleep(FOLLOWER_BACKOFF.delay_s(failures))
+                failures += 1
 
     async def poll_once(self, max_wait_ms: int = 0) -> int:
         """Fetch and apply one response; returns how many records (or snapshot records) it carried."""

@@ -237,7 +237,9 @@ class MetadataDelta:
             objects = tuple(sorted(objects + (r,), key=lambda o: (o.start_offset, o.end_offset, o.object_key)))
         else:
             objects = objects + (r,)  # the usual case: an object appended at the end
-        self._streams[r.stream_id] = replace(current, objects=objects)
+        # A committed object extends its stream: the commit needs no StreamRecord of its own.
+        self._streams[r.stream_id] = replace(current, objects=objects,
+                                             end_offset=max(current.end_offset, r.end_offset))
 
     def _remove_stream_object(self, r: RemoveStreamObjectRecord) -> None:
         current = self.stream(r.stream_id)

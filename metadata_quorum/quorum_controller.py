@@ -33,6 +33,13 @@ log = logging.getLogger(__name__)
 
 WriteOp = Callable[[Any, dict[str, Any], OpContext], ControllerResult]
 
+# Served before anything else queued, and never refused for load: a broker whose heartbeat waits
+# behind a large move is fenced, and fencing moves its partitions (more load, more fencing).
+PRIORITY_OPERATIONS = frozenset({"broker_heartbeat", "register_broker"})
+PRIORITY_EXTRA_INFLIGHT = 16  # commands priority operations may add beyond max_inflight_commands
+RETRY_AFTER_MIN_MS = 50
+RETRY_AFTER_MAX_MS = 5000
+
 
 @dataclass
 class PendingOp:
@@ -86,6 +93,9 @@ class QuorumController:
         self._view: Any = None
         self._view_last_id = ""
         self._queue: deque[PendingOp] = deque()
+        self._priority: deque[PendingOp] = deque()
+        self._op_cost_ms = 0.05  # moving average of one operation's run time on the leader
+        self.shed_ops = 0  # operations refused with THROTTLING_QUOTA_EXCEEDED
         self._wakeup = asyncio.Event()
         self._inflight: dict[str, _Inflight] = {}
         self._needs_reset = False
@@ -156,9 +166,25 @@ class QuorumController:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"the arguments of {name} must be a JSON object")
         self._check_leader()
         fut: asyncio.Future[tuple[dict[str, Any], int]] = self.loop.create_future()
-        self._queue.append(PendingOp(name, args, fut))
+        if name in PRIORITY_OPERATIONS:
+            self._priority.append(PendingOp(name, args, fut))
+        else:
+            self._admit(name)
+            self._queue.append(PendingOp(name, args, fut))
         self._wakeup.set()
         return fut
+
+    def _admit(self, name: str) -> None:
+        """Refuse work beyond what the queue holds, with a hint of when it will have room."""
+        if len(self._queue) < self.config.max_queued_ops:
+            return
+        self.shed_ops += 1
+        raise throttled(name, len(self._queue), self.retry_after_ms())
+
+    def retry_after_ms(self) -> int:
+        """About the time the queue ahead takes to run (bounded)."""
+        estimate = int(len(self._queue) * self._op_cost_ms)
+        return max(RETRY_AFTER_MIN_MS, min(RETRY_AFTER_MAX_MS, estimate))
 
     async def write(self, name: str, args: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], int]:
         """Run one write operation; returns its reply and the last offset of its committed batch."""
@@ -174,6 +200,11 @@ class QuorumController:
             leader_id, url = self.leader_hint()
             return not_controller(leader_id, url, f"controller {self.config.node_id} lost leadership")
         return FerryError(ErrorCode.REQUEST_TIMED_OUT, f"{name} was not committed within {int(timeout_s * 1000)} ms")
+
+    @property
+    def queue_depth(self) -> int:
+        """Operations waiting to run plus those run and waiting for their command to commit."""
+        return len(self._queue) + len(self._priority) + sum(len(f.answers) for f in self._inflight.values())
 
     def _check_leader(self) -> None:
         if not self.is_leader:
@@ -238,10 +269,11 @@ class QuorumController:
         if leader_id == self.config.node_id:
             leader_id, url = None, None
         err = not_controller(leader_id, url, why)
-        while self._queue:
-            op = self._queue.popleft()
-            if not op.future.done():
-                op.future.set_exception(err)
+        for queue in (self._priority, self._queue):
+            while queue:
+                op = queue.popleft()
+                if not op.future.done():
+                    op.future.set_exception(err)
         for inflight in self._inflight.values():
             for op, _reply, _offset in inflight.answers:
                 if not op.future.done():
@@ -351,13 +383,17 @@ class QuorumController:
                 self._view, self._view_last_id = self.state.committed_view()
                 self._needs_reset = False
                 self._fail_waiters_beyond(self._view.offset)
-            if len(self._inflight) >= self.config.max_inflight_commands:
-                return
-            if self._noop_pending:
+            if self._noop_pending and len(self._inflight) < self.config.max_inflight_commands:
                 self._noop_pending = False
                 self._submit_noop()
                 continue
-            if not self.active or not self._queue:
+            if not self.active:
+                return
+            if self._priority and \
+                    len(self._inflight) < self.config.max_inflight_commands + PRIORITY_EXTRA_INFLIGHT:
+                self._run_group(priority_only=len(self._inflight) >= self.config.max_inflight_commands)
+                continue
+            if len(self._inflight) >= self.config.max_inflight_commands or not self._queue:
                 return
             self._run_group()
 
@@ -367,16 +403,25 @@ class QuorumController:
         self._view = advance_image(self._view, [record], next_offset, self.epoch)
         self._submit([(record,)], _Inflight([], time.perf_counter(), is_noop=True))
 
-    def _run_group(self) -> None:
+    def _next_op(self, priority_only: bool) -> PendingOp | None:
+        if self._priority:
+            return self._priority.popleft()
+        if self._queue and not priority_only:
+            return self._queue.popleft()
+        return None
+
+    def _run_group(self, priority_only: bool = False) -> None:
         view = self._view
         batches: list[tuple[Record, ...]] = []
         answers: list[tuple[PendingOp, dict[str, Any], int]] = []
         records_in_group = 0
         ops_in_group = 0
+        started = time.perf_counter()
         heartbeats = MappingProxyType(self.last_heartbeat_ms)  # live: a heartbeat earlier in the group counts
-        while self._queue and ops_in_group < self.config.max_group_ops \
-                and records_in_group < self.config.max_group_records:
-            op = self._queue.popleft()
+        while ops_in_group < self.config.max_group_ops and records_in_group < self.config.max_group_records:
+            op = self._next_op(priority_only)
+            if op is None:
+                break
             if op.future.done():
                 continue
             ops_in_group += 1
@@ -402,10 +447,17 @@ class QuorumController:
                 batches.append(records)
                 records_in_group += len(records)
                 answers.append((op, dict(result.reply), view.offset))
-            elif view.offset > self.state.high_watermark - 1 or batches:
-                self._answer_after_commit(op, dict(result.reply), view.offset)
-            else:
+            elif view.offset <= self.state.high_watermark - 1 and not batches:
                 op.future.set_result((dict(result.reply), view.offset))
+            elif op.name == "broker_heartbeat" and self._session_committed(view, op.args):
+                # nothing uncommitted concerns this broker: its answer is the committed state's
+                hw = self.state.high_watermark
+                op.future.set_result((dict(result.reply, metadata_high_watermark=hw), hw - 1))
+            else:
+                self._answer_after_commit(op, dict(result.reply), view.offset)
+        if ops_in_group:
+            per_op_ms = (time.perf_counter() - started) * 1000 / ops_in_group
+            self._op_cost_ms = 0.8 * self._op_cost_ms + 0.2 * per_op_ms
         if batches:
             try:
                 self._view = view
@@ -416,6 +468,12 @@ class QuorumController:
                     if not op.future.done():
                         op.future.set_exception(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"append failed: {e!r}"))
                 self._needs_reset = True
+
+    def _session_committed(self, view: Any, args: dict[str, Any]) -> bool:
+        """The broker's registration in the view is the committed one (no change to it in flight)."""
+        broker_id = int(args["broker_id"])
+        committed = self.state.image.cluster.brokers.get(broker_id)
+        return committed is not None and committed is view.cluster.brokers.get(broker_id)
 
     def _fail_waiters_beyond(self, committed_offset: int) -> None:
         keep = []
@@ -445,7 +503,7 @@ class QuorumController:
     def _submit(self, batches: list[tuple[Record, ...]], inflight: _Inflight) -> None:
         assert self.node is not None
         command_id = f"{self.config.node_id}.{self.epoch}.{next(self._ids)}"
-        payload = Command(command_id, self._view_last_id, self.epoch, tuple(batches))
+        payload = Command.of(command_id, self._view_last_id, self.epoch, batches)
         self.state.expect(command_id, self._view)
         self._view_last_id = command_id
         self._inflight[command_id] = inflight
@@ -490,6 +548,12 @@ class QuorumController:
             out[nid] = {"log_end_offset": leo, "last_fetch_ms": fetch_ms,
                         "last_caught_up_ms": self.voter_caught_up_ms.get(nid, -1)}
         return out
+
+
+def throttled(name: str, queued: int, retry_after_ms: int) -> FerryError:
+    return FerryError(ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                      f"the active controller has {queued} operations queued; {name} was not admitted, "
+                      f"retry after {retry_after_ms} ms", {"retry_after_ms": retry_after_ms})
 
 
 def _log_internal_failure(fut: asyncio.Future[Any]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -30,7 +31,7 @@ from typing import Any, Callable
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
 from metadata_quorum.config import ControllerConfig
-from metadata_quorum.records import Record, encode_record
+from metadata_quorum.records import Record, decode_record, encode_record
 
 log = logging.getLogger(__name__)
 
@@ -62,19 +63,42 @@ def image_records(image: Any) -> list[Record]:
     return list(image.to_records())
 
 
+EncodedBatch = tuple[int, bytes]  # (record count, the records' JSON encoding as one array)
+
+
+def encode_batch(records: tuple[Record, ...] | list[Record]) -> EncodedBatch:
+    """One operation's records in their wire form (what ``/v1/log`` serves and followers replay)."""
+    return len(records), json.dumps([encode_record(r) for r in records], separators=(",", ":")).encode()
+
+
+def decode_batch(batch: EncodedBatch) -> list[dict[str, Any]]:
+    count, raw = batch
+    encoded = json.loads(raw)
+    if not isinstance(encoded, list) or len(encoded) != count:
+        raise ValueError(f"a batch says {count} records but holds {len(encoded) if isinstance(encoded, list) else '?'}")
+    return encoded
+
+
 @dataclass(frozen=True)
 class Command:
     """One replicated command: operation batches computed after command ``prev``, in term ``epoch``.
 
-    Records travel as the record objects themselves (pysyncobj pickles the command), so that no
-    node decodes JSON on the apply path; the log encodes a batch (``encode_record``) when it is
-    first read.
+    Each batch travels as its records' JSON encoding (``EncodedBatch``), not as record objects:
+    pysyncobj unpickles every command on its tick thread, on every node, before applying it, and
+    unpickling tens of thousands of record objects there stalls the Raft heartbeats for seconds
+    (measured: 60,000 records took 1.3 s). A byte string unpickles in microseconds, and the
+    encoding is the one ``/v1/log`` serves anyway.
     """
 
     command_id: str
     prev: str
     epoch: int
-    batches: tuple[tuple[Record, ...], ...]
+    batches: tuple[EncodedBatch, ...]
+
+    @classmethod
+    def of(cls, command_id: str, prev: str, epoch: int,
+           record_batches: tuple[tuple[Record, ...], ...] | list[tuple[Record, ...]]) -> "Command":
+        return cls(command_id, prev, epoch, tuple(encode_batch(b) for b in record_batches if b))
 
 
 @dataclass(frozen=True)
@@ -99,15 +123,25 @@ class LogSlice:
 
 
 class CommittedLog(SyncObjConsumer):
-    """The replicated state machine. Only attributes assigned after ``super().__init__()`` replicate."""
+    """The replicated state machine. Only attributes assigned after ``super().__init__()`` replicate.
+
+    Applying a command (pysyncobj's tick thread) only appends its encoded batches: the tick thread
+    also answers Raft heartbeats, and pysyncobj checks a follower's election deadline *before* it
+    reads the messages waiting on its sockets, so any long apply starts an election. The image is
+    brought up to date elsewhere: on the leader it is the image the leader computed for the
+    command (``expect``); on other nodes ``materialize`` replays the pending batches, from the
+    controller's own loop or on the first read that needs the image.
+    """
 
     def __init__(self, retention_records: int, on_applied: Callable[[AppliedCommand], None] | None = None) -> None:
         # Local, derived state (not part of the dump): rebuilt from the replicated state.
         self._lock = threading.RLock()
+        self._materialize_lock = threading.Lock()
         self._retention_records = max(2, retention_records)
         self._on_applied = on_applied
         self._bases: list[int] = []
         self._image: Any = empty_image()
+        self._pending: deque[list[Any]] = deque()  # batch entries applied but not yet in _image
         self._snapshot_cache: tuple[int, list[dict[str, Any]]] | None = None
         self._snapshot_image: Any = None
         self._expected: dict[str, Any] = {}  # command id -> image after it, as the leader computed it
@@ -119,7 +153,7 @@ class CommittedLog(SyncObjConsumer):
         self.snapshot_epoch = 0
         # The image at snapshot_offset as records; computed from _snapshot_image only when a dump needs it.
         self.snapshot_records: list[Record] | None = []
-        # [base_offset, epoch, records, their encoding (filled on first read, then kept)]
+        # [base_offset, epoch, EncodedBatch, its decoded JSON (filled on first read, then kept)]
         self.batches: list[list[Any]] = []
         self.last_command_id = ""
         self.next_offset = 0
@@ -163,10 +197,11 @@ class CommittedLog(SyncObjConsumer):
             records = self._snapshot_records()
             image = advance_image(image, records, self.snapshot_offset - len(records) + 1, self.snapshot_epoch,
                                   last_offset=self.snapshot_offset)
-        for base, epoch, records, _encoded in self.batches:
-            if base > self.snapshot_offset:
-                image = advance_image(image, list(records), base, epoch)
+        for entry in self.batches:
+            if entry[0] > self.snapshot_offset:
+                image = _replay_entry(image, entry)
         self._image = image
+        self._pending.clear()
         self._bases = [b[0] for b in self.batches]
         self._snapshot_cache = None
 
@@ -176,34 +211,34 @@ class CommittedLog(SyncObjConsumer):
     def append(self, command: Command) -> tuple[bool, int, int]:
         """Apply one command; rejected unless ``command.prev`` is the last applied command's id.
 
-        The new batches and image are computed before anything changes, so a command whose records
-        cannot be replayed is rejected whole — the same way on every node, since replay is deterministic.
+        The check is the same on every node, so a command computed against a view that never
+        committed is rejected everywhere. Its records were replayed by the leader that computed
+        it (that is how it got its view), so they replay on every node.
         """
         with self._lock:
             accepted = command.prev == self.last_command_id
             first = self.next_offset
             if accepted:
-                try:
-                    epoch = int(command.epoch)
-                    new_batches: list[list[Any]] = []
-                    flat: list[Record] = []
-                    for batch in command.batches:
-                        if batch:
-                            new_batches.append([first + len(flat), epoch, tuple(batch), None])
-                            flat.extend(batch)
-                    image = self._expected.pop(command.command_id, None)
-                    if image is None or image.offset != first + len(flat) - 1 or image.epoch != epoch:
-                        image = advance_image(self._image, flat, first, epoch) if flat else self._image
-                except Exception:
-                    log.exception("command %s cannot be replayed; rejected", command.command_id)
-                    accepted = False
-            if accepted:
+                epoch = int(command.epoch)
+                new_batches: list[list[Any]] = []
+                count = 0
+                for batch in command.batches:
+                    if batch[0] > 0:
+                        new_batches.append([first + count, epoch, batch, None])
+                        count += batch[0]
                 self.batches.extend(new_batches)
                 self._bases.extend(b[0] for b in new_batches)
-                self.next_offset = first + len(flat)
-                self._image = image
+                self.next_offset = first + count
                 self.epoch = epoch
                 self.last_command_id = command.command_id
+                image = self._expected.pop(command.command_id, None)
+                if image is not None and image.offset == self.next_offset - 1 and image.epoch == epoch:
+                    # the leader's view when it computed the command was the committed image plus
+                    # what is pending here, since its ``prev`` matched: its image is the replay
+                    self._image = image
+                    self._pending.clear()
+                else:
+                    self._pending.extend(new_batches)
                 self._maybe_drop_old_batches()
             self._expected.pop(command.command_id, None)
             raft_index = self._syncObj.raftLastApplied + 1 if self._syncObj is not None else 0
@@ -218,10 +253,11 @@ class CommittedLog(SyncObjConsumer):
         return accepted, first, result.next_offset
 
     def _maybe_drop_old_batches(self) -> None:
+        """Snapshot at the materialised image and drop the batches it covers, keeping the newest half."""
         kept_from = self.batches[0][0] if self.batches else self.next_offset
         if self.next_offset - kept_from <= self._retention_records:
             return
-        keep_from_offset = self.next_offset - self._retention_records // 2
+        keep_from_offset = min(self.next_offset - self._retention_records // 2, self._image.offset + 1)
         cut = bisect.bisect_left(self._bases, keep_from_offset)
         if cut == 0:
             return
@@ -230,7 +266,7 @@ class CommittedLog(SyncObjConsumer):
         self._snapshot_image = self._image
         self.snapshot_records = None
         self.snapshot_offset = self._image.offset
-        self.snapshot_epoch = self.epoch
+        self.snapshot_epoch = self._image.epoch
         del self.batches[:cut]
         del self._bases[:cut]
         self._snapshot_cache = None
@@ -247,16 +283,49 @@ class CommittedLog(SyncObjConsumer):
     def forget_expected(self) -> None:
         self._expected.clear()
 
+    # -- the image ------------------------------------------------------------------------------
+
+    @property
+    def pending_records(self) -> int:
+        """Committed records not yet replayed into the image."""
+        with self._lock:
+            return self.next_offset - 1 - self._image.offset
+
+    def materialize(self) -> Any:
+        """Replay the pending batches into the image, outside the lock the tick thread takes."""
+        with self._materialize_lock:
+            with self._lock:
+                base = self._image
+                todo = list(self._pending)
+            if not todo:
+                return base
+            image = base
+            for entry in todo:
+                image = _replay_entry(image, entry)
+            with self._lock:
+                if self._image is base:  # else the leader's own image replaced it meanwhile
+                    self._image = image
+                    for _ in todo:
+                        self._pending.popleft()
+                    self._maybe_drop_old_batches()
+                return self._image
+
     # -- reads (any thread) ---------------------------------------------------------------------
 
     @property
     def image(self) -> Any:
+        """The committed image (replaying what is pending first)."""
+        if self._pending:
+            return self.materialize()
         return self._image
 
     def committed_view(self) -> tuple[Any, str]:
         """The committed image and the id of the last applied command, read together."""
-        with self._lock:
-            return self._image, self.last_command_id
+        while True:
+            image = self.materialize()
+            with self._lock:
+                if not self._pending and self._image is image:
+                    return self._image, self.last_command_id
 
     @property
     def high_watermark(self) -> int:
@@ -270,8 +339,8 @@ class CommittedLog(SyncObjConsumer):
 
     def snapshot(self) -> tuple[int, list[dict[str, Any]]]:
         """The committed image as records, with its offset (cached per offset)."""
+        image = self.image
         with self._lock:
-            image = self._image
             cache = self._snapshot_cache
         if cache is not None and cache[0] == image.offset:
             return cache
@@ -284,7 +353,7 @@ class CommittedLog(SyncObjConsumer):
     def read(self, offset: int, max_records: int) -> LogSlice:
         """Whole batches starting at ``offset`` (at least one if any), or a snapshot if dropped.
 
-        Batches are encoded on their first read (not on the Raft thread), outside the lock.
+        Batches are decoded on their first read (not on the Raft thread), outside the lock.
         """
         entries: list[list[Any]] = []
         with self._lock:
@@ -297,7 +366,7 @@ class CommittedLog(SyncObjConsumer):
                 while i < len(self.batches):
                     entry = self.batches[i]
                     i += 1
-                    size = len(entry[2])
+                    size = entry[2][0]
                     if entry[0] + size <= offset:
                         continue
                     if entries and count + size > max_records:
@@ -312,7 +381,7 @@ class CommittedLog(SyncObjConsumer):
         for entry in entries:
             encoded = entry[3]
             if encoded is None:
-                encoded = entry[3] = [encode_record(r) for r in entry[2]]
+                encoded = entry[3] = decode_batch(entry[2])
             base = entry[0]
             records.extend((base + k, r) for k, r in enumerate(encoded) if base + k >= offset)
         return LogSlice(records=records, high_watermark=hw)
@@ -320,14 +389,22 @@ class CommittedLog(SyncObjConsumer):
     def committed_offset_at_raft_index(self, raft_index: int) -> int:
         """The metadata log end offset once Raft entry ``raft_index`` was applied (best known)."""
         best = -1
-        for idx, next_offset in self.applied_at_raft_index:
+        with self._lock:
+            applied = list(self.applied_at_raft_index)
+        for idx, next_offset in applied:
             if idx <= raft_index:
                 best = next_offset
             else:
                 break
         if best < 0:
-            return self.next_offset if not self.applied_at_raft_index else 0
+            return self.next_offset if not applied else 0
         return best
+
+
+def _replay_entry(image: Any, entry: list[Any]) -> Any:
+    """Replay one kept batch entry ``[base, epoch, EncodedBatch, decoded or None]`` onto ``image``."""
+    encoded = entry[3] if entry[3] is not None else decode_batch(entry[2])
+    return advance_image(image, [decode_record(r) for r in encoded], entry[0], entry[1])
 
 
 def make_syncobj_conf(config: ControllerConfig, on_state_changed: Callable[[int, int], None],
@@ -343,6 +420,9 @@ def make_syncobj_conf(config: ControllerConfig, on_state_changed: Callable[[int,
         connectionTimeout=raft.connection_timeout_s,
         autoTickPeriod=raft.auto_tick_period_s,
         leaderFallbackTimeout=raft.leader_fallback_timeout_s,
+        appendEntriesBatchSizeBytes=raft.append_entries_batch_size_bytes,
+        sendBufferSize=raft.socket_buffer_bytes,
+        recvBufferSize=raft.socket_buffer_bytes,
         logCompactionMinEntries=raft.log_compaction_min_entries,
         logCompactionMinTime=raft.log_compaction_min_time_s,
         journalFile=os.path.join(config.node_data_dir, "raft.journal"),
@@ -385,6 +465,48 @@ def align_journal_with_dump(journal_path: str, dump_path: str) -> None:
         journal._destroy()
 
 
+class _ReadFirstSyncObj(SyncObj):  # type: ignore[misc]
+    """pysyncobj's node, reading its sockets before each tick's election check.
+
+    pysyncobj checks a follower's election deadline at the start of a tick and reads the messages
+    waiting on its sockets only at the end. A tick thread held up longer than the election timeout
+    (CPU starvation on a busy machine, a long apply) therefore starts an election although the
+    leader's heartbeats are sitting in its socket buffer, and the quorum churns under load. Reading
+    first lets those heartbeats reset the deadline; a leader that is really gone sends none.
+    """
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802, N803 - pysyncobj's names
+        if self._SyncObj__transport.ready:
+            self._poller.poll(0)
+        super()._onTick(timeToWait)
+
+
+class TickGaps:
+    """How late pysyncobj's tick thread runs: the longest gap between two ticks, and the stalls.
+
+    A follower whose tick thread is held up past the election timeout starts an election, whatever
+    its sockets hold; so a gap near ``raft_min_timeout_s`` is the warning sign of leadership churn
+    (CPU starvation, a long apply, a long GIL hold on the other thread).
+    """
+
+    def __init__(self, stall_ms: int) -> None:
+        self.stall_ms = stall_ms
+        self.last_mono_s = 0.0
+        self.max_gap_ms = 0.0
+        self.stalls = 0
+
+    def on_tick(self) -> None:
+        now = time.monotonic()
+        if self.last_mono_s:
+            gap_ms = (now - self.last_mono_s) * 1000
+            if gap_ms > self.max_gap_ms:
+                self.max_gap_ms = gap_ms
+            if gap_ms > self.stall_ms:
+                self.stalls += 1
+                log.warning("raft tick thread stalled %.0f ms (elections start at %d ms)", gap_ms, 2 * self.stall_ms)
+        self.last_mono_s = now
+
+
 class RaftNode:
     """One pysyncobj node holding a :class:`CommittedLog`; thin accessors over its status."""
 
@@ -394,7 +516,9 @@ class RaftNode:
         self.state = state
         conf = make_syncobj_conf(config, on_state_changed, on_ready)
         align_journal_with_dump(conf.journalFile, conf.fullDumpFile)
-        self.sync = SyncObj(config.me.raft, config.peer_raft_addresses(), conf=conf, consumers=[state])
+        self.sync = _ReadFirstSyncObj(config.me.raft, config.peer_raft_addresses(), conf=conf, consumers=[state])
+        self.tick_gaps = TickGaps(stall_ms=int(config.raft.raft_min_timeout_s * 1000 / 2))
+        self.sync.addOnTickCallback(self.tick_gaps.on_tick)
 
     def submit(self, command: Command, callback: Callable[[Any, int], None]) -> None:
         """Hand one command to pysyncobj (non-blocking); ``callback(result, fail_reason)`` on its thread."""

@@ -45,7 +45,11 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 
 def error_response(err: FerryError) -> web.Response:
-    return _json(err.to_json(), status=err.error.http_status)
+    response = _json(err.to_json(), status=err.error.http_status)
+    retry_after_ms = (err.details or {}).get("retry_after_ms")
+    if isinstance(retry_after_ms, int):
+        response.headers["Retry-After"] = str(max(1, -(-retry_after_ms // 1000)))  # whole seconds, rounded up
+    return response
 
 
 class ControllerMetrics:
@@ -121,6 +125,9 @@ class ControllerServer:
         while True:
             await asyncio.sleep(interval_s)
             try:
+                if not self.controller.is_leader and self.state.pending_records > 0:
+                    # a follower's image: replayed here, off the Raft thread (see CommittedLog)
+                    await self.loop.run_in_executor(None, self.state.materialize)
                 self.controller.expire_inflight()
                 if self.controller.active:
                     self.controller.enqueue_internal("tick")
@@ -206,7 +213,14 @@ class ControllerServer:
             if item["op"] not in self.write_ops:
                 raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown write operation {item['op']!r}")
         timeout_s = self.config.request_timeout_ms / 1000
-        futures = [self.controller.submit(item["op"], item.get("args", {})) for item in ops]
+        futures: list[asyncio.Future[tuple[dict[str, Any], int]]] = []
+        for item in ops:
+            try:
+                futures.append(self.controller.submit(item["op"], item.get("args", {})))
+            except FerryError as e:  # not admitted (load) or not the leader: that operation's answer
+                failed: asyncio.Future[tuple[dict[str, Any], int]] = self.loop.create_future()
+                failed.set_exception(e)
+                futures.append(failed)
         _done, pending = await asyncio.wait(futures, timeout=timeout_s)
         for fut in pending:
             fut.cancel()
@@ -372,6 +386,10 @@ class ControllerServer:
             "high_watermark": self.state.high_watermark,
             "log_start_offset": self.state.log_start_offset,
             "image_offset": self.state.image.offset,
+            "queue_depth": self.controller.queue_depth,
+            "shed_ops": self.controller.shed_ops,
+            "raft_tick_gap_max_ms": round(self.node.tick_gaps.max_gap_ms, 1),
+            "raft_tick_stalls": self.node.tick_gaps.stalls,
             "uptime_ms": now_ms() - self.started_ms,
         })
 

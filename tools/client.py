@@ -21,9 +21,12 @@ from kafka.partitioner.default import murmur2
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from metadata_quorum.backoff import Backoff, retry_after_ms_of
 from metadata_quorum.errors import ErrorCode, FerryError
 
 RETRIABLE_CONNECTION_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError, ConnectionError)
+PRODUCER_BACKOFF_MAX_MS = 250.0  # a move makes a partition unavailable for ~0.1 s: retry soon after it
+CONSUMER_BACKOFF_MAX_MS = 1000.0
 
 
 @dataclass(frozen=True, order=True)
@@ -264,6 +267,9 @@ class Producer:
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_s = retry_backoff_ms / 1000
+        # Kafka's retry.backoff.ms doubling up to retry.backoff.max.ms, with jitter: thousands of
+        # partitions failing together (a bulk move) must not retry in lockstep
+        self.backoff = Backoff(initial_ms=max(1.0, float(retry_backoff_ms)), max_ms=PRODUCER_BACKOFF_MAX_MS)
         self.producer_id = random.randrange(1, 2**62) if idempotent else -1
         self._queues: dict[TopicPartition, _PartitionQueue] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -384,6 +390,7 @@ class Producer:
         timeout = aiohttp.ClientTimeout(total=self.request_timeout_ms / 1000)
         last_error: BaseException | None = None
         refresh = False
+        attempt = 0
         while True:
             now = time.monotonic()
             if now >= deadline:
@@ -406,7 +413,8 @@ class Producer:
                     last_error = FerryError(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp} has no leader")
                 refresh = True
                 self.retries += 1
-                await asyncio.sleep(self.retry_backoff_s)
+                await asyncio.sleep(self.backoff.delay_s(attempt))
+                attempt += 1
                 continue
             broker_id, url = leader
             try:
@@ -434,7 +442,8 @@ class Producer:
                 return
             refresh = True
             self.retries += 1
-            await asyncio.sleep(self.retry_backoff_s)
+            await asyncio.sleep(self.backoff.delay_s(attempt, retry_after_ms_of(getattr(last_error, "details", None))))
+            attempt += 1
 
 
 # ---------------------------------------------------------------- consumer
@@ -450,12 +459,17 @@ class Consumer:
         max_wait_ms: int = 200,
         request_timeout_ms: int = 10_000,
         retry_backoff_ms: int = 20,
+        api_timeout_ms: int = 60_000,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_s = retry_backoff_ms / 1000
+        self.backoff = Backoff(initial_ms=max(1.0, float(retry_backoff_ms)), max_ms=CONSUMER_BACKOFF_MAX_MS)
+        # Kafka's default.api.timeout.ms: how long offset look-ups retry retriable errors (a
+        # partition that is moving answers NOT_LEADER_OR_FOLLOWER until its new owner serves)
+        self.api_timeout_ms = api_timeout_ms
         self.positions: dict[TopicPartition, int] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -519,7 +533,8 @@ class Consumer:
         params = {"offset": str(self.positions[tp]), "max_bytes": str(self.max_bytes), "max_wait_ms": str(wait_ms)}
         try:
             data, headers = await self._leader_request(
-                tp, "GET", f"/v1/fetch/{tp.topic}/{tp.partition}", params, raw=True)
+                tp, "GET", f"/v1/fetch/{tp.topic}/{tp.partition}", params, raw=True,
+                api_timeout_ms=0)  # a poll does not wait for one partition: the next poll retries it
         except FerryError as exc:
             if not exc.retriable:
                 raise
@@ -533,14 +548,21 @@ class Consumer:
         return records
 
     async def _leader_request(self, tp: TopicPartition, method: str, path: str, params: dict[str, str],
-                              raw: bool = False) -> Any:
-        """One request to the partition's leader; refresh metadata and retry once on a retriable error."""
+                              raw: bool = False, api_timeout_ms: int | None = None) -> Any:
+        """One request to the partition's leader. A retriable error (no leader, a leader that moved,
+        a connection refused) refreshes the metadata and retries with backoff until the API timeout,
+        as Kafka's consumer does; other errors are raised at once."""
         assert self._session is not None and self.metadata is not None
         timeout = aiohttp.ClientTimeout(total=self.request_timeout_ms / 1000 + int(params.get("max_wait_ms", 0)) / 1000)
         last: BaseException | None = None
-        for attempt in range(2):
+        deadline = time.monotonic() + (self.api_timeout_ms if api_timeout_ms is None else api_timeout_ms) / 1000
+        attempt = 0
+        while attempt < 2 or time.monotonic() < deadline:  # at least one retry after a metadata refresh
             if attempt:
-                await asyncio.sleep(self.retry_backoff_s)
+                delay_s = self.backoff.delay_s(attempt - 1, retry_after_ms_of(getattr(last, "details", None)))
+                await asyncio.sleep(max(0.0, min(delay_s, deadline - time.monotonic())))
+            attempt += 1
+            if attempt > 1:
                 try:
                     await self.metadata.refresh()
                 except FerryError as exc:

@@ -179,9 +179,9 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
                 f"stream {stream_id} ends at offset {stream.end_offset}; a commit must start there, not at {start}",
                 {"stream_id": stream_id, "end_offset": stream.end_offset},
             )
+        # replaying the object record moves the stream's end offset to ``end`` (one record per range)
         records.append(StreamObjectRecord(object_key=object_key, stream_id=stream_id, start_offset=start,
                                           end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms))
-        records.append(replace(stream.to_record(), end_offset=end))
     return ControllerResult(tuple(records), {})
 
 

@@ -146,7 +146,13 @@ async def test_restart_recovers_log_and_image(controller_factory: Any) -> None:
     await ctl.start()
     assert await hw(ctl) >= before_hw  # a new term writes its NoOp
     _, after_log = await ctl.get(f"/v1/log?offset={start}")
-    assert after_log["records"][: len(before_log["records"])] == before_log["records"]
+    if "snapshot" in after_log:
+        # A node drops old batches once its image covers them, and a restarted node replays its
+        # journal before its image catches up: it may have dropped further. The snapshot then
+        # covers everything the old read returned.
+        assert after_log["snapshot"]["offset"] >= before_log["records"][-1]["offset"]
+    else:
+        assert after_log["records"][: len(before_log["records"])] == before_log["records"]
     status, body = await ctl.post("/v1/read/get_kv", {"key": "p5"})
     assert body["reply"]["value"] == "59"
     _, after_snap = await ctl.get("/v1/snapshot")

@@ -18,7 +18,8 @@ PEERS = {"1": {"raft": "127.0.0.1:9001", "http": "127.0.0.1:8001"},
 def test_defaults_are_tuned_for_latency() -> None:
     config = parse_config({"controllers": PEERS, "data_dir": "/d"}, 2)
     assert config.raft.append_entries_use_batch is False
-    assert (config.raft.raft_min_timeout_s, config.raft.raft_max_timeout_s) == (0.2, 0.4)
+    assert (config.raft.raft_min_timeout_s, config.raft.raft_max_timeout_s) == (0.5, 0.8)
+    assert config.raft.append_entries_batch_size_bytes >= 64 * 1024 * 1024  # never split an entry
     assert config.raft.connection_timeout_s == 3.5
     assert config.peer_raft_addresses() == ["127.0.0.1:9001", "127.0.0.1:9003"]
     assert config.node_data_dir == "/d/controller-2"
@@ -42,7 +43,7 @@ def test_a_single_controller_ticks_often() -> None:
     ({"controllers": {"1": {"raft": "h:1", "http": "h:port"}}, "data_dir": "/d"}, 1, "is not host:port"),
     ({"controllers": PEERS, "data_dir": "/d", "session_timeout_ms": 0}, 1, "must be a positive integer"),
     ({"controllers": PEERS, "data_dir": "/d", "raft": {"speed": 1}}, 1, "unknown raft settings"),
-    ({"controllers": PEERS, "data_dir": "/d", "raft": {"append_entries_period_s": 0.1}}, 1, "must exceed 3"),
+    ({"controllers": PEERS, "data_dir": "/d", "raft": {"append_entries_period_s": 0.2}}, 1, "must exceed 3"),
 ])
 def test_bad_configs_are_invalid_config_with_a_reason(data: dict[str, Any], node_id: int, words: str) -> None:
     with pytest.raises(FerryError) as err:
