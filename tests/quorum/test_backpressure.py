@@ -64,7 +64,7 @@ async def test_batcher_sends_concurrent_writes_together_and_retries_only_the_ref
                 answers.append({"reply": {"n": n}, "offset": n})
         return answers
 
-    batcher = WriteBatcher(write_many, timeout_ms=5000, linger_ms=1, max_batch_ops=400,
+    batcher = WriteBatcher(write_many, timeout_ms=5000, linger_ms=20, max_batch_ops=400,
                            backoff=Backoff(initial_ms=1, max_ms=10))
     results = await asyncio.gather(*(batcher.write("open_stream", {"n": n}) for n in range(1000)),
                                    return_exceptions=True)
