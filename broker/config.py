@@ -30,6 +30,9 @@ class BrokerConfig:
     log_dirs: tuple[str, ...]
     host: str = "127.0.0.1"
     port: int = 0
+    kafka_port: int | None = None  # the Kafka listener's port (0: any free port); None: no listener
+    kafka_max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+    cluster_id: str = "ferry-local"
     rack: str | None = None
     wal_root: str | None = None
     wal_dir: str | None = None
@@ -112,6 +115,10 @@ def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> Brok
     for name in ("heartbeat_interval_ms", "session_timeout_ms", "metrics_interval_ms"):
         if name in values and int(values[name]) <= 0:
             raise FerryError(ErrorCode.INVALID_CONFIG, f"{name} must be positive")
+    kafka_port = values.get("kafka_port")
+    if kafka_port is not None and (not isinstance(kafka_port, int) or isinstance(kafka_port, bool)
+                                   or not 0 <= kafka_port <= 65535):
+        raise FerryError(ErrorCode.INVALID_CONFIG, f"kafka_port {kafka_port!r} must be an integer in 0..65535")
     cfg = BrokerConfig(**values)
     if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
         raise FerryError(ErrorCode.INVALID_CONFIG, "heartbeat_interval_ms must be below session_timeout_ms")

@@ -15,10 +15,12 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from broker import admission
 from broker.config import BrokerConfig, load_config, wal_dirs_of
 from broker.heartbeat import Heartbeater
 from broker.load_sampler import LoadSampler, PartitionLoad
@@ -27,6 +29,9 @@ from broker.metrics import BrokerMetrics
 from broker.partition_manager import PartitionManager, Slot
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
+from broker.kafka.handlers import kafka_handlers
+from broker.kafka.listener import KafkaListener
+from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -60,6 +65,35 @@ async def errors_middleware(request: web.Request, handler: Any) -> web.StreamRes
     except Exception as exc:  # noqa: BLE001 - every answer carries a Kafka error name
         log.exception("unexpected error in %s %s", request.method, request.path)
         return error_response(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+def _partition_param(request: web.Request) -> int:
+    raw = request.match_info["partition"]
+    try:
+        return int(raw)
+    except ValueError:
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"partition {raw!r} is not an integer") from None
+
+
+def _epoch_param(request: web.Request) -> int | None:
+    raw = request.query.get("leader_epoch")
+    return None if raw in (None, "", "-1") else _int_param(request, "leader_epoch")
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    leader_epoch: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    data: bytes
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
 
 
 def _int_param(request: web.Request, name: str, default: int | None = None) -> int:
@@ -105,6 +139,12 @@ class Broker:
         self.stopped = asyncio.Event()
         self._lease_warned_mono_s = -1e9
         self.url = config.advertised_url
+        self.cluster_id = config.cluster_id
+        self.kafka: KafkaListener | None = None
+
+    @property
+    def image(self) -> MetadataImage | None:
+        return self.manager.image if self.manager is not None else None
 
     # ------------------------------------------------------------------ controller calls
     async def _write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +154,8 @@ class Broker:
         return await self.session_client.write(op, args)
 
     def _registration(self) -> dict[str, Any]:
-        return {"endpoints": [self.url], "rack": self.config.rack,
+        endpoints = [self.url] + ([f"kafka://{self.config.host}:{self.kafka.port}"] if self.kafka is not None else [])
+        return {"endpoints": endpoints, "rack": self.config.rack,
                 "log_dirs": [{"dir_id": d.dir_id, "path": d.path} for d in self.log_dirs.dirs]}
 
     def _metadata_offset(self) -> int:
@@ -144,6 +185,11 @@ class Broker:
             port = self._runner.addresses[0][1]
             self.url = f"http://{self.config.host}:{port}"
         log.info("broker %d listening on %s", self.broker_id, self.url)
+        if self.config.kafka_port is not None:
+            self.kafka = KafkaListener(kafka_handlers(self), self.config.host, self.config.kafka_port,
+                                       self.config.kafka_max_request_bytes)
+            await self.kafka.start()
+            log.info("broker %d Kafka listener on %s:%d", self.broker_id, self.config.host, self.kafka.port)
         epoch = await self.heartbeater.register()
         self.object_store = open_object_store(self.config)
         wal_dirs = wal_dirs_for(self.config, {d.path: d.dir_id for d in self.log_dirs.dirs})
@@ -211,6 +257,8 @@ class Broker:
             await self.manager.cancel_tasks()
         if self.storages:
             await close_storage(list(self.storages.values()), self.object_store)
+        if self.kafka is not None:
+            await self.kafka.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         await self.batcher.close()
@@ -224,70 +272,50 @@ class Broker:
         return [PartitionLoad(s.topic, s.tp.partition, s.replica.counters, s.replica.size_bytes)
                 for s in self.manager.serving() if s.replica is not None]
 
-    # ------------------------------------------------------------------ leadership checks
-    def _slot_for(self, request: web.Request, for_write: bool) -> Slot:
-        topic = request.match_info["topic"]
-        try:
-            partition = int(request.match_info["partition"])
-        except ValueError:
-            raise FerryError(ErrorCode.INVALID_REQUEST, f"partition {request.match_info['partition']!r} "
-                             "is not an integer") from None
-        if self.manager is None:
-            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} is starting")
+    # ------------------------------------------------------------------ the core both front ends call
+    def _view(self, topic: str, partition: int) -> admission.LeaderView | None:
+        assert self.manager is not None
         image = self.manager.image
         topic_id = image.topics.by_name.get(topic)
         reg = image.topics.partition(topic_id, partition) if topic_id is not None else None
-        if reg is None:
-            raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                             f"this broker does not know partition {topic}-{partition} (metadata offset {image.offset})")
+        return admission.LeaderView(reg.leader, reg.leader_epoch) if reg is not None else None
+
+    def leader_url(self, broker_id: int) -> str | None:
+        if self.manager is None or broker_id == NO_LEADER:
+            return None
+        reg = self.manager.image.cluster.brokers.get(broker_id)
+        return reg.endpoints[0] if reg is not None and reg.endpoints else None
+
+    def partition_slot(self, topic: str, partition: int, for_write: bool, client_leader_epoch: int | None = None) -> Slot:
+        """The slot serving ``topic-partition`` here, or the Kafka error the client gets."""
+        if self.manager is None:
+            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} is starting")
+        view = self._view(topic, partition)
         slot = self.manager.slot_by_name(topic, partition)
         if slot is not None and slot.status.accepts_produce and slot.replica is not None and \
                 slot.replica.streams_fenced:
             self.manager.on_fenced(slot, FerryError(ErrorCode.STREAM_FENCED, "an upload of this partition was fenced"))
-        if slot is None or not slot.status.accepts_produce or slot.replica is None or slot.replica.closed:
-            raise self._not_leader(topic, partition, reg.leader, reg.leader_epoch, slot)
-        want = request.query.get("leader_epoch")
-        if want not in (None, "", "-1"):
-            client_epoch = _int_param(request, "leader_epoch")
-            if client_epoch < slot.replica.leader_epoch:
-                raise FerryError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {client_epoch} of {topic}-{partition} "
-                                 f"is older than the current {slot.replica.leader_epoch}",
-                                 {"leader_epoch": slot.replica.leader_epoch})
-            if client_epoch > slot.replica.leader_epoch:
-                raise FerryError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {client_epoch} of {topic}-{partition} "
-                                 f"is newer than this broker's {slot.replica.leader_epoch}",
-                                 {"leader_epoch": slot.replica.leader_epoch})
-        if for_write and not self.write_lease_valid():
-            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} has not heard from the "
-                             "controllers within its session timeout and may have been fenced")
+        state = None
+        if slot is not None:
+            state = admission.ServingState(
+                accepts_requests=slot.status.accepts_produce and slot.replica is not None,
+                state_name=slot.status.state.value, replica_closed=slot.replica is None or slot.replica.closed,
+                replica_leader_epoch=slot.replica.leader_epoch if slot.replica is not None else -1)
+        admission.check_serving(topic, partition, self.broker_id, view, state,
+                                self.leader_url(view.leader) if view is not None else None)
+        assert slot is not None and slot.replica is not None
+        admission.check_leader_epoch(topic, partition, client_leader_epoch, slot.replica.leader_epoch)
+        if for_write:
+            admission.check_write_lease(self.broker_id, self.write_lease_valid())
         return slot
 
     def _confirm_ack(self, topic: str, slot: Slot, replica: Any, lease_until_mono_s: float | None = None) -> None:
-        """Checked after the WAL sync, with no await before the answer: the lease still holds and
-        the (fresh) image still names this broker leader at the epoch the write was made with.
-        A broker paused between the sync and here may have been fenced and its partition moved;
-        the lease then lapsed, and if it was renewed meanwhile the caught-up image shows the move.
-
-        ``lease_until_mono_s`` is when the lease held at the start of the write ends. If that same
-        lease still holds, no controller can have fenced this broker, so no other owner can open
-        the streams before this broker closes them — and its close uploads every synced write. A
-        write that raced a move is then in the log and is acknowledged (refusing it would make a
-        retry write it twice)."""
-        if not self.write_lease_valid():
-            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} lost its lease while "
-                             "writing; the write is not acknowledged (retry)")
-        if lease_until_mono_s is not None and time.monotonic() < lease_until_mono_s and not replica.fenced:
-            return
-        assert self.manager is not None
-        image = self.manager.image
-        topic_id = image.topics.by_name.get(topic)
-        reg = image.topics.partition(topic_id, slot.tp.partition) if topic_id is not None else None
-        if reg is None or reg.leader != self.broker_id or reg.leader_epoch != replica.leader_epoch or \
-                replica.fenced or slot.replica is not replica:
-            leader = reg.leader if reg is not None else NO_LEADER
-            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{slot.tp.partition} moved away from broker "
-                             f"{self.broker_id} while the write was in flight; it is not acknowledged (retry)",
-                             {"leader_id": leader, "leader_epoch": reg.leader_epoch if reg is not None else -1})
+        """See :func:`admission.may_acknowledge`: checked after the WAL sync, no await before the answer."""
+        admission.may_acknowledge(
+            topic, slot.tp.partition, self.broker_id, lease_valid=self.write_lease_valid(),
+            now_mono_s=time.monotonic(), lease_until_mono_s=lease_until_mono_s, replica_fenced=replica.fenced,
+            replica_leader_epoch=replica.leader_epoch, same_replica=slot.replica is replica,
+            view=self._view(topic, slot.tp.partition))
 
     def write_lease_valid(self) -> bool:
         """Writes are acknowledged only with a live heartbeat lease and a recently caught-up image."""
@@ -301,39 +329,19 @@ class Broker:
         return heartbeat_ok and fresh
 
     def _not_leader(self, topic: str, partition: int, leader: int, leader_epoch: int, slot: Slot | None) -> FerryError:
-        url = None
-        if self.manager is not None and leader != NO_LEADER:
-            reg = self.manager.image.cluster.brokers.get(leader)
-            url = reg.endpoints[0] if reg is not None and reg.endpoints else None
-        if leader == self.broker_id:
-            state = slot.status.state.value if slot is not None else "CLOSED"
-            why = f"partition {topic}-{partition} is {state.lower()} on broker {self.broker_id}"
-        elif leader == NO_LEADER:
-            why = f"partition {topic}-{partition} is moving and has no leader right now"
-        else:
-            why = f"broker {self.broker_id} does not lead {topic}-{partition}; broker {leader} does"
-        return FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, why,
-                          {"leader_id": leader, "leader_url": url, "leader_epoch": leader_epoch})
+        return admission.not_leader(topic, partition, self.broker_id, admission.LeaderView(leader, leader_epoch),
+                                    slot.status.state.value if slot is not None else None, self.leader_url(leader))
 
-    # ------------------------------------------------------------------ produce
-    async def produce(self, request: web.Request) -> web.Response:
+    async def append_records(self, topic: str, partition: int, body: bytearray, acks: int,
+                             client_leader_epoch: int | None = None) -> AppendResult:
+        """Validate, append and (for acks != 0) wait for the WAL sync of one partition's batch.
+
+        Everything up to ``replica.append`` runs without an await, so requests handled in
+        arrival order reach the WAL in that order (a pipelining idempotent producer relies on it)."""
         started = time.monotonic()
-        topic = request.match_info["topic"]
         try:
-            acks_raw = request.query.get("acks", "-1")
-            acks = -1 if acks_raw == "all" else int(acks_raw)
-            if acks not in (-1, 0, 1):
-                raise ValueError
-        except ValueError:
-            self.metrics.produce_errors.labels("INVALID_REQUIRED_ACKS").inc()
-            raise FerryError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.query.get('acks')!r}; use -1, 1 or 0") from None
-        try:
-            slot = self._slot_for(request, for_write=True)
-            try:
-                body = bytearray(await request.read())
-            except web.HTTPRequestEntityTooLarge:
-                raise FerryError(ErrorCode.MESSAGE_TOO_LARGE, f"the record batch exceeds max_batch_bytes "
-                                 f"{self.config.max_batch_bytes}") from None
+            admission.check_acks(acks)
+            slot = self.partition_slot(topic, partition, for_write=True, client_leader_epoch=client_leader_epoch)
             if len(body) > self.config.max_batch_bytes:
                 raise FerryError(ErrorCode.MESSAGE_TOO_LARGE,
                                  f"record batch of {len(body)} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
@@ -350,68 +358,108 @@ class Broker:
             if acks == 0:
                 task = asyncio.ensure_future(append)
                 task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
-                return web.json_response({"base_offset": -1, "last_offset": -1, "leader_epoch": replica.leader_epoch,
-                                          "log_append_time_ms": -1, "log_start_offset": replica.log_start_offset})
+                return AppendResult(-1, -1, replica.leader_epoch, replica.log_start_offset)
             try:
                 base, last = await append
             except FerryError as exc:
                 if exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH):
                     assert self.manager is not None
                     self.manager.on_fenced(slot, exc)
-                    raise self._not_leader(topic, slot.tp.partition, -1, replica.leader_epoch, slot) from exc
+                    raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
                 if exc.error is ErrorCode.STREAM_NOT_OPENED:
-                    raise self._not_leader(topic, slot.tp.partition, -1, replica.leader_epoch, slot) from exc
+                    raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
                 raise
             self._confirm_ack(topic, slot, replica, lease_until_mono_s)
         except FerryError as exc:
             self.metrics.produce_errors.labels(exc.error.name).inc()
             raise
-        self.metrics.observe_produce(topic, slot.tp.partition, len(body), last - base + 1, time.monotonic() - started)
-        return web.json_response({"base_offset": base, "last_offset": last, "leader_epoch": replica.leader_epoch,
-                                  "log_append_time_ms": -1, "log_start_offset": replica.log_start_offset})
+        self.metrics.observe_produce(topic, partition, len(body), last - base + 1, time.monotonic() - started)
+        return AppendResult(base, last, replica.leader_epoch, replica.log_start_offset)
 
-    # ------------------------------------------------------------------ fetch / offsets
-    async def fetch(self, request: web.Request) -> web.StreamResponse:
+    async def read_records(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
+                           client_leader_epoch: int | None = None) -> ReadResult:
+        """Whole batches from ``offset`` (at least one, as Kafka's fetch), long-polling up to
+        ``max_wait_ms`` when nothing is there yet."""
         try:
-            slot = self._slot_for(request, for_write=False)
-            offset = _int_param(request, "offset")
-            max_bytes = _int_param(request, "max_bytes", FETCH_DEFAULT_MAX_BYTES)
-            max_wait_ms = min(_int_param(request, "max_wait_ms", FETCH_DEFAULT_MAX_WAIT_MS),
-                              self.config.fetch_max_wait_ms_limit)
-            if max_bytes <= 0 or max_wait_ms < 0:
-                raise FerryError(ErrorCode.INVALID_REQUEST, "max_bytes must be positive and max_wait_ms not negative")
+            slot = self.partition_slot(topic, partition, for_write=False, client_leader_epoch=client_leader_epoch)
+            if max_bytes <= 0:
+                raise FerryError(ErrorCode.INVALID_REQUEST, "max_bytes must be positive")
+            wait_ms = admission.fetch_wait_ms(max_wait_ms, self.config.fetch_max_wait_ms_limit)
             replica = slot.replica
             assert replica is not None
-            data = await replica.fetch(offset, max_bytes, max_wait_ms)
+            data = await replica.fetch(offset, max_bytes, wait_ms)
         except FerryError as exc:
             self.metrics.fetch_errors.labels(exc.error.name).inc()
             raise
-        labels = (request.match_info["topic"], str(slot.tp.partition))
+        labels = (topic, str(partition))
         self.metrics.fetch_requests.labels(*labels).inc()
         self.metrics.fetch_bytes.labels(*labels).inc(len(data))
         if data:
             replica.counters.records_out += sum(i.offset_count for i in batches.iter_batches(data))
-        return web.Response(body=data, content_type="application/octet-stream", headers={
-            "X-Ferry-High-Watermark": str(replica.high_watermark),
-            "X-Ferry-Log-Start-Offset": str(replica.log_start_offset),
-            "X-Ferry-Leader-Epoch": str(replica.leader_epoch)})
+        return ReadResult(data, replica.high_watermark, replica.log_start_offset, replica.leader_epoch)
 
-    async def list_offsets(self, request: web.Request) -> web.Response:
-        slot = self._slot_for(request, for_write=False)
+    async def offset_at(self, topic: str, partition: int, spec: str, timestamp_ms: int = -1,
+                        client_leader_epoch: int | None = None) -> tuple[int, int, int]:
+        """Kafka's ListOffsets: (offset, timestamp_ms, leader_epoch) for earliest, latest or a timestamp."""
+        slot = self.partition_slot(topic, partition, for_write=False, client_leader_epoch=client_leader_epoch)
         replica = slot.replica
         assert replica is not None
-        spec = request.query.get("spec", "latest")
         if spec == "earliest":
-            return web.json_response({"offset": replica.log_start_offset, "timestamp_ms": -1,
-                                      "leader_epoch": replica.leader_epoch})
+            return replica.log_start_offset, -1, replica.leader_epoch
         if spec == "latest":
-            return web.json_response({"offset": replica.high_watermark, "timestamp_ms": -1,
-                                      "leader_epoch": replica.leader_epoch})
+            return replica.high_watermark, -1, replica.leader_epoch
         if spec == "timestamp":
-            ts = _int_param(request, "timestamp_ms")
-            offset, found_ts = await replica.offset_for_timestamp(ts)
-            return web.json_response({"offset": offset, "timestamp_ms": found_ts, "leader_epoch": replica.leader_epoch})
+            offset, found_ts = await replica.offset_for_timestamp(timestamp_ms)
+            return offset, found_ts, replica.leader_epoch
         raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest or timestamp")
+
+    # ------------------------------------------------------------------ HTTP front end
+    def _slot_for(self, request: web.Request, for_write: bool) -> Slot:
+        topic, partition = request.match_info["topic"], _partition_param(request)
+        return self.partition_slot(topic, partition, for_write, _epoch_param(request))
+
+    async def produce(self, request: web.Request) -> web.Response:
+        topic, partition = request.match_info["topic"], _partition_param(request)
+        acks_raw = request.query.get("acks", "-1")
+        try:
+            acks = -1 if acks_raw == "all" else int(acks_raw)
+            admission.check_acks(acks)
+        except (ValueError, FerryError):
+            self.metrics.produce_errors.labels("INVALID_REQUIRED_ACKS").inc()
+            raise FerryError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks_raw!r}; use -1, 1 or 0") from None
+        # the partition is checked before the body is read, so a refused produce costs no upload
+        try:
+            self.partition_slot(topic, partition, True, _epoch_param(request))
+            try:
+                body = bytearray(await request.read())
+            except web.HTTPRequestEntityTooLarge:
+                raise FerryError(ErrorCode.MESSAGE_TOO_LARGE, f"the record batch exceeds max_batch_bytes "
+                                 f"{self.config.max_batch_bytes}") from None
+        except FerryError as exc:
+            self.metrics.produce_errors.labels(exc.error.name).inc()
+            raise
+        result = await self.append_records(topic, partition, body, acks, _epoch_param(request))
+        return web.json_response({"base_offset": result.base_offset, "last_offset": result.last_offset,
+                                  "leader_epoch": result.leader_epoch, "log_append_time_ms": -1,
+                                  "log_start_offset": result.log_start_offset})
+
+    async def fetch(self, request: web.Request) -> web.StreamResponse:
+        topic, partition = request.match_info["topic"], _partition_param(request)
+        result = await self.read_records(topic, partition, _int_param(request, "offset"),
+                                         _int_param(request, "max_bytes", FETCH_DEFAULT_MAX_BYTES),
+                                         _int_param(request, "max_wait_ms", FETCH_DEFAULT_MAX_WAIT_MS),
+                                         _epoch_param(request))
+        return web.Response(body=result.data, content_type="application/octet-stream", headers={
+            "X-Ferry-High-Watermark": str(result.high_watermark),
+            "X-Ferry-Log-Start-Offset": str(result.log_start_offset),
+            "X-Ferry-Leader-Epoch": str(result.leader_epoch)})
+
+    async def list_offsets(self, request: web.Request) -> web.Response:
+        topic, partition = request.match_info["topic"], _partition_param(request)
+        spec = request.query.get("spec", "latest")
+        ts = _int_param(request, "timestamp_ms") if spec == "timestamp" else -1
+        offset, found_ts, epoch = await self.offset_at(topic, partition, spec, ts, _epoch_param(request))
+        return web.json_response({"offset": offset, "timestamp_ms": found_ts, "leader_epoch": epoch})
 
     # ------------------------------------------------------------------ metadata
     async def metadata(self, request: web.Request) -> web.Response:

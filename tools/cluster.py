@@ -79,6 +79,7 @@ class LocalCluster:
         self.quorum: Quorum | None = None
         self.broker_procs: dict[int, subprocess.Popen[bytes]] = {}
         self.broker_ports: dict[int, int] = {}
+        self.kafka_ports: dict[int, int] = {}
         self.stopped_brokers: set[int] = set()
 
     # -- addresses
@@ -90,6 +91,11 @@ class LocalCluster:
     @property
     def bootstrap_servers(self) -> list[str]:
         return [self.broker_url(b) for b in sorted(self.broker_ports)]
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Kafka clients' ``bootstrap.servers``: every broker's Kafka listener."""
+        return ",".join(f"{LOOPBACK}:{self.kafka_ports[b]}" for b in sorted(self.kafka_ports))
 
     def broker_url(self, broker_id: int) -> str:
         return f"http://{LOOPBACK}:{self.broker_ports[broker_id]}"
@@ -117,10 +123,11 @@ class LocalCluster:
                                        wait=False, **self.controller_overrides)
             self.write_state("starting")  # every pid is on disk before anything is waited for
             self.quorum.wait_leader()
-            ports = free_ports(self.num_brokers)
+            ports = free_ports(2 * self.num_brokers)
             for i in range(self.num_brokers):
                 bid = i + 1
-                self.broker_ports[bid] = ports[i]
+                self.broker_ports[bid] = ports[2 * i]
+                self.kafka_ports[bid] = ports[2 * i + 1]
                 self._write_broker_config(bid)
                 self.start_broker(bid, wait=False)
             self.write_state("starting")
@@ -147,7 +154,7 @@ class LocalCluster:
         dirs = self.broker_log_dirs(bid)
         for d in dirs:
             os.makedirs(d, exist_ok=True)
-        cfg = {"broker_id": bid, "host": LOOPBACK, "port": self.broker_ports[bid],
+        cfg = {"broker_id": bid, "host": LOOPBACK, "port": self.broker_ports[bid], "kafka_port": self.kafka_ports[bid],
                "controllers": self.controller_bootstrap, "log_dirs": dirs,
                "wal_root": os.path.join(self.state_dir, "wal"),
                "s3": {"endpoint_url": self.s3_endpoint, "bucket": self.bucket}, **self.broker_overrides}
@@ -290,7 +297,7 @@ class LocalCluster:
         if bid in self.broker_procs:
             raise ValueError(f"broker {bid} is already running")
         if bid not in self.broker_ports:
-            (self.broker_ports[bid],) = free_ports(1)
+            self.broker_ports[bid], self.kafka_ports[bid] = free_ports(2)
             self._write_broker_config(bid)
         self.start_broker(bid, wait=wait, timeout_s=timeout_s)
         self.write_state()
@@ -343,10 +350,12 @@ class LocalCluster:
             "controllers": [{"id": nid, "url": self.quorum.url(nid), "pid": quorum_procs[nid].pid,
                              "log": self.quorum.log_path(nid)}
                             for nid in sorted(quorum_procs) if self.quorum is not None],
-            "brokers": [{"id": bid, "url": self.broker_url(bid), "pid": proc.pid, "log": self.broker_log_path(bid),
+            "brokers": [{"id": bid, "url": self.broker_url(bid), "kafka": f"{LOOPBACK}:{self.kafka_ports[bid]}",
+                         "pid": proc.pid, "log": self.broker_log_path(bid),
                          "config": self.broker_config_path(bid), "log_dirs": self.broker_log_dirs(bid)}
                         for bid, proc in sorted(self.broker_procs.items())],
             "bootstrap_server": ",".join(u.removeprefix("http://") for u in self.bootstrap_servers),
+            "bootstrap.servers": self.kafka_bootstrap,
             "bootstrap_controller": ",".join(u.removeprefix("http://") for u in self.controller_bootstrap)
             if self.quorum is not None else "",
         }
@@ -388,9 +397,10 @@ def summary(state: dict[str, Any], elapsed_s: float) -> str:
     for c in state.get("controllers", []):
         lines.append(f"  controller {c['id']:<2} {c['url']:<24}  pid {c['pid']:<7}  log {c['log']}")
     for b in state.get("brokers", []):
-        lines.append(f"  broker {b['id']:<6} {b['url']:<24}  pid {b['pid']:<7}  log {b['log']}")
+        lines.append(f"  broker {b['id']:<6} {b['url']:<24}  kafka {b.get('kafka')}  pid {b['pid']:<7}  log {b['log']}")
     d = state["state_dir"]
     lines += ["", f"  --bootstrap-server {state['bootstrap_server']}",
+              f"  bootstrap.servers={state.get('bootstrap.servers', '')}  (Kafka clients)",
               f"  --bootstrap-controller {state['bootstrap_controller']}", "",
               f"Try: ferry topics --bootstrap-server {state['bootstrap_server'].split(',')[0]} --create --topic t --partitions 3",
               f"Stop it with: ferry cluster down --state-dir {d}"]

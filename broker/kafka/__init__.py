@@ -1,0 +1,1 @@
+"""The Kafka wire protocol front end of a broker (see docs/kafka.md)."""

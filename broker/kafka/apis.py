@@ -1,0 +1,59 @@
+"""Which Kafka APIs, at which versions, the listener advertises — only what it implements.
+
+The request classes come from kafka-python's generated messages (pinned in pyproject.toml), so a
+version listed here decodes exactly as Kafka's JSON message spec of that version says.
+Versions are chosen so current librdkafka, aiokafka and kafka-python clients negotiate one they
+share, and stop before versions that need what Ferry lacks (topic ids in Produce v13 / Fetch v13,
+the KIP-848 group protocol, transactions).
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.api_message import ApiMessage
+
+#: api key -> (min version, max version) advertised in ApiVersions
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.Produce: (3, 11),
+    ApiKey.Fetch: (4, 12),
+    ApiKey.ListOffsets: (1, 6),
+    ApiKey.Metadata: (0, 12),
+    ApiKey.ApiVersions: (0, 4),
+    ApiKey.InitProducerId: (0, 4),
+}
+
+
+@lru_cache(maxsize=None)
+def _request_classes() -> dict[int, type[ApiMessage]]:
+    import kafka.protocol as root
+    found: dict[int, type[ApiMessage]] = {}
+    for pkg in ("admin", "consumer", "producer", "metadata"):
+        package = importlib.import_module(f"{root.__name__}.{pkg}")
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            for value in vars(module).values():
+                if isinstance(value, type) and issubclass(value, ApiMessage) and value is not ApiMessage \
+                        and getattr(value, "_json", None) and value._json["type"] == "request" \
+                        and value._class_version is None:
+                    found[value.API_KEY] = value
+    sasl = importlib.import_module(f"{root.__name__}.sasl")
+    for value in vars(sasl).values():
+        if isinstance(value, type) and issubclass(value, ApiMessage) and getattr(value, "_json", None) \
+                and value._json["type"] == "request" and value._class_version is None:
+            found[value.API_KEY] = value
+    return found
+
+
+def request_class(api_key: int) -> type[ApiMessage]:
+    return _request_classes()[api_key]
+
+
+def check_table() -> None:
+    """Every advertised version must exist in the pinned message specs (run by the tests)."""
+    for key, (lo, hi) in SUPPORTED_VERSIONS.items():
+        cls = request_class(key)
+        if hi > cls.max_version or lo < 0 or lo > hi:
+            raise ValueError(f"{cls.name}: advertised {lo}..{hi}, the spec has 0..{cls.max_version}")

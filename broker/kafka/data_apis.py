@@ -1,0 +1,340 @@
+"""The data path over Kafka's protocol: ApiVersions, Metadata, Produce, Fetch, ListOffsets,
+InitProducerId.
+
+Each handler maps a decoded request onto the broker core the HTTP API also uses
+(:class:`BrokerCore`: ``append_records``, ``read_records``, ``offset_at``, and the metadata
+image), so a Kafka client and an HTTP client get the same partitions, moves and guarantees; the
+only work here is translation between Kafka's message fields and the core's values, and
+Kafka's per-partition error reporting.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Protocol, Sequence
+
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+
+from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.wire import Request, api_versions_response
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.image import MetadataImage
+from metadata_quorum.records import NO_LEADER
+
+LATEST_TIMESTAMP = -1  # ListOffsets' special timestamps
+EARLIEST_TIMESTAMP = -2
+ZERO_UUID = uuid.UUID(int=0)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
+
+@dataclass(frozen=True)
+class KafkaEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+class AppendOutcome(Protocol):
+    base_offset: int
+    last_offset: int
+    leader_epoch: int
+    log_start_offset: int
+
+
+class ReadOutcome(Protocol):
+    data: bytes
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
+
+
+class BrokerCore(Protocol):
+    """What the Kafka front end needs of a broker (``broker.server.Broker`` provides it)."""
+
+    broker_id: int
+    cluster_id: str
+
+    @property
+    def image(self) -> MetadataImage | None: ...
+
+    def append_records(self, topic: str, partition: int, body: bytearray, acks: int,
+                       client_leader_epoch: int | None = None) -> Awaitable[AppendOutcome]: ...
+
+    def read_records(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
+                     client_leader_epoch: int | None = None) -> Awaitable[ReadOutcome]: ...
+
+    def offset_at(self, topic: str, partition: int, spec: str, timestamp_ms: int = -1,
+                  client_leader_epoch: int | None = None) -> Awaitable[tuple[int, int, int]]: ...
+
+
+def kafka_endpoint_of(endpoints: Sequence[str]) -> tuple[str, int] | None:
+    """The ``kafka://host:port`` entry of a broker's registered endpoints."""
+    for e in endpoints:
+        if e.startswith("kafka://"):
+            host, _, port = e[len("kafka://"):].rpartition(":")
+            if host and port.isdigit():
+                return host, int(port)
+    return None
+
+
+def kafka_endpoints(image: MetadataImage | None) -> dict[int, KafkaEndpoint]:
+    """Every unfenced broker with a Kafka listener (Kafka's metadata lists live brokers only)."""
+    out: dict[int, KafkaEndpoint] = {}
+    if image is None:
+        return out
+    for bid, reg in sorted(image.cluster.brokers.items()):
+        hp = kafka_endpoint_of(reg.endpoints)
+        if hp is not None and not reg.fenced:
+            out[bid] = KafkaEndpoint(bid, hp[0], hp[1], reg.rack)
+    return out
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """Ferry's topic ids are Kafka's base64 form of a UUID."""
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+
+
+def kafka_error(exc: BaseException) -> tuple[ErrorCode, str | None]:
+    """The Kafka error a client gets for ``exc``: stream-layer errors (Ferry's 500 range) are
+    not Kafka codes, and each means the partition is moving or its storage failed here."""
+    if isinstance(exc, FerryError):
+        code = exc.error
+        if code.code >= 500:
+            code = ErrorCode.KAFKA_STORAGE_ERROR if code is ErrorCode.STREAM_INNER_ERROR \
+                else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return code, exc.message
+    if isinstance(exc, asyncio.TimeoutError):
+        return ErrorCode.REQUEST_TIMED_OUT, "timed out"
+    return ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
+
+
+def _leader_of(exc: BaseException) -> tuple[int, int]:
+    details = exc.details if isinstance(exc, FerryError) and exc.details else {}
+    leader = details.get("leader_id", NO_LEADER)
+    epoch = details.get("leader_epoch", -1)
+    return (leader if isinstance(leader, int) else NO_LEADER), (epoch if isinstance(epoch, int) else -1)
+
+
+class DataApis:
+    """Handlers of the data-path APIs; each returns the response message, or None (acks=0)."""
+
+    def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int]) -> None:
+        self.core = core
+        self.new_producer_id = new_producer_id
+
+    # ------------------------------------------------------------------ ApiVersions
+    async def api_versions(self, req: Request) -> ApiMessage:
+        if req.api_version > SUPPORTED_VERSIONS[ApiVersionsRequest.API_KEY][1]:
+            return api_versions_response(ErrorCode.UNSUPPORTED_VERSION)
+        return api_versions_response()
+
+    # ------------------------------------------------------------------ Metadata
+    async def metadata(self, req: Request) -> ApiMessage:
+        body: MetadataRequest = req.body  # type: ignore[assignment]
+        image = self.core.image
+        live = kafka_endpoints(image)
+        brokers = [MetadataResponse.MetadataResponseBroker(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+                   for e in live.values()]
+        topics_out = []
+        if image is not None:
+            if body.topics is None or (req.api_version == 0 and not body.topics):
+                names = sorted(image.topics.by_name)
+            else:
+                names = [t.name for t in body.topics]
+            for name in names:
+                topics_out.append(self._topic_metadata(image, name, live))
+        return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=self.core.cluster_id,
+                                controller_id=self.core.broker_id, topics=topics_out)
+
+    def _topic_metadata(self, image: MetadataImage, name: str | None, live: dict[int, KafkaEndpoint]) -> object:
+        T = MetadataResponse.MetadataResponseTopic
+        P = T.MetadataResponsePartition
+        topic_id = image.topics.by_name.get(name) if name is not None else None
+        topic = image.topics.by_id.get(topic_id) if topic_id is not None else None
+        if topic is None or topic_id is None:
+            return T(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code, name=name, topic_id=ZERO_UUID,
+                     is_internal=False, partitions=[])
+        parts = []
+        for _, p in sorted(topic.partitions.items()):
+            leader = p.leader if p.leader in live else NO_LEADER
+            error = ErrorCode.NONE if leader != NO_LEADER else ErrorCode.LEADER_NOT_AVAILABLE
+            parts.append(P(error_code=error.code, partition_index=p.partition, leader_id=leader,
+                           leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
+                           offline_replicas=[r for r in p.replicas if r not in live]))
+        return T(error_code=0, name=name, topic_id=topic_uuid(topic_id), is_internal=name in INTERNAL_TOPICS,
+                 partitions=parts)
+
+    # ------------------------------------------------------------------ Produce
+    async def produce(self, req: Request) -> ApiMessage | None:
+        body: ProduceRequest = req.body  # type: ignore[assignment]
+        acks = body.acks
+        jobs: list[tuple[str, int, asyncio.Future[AppendOutcome]]] = []
+        for topic in body.topic_data:
+            for part in topic.partition_data:
+                records = part.records
+                data = bytearray(records) if records else bytearray()
+                # the appends start here, in request order, before any await (see append_records)
+                jobs.append((topic.name, part.index, asyncio.ensure_future(
+                    self._append(topic.name, part.index, data, acks, body.transactional_id))))
+        results = await asyncio.gather(*(j[2] for j in jobs), return_exceptions=True)
+        if acks == 0:
+            return None
+        PR = ProduceResponse.TopicProduceResponse
+        PP = PR.PartitionProduceResponse
+        by_topic: dict[str, list[object]] = {}
+        leaders_named: set[int] = set()
+        for (name, index, _), result in zip(jobs, results):
+            if isinstance(result, BaseException):
+                code, message = kafka_error(result)
+                entry = PP(index=index, error_code=code.code, base_offset=-1, log_append_time_ms=-1,
+                           log_start_offset=-1, record_errors=[], error_message=message)
+                if code is ErrorCode.NOT_LEADER_OR_FOLLOWER and req.api_version >= 10:
+                    leader, epoch = _leader_of(result)
+                    if leader != NO_LEADER:  # KIP-951: name the new leader only when there is one
+                        entry.current_leader = PP.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
+                        leaders_named.add(leader)
+            else:
+                entry = PP(index=index, error_code=0, base_offset=result.base_offset, log_append_time_ms=-1,
+                           log_start_offset=result.log_start_offset, record_errors=[], error_message=None)
+            by_topic.setdefault(name, []).append(entry)
+        live = kafka_endpoints(self.core.image)
+        endpoints = [ProduceResponse.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+                     for bid, e in live.items() if bid in leaders_named] if req.api_version >= 10 else []
+        return ProduceResponse(responses=[PR(name=n, partition_responses=ps) for n, ps in by_topic.items()],
+                               throttle_time_ms=0, node_endpoints=endpoints)
+
+    async def _append(self, topic: str, partition: int, data: bytearray, acks: int,
+                      transactional_id: str | None) -> AppendOutcome:
+        if transactional_id is not None:
+            raise FerryError(ErrorCode.INVALID_TXN_STATE, "transactions are not supported by this broker")
+        if not data:
+            raise FerryError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
+        return await self.core.append_records(topic, partition, data, acks)
+
+    # ------------------------------------------------------------------ Fetch
+    async def fetch(self, req: Request) -> ApiMessage:
+        body: FetchRequest = req.body  # type: ignore[assignment]
+        if req.api_version >= 7 and body.session_id != 0:
+            # incremental fetch sessions are refused: every fetch is a full one (session id 0)
+            return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND.code,
+                                 session_id=0, responses=[], node_endpoints=[])
+        wanted: list[tuple[str, int, int, int, int | None]] = []
+        for topic in body.topics:
+            for p in topic.partitions:
+                epoch = p.current_leader_epoch if req.api_version >= 9 else None
+                wanted.append((topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes, epoch))
+        max_bytes = body.max_bytes if req.api_version >= 3 else 2 ** 31 - 1
+        results = await self._read_all(wanted, 0)
+        total = sum(len(r.data) for r in results if not isinstance(r, BaseException))
+        errors = any(isinstance(r, BaseException) for r in results)
+        if total < max(1, body.min_bytes) and not errors and body.max_wait_ms > 0 and wanted:
+            results = await self._long_poll(wanted, results, body.max_wait_ms)
+        return self._fetch_response(req, wanted, results, max_bytes)
+
+    async def _read_all(self, wanted: list[tuple[str, int, int, int, int | None]],
+                        wait_ms: int) -> list[ReadOutcome | BaseException]:
+        return list(await asyncio.gather(*(self.core.read_records(t, p, off, mb, wait_ms, ep)
+                                           for t, p, off, mb, ep in wanted), return_exceptions=True))
+
+    async def _long_poll(self, wanted: list[tuple[str, int, int, int, int | None]],
+                         first: list[ReadOutcome | BaseException], max_wait_ms: int) -> list[ReadOutcome | BaseException]:
+        """Wait until any partition has data (or the wait ends), then answer with what is there."""
+        tasks = [asyncio.ensure_future(self.core.read_records(t, p, off, mb, max_wait_ms, ep))
+                 for t, p, off, mb, ep in wanted]
+        try:
+            done, _ = await asyncio.wait(tasks, timeout=max_wait_ms / 1000 + 0.05,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                if not t.done():
+                    t.cancel()
+        out: list[ReadOutcome | BaseException] = []
+        for task, before in zip(tasks, first):
+            if task.done() and not task.cancelled():
+                exc = task.exception()
+                out.append(exc if exc is not None else task.result())
+            else:
+                out.append(before)
+        return out
+
+    def _fetch_response(self, req: Request, wanted: list[tuple[str, int, int, int, int | None]],
+                        results: list[ReadOutcome | BaseException], max_bytes: int) -> ApiMessage:
+        FT = FetchResponse.FetchableTopicResponse
+        PD = FT.PartitionData
+        by_topic: dict[str, list[object]] = {}
+        budget = max_bytes
+        for (topic, partition, _off, _mb, _ep), result in zip(wanted, results):
+            if isinstance(result, BaseException):
+                code, _ = kafka_error(result)
+                details = result.details if isinstance(result, FerryError) and result.details else {}
+                entry = PD(partition_index=partition, error_code=code.code,
+                           high_watermark=details.get("high_watermark", -1), last_stable_offset=-1,
+                           log_start_offset=details.get("log_start_offset", -1), aborted_transactions=None,
+                           preferred_read_replica=-1, records=b"")
+                if code is ErrorCode.NOT_LEADER_OR_FOLLOWER or code is ErrorCode.FENCED_LEADER_EPOCH:
+                    leader, epoch = _leader_of(result)
+                    if req.api_version >= 12 and leader != NO_LEADER:
+                        entry.current_leader = PD.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
+            else:
+                data = result.data
+                if budget <= 0 and by_topic:
+                    data = b""  # the response is full; the client asks again from the same offset
+                budget -= len(data)
+                entry = PD(partition_index=partition, error_code=0, high_watermark=result.high_watermark,
+                           last_stable_offset=result.high_watermark, log_start_offset=result.log_start_offset,
+                           aborted_transactions=None, preferred_read_replica=-1, records=data)
+            by_topic.setdefault(topic, []).append(entry)
+        return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
+                             responses=[FT(topic=t, partitions=ps) for t, ps in by_topic.items()], node_endpoints=[])
+
+    # ------------------------------------------------------------------ ListOffsets
+    async def list_offsets(self, req: Request) -> ApiMessage:
+        body: ListOffsetsRequest = req.body  # type: ignore[assignment]
+        LT = ListOffsetsResponse.ListOffsetsTopicResponse
+        LP = LT.ListOffsetsPartitionResponse
+        topics = []
+        for topic in body.topics:
+            parts = []
+            for p in topic.partitions:
+                epoch = p.current_leader_epoch if req.api_version >= 4 else None
+                spec = "latest" if p.timestamp == LATEST_TIMESTAMP else "earliest" \
+                    if p.timestamp == EARLIEST_TIMESTAMP else "timestamp"
+                try:
+                    if spec == "timestamp" and p.timestamp < 0:
+                        raise FerryError(ErrorCode.INVALID_REQUEST, f"timestamp {p.timestamp} is not supported")
+                    offset, ts, leader_epoch = await self.core.offset_at(topic.name, p.partition_index, spec,
+                                                                         p.timestamp, epoch)
+                    parts.append(LP(partition_index=p.partition_index, error_code=0, timestamp=ts, offset=offset,
+                                    leader_epoch=leader_epoch))
+                except Exception as exc:  # noqa: BLE001 - reported per partition, as Kafka does
+                    code, _ = kafka_error(exc)
+                    parts.append(LP(partition_index=p.partition_index, error_code=code.code, timestamp=-1,
+                                    offset=-1, leader_epoch=-1))
+            topics.append(LT(name=topic.name, partitions=parts))
+        return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+    # ------------------------------------------------------------------ InitProducerId
+    async def init_producer_id(self, req: Request) -> ApiMessage:
+        body: InitProducerIdRequest = req.body  # type: ignore[assignment]
+        if body.transactional_id is not None:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_TXN_STATE.code,
+                                          producer_id=-1, producer_epoch=-1)
+        if req.api_version >= 3 and body.producer_id >= 0:
+            # KIP-360: an idempotent producer bumps its epoch after an unknown sequence error
+            epoch = body.producer_epoch + 1
+            if epoch > 32767:
+                return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=self.new_producer_id(),
+                                              producer_epoch=0)
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=body.producer_id,
+                                          producer_epoch=epoch)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=self.new_producer_id(),
+                                      producer_epoch=0)

@@ -1,0 +1,31 @@
+"""Which handler answers which Kafka API key (the listener's dispatch table)."""
+from __future__ import annotations
+
+import secrets
+
+from kafka.protocol.api_key import ApiKey
+
+from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.data_apis import BrokerCore, DataApis
+from broker.kafka.listener import Handler
+
+
+def new_producer_id() -> int:
+    """A producer id no other producer holds: 62 random bits (a collision needs ~2^31 producers)."""
+    return secrets.randbits(62)
+
+
+def kafka_handlers(core: BrokerCore) -> dict[int, Handler]:
+    data = DataApis(core, new_producer_id)
+    table: dict[int, Handler] = {
+        ApiKey.ApiVersions: data.api_versions,
+        ApiKey.Metadata: data.metadata,
+        ApiKey.Produce: data.produce,  # type: ignore[dict-item]
+        ApiKey.Fetch: data.fetch,
+        ApiKey.ListOffsets: data.list_offsets,
+        ApiKey.InitProducerId: data.init_producer_id,
+    }
+    missing = set(SUPPORTED_VERSIONS) - set(table)
+    if missing:
+        raise RuntimeError(f"advertised Kafka APIs without a handler: {sorted(missing)}")
+    return table

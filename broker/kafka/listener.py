@@ -1,0 +1,140 @@
+"""The Kafka listener: an asyncio TCP server that only moves bytes.
+
+Each connection feeds a :class:`~broker.kafka.wire.KafkaConnection`; each decoded request runs
+as its own task, started in arrival order (so a pipelining producer's appends reach the WAL in
+order), and responses are written strictly in request order, as Kafka requires. A long-poll
+fetch therefore does not hold up a produce pipelined behind it on the same connection, yet the
+client still reads its answers in order. At most ``max_inflight`` requests of one connection are
+in progress; past that the listener stops reading the socket (TCP backpressure).
+
+A malformed or oversized frame closes that connection only; an unexpected failure while
+handling a request is logged and closes its connection (there is no well-formed answer to it).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.api_message import ApiMessage
+
+from broker.kafka.wire import (DEFAULT_MAX_REQUEST_BYTES, KafkaConnection, NeedData, Request, Unsupported,
+                               Violation, encode_response, encode_unsupported)
+
+log = logging.getLogger("ferry.kafka")
+
+Handler = Callable[[Request], Awaitable[ApiMessage | None]]
+READ_CHUNK_BYTES = 256 * 1024
+
+
+class KafkaListener:
+    def __init__(self, handlers: dict[int, Handler], host: str, port: int,
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_inflight: int = 64) -> None:
+        self.handlers = handlers
+        self.host, self.port = host, port
+        self.max_request_bytes = max_request_bytes
+        self.max_inflight = max_inflight
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self.connections_closed_for_violation = 0
+        self.requests_handled = 0
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=READ_CHUNK_BYTES)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        conn = KafkaConnection(self.max_request_bytes)
+        answers: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue(self.max_inflight)
+        sender = asyncio.ensure_future(self._send_in_order(answers, writer))
+        peer = writer.get_extra_info("peername")
+        try:
+            while not sender.done():
+                data = await reader.read(READ_CHUNK_BYTES)
+                if not data:
+                    break
+                conn.receive_data(data)
+                if not await self._dispatch(conn, answers, peer):
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            if not sender.done():
+                try:
+                    answers.put_nowait(None)
+                except asyncio.QueueFull:
+                    sender.cancel()
+                await asyncio.gather(sender, return_exceptions=True)
+            writer.close()
+            self._connections.discard(task)
+
+    async def _dispatch(self, conn: KafkaConnection, answers: asyncio.Queue[asyncio.Future[bytes | None] | None],
+                        peer: object) -> bool:
+        while True:
+            event = conn.next_event()
+            if isinstance(event, NeedData):
+                return True
+            if isinstance(event, Violation):
+                self.connections_closed_for_violation += 1
+                log.info("closing Kafka connection from %s: %s", peer, event.reason)
+                return False
+            if isinstance(event, Unsupported):
+                done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+                done.set_result(encode_unsupported(event))
+                await answers.put(done)
+                continue
+            assert isinstance(event, Request)
+            handler = self.handlers.get(event.api_key)
+            if handler is None:  # advertised but not wired: a bug, answered as unsupported
+                done = asyncio.get_running_loop().create_future()
+                done.set_result(encode_unsupported(Unsupported(event.api_key, event.api_version, event.correlation_id)))
+                await answers.put(done)
+                continue
+            await answers.put(asyncio.ensure_future(self._handle(handler, event)))
+
+    async def _handle(self, handler: Handler, request: Request) -> bytes | None:
+        response = await handler(request)
+        self.requests_handled += 1
+        if response is None:
+            return None
+        return encode_response(request, response)
+
+    async def _send_in_order(self, answers: asyncio.Queue[asyncio.Future[bytes | None] | None],
+                             writer: asyncio.StreamWriter) -> None:
+        while True:
+            item = await answers.get()
+            if item is None:
+                return
+            try:
+                payload = await item
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - no well-formed answer exists: close this connection
+                log.exception("Kafka request failed; closing the connection")
+                writer.close()
+                return
+            if payload is not None:
+                writer.write(payload)
+                await writer.drain()
+
+
+def api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"api {api_key}"

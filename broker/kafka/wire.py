@@ -1,0 +1,158 @@
+"""The Kafka wire protocol of one connection, as a pure state machine beside its socket.
+
+Bytes go in with :meth:`KafkaConnection.receive_data`; :meth:`next_event` hands back whole
+requests (decoded with kafka-python's generated message classes, header v1 or v2 as the API's
+flexible versions say), an :class:`Unsupported` request to answer with ``UNSUPPORTED_VERSION``,
+or a :class:`Violation` after which the connection must be closed (a malformed or oversized
+frame: Kafka closes the connection and nothing else). :meth:`encode_response` frames a
+response for a request. Nothing here touches a socket or a clock, so the fuzz tests drive it
+with millions of bytes in a second.
+
+Parsing is strict: a request must consume its frame exactly (trailing bytes are a violation),
+because a lenient decoder hides a client and a broker that disagree on a version's layout.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Union
+
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
+
+from broker.kafka.apis import SUPPORTED_VERSIONS, request_class
+from metadata_quorum.errors import ErrorCode
+
+DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+_FRAME = struct.Struct(">i")
+_HEADER_START = struct.Struct(">hhi")  # api key, api version, correlation id
+_ERROR_ONLY = struct.Struct(">ih")  # correlation id, error code
+
+
+@dataclass(frozen=True)
+class Request:
+    """A decoded request: ``body`` is the kafka-python message (its header is ``body.header``)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: ApiMessage
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A well-framed request for an API key or version this broker does not advertise."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+@dataclass(frozen=True)
+class Violation:
+    """The peer broke the framing or sent bytes no version of the API decodes: close."""
+
+    reason: str
+
+
+class NeedData:
+    """Not a whole frame yet."""
+
+
+NEED_DATA = NeedData()
+Event = Union[Request, Unsupported, Violation, NeedData]
+
+
+class KafkaConnection:
+    """Frames and decodes the requests of one client connection, in arrival order."""
+
+    def __init__(self, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+        self.max_request_bytes = max_request_bytes
+        self._buf = bytearray()
+        self._closed_reason: str | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed_reason is not None
+
+    def receive_data(self, data: bytes) -> None:
+        if self._closed_reason is None:
+            self._buf += data
+
+    def next_event(self) -> Event:
+        if self._closed_reason is not None:
+            return Violation(self._closed_reason)
+        if len(self._buf) < 4:
+            return NEED_DATA
+        (size,) = _FRAME.unpack_from(self._buf, 0)
+        if size < _HEADER_START.size or size > self.max_request_bytes:
+            return self._violate(f"frame of {size} bytes (must be {_HEADER_START.size}..{self.max_request_bytes})")
+        if len(self._buf) < 4 + size:
+            return NEED_DATA
+        frame = bytes(self._buf[4:4 + size])
+        del self._buf[:4 + size]
+        return self._decode(frame)
+
+    def _violate(self, reason: str) -> Violation:
+        self._closed_reason = reason
+        self._buf.clear()
+        return Violation(reason)
+
+    def _decode(self, frame: bytes) -> Event:
+        api_key, api_version, correlation_id = _HEADER_START.unpack_from(frame, 0)
+        supported = SUPPORTED_VERSIONS.get(api_key)
+        if supported is None or not supported[0] <= api_version <= supported[1]:
+            if api_key == ApiVersionsRequest.API_KEY and api_version > supported[1]:  # type: ignore[index]
+                # Kafka answers a newer ApiVersions at v0 so the client can pick a version it shares
+                return Request(api_key, api_version, correlation_id, None, ApiVersionsRequest[0](), len(frame))
+            return Unsupported(api_key, api_version, correlation_id)
+        cls = request_class(api_key)
+        try:
+            body, consumed = _decode_body(cls, frame, api_version)
+        except Exception as exc:  # noqa: BLE001 - any decode failure of peer bytes is the peer's
+            return self._violate(f"{cls.name} v{api_version} does not decode: {type(exc).__name__}: {exc}")
+        if consumed != len(frame):
+            return self._violate(f"{cls.name} v{api_version}: {len(frame) - consumed} bytes after the request")
+        header = body.header
+        return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+
+
+def _decode_body(cls: type[ApiMessage], frame: bytes, version: int) -> tuple[ApiMessage, int]:
+    """Decode header and body, returning how many bytes were used (the generated decoder's own
+    entry point discards that, and a strict parser needs it)."""
+    import io
+    flexible = cls.flexible_version_q(version)
+    hdr_data = io.BytesIO(frame)
+    header = cls.parse_header(hdr_data, version=version)
+    pos = hdr_data.tell()
+    decode = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls[None])
+    body, pos = decode(memoryview(frame), pos)
+    body._header = header
+    body.API_VERSION = version
+    return body, pos
+
+
+def encode_response(request: Request, response: ApiMessage) -> bytes:
+    """Frame ``response`` for ``request`` (response header v0, or v1 for flexible versions; always
+    v0 for ApiVersions, as Kafka does so that any client can read it)."""
+    version = 0 if isinstance(request.body, ApiVersionsRequest) and request.api_version > \
+        SUPPORTED_VERSIONS[ApiVersionsRequest.API_KEY][1] else request.api_version
+    response.API_VERSION = version
+    response.with_header(correlation_id=request.correlation_id)
+    return bytes(response.encode(header=True, framed=True))
+
+
+def encode_unsupported(event: Unsupported) -> bytes:
+    """The answer to an API key or version not advertised: the correlation id and
+    ``UNSUPPORTED_VERSION``, which is how every response body of the classic versions starts
+    for ApiVersions; a conformant client never sends one, so this only has to be unambiguous."""
+    payload = _ERROR_ONLY.pack(event.correlation_id, ErrorCode.UNSUPPORTED_VERSION.code)
+    return _FRAME.pack(len(payload)) + payload
+
+
+def api_versions_response(error: ErrorCode = ErrorCode.NONE) -> ApiVersionsResponse:
+    keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())]
+    return ApiVersionsResponse(error_code=error.code, api_keys=keys, throttle_time_ms=0)
