@@ -1,0 +1,231 @@
+"""The records inside a Kafka v2 batch: walk them strictly, without building objects unless asked.
+
+Record => length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
+keyLength varint | key | valueLength varint | value | headerCount varint |
+[headerKeyLength varint | headerKey | headerValueLength varint | headerValue].
+
+The walk is the grammar Kafka's DefaultRecord.readFrom reads, made strict where readers disagree,
+so that whatever it accepts every client decodes the same way: a varint is at most 5 bytes and fits
+32 bits, a varlong at most 10 bytes and fits 64 bits (Java truncates wider values, kafka-python does
+not); the record attributes byte is 0 (unused in v2; kafka-python reads it as a varint); a length
+of -1 means null and anything below is refused; a header key is UTF-8 (kafka-python decodes it).
+Every refusal is INVALID_RECORD, as Kafka's InvalidRecordException, naming the record and byte.
+
+Validation calls :func:`walk_records` with no sink: one pass of integer arithmetic over the
+buffer, one- and two-byte varints decoded inline. Readers pass a list to collect :class:`RawRecord`s.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from metadata_quorum.errors import ErrorCode, FerryError
+
+MIN_RECORD_BYTES = 7  # length, attributes, timestamp delta, offset delta, key, value, header count
+_VARINT_MAX_BYTES = 5
+_VARLONG_MAX_BYTES = 10
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """A record as the batch stores it: deltas against the batch header."""
+
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True)
+class RecordsSummary:
+    """What validation needs from the walk: the spread of timestamp deltas."""
+
+    min_timestamp_delta: int
+    max_timestamp_delta: int
+
+
+class _Truncated(Exception):
+    """A field runs past the end of its record or of the buffer."""
+
+
+def _varint(data: bytes | bytearray, position: int, limit: int, max_bytes: int) -> tuple[int, int]:
+    """A zigzag varint of at most ``max_bytes`` bytes whose unsigned form fits 7*max_bytes-3 bits
+    (32 for varints, 64 for varlongs); returns (value, next position). The caller handles the
+    one-byte case inline; this is the slow path."""
+    raw = shift = 0
+    for i in range(max_bytes):
+        if position + i >= limit:
+            raise _Truncated
+        byte = data[position + i]
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            if raw >> (32 if max_bytes == _VARINT_MAX_BYTES else 64):
+                raise ValueError(f"a varint at byte {position} does not fit "
+                                 f"{32 if max_bytes == _VARINT_MAX_BYTES else 64} bits")
+            return (raw >> 1) ^ -(raw & 1), position + i + 1
+        shift += 7
+    raise ValueError(f"a varint at byte {position} is longer than {max_bytes} bytes")
+
+
+def walk_records(data: bytes | bytearray, position: int, end: int, count: int, *, last_offset_delta: int,
+                 consecutive_offsets: bool, where: str = "",
+                 sink: list[RawRecord] | None = None) -> RecordsSummary:
+    """Walk exactly ``count`` records in ``data[position:end]`` and insist they fill it.
+
+    ``consecutive_offsets``: record i must have offset delta i (Kafka's rule for a client's batch);
+    otherwise deltas must increase within 0..``last_offset_delta`` (a batch already in a log).
+    ``where`` qualifies byte positions in messages (e.g. "of the decompressed gzip payload").
+    Raises INVALID_RECORD.
+    """
+    min_delta = max_delta = 0
+    previous_offset = -1
+    index = 0
+    record_start = position
+    try:
+        for index in range(count):
+            record_start = position
+            if position >= end:
+                raise _Truncated
+            byte = data[position]
+            if byte < 0x80:
+                length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            elif data[position + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[position + 1] << 7)
+                length, position = (raw >> 1) ^ -(raw & 1), position + 2
+            else:
+                length, position = _varint(data, position, end, _VARINT_MAX_BYTES)
+            record_end = position + length
+            if length < 0:
+                raise ValueError(f"its length is {length}")
+            if record_end > end:
+                raise ValueError(f"its length {length} runs past the end of the records "
+                                 f"({end - position} bytes remain)")
+            if data[position] != 0:
+                raise ValueError(f"its attributes byte is {data[position]}, but record attributes are unused in v2")
+            position += 1
+            byte = data[position]
+            if byte < 0x80:
+                timestamp_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+            elif data[position + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[position + 1] << 7)
+                timestamp_delta, position = (raw >> 1) ^ -(raw & 1), position + 2
+            else:
+                timestamp_delta, position = _varint(data, position, record_end, _VARLONG_MAX_BYTES)
+            byte = data[position]
+            if byte < 0x80:
+                offset_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+            elif data[position + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[position + 1] << 7)
+                offset_delta, position = (raw >> 1) ^ -(raw & 1), position + 2
+            else:
+                offset_delta, position = _varint(data, position, record_end, _VARINT_MAX_BYTES)
+            if consecutive_offsets:
+                if offset_delta != index:
+                    raise ValueError(f"its offset delta is {offset_delta}, but a producer's batch numbers its "
+                                     f"records 0, 1, 2, ... so it must be {index}")
+            elif not previous_offset < offset_delta <= last_offset_delta:
+                raise ValueError(f"its offset delta {offset_delta} is not above the previous one "
+                                 f"({previous_offset}) and at most the batch's last offset delta {last_offset_delta}")
+            previous_offset = offset_delta
+            if index == 0:
+                min_delta = max_delta = timestamp_delta
+            elif timestamp_delta < min_delta:
+                min_delta = timestamp_delta
+            elif timestamp_delta > max_delta:
+                max_delta = timestamp_delta
+            byte = data[position]
+            if byte < 0x80:
+                key_length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            elif data[position + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[position + 1] << 7)
+                key_length, position = (raw >> 1) ^ -(raw & 1), position + 2
+            else:
+                key_length, position = _varint(data, position, record_end, _VARINT_MAX_BYTES)
+            key_start = position
+            if key_length > 0:
+                position += key_length
+            elif key_length < -1:
+                raise ValueError(f"its key length is {key_length} (-1 is null; nothing below is valid)")
+            if position >= record_end:
+                raise _Truncated
+            byte = data[position]
+            if byte < 0x80:
+                value_length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            elif data[position + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[position + 1] << 7)
+                value_length, position = (raw >> 1) ^ -(raw & 1), position + 2
+            else:
+                value_length, position = _varint(data, position, record_end, _VARINT_MAX_BYTES)
+            value_start = position
+            if value_length > 0:
+                position += value_length
+            elif value_length < -1:
+                raise ValueError(f"its value length is {value_length} (-1 is null; nothing below is valid)")
+            if position >= record_end:
+                raise _Truncated
+            byte = data[position]
+            if byte < 0x80:
+                header_count, position = (byte >> 1) ^ -(byte & 1), position + 1
+            elif data[position + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[position + 1] << 7)
+                header_count, position = (raw >> 1) ^ -(raw & 1), position + 2
+            else:
+                header_count, position = _varint(data, position, record_end, _VARINT_MAX_BYTES)
+            headers: list[tuple[str, bytes | None]] | None = None
+            if header_count:
+                if header_count < 0 or 2 * header_count > record_end - position:
+                    raise ValueError(f"its header count {header_count} cannot fit the "
+                                     f"{record_end - position} bytes left in the record")
+                headers = _walk_headers(data, position, record_end, header_count, sink is not None)
+                position = record_end
+            if position != record_end:
+                raise ValueError(f"its fields end at byte {position}{where}, but its length says "
+                                 f"byte {record_end}")
+            if sink is not None:
+                sink.append(RawRecord(
+                    offset_delta, timestamp_delta,
+                    None if key_length < 0 else bytes(data[key_start:key_start + key_length]),
+                    None if value_length < 0 else bytes(data[value_start:value_start + value_length]),
+                    tuple(headers or ())))
+    except (_Truncated, IndexError):
+        if record_start >= end:
+            raise FerryError(ErrorCode.INVALID_RECORD, f"the batch declares {count} records but its bytes end "
+                             f"after {index}, at byte {end}{where}") from None
+        raise FerryError(ErrorCode.INVALID_RECORD, f"record {index} at byte {record_start}{where} is "
+                         "truncated: a field runs past the end of the record or of the batch") from None
+    except ValueError as exc:
+        raise FerryError(ErrorCode.INVALID_RECORD, f"record {index} at byte {record_start}{where} "
+                         f"is invalid: {exc}") from None
+    if position != end:
+        raise FerryError(ErrorCode.INVALID_RECORD, f"{end - position} bytes remain at byte {position}"
+                         f"{where} after the {count} records the batch declares")
+    return RecordsSummary(min_delta, max_delta)
+
+
+def _walk_headers(data: bytes | bytearray, position: int, record_end: int, count: int,
+                  collect: bool) -> list[tuple[str, bytes | None]] | None:
+    """Check ``count`` headers that must end exactly at ``record_end``; returns them if ``collect``."""
+    headers: list[tuple[str, bytes | None]] | None = [] if collect else None
+    for number in range(count):
+        key_length, position = _varint(data, position, record_end, _VARINT_MAX_BYTES)
+        if key_length < 0:
+            raise ValueError(f"header {number} has key length {key_length} (a header key cannot be null)")
+        if position + key_length > record_end:
+            raise _Truncated
+        try:
+            key = bytes(data[position:position + key_length]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"header {number}'s key is not UTF-8") from None
+        position += key_length
+        value_length, position = _varint(data, position, record_end, _VARINT_MAX_BYTES)
+        if value_length < -1:
+            raise ValueError(f"header {number} has value length {value_length} (-1 is null)")
+        value_start = position
+        position += max(value_length, 0)
+        if position > record_end:
+            raise _Truncated
+        if headers is not None:
+            headers.append((key, None if value_length < 0 else bytes(data[value_start:position])))
+    if position != record_end:
+        raise ValueError(f"its headers end {record_end - position} bytes before its length says")
+    return headers
