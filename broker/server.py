@@ -37,6 +37,7 @@ from metadata_quorum.write_batcher import WriteBatcher
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER
 from stream_storage import batches
+from stream_storage.record_validator import ValidationPolicy, validate_produce_records
 
 log = logging.getLogger("ferry.broker")
 
@@ -86,6 +87,7 @@ class AppendResult:
     last_offset: int
     leader_epoch: int
     log_start_offset: int
+    log_append_time_ms: int
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,9 @@ class Broker:
         self.url = config.advertised_url
         self.cluster_id = config.cluster_id
         self.kafka: KafkaListener | None = None
+        self._policies: dict[str, tuple[Any, ValidationPolicy]] = {}
+        # the broker's message.max.bytes is the default of every topic's max.message.bytes, as in Kafka
+        self._default_policy = ValidationPolicy(max_message_bytes=config.max_batch_bytes)
 
     @property
     def image(self) -> MetadataImage | None:
@@ -280,11 +285,39 @@ class Broker:
         reg = image.topics.partition(topic_id, partition) if topic_id is not None else None
         return admission.LeaderView(reg.leader, reg.leader_epoch) if reg is not None else None
 
+    def _validation_policy(self, topic: str) -> ValidationPolicy:
+        """The topic's record-validation settings, parsed once per change of its configs."""
+        configs = self.image.configs.get("topic", topic) if self.image is not None else {}
+        cached = self._policies.get(topic)
+        if cached is not None and cached[0] is configs:
+            return cached[1]
+        try:
+            policy = ValidationPolicy.from_topic_configs(configs, defaults=self._default_policy)
+        except FerryError:  # a config the controller accepted but the validator cannot use: the defaults
+            log.warning("topic %s has configs the record validator cannot use; using the defaults", topic)
+            policy = self._default_policy
+        self._policies[topic] = (configs, policy)
+        return policy
+
     def leader_url(self, broker_id: int) -> str | None:
         if self.manager is None or broker_id == NO_LEADER:
             return None
         reg = self.manager.image.cluster.brokers.get(broker_id)
         return reg.endpoints[0] if reg is not None and reg.endpoints else None
+
+    def serving_epoch(self, topic: str, partition: int) -> int:
+        slot = self.partition_slot(topic, partition, for_write=False)
+        assert slot.replica is not None
+        return int(slot.replica.leader_epoch)
+
+    async def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        """Create an internal topic (``__consumer_offsets`` on first use), spread over the brokers."""
+        reply = await self.client.write("create_topics", {"topics": [{
+            "name": name, "num_partitions": partitions, "replication_factor": 1, "storage": "s3",
+            "configs": configs}], "validate_only": False})
+        (result,) = reply["topics"]
+        if result.get("error") and result["error"] != "NONE":
+            raise FerryError(ErrorCode.from_name(result["error"]), str(result.get("message", "")))
 
     def partition_slot(self, topic: str, partition: int, for_write: bool, client_leader_epoch: int | None = None) -> Slot:
         """The slot serving ``topic-partition`` here, or the Kafka error the client gets."""
@@ -345,9 +378,8 @@ class Broker:
             if len(body) > self.config.max_batch_bytes:
                 raise FerryError(ErrorCode.MESSAGE_TOO_LARGE,
                                  f"record batch of {len(body)} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
-            infos = batches.validate_batches(body, max_batches=1)
-            if infos[0].records_count <= 0:
-                raise FerryError(ErrorCode.INVALID_RECORD, "the record batch holds no records")
+            validated = validate_produce_records(body, self._validation_policy(topic), int(time.time() * 1000))
+            body, infos = validated.data, validated.infos
             replica = slot.replica
             assert replica is not None
             if self.log_dirs.is_saturated(slot.log_dir):
@@ -358,7 +390,7 @@ class Broker:
             if acks == 0:
                 task = asyncio.ensure_future(append)
                 task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
-                return AppendResult(-1, -1, replica.leader_epoch, replica.log_start_offset)
+                return AppendResult(-1, -1, replica.leader_epoch, replica.log_start_offset, -1)
             try:
                 base, last = await append
             except FerryError as exc:
@@ -374,7 +406,7 @@ class Broker:
             self.metrics.produce_errors.labels(exc.error.name).inc()
             raise
         self.metrics.observe_produce(topic, partition, len(body), last - base + 1, time.monotonic() - started)
-        return AppendResult(base, last, replica.leader_epoch, replica.log_start_offset)
+        return AppendResult(base, last, replica.leader_epoch, replica.log_start_offset, validated.log_append_time_ms)
 
     async def read_records(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
                            client_leader_epoch: int | None = None) -> ReadResult:
@@ -440,7 +472,7 @@ class Broker:
             raise
         result = await self.append_records(topic, partition, body, acks, _epoch_param(request))
         return web.json_response({"base_offset": result.base_offset, "last_offset": result.last_offset,
-                                  "leader_epoch": result.leader_epoch, "log_append_time_ms": -1,
+                                  "leader_epoch": result.leader_epoch, "log_append_time_ms": result.log_append_time_ms,
                                   "log_start_offset": result.log_start_offset})
 
     async def fetch(self, request: web.Request) -> web.StreamResponse:

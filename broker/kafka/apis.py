@@ -23,6 +23,17 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.Metadata: (0, 12),
     ApiKey.ApiVersions: (0, 4),
     ApiKey.InitProducerId: (0, 4),
+    ApiKey.OffsetForLeaderEpoch: (2, 4),
+    ApiKey.FindCoordinator: (0, 4),
+    ApiKey.JoinGroup: (0, 9),
+    ApiKey.SyncGroup: (0, 5),
+    ApiKey.Heartbeat: (0, 4),
+    ApiKey.LeaveGroup: (0, 5),
+    ApiKey.OffsetCommit: (2, 8),
+    ApiKey.OffsetFetch: (1, 8),
+    ApiKey.DescribeGroups: (0, 5),
+    ApiKey.ListGroups: (0, 4),
+    ApiKey.DeleteGroups: (0, 2),
 }
 
 

@@ -17,7 +17,8 @@ from typing import Awaitable, Callable, Protocol, Sequence
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
-from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer.offsets import (ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
+                                             OffsetForLeaderEpochResponse)
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
@@ -48,6 +49,7 @@ class AppendOutcome(Protocol):
     last_offset: int
     leader_epoch: int
     log_start_offset: int
+    log_append_time_ms: int
 
 
 class ReadOutcome(Protocol):
@@ -203,7 +205,8 @@ class DataApis:
                         entry.current_leader = PP.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
                         leaders_named.add(leader)
             else:
-                entry = PP(index=index, error_code=0, base_offset=result.base_offset, log_append_time_ms=-1,
+                entry = PP(index=index, error_code=0, base_offset=result.base_offset,
+                           log_append_time_ms=result.log_append_time_ms,
                            log_start_offset=result.log_start_offset, record_errors=[], error_message=None)
             by_topic.setdefault(name, []).append(entry)
         live = kafka_endpoints(self.core.image)
@@ -321,6 +324,34 @@ class DataApis:
                                     offset=-1, leader_epoch=-1))
             topics.append(LT(name=topic.name, partitions=parts))
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+    # ------------------------------------------------------------------ OffsetForLeaderEpoch
+    async def offset_for_leader_epoch(self, req: Request) -> ApiMessage:
+        """KIP-320's check that a consumer's position survived a leader change. A partition's log
+        is one shared stream that no owner ever truncates (a write is acknowledged only once it
+        is durable in it), so no epoch ever diverges: every epoch up to the current one ends at
+        the log end, and a client's position is always valid."""
+        body: OffsetForLeaderEpochRequest = req.body  # type: ignore[assignment]
+        TR = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+        EO = TR.EpochEndOffset
+        topics = []
+        for topic in body.topics:
+            parts = []
+            for p in topic.partitions:
+                current = p.current_leader_epoch if req.api_version >= 2 else None
+                try:
+                    end, _ts, epoch = await self.core.offset_at(topic.topic, p.partition, "latest",
+                                                                client_leader_epoch=current)
+                    if p.leader_epoch > epoch:
+                        parts.append(EO(error_code=0, partition=p.partition, leader_epoch=-1, end_offset=-1))
+                    else:
+                        parts.append(EO(error_code=0, partition=p.partition, leader_epoch=p.leader_epoch,
+                                        end_offset=end))
+                except Exception as exc:  # noqa: BLE001 - reported per partition, as Kafka does
+                    code, _ = kafka_error(exc)
+                    parts.append(EO(error_code=code.code, partition=p.partition, leader_epoch=-1, end_offset=-1))
+            topics.append(TR(topic=topic.topic, partitions=parts))
+        return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
 
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, req: Request) -> ApiMessage:

@@ -6,7 +6,8 @@ import secrets
 from kafka.protocol.api_key import ApiKey
 
 from broker.kafka.apis import SUPPORTED_VERSIONS
-from broker.kafka.data_apis import BrokerCore, DataApis
+from broker.kafka.data_apis import DataApis
+from broker.kafka.group_apis import GroupApis, GroupsCore
 from broker.kafka.listener import Handler
 
 
@@ -15,8 +16,9 @@ def new_producer_id() -> int:
     return secrets.randbits(62)
 
 
-def kafka_handlers(core: BrokerCore) -> dict[int, Handler]:
+def kafka_handlers(core: GroupsCore) -> dict[int, Handler]:
     data = DataApis(core, new_producer_id)
+    groups = GroupApis(core)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,
@@ -24,6 +26,17 @@ def kafka_handlers(core: BrokerCore) -> dict[int, Handler]:
         ApiKey.Fetch: data.fetch,
         ApiKey.ListOffsets: data.list_offsets,
         ApiKey.InitProducerId: data.init_producer_id,
+        ApiKey.OffsetForLeaderEpoch: data.offset_for_leader_epoch,
+        ApiKey.FindCoordinator: groups.find_coordinator,
+        ApiKey.JoinGroup: groups.join_group,
+        ApiKey.SyncGroup: groups.sync_group,
+        ApiKey.Heartbeat: groups.heartbeat,
+        ApiKey.LeaveGroup: groups.leave_group,
+        ApiKey.OffsetCommit: groups.offset_commit,
+        ApiKey.OffsetFetch: groups.offset_fetch,
+        ApiKey.DescribeGroups: groups.describe_groups,
+        ApiKey.ListGroups: groups.list_groups,
+        ApiKey.DeleteGroups: groups.delete_groups,
     }
     missing = set(SUPPORTED_VERSIONS) - set(table)
     if missing:

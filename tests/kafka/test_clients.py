@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CTP
 
 from tools.admin import Admin
@@ -118,3 +118,201 @@ async def test_librdkafka_idempotent_producer_through_moves_and_a_kill(cluster) 
     assert acked.count() == 3000
     got = await asyncio.to_thread(read_all, cluster.kafka_bootstrap, topic, partitions, 3000)
     assert_read_back_exactly(acked, got)
+
+
+# ---------------------------------------------------------------------- consumer groups, three clients
+from broker.groups import partition_for_group  # noqa: E402
+from broker.kafka.group_apis import OFFSETS_TOPIC  # noqa: E402
+
+
+class ConfluentClient:
+    name = "confluent-kafka"
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+    def produce(self, topic: str, values: list[tuple[int, bytes]], acked: Acked, per_s: float) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+                             "message.timeout.ms": 120000})
+        started = time.monotonic()
+        for i, (partition, value) in enumerate(values):
+            producer.produce(topic, value=value, partition=partition, on_delivery=acked.on_delivery)
+            producer.poll(0)
+            delay = started + (i + 1) / per_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        producer.flush(120)
+
+    def member(self, topic: str, group: str, seen: list[bytes], stop: threading.Event) -> None:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False, "session.timeout.ms": 6000})
+        consumer.subscribe([topic])
+        try:
+            while not stop.is_set():
+                msg = consumer.poll(0.2)
+                if msg is None or msg.error() is not None:
+                    continue
+                seen.append(msg.value())
+                consumer.commit(message=msg, asynchronous=True)
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NO_OFFSET:  # nothing consumed since the last commit
+                    raise
+        finally:
+            consumer.close()
+
+
+class KafkaPythonClient:
+    name = "kafka-python"
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+    def produce(self, topic: str, values: list[tuple[int, bytes]], acked: Acked, per_s: float) -> None:
+        from kafka import KafkaProducer
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
+                                 delivery_timeout_ms=120000, retries=2**31 - 1)
+        started = time.monotonic()
+        futures = []
+        for i, (partition, value) in enumerate(values):
+            futures.append((value, producer.send(topic, value=value, partition=partition)))
+            delay = started + (i + 1) / per_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        producer.flush(120)
+        for value, f in futures:
+            try:
+                md = f.get(timeout=120)
+                with acked.lock:
+                    acked.by_partition.setdefault(md.partition, []).append((md.offset, value))
+            except Exception as exc:  # noqa: BLE001 - reported by the test
+                acked.errors.append(str(exc))
+        producer.close()
+
+    def member(self, topic: str, group: str, seen: list[bytes], stop: threading.Event) -> None:
+        from kafka import KafkaConsumer
+        consumer = KafkaConsumer(topic, bootstrap_servers=self.bootstrap, group_id=group,
+                                 auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=6000)
+        try:
+            while not stop.is_set():
+                for records in consumer.poll(200).values():
+                    seen.extend(r.value for r in records)
+                    consumer.commit_async()
+            consumer.commit()
+        finally:
+            consumer.close()
+
+
+class AioKafkaClient:
+    name = "aiokafka"
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+    def produce(self, topic: str, values: list[tuple[int, bytes]], acked: Acked, per_s: float) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        async def run() -> None:
+            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
+                                        request_timeout_ms=120000)
+            await producer.start()
+            try:
+                started = time.monotonic()
+                pending = []
+                for i, (partition, value) in enumerate(values):
+                    pending.append((value, await producer.send(topic, value=value, partition=partition)))
+                    delay = started + (i + 1) / per_s - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                for value, fut in pending:
+                    try:
+                        md = await fut
+                        with acked.lock:
+                            acked.by_partition.setdefault(md.partition, []).append((md.offset, value))
+                    except Exception as exc:  # noqa: BLE001 - reported by the test
+                        acked.errors.append(str(exc))
+            finally:
+                await producer.stop()
+        asyncio.run(run())
+
+    def member(self, topic: str, group: str, seen: list[bytes], stop: threading.Event) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        async def run() -> None:
+            consumer = AIOKafkaConsumer(topic, bootstrap_servers=self.bootstrap, group_id=group,
+                                        auto_offset_reset="earliest", enable_auto_commit=False,
+                                        session_timeout_ms=6000)
+            await consumer.start()
+            try:
+                while not stop.is_set():
+                    batch = await consumer.getmany(timeout_ms=200)
+                    for records in batch.values():
+                        seen.extend(r.value for r in records)
+                    if batch:
+                        await consumer.commit()
+                await consumer.commit()
+            finally:
+                await consumer.stop()
+        asyncio.run(run())
+
+
+@pytest.mark.parametrize("client_cls", [ConfluentClient, AioKafkaClient, KafkaPythonClient],
+                         ids=lambda c: c.name)
+async def test_a_group_of_two_through_moves_and_a_coordinator_kill(cluster, client_cls) -> None:
+    client = client_cls(cluster.kafka_bootstrap)
+    topic, partitions, group = "gt", 4, f"group-{client.name}"
+    values = [(i % partitions, b"g%06d" % i) for i in range(600)]
+    async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+        await admin.create_topic(topic, partitions)
+        for p in range(partitions):
+            await admin.wait_for_leader(TopicPartition(topic, p), timeout_s=20)
+        acked, stop_a, stop_b = Acked(), threading.Event(), threading.Event()
+        seen_a: list[bytes] = []
+        seen_b: list[bytes] = []
+        member_a = threading.Thread(target=client.member, args=(topic, group, seen_a, stop_a))
+        member_a.start()
+        producing = asyncio.ensure_future(asyncio.to_thread(client.produce, topic, values, acked, 60.0))
+        await asyncio.sleep(2.0)
+        member_b = threading.Thread(target=client.member, args=(topic, group, seen_b, stop_b))
+        member_b.start()  # a rebalance on join
+        tp = TopicPartition(topic, 0)
+        for _ in range(2):  # a data partition back and forth
+            owner = (await admin.wait_for_leader(tp, timeout_s=20)).leader
+            await admin.move_partition(tp, [owner % 3 + 1])
+            await admin.wait_for_leader(tp, leader=owner % 3 + 1, timeout_s=20)
+            await asyncio.sleep(1.0)
+        n = len((await admin.describe_topics([OFFSETS_TOPIC]))[OFFSETS_TOPIC])  # type: ignore[arg-type]
+        coordinator_tp = TopicPartition(OFFSETS_TOPIC, partition_for_group(group, n))
+        victim = (await admin.wait_for_leader(coordinator_tp, timeout_s=20)).leader
+        cluster.kill_broker(victim)  # kill -9 of the group coordinator's owner
+        await asyncio.sleep(1.0)
+        cluster.start_broker(victim, wait=True)
+        stop_b.set()  # a rebalance on leave
+        await asyncio.to_thread(member_b.join, 60)
+        await asyncio.wait_for(producing, 180)
+        deadline = time.monotonic() + 60
+        wanted = {v for _, v in values}
+        while not wanted <= set(seen_a) | set(seen_b) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        stop_a.set()
+        await asyncio.to_thread(member_a.join, 60)
+    assert acked.errors == [] and acked.count() == len(values)
+    assert wanted <= set(seen_a) | set(seen_b), "the group missed acknowledged records"
+    got = await asyncio.to_thread(read_all, cluster.kafka_bootstrap, topic, partitions, len(values))
+    assert_read_back_exactly(acked, got)
+    # committed offsets survived the coordinator's kill: a new member starts where the group stopped
+    extra = [(p, b"late-%d" % p) for p in range(partitions)]
+    late = Acked()
+    await asyncio.to_thread(ConfluentClient(cluster.kafka_bootstrap).produce, topic, extra, late, 1000.0)
+    seen_c: list[bytes] = []
+    stop_c = threading.Event()
+    member_c = threading.Thread(target=client.member, args=(topic, group, seen_c, stop_c))
+    member_c.start()
+    deadline = time.monotonic() + 60
+    while len(seen_c) < len(extra) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)
+    stop_c.set()
+    await asyncio.to_thread(member_c.join, 60)
+    assert sorted(seen_c) == sorted(v for _, v in extra), f"resumed member read {len(seen_c)} records"

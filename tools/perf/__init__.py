@@ -13,6 +13,7 @@ BENCHMARKS: dict[str, str] = {
     "streams": "stream storage: append, upload and read throughput against the S3 endpoint",
     "move": "the six-step partition move, step by step",
     "rebalance": "the PySpark rebalancing planner",
+    "kafka": "real Kafka clients: librdkafka produce vs HTTP vs raw TCP, end-to-end latency, move unavailability",
     "scale": "every partition of 1,000 to 10,000 moved at once: time, elections, fencings, records per move",
 }
 

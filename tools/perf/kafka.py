@@ -1,0 +1,270 @@
+"""`ferry perf kafka [--json] [--quick]`: real Kafka clients against a local cluster.
+
+1. Produce MB/s of a confluent-kafka (librdkafka) producer, 64 KiB batches of 1 KiB records,
+   acks=all, against the HTTP produce path (the same 64 KiB batches POSTed) and a raw asyncio
+   TCP sink (the same bytes in length-prefixed frames, answered unread) — all in the same run,
+   interleaved rounds, medians.
+2. End-to-end latency, produce → consumer-group member, at a steady rate: p50 / p99.
+3. The unavailability a librdkafka producer sees across a move (last acknowledgement before the
+   move's gap → first after it), p50 / p99 over ``--moves`` moves of one partition back and forth.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from rich.console import Console
+from rich.table import Table
+
+from tools.admin import Admin
+from tools.client import TopicPartition, encode_batch
+from tools.cluster import ROOT, LocalCluster
+from tools.move_workload import percentile
+from tools.perf.move import post_bodies, start_raw_sink  # noqa: F401 - start_raw_sink kept for symmetry
+from tools.perf.raw_tcp_sink import send_frames
+
+MiB = 1024 * 1024
+BATCH_BYTES = 64 * 1024
+RECORD_BYTES = 1024
+TARGETS = {"kafka_vs_http": 1.5, "client_move_unavailable_p50_ms": 300, "client_move_unavailable_p99_ms": 1000}
+ROUNDS = 3
+PARTITIONS = 8
+
+
+def librdkafka_produce_mb_s(bootstrap: str, topic: str, total_bytes: int) -> float:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "batch.size": BATCH_BYTES, "linger.ms": 5, "compression.type": "none",
+                         "queue.buffering.max.kbytes": 64 * 1024})
+    value = os.urandom(RECORD_BYTES)
+    count = total_bytes // RECORD_BYTES
+    failures: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    started = time.monotonic()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % PARTITIONS, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if i % 256 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    elapsed = time.monotonic() - started
+    if failures:
+        raise RuntimeError(f"{len(failures)} records failed: {failures[0]}")
+    return count * RECORD_BYTES / MiB / elapsed
+
+
+def start_tcp_sink() -> tuple[subprocess.Popen[bytes], int]:
+    proc = subprocess.Popen([sys.executable, "-m", "tools.perf.raw_tcp_sink"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
+    assert proc.stdout is not None
+    return proc, int(json.loads(proc.stdout.readline())["port"])
+
+
+async def throughput(cluster: LocalCluster, admin: Admin, total_bytes: int) -> dict[str, Any]:
+    topic = "perf-kafka-produce"
+    await admin.create_topic(topic, PARTITIONS, assignments={p: [3] for p in range(PARTITIONS)})
+    for p in range(PARTITIONS):
+        await admin.wait_for_leader(TopicPartition(topic, p), 3)
+    body = encode_batch([(None, os.urandom(RECORD_BYTES), None, None)] * (BATCH_BYTES // RECORD_BYTES))
+    broker = cluster.broker_url(3)
+    requests = max(PARTITIONS, total_bytes // len(body))
+    sink, port = start_tcp_sink()
+    kafka_rounds: list[float] = []
+    http_rounds: list[float] = []
+    raw_rounds: list[float] = []
+    try:
+        await asyncio.to_thread(librdkafka_produce_mb_s, cluster.kafka_bootstrap, topic, total_bytes // 10)
+        for _ in range(ROUNDS):
+            raw_rounds.append(await send_frames(port, body, requests, PARTITIONS, 5))
+            kafka_rounds.append(await asyncio.to_thread(librdkafka_produce_mb_s, cluster.kafka_bootstrap, topic,
+                                                        total_bytes))
+            http_rounds.append(await post_bodies(lambda p: f"{broker}/v1/produce/{topic}/{p}?acks=-1", body,
+                                                 requests, PARTITIONS))
+    finally:
+        from tools.proc import stop_process
+        stop_process(sink)
+        if sink.stdout is not None:
+            sink.stdout.close()
+    kafka, http, raw = (statistics.median(r) for r in (kafka_rounds, http_rounds, raw_rounds))
+    return {"produce_mb_s": kafka, "http_produce_mb_s": http, "raw_tcp_mb_s": raw,
+            "kafka_vs_http": kafka / http if http else None, "kafka_vs_raw": kafka / raw if raw else None,
+            "rounds": {"kafka": kafka_rounds, "http": http_rounds, "raw_tcp": raw_rounds},
+            "bytes_per_round": total_bytes}
+
+
+def end_to_end(bootstrap: str, topic: str, seconds: float, per_s: float) -> dict[str, Any]:
+    """Produce ``per_s`` records a second (each carrying its send time) and read them with a
+    consumer-group member; latency = time read - time sent (one process, one clock)."""
+    latencies_ms: list[float] = []
+    done = threading.Event()
+    ready = threading.Event()
+
+    def consume() -> None:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"perf-e2e-{os.getpid()}",
+                             "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
+                             "enable.auto.commit": True})
+        consumer.subscribe([topic], on_assign=lambda c, parts: ready.set())
+        try:
+            while not done.is_set():
+                msg = consumer.poll(0.1)
+                if msg is None or msg.error() is not None:
+                    continue
+                sent = float(msg.value()[:20])
+                latencies_ms.append((time.time() - sent) * 1000)
+        finally:
+            consumer.close()
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    ready.wait(30)
+    time.sleep(0.5)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 0})
+    end = time.monotonic() + seconds
+    n = 0
+    started = time.monotonic()
+    while time.monotonic() < end:
+        producer.produce(topic, value=b"%20.6f" % time.time() + b" " * 100)
+        producer.poll(0)
+        n += 1
+        delay = started + n / per_s - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    producer.flush(30)
+    time.sleep(1.0)
+    done.set()
+    reader.join(10)
+    return {"e2e_p50_ms": percentile(latencies_ms, 50), "e2e_p99_ms": percentile(latencies_ms, 99),
+            "e2e_records": len(latencies_ms), "e2e_sent": n}
+
+
+async def move_unavailability(admin: Admin, bootstrap: str, moves: int) -> dict[str, Any]:
+    topic = "perf-kafka-move"
+    tp = TopicPartition(topic, 0)
+    await admin.create_topic(topic, 1, assignments={0: [1]})
+    await admin.wait_for_leader(tp, 1)
+    acks: list[float] = []
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 0, "topic.metadata.refresh.interval.ms": 60000})
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is None:
+                with lock:
+                    acks.append(time.monotonic())
+
+        while not stop.is_set():
+            producer.produce(topic, value=b"m" * 100, partition=0, on_delivery=on_delivery)
+            producer.poll(0.002)
+        producer.flush(30)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    gaps_ms: list[float] = []
+    try:
+        await asyncio.sleep(2.0)
+        owner = 1
+        for i in range(moves):
+            target = 2 if owner == 1 else 1
+            started = time.monotonic()
+            await admin.move_partition(tp, [target])
+            await admin.wait_for_leader(tp, target, timeout_s=20)
+            await asyncio.sleep(1.5)
+            with lock:
+                window = [t for t in acks if started - 0.05 <= t <= started + 1.5]
+            # the move's gap: the longest silence between two acknowledgements around it
+            gap = max((b - a for a, b in zip(window, window[1:])), default=None)
+            if gap is not None:
+                gaps_ms.append(gap * 1000)
+            owner = target
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 30)
+    return {"client_move_unavailable_p50_ms": percentile(gaps_ms, 50),
+            "client_move_unavailable_p99_ms": percentile(gaps_ms, 99), "moves": len(gaps_ms),
+            "client_move_unavailable_ms": gaps_ms}
+
+
+async def run(cluster: LocalCluster, total_bytes: int, moves: int, e2e_s: float, console: Console) -> dict[str, Any]:
+    async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+        console.print("  produce: librdkafka vs HTTP vs raw TCP ...")
+        result = await throughput(cluster, admin, total_bytes)
+        console.print("  end-to-end latency ...")
+        await admin.create_topic("perf-kafka-e2e", 3)
+        for p in range(3):
+            await admin.wait_for_leader(TopicPartition("perf-kafka-e2e", p))
+        result.update(await asyncio.to_thread(end_to_end, cluster.kafka_bootstrap, "perf-kafka-e2e", e2e_s, 200.0))
+        console.print(f"  {moves} moves under a librdkafka producer ...")
+        result.update(await move_unavailability(admin, cluster.kafka_bootstrap, moves))
+    return result
+
+
+def render(result: dict[str, Any], console: Console) -> None:
+    table = Table(title="ferry perf kafka")
+    for col in ("measure", "value", "target", "met"):
+        table.add_column(col)
+
+    def row(name: str, value: str, target: str, met: bool | None) -> None:
+        table.add_row(name, value, target, "" if met is None else ("yes" if met else "NO"))
+
+    ratio = result.get("kafka_vs_http")
+    row("librdkafka produce MB/s", f"{result['produce_mb_s']:.1f}", "", None)
+    row("HTTP produce MB/s", f"{result['http_produce_mb_s']:.1f}", "", None)
+    row("raw TCP MB/s", f"{result['raw_tcp_mb_s']:.1f}", "", None)
+    row("Kafka / HTTP", f"{ratio:.2f}" if ratio else "-", f"≥ {TARGETS['kafka_vs_http']}",
+        ratio is not None and ratio >= TARGETS["kafka_vs_http"])
+    row("e2e p50 / p99 ms", f"{result['e2e_p50_ms'] or 0:.1f} / {result['e2e_p99_ms'] or 0:.1f}", "", None)
+    p50, p99 = result["client_move_unavailable_p50_ms"], result["client_move_unavailable_p99_ms"]
+    row("move unavailability p50 ms", f"{p50:.0f}" if p50 is not None else "-",
+        f"≤ {TARGETS['client_move_unavailable_p50_ms']}",
+        p50 is not None and p50 <= TARGETS["client_move_unavailable_p50_ms"])
+    row("move unavailability p99 ms", f"{p99:.0f}" if p99 is not None else "-",
+        f"≤ {TARGETS['client_move_unavailable_p99_ms']}",
+        p99 is not None and p99 <= TARGETS["client_move_unavailable_p99_ms"])
+    console.print(table)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ferry perf kafka", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--quick", action="store_true", help="less data, fewer moves")
+    parser.add_argument("--moves", type=int, default=None, help="moves of one partition (default 10, quick 10)")
+    parser.add_argument("--state-dir")
+    args = parser.parse_args(argv)
+    console = Console(stderr=args.json)
+    total_bytes = (32 if args.quick else 128) * MiB
+    moves = args.moves or 10
+    state_dir = os.path.abspath(args.state_dir) if args.state_dir else tempfile.mkdtemp(prefix="ferry-perf-kafka-")
+    cluster = LocalCluster(state_dir)
+    try:
+        cluster.start()
+        result = asyncio.run(run(cluster, total_bytes, moves, 5.0 if args.quick else 15.0, console))
+    finally:
+        cluster.stop()
+    if not args.state_dir:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        render(result, console)
+    return 0
