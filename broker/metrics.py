@@ -26,6 +26,12 @@ class BrokerMetrics:
         self.fetch_errors = Counter("ferry_broker_fetch_errors", "Fetch requests refused", ["error"], registry=r)
         self.produce_latency = Histogram("ferry_broker_produce_latency_seconds", "Produce request to acknowledgement",
                                          registry=r)
+        self.kafka_request_seconds = Histogram("ferry_broker_kafka_request_seconds",
+                                               "Kafka request decoded to its response encoded, by API", ["api"],
+                                               registry=r)
+        self.kafka_queued_seconds = Histogram("ferry_broker_kafka_response_queued_seconds",
+                                              "Kafka response encoded to written (waiting for earlier responses "
+                                              "of its connection)", registry=r)
         self.move_steps = Histogram("ferry_broker_move_step_seconds", "Duration of each step of a partition move",
                                     ["step", "role"], buckets=MOVE_STEP_BUCKETS_S, registry=r)
         self.partitions = Gauge("ferry_broker_partitions", "Partitions by state", ["state"], registry=r)
@@ -42,6 +48,10 @@ class BrokerMetrics:
         self.broker_info = Gauge("ferry_broker_info", "Broker id", ["broker_id"], registry=r)
         self.broker_info.labels(str(broker_id)).set(1)
         self._produce_children: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
+
+    def observe_kafka(self, api: str, handling_s: float, queued_s: float) -> None:
+        self.kafka_request_seconds.labels(api).observe(handling_s)
+        self.kafka_queued_seconds.observe(queued_s)
 
     def observe_produce(self, topic: str, partition: int, size_bytes: int, records: int, latency_s: float) -> None:
         """One acknowledged produce (the labelled children are cached: looking them up is most of a

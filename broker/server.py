@@ -192,7 +192,7 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
             self.kafka = KafkaListener(kafka_handlers(self), self.config.host, self.config.kafka_port,
-                                       self.config.kafka_max_request_bytes)
+                                       self.config.kafka_max_request_bytes, observe=self.metrics.observe_kafka)
             await self.kafka.start()
             log.info("broker %d Kafka listener on %s:%d", self.broker_id, self.config.host, self.kafka.port)
         epoch = await self.heartbeater.register()

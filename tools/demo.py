@@ -25,6 +25,7 @@ from rich.table import Table
 from tools.admin import Admin
 from tools.client import TopicPartition
 from tools.cluster import ROOT, LocalCluster
+from tools.kafka_workload import KafkaLoad
 from tools.move_workload import MoveResult, ProduceLoad, check_read_back, fetch_timeline, move_once, percentile
 
 # (column header, what the step is): t(k-1) -> t(k) of the six-step move, docs/broker-api.md "Moves".
@@ -99,6 +100,9 @@ class Outcome:
     read_back_ok: bool = False
     p50_ms: float | None = None
     max_ms: float | None = None
+    kafka_acknowledged: int = 0
+    kafka_p50_ms: float | None = None
+    kafka_max_ms: float | None = None
     problem: str = ""
 
 
@@ -111,6 +115,16 @@ async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitio
         for tp in tps:
             await admin.wait_for_leader(tp)
         console.print(f"Topic [bold]{topic}[/] with {partitions} partitions; producers running on every partition.")
+        kafka_topic = "demo-kafka"
+        await admin.create_topic(kafka_topic, partitions,
+                                 assignments={p: [brokers[p % len(brokers)]] for p in range(partitions)})
+        ktps = [TopicPartition(kafka_topic, p) for p in range(partitions)]
+        for tp in ktps:
+            await admin.wait_for_leader(tp)
+        console.print(f"Topic [bold]{kafka_topic}[/]: a librdkafka producer (idempotent, acks=all) and a consumer "
+                      f"group of two on bootstrap.servers={cluster.kafka_bootstrap}")
+        kafka = KafkaLoad(cluster.kafka_bootstrap, kafka_topic, partitions).start()
+        kafka_gaps: list[float] = []
         load = await ProduceLoad(cluster.bootstrap_servers, tps).start()
         results: list[MoveResult] = []
         try:
@@ -125,13 +139,24 @@ async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitio
                 result = await move_once(admin, load, tp, src, dst, timeout_s=30)
                 result.timeline = await fetch_timeline(admin, tp, [src, dst], move_after_ms=wall_ms - 1000)
                 results.append(result)
-                console.print(f"  move {i + 1:>2}: {tp} from broker {src} to broker {dst}: producers saw "
-                              f"{fmt_ms(result.unavailability_ms)} ms without an acknowledgement")
-                await asyncio.sleep(0.3)
+                ktp = ktps[i % partitions]
+                ksrc = (await admin.wait_for_leader(ktp)).leader
+                kdst = brokers[(brokers.index(ksrc) + 1) % len(brokers)]
+                kstart = time.monotonic()
+                await admin.move_partition(ktp, [kdst])
+                await admin.wait_for_leader(ktp, kdst, timeout_s=30)
+                await asyncio.sleep(1.0)
+                kgap = kafka.gap_ms(ktp.partition, kstart)
+                if kgap is not None:
+                    kafka_gaps.append(kgap)
+                console.print(f"  move {i + 1:>2}: {tp} from broker {src} to broker {dst}: HTTP producers saw "
+                              f"{fmt_ms(result.unavailability_ms)} ms without an acknowledgement; {ktp} "
+                              f"{ksrc}→{kdst}: the librdkafka producer saw {fmt_ms(kgap)} ms")
             await kafka_tool_move(cluster, admin, console, tps[0], brokers)
             await asyncio.sleep(0.5)
         finally:
             await load.stop()
+            group_complete = await asyncio.to_thread(kafka.stop)
         console.print(moves_table(results))
         gaps = [r.unavailability_ms for r in results if r.unavailability_ms is not None]
         outcome.moves_done = len(results)
@@ -140,6 +165,15 @@ async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitio
             console.print(f"Client-observed unavailability: p50 {percentile(gaps, 50):.0f} ms, "
                           f"max {max(gaps):.0f} ms, mean {statistics.mean(gaps):.0f} ms "
                           f"(AutoMQ documents about 1,500 ms per move).")
+        outcome.kafka_acknowledged = kafka.acknowledged()
+        if kafka_gaps:
+            outcome.kafka_p50_ms, outcome.kafka_max_ms = percentile(kafka_gaps, 50), max(kafka_gaps)
+        console.print(f"Kafka clients: the librdkafka producer had {outcome.kafka_acknowledged} records acknowledged "
+                      f"({len(kafka.errors)} errors), unavailability across its moves p50 "
+                      f"{fmt_ms(outcome.kafka_p50_ms)} ms, max {fmt_ms(outcome.kafka_max_ms)} ms; the consumer group "
+                      f"of two read {'every one of them' if group_complete else 'NOT all of them'}.")
+        if kafka.errors or not group_complete:
+            outcome.problem = f"Kafka clients: {kafka.errors[:1] or 'the group missed acknowledged records'}"
         console.print("Reading every partition back from its start ...")
         report = await check_read_back(cluster.bootstrap_servers, load)
         failed = sum(load.failed.values())
@@ -152,7 +186,7 @@ async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitio
             console.print(f"[bold red]Read back FAILED[/]: {report.summary()}")
         if len(results) != moves:
             outcome.problem = outcome.problem or f"only {len(results)} of {moves} moves completed"
-        return report.ok and len(results) == moves
+        return report.ok and len(results) == moves and not kafka.errors and group_complete
 
 
 def verdict(ok: bool, outcome: Outcome, leftover: list[int], elapsed_s: float) -> str:
@@ -160,7 +194,9 @@ def verdict(ok: bool, outcome: Outcome, leftover: list[int], elapsed_s: float) -
     if ok and not leftover:
         return (f"[bold green]OK[/]: {outcome.moves_done} moves under load, unavailability p50 "
                 f"{fmt_ms(outcome.p50_ms)} ms / max {fmt_ms(outcome.max_ms)} ms, {outcome.acknowledged} acknowledged "
-                f"records all read back exactly once in order; every process stopped ({elapsed_s:.1f} s in all).")
+                f"records all read back exactly once in order; librdkafka: {outcome.kafka_acknowledged} acknowledged, "
+                f"all read by the consumer group, unavailability p50 {fmt_ms(outcome.kafka_p50_ms)} ms; every process "
+                f"stopped ({elapsed_s:.1f} s in all).")
     reasons = [outcome.problem or "the demo did not complete"] if not ok else []
     if leftover:
         reasons.append(f"processes still running: {', '.join(map(str, leftover))}")

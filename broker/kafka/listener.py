@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+import time
+from typing import Any, Awaitable, Callable
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
@@ -30,8 +31,11 @@ READ_CHUNK_BYTES = 256 * 1024
 
 class KafkaListener:
     def __init__(self, handlers: dict[int, Handler], host: str, port: int,
-                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_inflight: int = 64) -> None:
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_inflight: int = 64,
+                 observe: Callable[[str, float, float], None] | None = None) -> None:
+        """``observe(api name, handling seconds, queued seconds)`` is called for each answer."""
         self.handlers = handlers
+        self.observe = observe
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
         self.max_inflight = max_inflight
@@ -60,7 +64,7 @@ class KafkaListener:
         assert task is not None
         self._connections.add(task)
         conn = KafkaConnection(self.max_request_bytes)
-        answers: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue(self.max_inflight)
+        answers: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue(self.max_inflight)
         sender = asyncio.ensure_future(self._send_in_order(answers, writer))
         peer = writer.get_extra_info("peername")
         try:
@@ -83,7 +87,7 @@ class KafkaListener:
             writer.close()
             self._connections.discard(task)
 
-    async def _dispatch(self, conn: KafkaConnection, answers: asyncio.Queue[asyncio.Future[bytes | None] | None],
+    async def _dispatch(self, conn: KafkaConnection, answers: asyncio.Queue[asyncio.Future[Any] | None],
                         peer: object) -> bool:
         while True:
             event = conn.next_event()
@@ -94,7 +98,7 @@ class KafkaListener:
                 log.info("closing Kafka connection from %s: %s", peer, event.reason)
                 return False
             if isinstance(event, Unsupported):
-                done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+                done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 done.set_result(encode_unsupported(event))
                 await answers.put(done)
                 continue
@@ -107,30 +111,33 @@ class KafkaListener:
                 continue
             await answers.put(asyncio.ensure_future(self._handle(handler, event)))
 
-    async def _handle(self, handler: Handler, request: Request) -> bytes | None:
+    async def _handle(self, handler: Handler, request: Request) -> tuple[bytes | None, str, float, float]:
+        started = time.monotonic()
         response = await handler(request)
         self.requests_handled += 1
-        if response is None:
-            return None
-        return encode_response(request, response)
+        payload = None if response is None else encode_response(request, response)
+        return payload, api_name(request.api_key), started, time.monotonic()
 
-    async def _send_in_order(self, answers: asyncio.Queue[asyncio.Future[bytes | None] | None],
+    async def _send_in_order(self, answers: asyncio.Queue[asyncio.Future[Any] | None],
                              writer: asyncio.StreamWriter) -> None:
         while True:
             item = await answers.get()
             if item is None:
                 return
             try:
-                payload = await item
+                result = await item
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - no well-formed answer exists: close this connection
                 log.exception("Kafka request failed; closing the connection")
                 writer.close()
                 return
+            payload, api, started, done = result if isinstance(result, tuple) else (result, "", 0.0, 0.0)
             if payload is not None:
                 writer.write(payload)
                 await writer.drain()
+            if self.observe is not None and api:
+                self.observe(api, done - started, time.monotonic() - done)
 
 
 def api_name(api_key: int) -> str:
