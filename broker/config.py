@@ -33,6 +33,7 @@ class BrokerConfig:
     kafka_port: int | None = None  # the Kafka listener's port (0: any free port); None: no listener
     kafka_max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
     cluster_id: str = "ferry-local"
+    sasl_users_file: str | None = None  # JSON {"users": {name: password}}: the Kafka listener requires SASL
     rack: str | None = None
     wal_root: str | None = None
     wal_dir: str | None = None

@@ -31,6 +31,7 @@ from broker.storage_factory import close_storage, open_object_store, open_storag
 from broker.freshness import FreshnessTrackingFollower
 from broker.kafka.handlers import kafka_handlers
 from broker.kafka.listener import KafkaListener
+from broker.kafka.sasl import Users
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
@@ -192,7 +193,9 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
             self.kafka = KafkaListener(kafka_handlers(self), self.config.host, self.config.kafka_port,
-                                       self.config.kafka_max_request_bytes, observe=self.metrics.observe_kafka)
+                                       self.config.kafka_max_request_bytes, observe=self.metrics.observe_kafka,
+                                       sasl_users=Users.load(self.config.sasl_users_file)
+                                       if self.config.sasl_users_file else None)
             await self.kafka.start()
             log.info("broker %d Kafka listener on %s:%d", self.broker_id, self.config.host, self.kafka.port)
         epoch = await self.heartbeater.register()

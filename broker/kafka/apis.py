@@ -34,6 +34,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DescribeGroups: (0, 5),
     ApiKey.ListGroups: (0, 4),
     ApiKey.DeleteGroups: (0, 2),
+    # SASL (broker/kafka/sasl.py): v0 of SaslHandshake would switch to unframed tokens; not offered
+    ApiKey.SaslHandshake: (1, 1),
+    ApiKey.SaslAuthenticate: (0, 2),
 }
 
 

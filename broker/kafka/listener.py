@@ -20,8 +20,12 @@ from typing import Any, Awaitable, Callable
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
+
+from broker.kafka.sasl import MECHANISMS, SaslSession, Step, Users
 from broker.kafka.wire import (DEFAULT_MAX_REQUEST_BYTES, KafkaConnection, NeedData, Request, Unsupported,
-                               Violation, encode_response, encode_unsupported)
+                               Violation, encode_error, encode_response, encode_unsupported)
+from metadata_quorum.errors import ErrorCode
 
 log = logging.getLogger("ferry.kafka")
 
@@ -32,9 +36,11 @@ READ_CHUNK_BYTES = 256 * 1024
 class KafkaListener:
     def __init__(self, handlers: dict[int, Handler], host: str, port: int,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_inflight: int = 64,
-                 observe: Callable[[str, float, float], None] | None = None) -> None:
-        """``observe(api name, handling seconds, queued seconds)`` is called for each answer."""
+                 observe: Callable[[str, float, float], None] | None = None, sasl_users: Users | None = None) -> None:
+        """``observe(api name, handling seconds, queued seconds)`` is called for each answer;
+        ``sasl_users`` makes this a SASL listener (see :mod:`broker.kafka.sasl`)."""
         self.handlers = handlers
+        self.sasl_users = sasl_users
         self.observe = observe
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
@@ -64,6 +70,7 @@ class KafkaListener:
         assert task is not None
         self._connections.add(task)
         conn = KafkaConnection(self.max_request_bytes)
+        sasl = SaslSession(self.sasl_users) if self.sasl_users is not None else None
         answers: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue(self.max_inflight)
         sender = asyncio.ensure_future(self._send_in_order(answers, writer))
         peer = writer.get_extra_info("peername")
@@ -73,7 +80,7 @@ class KafkaListener:
                 if not data:
                     break
                 conn.receive_data(data)
-                if not await self._dispatch(conn, answers, peer):
+                if not await self._dispatch(conn, answers, peer, sasl):
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -87,8 +94,14 @@ class KafkaListener:
             writer.close()
             self._connections.discard(task)
 
+    @staticmethod
+    async def _answer_now(answers: asyncio.Queue[asyncio.Future[Any] | None], payload: bytes) -> None:
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(payload)
+        await answers.put(done)
+
     async def _dispatch(self, conn: KafkaConnection, answers: asyncio.Queue[asyncio.Future[Any] | None],
-                        peer: object) -> bool:
+                        peer: object, sasl: SaslSession | None) -> bool:
         while True:
             event = conn.next_event()
             if isinstance(event, NeedData):
@@ -103,6 +116,17 @@ class KafkaListener:
                 await answers.put(done)
                 continue
             assert isinstance(event, Request)
+            if event.api_key in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate):
+                step = self._sasl_step(sasl, event)
+                await self._answer_now(answers, encode_response(event, _sasl_response(event, step)))
+                if step.close:
+                    log.info("closing Kafka connection from %s: %s", peer, step.message)
+                    return False
+                continue
+            if sasl is not None and not sasl.allows(api_name(event.api_key)):
+                await self._answer_now(answers, encode_error(event.correlation_id, ErrorCode.ILLEGAL_SASL_STATE))
+                log.info("closing Kafka connection from %s: %s before authenticating", peer, api_name(event.api_key))
+                return False
             handler = self.handlers.get(event.api_key)
             if handler is None:  # advertised but not wired: a bug, answered as unsupported
                 done = asyncio.get_running_loop().create_future()
@@ -110,6 +134,14 @@ class KafkaListener:
                 await answers.put(done)
                 continue
             await answers.put(asyncio.ensure_future(self._handle(handler, event)))
+
+    @staticmethod
+    def _sasl_step(sasl: SaslSession | None, event: Request) -> Step:
+        if sasl is None:
+            return Step(ErrorCode.UNSUPPORTED_SASL_MECHANISM, message="this listener has no SASL", close=True)
+        if event.api_key == ApiKey.SaslHandshake:
+            return sasl.handshake(event.body.mechanism)
+        return sasl.authenticate(bytes(event.body.auth_bytes))
 
     async def _handle(self, handler: Handler, request: Request) -> tuple[bytes | None, str, float, float]:
         started = time.monotonic()
@@ -138,6 +170,13 @@ class KafkaListener:
                 await writer.drain()
             if self.observe is not None and api:
                 self.observe(api, done - started, time.monotonic() - done)
+
+
+def _sasl_response(event: Request, step: Step) -> ApiMessage:
+    if event.api_key == ApiKey.SaslHandshake:
+        return SaslHandshakeResponse(error_code=step.error.code, mechanisms=list(MECHANISMS))
+    return SaslAuthenticateResponse(error_code=step.error.code, error_message=step.message,
+                                    auth_bytes=step.auth_bytes, session_lifetime_ms=0)
 
 
 def api_name(api_key: int) -> str:

@@ -148,7 +148,13 @@ def encode_unsupported(event: Unsupported) -> bytes:
     """The answer to an API key or version not advertised: the correlation id and
     ``UNSUPPORTED_VERSION``, which is how every response body of the classic versions starts
     for ApiVersions; a conformant client never sends one, so this only has to be unambiguous."""
-    payload = _ERROR_ONLY.pack(event.correlation_id, ErrorCode.UNSUPPORTED_VERSION.code)
+    return encode_error(event.correlation_id, ErrorCode.UNSUPPORTED_VERSION)
+
+
+def encode_error(correlation_id: int, error: ErrorCode) -> bytes:
+    """A bare error answer (correlation id, error code) sent before the listener closes a
+    connection it will not serve, e.g. a request before SASL authentication."""
+    payload = _ERROR_ONLY.pack(correlation_id, error.code)
     return _FRAME.pack(len(payload)) + payload
 
 
