@@ -112,6 +112,10 @@ class GroupApis:
         partition = self.partition_of(group_id)
         if partition is None:
             raise NotCoordinator(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return partition, await self._hosted_for(partition)
+
+    async def _hosted_for(self, partition: int) -> _Hosted:
+        """The coordinator of ``partition``, loaded for the leader epoch this broker serves it at."""
         try:
             epoch = self.core.serving_epoch(OFFSETS_TOPIC, partition)
         except FerryError:
@@ -119,17 +123,16 @@ class GroupApis:
             raise NotCoordinator(ErrorCode.NOT_COORDINATOR) from None
         hosted = self._hosted.get(partition)
         if hosted is not None and hosted.leader_epoch == epoch:
-            return partition, hosted
+            return hosted
         self._drop(partition)
         loading = self._loading.get(partition)
         if loading is None or loading.done():
             loading = self._loading[partition] = asyncio.ensure_future(self._load(partition, epoch))
         try:
-            hosted = await asyncio.shield(loading)
+            return await asyncio.shield(loading)
         except Exception as exc:  # noqa: BLE001 - a failed load is retried by the client
             log.warning("loading groups of %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
             raise NotCoordinator(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) from None
-        return partition, hosted
 
     async def _load(self, partition: int, epoch: int) -> _Hosted:
         records: list[g.GroupRecord] = []
@@ -429,19 +432,9 @@ class GroupApis:
         listed: list[g.ListedGroup] = []
         for partition in range(n):
             try:
-                epoch = self.core.serving_epoch(OFFSETS_TOPIC, partition)
-            except FerryError:
-                continue
-            hosted = self._hosted.get(partition)
-            if hosted is None or hosted.leader_epoch != epoch:
-                probe = next((gid for gid in (f"_{i}" for i in range(10_000))
-                              if g.partition_for_group(gid, n) == partition), None)
-                if probe is None:
-                    continue
-                try:
-                    _p, hosted = await self._coordinator(probe)
-                except NotCoordinator:
-                    continue
+                hosted = await self._hosted_for(partition)
+            except NotCoordinator:
+                continue  # another broker leads it: ListGroups goes to every broker
             listed += hosted.coordinator.list_groups(states)
         L = ListGroupsResponse.ListedGroup
         return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[

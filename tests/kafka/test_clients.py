@@ -316,3 +316,10 @@ async def test_a_group_of_two_through_moves_and_a_coordinator_kill(cluster, clie
     stop_c.set()
     await asyncio.to_thread(member_c.join, 60)
     assert sorted(seen_c) == sorted(v for _, v in extra), f"resumed member read {len(seen_c)} records"
+    # ListGroups goes to every broker, DescribeGroups to the coordinator: the group is there, empty
+    from confluent_kafka.admin import AdminClient
+    admin_client = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    listed = admin_client.list_consumer_groups().result(timeout=30)
+    assert group in {g.group_id for g in listed.valid}
+    described = admin_client.describe_consumer_groups([group])[group].result(timeout=30)
+    assert described.group_id == group and str(described.state).endswith("EMPTY") and not described.members
