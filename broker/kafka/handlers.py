@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import secrets
+from typing import Protocol
 
 from kafka.protocol.api_key import ApiKey
 
+from broker.kafka.admin_apis import AdminApis, AdminCore
 from broker.kafka.apis import SUPPORTED_VERSIONS
 from broker.kafka.data_apis import BrokerCore, DataApis
+from broker.kafka.forwarding import ControllerCalls
 from broker.kafka.listener import Handler
 
 
@@ -15,8 +18,13 @@ def new_producer_id() -> int:
     return secrets.randbits(62)
 
 
-def kafka_handlers(core: BrokerCore) -> dict[int, Handler]:
+class KafkaCore(BrokerCore, AdminCore, Protocol):
+    """A broker that serves both the data path and the admin APIs."""
+
+
+def kafka_handlers(core: KafkaCore, controller: ControllerCalls) -> dict[int, Handler]:
     data = DataApis(core, new_producer_id)
+    admin = AdminApis(core, controller)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,
@@ -24,6 +32,18 @@ def kafka_handlers(core: BrokerCore) -> dict[int, Handler]:
         ApiKey.Fetch: data.fetch,
         ApiKey.ListOffsets: data.list_offsets,
         ApiKey.InitProducerId: data.init_producer_id,
+        ApiKey.CreateTopics: admin.create_topics,
+        ApiKey.DeleteTopics: admin.delete_topics,
+        ApiKey.CreatePartitions: admin.create_partitions,
+        ApiKey.DescribeConfigs: admin.describe_configs,
+        ApiKey.AlterConfigs: admin.alter_configs,
+        ApiKey.IncrementalAlterConfigs: admin.incremental_alter_configs,
+        ApiKey.DescribeCluster: admin.describe_cluster,
+        ApiKey.AlterPartitionReassignments: admin.alter_partition_reassignments,
+        ApiKey.ListPartitionReassignments: admin.list_partition_reassignments,
+        ApiKey.ElectLeaders: admin.elect_leaders,
+        ApiKey.DescribeLogDirs: admin.describe_log_dirs,
+        ApiKey.AlterReplicaLogDirs: admin.alter_replica_log_dirs,
     }
     missing = set(SUPPORTED_VERSIONS) - set(table)
     if missing:
