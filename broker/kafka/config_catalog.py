@@ -74,7 +74,7 @@ TOPIC_CONFIG_SPECS: dict[str, TopicConfigSpec] = {
     "leader.replication.throttled.replicas": TopicConfigSpec(
         "", ConfigType.LIST, None, "Replicas whose leader-side replication is throttled ([partition]:[broker],...)."),
     "local.retention.bytes": TopicConfigSpec("-2", ConfigType.LONG, "log.local.retention.bytes",
-                                             "Bytes kept locally before tiered segments are deleted (-2: retention.bytes)."),
+                                             "Local bytes kept before tiered segments are deleted (-2: retention.bytes)."),
     "local.retention.ms": TopicConfigSpec("-2", ConfigType.LONG, "log.local.retention.ms",
                                           "Time kept locally before tiered segments are deleted (-2: retention.ms)."),
     "max.compaction.lag.ms": TopicConfigSpec(_LONG_MAX, ConfigType.LONG, "log.cleaner.max.compaction.lag.ms",

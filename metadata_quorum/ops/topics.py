@@ -313,7 +313,8 @@ def delete_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     for topic_id in topic_ids:
         topic = image.topics.by_id.get(topic_id) if isinstance(topic_id, str) else None
         wanted.append((None if topic is None else topic.name, topic,
-                       {"topic_id": topic_id, **item_error(ErrorCode.UNKNOWN_TOPIC_ID, f"topic id {topic_id!r} does not exist")}))
+                       {"topic_id": topic_id,
+                        **item_error(ErrorCode.UNKNOWN_TOPIC_ID, f"topic id {topic_id!r} does not exist")}))
     for name, topic, missing in wanted:
         if topic is None or name in seen:
             replies.append({"name": name, **missing})
