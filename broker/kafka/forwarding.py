@@ -27,6 +27,9 @@ Json = dict[str, Any]
 # Used when a request carries no timeout of its own (or a non-positive one).
 DEFAULT_FORWARD_TIMEOUT_MS = 30_000
 MIN_FORWARD_TIMEOUT_MS = 1_000  # a tiny client timeout must still leave room for one round trip
+# How long a committed write waits for this broker's image: a lagging follower must not hold the
+# answer for a whole admin timeout (the change is committed either way).
+METADATA_WAIT_MAX_MS = 5_000
 
 #: the quorum-side failures a client retries against another (or the same) broker
 _UNAVAILABLE = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REPLICA_NOT_AVAILABLE,
@@ -66,7 +69,7 @@ class QuorumForwarder:
     async def write(self, op: str, args: Json, timeout_ms: int) -> Json:
         started = time.monotonic()
         body = await self.client.write_with_offset(op, args, timeout_ms)
-        left_s = timeout_ms / 1000 - (time.monotonic() - started)
+        left_s = min(timeout_ms / 1000 - (time.monotonic() - started), METADATA_WAIT_MAX_MS / 1000)
         offset = body.get("offset")
         if isinstance(offset, int) and left_s > 0:
             try:

@@ -24,7 +24,7 @@ from broker.kafka.admin_apis import AdminApis, topic_id_text
 from broker.kafka.apis import SUPPORTED_VERSIONS, check_table
 from broker.kafka.config_catalog import ConfigSource
 from broker.kafka.data_apis import ZERO_UUID, topic_uuid
-from broker.kafka.forwarding import Json, forwarding_failure
+from broker.kafka.forwarding import Json, QuorumForwarder, forwarding_failure
 from broker.kafka.wire import Request, encode_response
 from broker.log_dirs_report import LogDirReport, ReplicaInDir, TopicFilter
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -187,6 +187,29 @@ async def test_a_quorum_that_does_not_answer_fails_every_topic(exc: BaseExceptio
     out = encoded(req, await apis.create_topics(req))
     assert [t.error_code for t in out.topics] == [code.code, code.code]
     assert out.throttle_time_ms == throttle_ms
+
+
+class OffsetClientFake:
+    async def write_with_offset(self, op: str, args: Json | None = None, timeout_ms: int | None = None) -> Json:
+        return {"reply": {"op": op, "timeout_ms": timeout_ms}, "offset": 41}
+
+    async def read(self, op: str, args: Json | None = None, timeout_ms: int | None = None,
+                   leader: bool = True) -> Json:
+        return {"op": op, "leader": leader}
+
+
+async def test_the_forwarder_answers_once_this_broker_has_the_write() -> None:
+    waited: list[tuple[int, float]] = []
+
+    async def wait_for_offset(offset: int, timeout_s: float) -> None:
+        waited.append((offset, timeout_s))
+        raise FerryError(ErrorCode.REQUEST_TIMED_OUT, "lagging")  # a lagging image does not fail the write
+
+    forwarder = QuorumForwarder(OffsetClientFake(), wait_for_offset)
+    assert await forwarder.write("create_topics", {}, 60_000) == {"op": "create_topics", "timeout_ms": 60_000}
+    [(offset, timeout_s)] = waited
+    assert offset == 41 and 4 < timeout_s <= 5  # bounded: never the whole admin timeout
+    assert await forwarder.read("describe_configs", {}, 1000) == {"op": "describe_configs", "leader": True}
 
 
 def test_bad_input_is_not_a_forwarding_failure() -> None:
