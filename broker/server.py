@@ -25,10 +25,12 @@ from broker.config import BrokerConfig, load_config, wal_dirs_of
 from broker.heartbeat import Heartbeater
 from broker.load_sampler import LoadSampler, PartitionLoad
 from broker.log_dirs_manager import LogDirsManager
+from broker.log_dirs_report import LogDirReport, TopicFilter, alter_replica_log_dirs, log_dirs_report
 from broker.metrics import BrokerMetrics
 from broker.partition_manager import PartitionManager, Slot
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
+from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
 from broker.kafka.listener import KafkaListener
 from broker.kafka.sasl import Users
@@ -164,6 +166,24 @@ class Broker:
         return {"endpoints": endpoints, "rack": self.config.rack,
                 "log_dirs": [{"dir_id": d.dir_id, "path": d.path} for d in self.log_dirs.dirs]}
 
+    async def _wait_for_metadata(self, offset: int, timeout_s: float) -> None:
+        """Until this broker's image holds ``offset`` (a write it forwarded), or the time is up."""
+        if self.follower is not None:
+            await self.follower.wait_for_offset(offset, timeout_s)
+
+    def static_configs(self) -> dict[str, str]:
+        """The broker configs fixed at start-up, as Kafka names them (DescribeConfigs' STATIC_BROKER_CONFIG)."""
+        out = {"broker.id": str(self.broker_id), "node.id": str(self.broker_id), "process.roles": "broker",
+               "log.dirs": ",".join(d.path for d in self.log_dirs.dirs) or ",".join(self.config.log_dirs),
+               "controller.quorum.bootstrap.servers": ",".join(self.config.controllers),
+               "message.max.bytes": str(self.config.max_batch_bytes),
+               "socket.request.max.bytes": str(self.config.kafka_max_request_bytes)}
+        if self.config.rack is not None:
+            out["broker.rack"] = self.config.rack
+        if self.kafka is not None:
+            out["listeners"] = f"PLAINTEXT://{self.config.host}:{self.kafka.port}"
+        return out
+
     def _metadata_offset(self) -> int:
         return self.follower.offset if self.follower is not None else -1
 
@@ -192,7 +212,8 @@ class Broker:
             self.url = f"http://{self.config.host}:{port}"
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
-            self.kafka = KafkaListener(kafka_handlers(self), self.config.host, self.config.kafka_port,
+            forwarder = QuorumForwarder(self.client, self._wait_for_metadata)
+            self.kafka = KafkaListener(kafka_handlers(self, forwarder), self.config.host, self.config.kafka_port,
                                        self.config.kafka_max_request_bytes, observe=self.metrics.observe_kafka,
                                        sasl_users=Users.load(self.config.sasl_users_file)
                                        if self.config.sasl_users_file else None)
@@ -528,27 +549,25 @@ class Broker:
                                   "topics": topics, "controllers": list(self.config.controllers)})
 
     # ------------------------------------------------------------------ log dirs
+    def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:
+        """This broker's log dirs and the replicas in them (the HTTP and Kafka front ends' answer)."""
+        return log_dirs_report(self.log_dirs, self.manager.slots.values() if self.manager is not None else (), wanted)
+
+    async def alter_replica_log_dirs(self, moves: list[tuple[str, int, str]]) -> list[FerryError | None]:
+        if self.manager is None:
+            return [FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"broker {self.broker_id} is starting")] * len(moves)
+        return await alter_replica_log_dirs(self.log_dirs, self.manager, moves)
+
     async def describe_log_dirs(self, request: web.Request) -> web.Response:
         names_raw = request.query.get("topics")
         wanted = {n for n in names_raw.split(",") if n} if names_raw else None
-        per_dir: dict[str, list[dict[str, Any]]] = {d.path: [] for d in self.log_dirs.dirs}
-        if self.manager is not None:
-            for slot in self.manager.slots.values():
-                if slot.log_dir is None or slot.replica is None or (wanted is not None and slot.topic not in wanted):
-                    continue
-                per_dir.setdefault(slot.log_dir, []).append({
-                    "partition": f"{slot.topic}-{slot.tp.partition}", "size": slot.replica.size_bytes,
-                    "offsetLag": 0, "isFuture": False})
-            for (topic, partition), path in self.log_dirs.future_moves().items():
-                if wanted is None or topic in wanted:
-                    per_dir.setdefault(path, []).append({"partition": f"{topic}-{partition}", "size": 0,
-                                                         "offsetLag": 0, "isFuture": True})
         dirs = []
-        for d in self.log_dirs.dirs:
-            info = self.log_dirs.info(d.path)
-            dirs.append({"logDir": d.path, "error": "KAFKA_STORAGE_ERROR" if info.state.value == "OFFLINE" else None,
-                         "state": info.state.value, "totalBytes": info.total_bytes, "usableBytes": info.usable_bytes,
-                         "partitions": sorted(per_dir.get(d.path, []), key=lambda p: p["partition"])})
+        for report in self.log_dirs_report(lambda topic, _p: wanted is None or topic in wanted):
+            dirs.append({"logDir": report.path, "error": report.error.name if report.error else None,
+                         "state": report.state, "totalBytes": report.total_bytes, "usableBytes": report.usable_bytes,
+                         "partitions": [{"partition": f"{r.topic}-{r.partition}", "size": r.size_bytes,
+                                         "offsetLag": r.offset_lag, "isFuture": r.is_future}
+                                        for r in sorted(report.replicas, key=lambda r: f"{r.topic}-{r.partition}")]})
         return web.json_response({"version": 1, "brokers": [{"broker": self.broker_id, "logDirs": dirs}]})
 
     async def alter_log_dirs(self, request: web.Request) -> web.Response:
@@ -568,16 +587,14 @@ class Broker:
                                  "(integer) and log_dir (string)")
             parsed.append((e["topic"], e["partition"], e["log_dir"]))
         assert self.manager is not None
-        outcome: dict[int, dict[str, Any]] = {}
-        # KIP-113: one replica at a time, in topic-partition order; answers in request order
-        for i, (topic, partition, path) in sorted(enumerate(parsed), key=lambda item: (item[1][0], item[1][1])):
-            try:
-                await self.log_dirs.alter(self.manager, topic, partition, path)
-                outcome[i] = {"topic": topic, "partition": partition, "log_dir": path, "error": None}
-            except FerryError as exc:
-                outcome[i] = {"topic": topic, "partition": partition, "log_dir": path, "error": exc.error.name,
-                              "message": exc.message}
-        return web.json_response({"results": [outcome[i] for i in range(len(parsed))]})
+        results = []
+        for (topic, partition, path), exc in zip(parsed, await self.alter_replica_log_dirs(parsed)):
+            entry: dict[str, Any] = {"topic": topic, "partition": partition, "log_dir": path,
+                                     "error": exc.error.name if exc is not None else None}
+            if exc is not None:
+                entry["message"] = exc.message
+            results.append(entry)
+        return web.json_response({"results": results})
 
     # ------------------------------------------------------------------ moves, health, metrics
     async def moves(self, request: web.Request) -> web.Response:

@@ -20,6 +20,7 @@ WRITE_OPERATIONS: dict[str, WriteOperation] = {
     "tick": cluster.tick,
     "create_topics": topics.create_topics,
     "delete_topics": topics.delete_topics,
+    "create_partitions": topics.create_partitions,
     "alter_partition_reassignments": replication.alter_partition_reassignments,
     "elect_leaders": replication.elect_leaders,
     "alter_partition": replication.alter_partition,

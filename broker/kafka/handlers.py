@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import secrets
+from typing import Protocol
 
 from kafka.protocol.api_key import ApiKey
 
+from broker.kafka.admin_apis import AdminApis, AdminCore
 from broker.kafka.apis import SUPPORTED_VERSIONS
 from broker.kafka.data_apis import DataApis
+from broker.kafka.forwarding import ControllerCalls
 from broker.kafka.group_apis import GroupApis, GroupsCore
 from broker.kafka.listener import Handler
 
@@ -16,9 +19,14 @@ def new_producer_id() -> int:
     return secrets.randbits(62)
 
 
-def kafka_handlers(core: GroupsCore) -> dict[int, Handler]:
+class KafkaCore(GroupsCore, AdminCore, Protocol):
+    """A broker that serves the data path, consumer groups and the admin APIs."""
+
+
+def kafka_handlers(core: KafkaCore, controller: ControllerCalls) -> dict[int, Handler]:
     data = DataApis(core, new_producer_id)
     groups = GroupApis(core)
+    admin = AdminApis(core, controller)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,
@@ -37,6 +45,18 @@ def kafka_handlers(core: GroupsCore) -> dict[int, Handler]:
         ApiKey.DescribeGroups: groups.describe_groups,
         ApiKey.ListGroups: groups.list_groups,
         ApiKey.DeleteGroups: groups.delete_groups,
+        ApiKey.CreateTopics: admin.create_topics,
+        ApiKey.DeleteTopics: admin.delete_topics,
+        ApiKey.CreatePartitions: admin.create_partitions,
+        ApiKey.DescribeConfigs: admin.describe_configs,
+        ApiKey.AlterConfigs: admin.alter_configs,
+        ApiKey.IncrementalAlterConfigs: admin.incremental_alter_configs,
+        ApiKey.DescribeCluster: admin.describe_cluster,
+        ApiKey.AlterPartitionReassignments: admin.alter_partition_reassignments,
+        ApiKey.ListPartitionReassignments: admin.list_partition_reassignments,
+        ApiKey.ElectLeaders: admin.elect_leaders,
+        ApiKey.DescribeLogDirs: admin.describe_log_dirs,
+        ApiKey.AlterReplicaLogDirs: admin.alter_replica_log_dirs,
     }
     missing = set(SUPPORTED_VERSIONS) - set(table) - {ApiKey.SaslHandshake, ApiKey.SaslAuthenticate}
     if missing:

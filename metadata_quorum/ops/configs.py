@@ -13,7 +13,7 @@ from typing import Any, Callable
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
-from metadata_quorum.ops.validation import as_mapping, invalid, opt_list, req_list, req_str
+from metadata_quorum.ops.validation import as_mapping, invalid, opt_bool, opt_list, req_list, req_str
 from metadata_quorum.records import ConfigRecord, KVRecord, Record
 
 RESOURCE_TYPES = ("broker", "topic", "cluster")
@@ -161,21 +161,80 @@ def _resource(image: MetadataImage, raw: Any, check_exists: bool) -> tuple[str, 
     return rtype, name
 
 
+# Topic configs of Kafka's LIST type with their defaults: the only ones APPEND and SUBTRACT apply to.
+LIST_TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
+    "cleanup.policy": "delete",
+    "follower.replication.throttled.replicas": "",
+    "leader.replication.throttled.replicas": "",
+}
+LIST_OPS = ("append", "subtract")
+
+
+def _list_op(op: str, key: str, current: str | None, value: str) -> str:
+    """Kafka's APPEND (add the items not present) and SUBTRACT (remove the items) on a LIST config,
+    starting from its default when it is not set."""
+    if key not in LIST_TOPIC_CONFIG_DEFAULTS:
+        raise FerryError(ErrorCode.INVALID_CONFIG, f"Config value {op} is not allowed for config key: {key}")
+    base = LIST_TOPIC_CONFIG_DEFAULTS[key] if current is None else current
+    items = [i.strip() for i in base.split(",") if i.strip()]
+    given = [i.strip() for i in value.split(",") if i.strip()]
+    if op == "append":
+        items += [g for g in given if g not in items]
+    else:
+        items = [i for i in items if i not in given]
+    return ",".join(items)
+
+
+def _config_text(key: Any, value: Any) -> str | None:
+    if not isinstance(key, str) or not key:
+        raise FerryError(ErrorCode.INVALID_CONFIG, f"config names must be non-empty strings, got {key!r}")
+    if value is not None and not isinstance(value, (str, int, float, bool)):
+        raise FerryError(ErrorCode.INVALID_CONFIG, f"config {key!r} has an invalid value {value!r}")
+    return None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
+
+
+def _resource_changes(image: MetadataImage, rtype: str, name: str, item: Any) -> dict[str, str | None]:
+    """The new value (None = delete) of every key a resource's alteration touches: ``configs``
+    sets or deletes, ``ops`` ([{op: set|delete|append|subtract, key, value}]) apply in order after
+    it, and ``replace`` deletes every stored key the request does not set (Kafka's AlterConfigs)."""
+    stored = image.configs.get(rtype, name)
+    changes: dict[str, str | None] = {k: None for k in stored} if opt_bool(item, "replace") else {}
+    for key, value in as_mapping(item.get("configs", {}) or {}, "configs").items():
+        changes[key] = _config_text(key, value)
+    for raw_op in opt_list(item, "ops") or []:
+        op = as_mapping(raw_op, "ops[]")
+        kind, raw_key = op.get("op"), op.get("key")
+        text = _config_text(raw_key, op.get("value"))
+        key = str(raw_key)
+        if kind not in ("set", "delete", *LIST_OPS):
+            raise invalid(f"op must be set, delete, append or subtract, got {kind!r}")
+        if kind == "delete":
+            changes[key] = None
+        elif text is None:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {key}")
+        elif kind == "set":
+            changes[key] = text
+        else:
+            if rtype != "topic":
+                raise FerryError(ErrorCode.INVALID_CONFIG, f"Config value {kind} is not allowed for config key: {key}")
+            changes[key] = _list_op(kind, key, changes[key] if key in changes else stored.get(key), text)
+    if rtype == "topic":
+        for key, text in changes.items():
+            if not (text is None and key in stored):
+                check_topic_config(key, text)  # deleting a stored key is always allowed
+    return changes
+
+
 def alter_configs(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
-    """Set (value) or delete (null) config keys; every resource is checked before anything changes."""
+    """Set (value) or delete (null) config keys, or append to / subtract from list configs; every
+    resource is checked before anything changes, and ``validate_only`` only checks."""
     records: list[Record] = []
     for raw in req_list(args, "resources"):
         rtype, name = _resource(image, raw, check_exists=True)
-        configs = as_mapping(as_mapping(raw, "resources[]").get("configs", {}), "configs")
-        for key, value in configs.items():
-            if not isinstance(key, str) or not key:
-                raise FerryError(ErrorCode.INVALID_CONFIG, f"config names must be non-empty strings, got {key!r}")
-            if value is not None and not isinstance(value, (str, int, float, bool)):
-                raise FerryError(ErrorCode.INVALID_CONFIG, f"config {key!r} has an invalid value {value!r}")
-            text = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
-            if rtype == "topic" and not (text is None and key in image.configs.get(rtype, name)):
-                check_topic_config(key, text)  # deleting a stored key is always allowed
-            records.append(ConfigRecord(resource_type=rtype, resource_name=name, key=key, value=text))
+        changes = _resource_changes(image, rtype, name, as_mapping(raw, "resources[]"))
+        records += [ConfigRecord(resource_type=rtype, resource_name=name, key=k, value=v) for k, v in changes.items()]
+    if opt_bool(args, "validate_only"):
+        return ControllerResult((), {})
     return ControllerResult(tuple(records), {})
 
 

@@ -190,6 +190,14 @@ def create_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
 def _create(builder: RecordBuilder, placement: Placement, name: str, topic_id: str, storage: str,
             assignment: dict[int, tuple[int, ...]], configs: dict[str, str]) -> None:
     builder.add(TopicRecord(name=name, topic_id=topic_id, storage=storage))
+    _add_partitions(builder, placement, topic_id, storage, assignment)
+    for key, value in sorted(configs.items()):
+        builder.add(ConfigRecord(resource_type="topic", resource_name=name, key=key, value=value))
+
+
+def _add_partitions(builder: RecordBuilder, placement: Placement, topic_id: str, storage: str,
+                    assignment: dict[int, tuple[int, ...]]) -> None:
+    """Partition records (and, for s3, their closed data and meta streams) of new partitions."""
     for partition in sorted(assignment):
         replicas = assignment[partition]
         dirs = []
@@ -210,8 +218,71 @@ def _create(builder: RecordBuilder, placement: Placement, name: str, topic_id: s
                 builder.add(record)
             builder.add(KVRecord(key=partition_stream_key(topic_id, partition, "data"), value=str(data_id)))
             builder.add(KVRecord(key=partition_stream_key(topic_id, partition, "meta"), value=str(meta_id)))
-    for key, value in sorted(configs.items()):
-        builder.add(ConfigRecord(resource_type="topic", resource_name=name, key=key, value=value))
+
+
+def _new_assignment(builder: RecordBuilder, topic: TopicImage, count: int,
+                    raw: Any) -> dict[int, tuple[int, ...]]:
+    """Replicas of partitions ``len(topic.partitions)..count-1``: the ones named, checked as
+    KRaft checks them, or placed round-robin over the placeable brokers as CreateTopics does."""
+    current = len(topic.partitions)
+    if count == current:
+        raise FerryError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+    if count < current:
+        raise FerryError(ErrorCode.INVALID_PARTITIONS, f"The topic {topic.name} currently has {current} "
+                                                       f"partition(s); {count} would not be an increase.")
+    additional = count - current
+    rf = len(topic.partitions[min(topic.partitions)].replicas) if topic.partitions else 1
+    if raw is not None:
+        if not isinstance(raw, (list, tuple)) or len(raw) != additional:
+            given = len(raw) if isinstance(raw, (list, tuple)) else 0
+            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"Attempted to add {additional} additional partition(s), but only {given} "
+                             "assignment(s) were specified.")
+        assignment = _assignments({str(i): replicas for i, replicas in enumerate(raw)},
+                                  set(builder.image.cluster.brokers))
+        for replicas in assignment.values():
+            if len(replicas) != rf:
+                raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"The manual partition assignment includes a partition with {len(replicas)} "
+                                 f"replica(s), but this is not consistent with previous partitions, which have "
+                                 f"{rf} replica(s).")
+        return {current + i: replicas for i, replicas in assignment.items()}
+    active = builder.placeable_broker_ids()
+    if rf > len(active):
+        raise FerryError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"Unable to replicate the partition {rf} time(s): only {len(active)} broker(s) are "
+                         "registered and can take new partitions.")
+    start = zlib.crc32(topic.name.encode()) % len(active)
+    return {p: tuple(active[(start + p + j) % len(active)] for j in range(rf)) for p in range(current, count)}
+
+
+def create_partitions(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """Grow topics to ``count`` partitions (Kafka's CreatePartitions), topic by topic: a topic
+    that cannot grow gets its error and the others proceed. ``assignments`` (optional) lists the
+    replicas of each new partition, in order."""
+    items = [as_mapping(i, "topics[]") for i in req_list(args, "topics")]
+    validate_only = opt_bool(args, "validate_only")
+    names = [i.get("name") for i in items]
+    builder = RecordBuilder(image)
+    placement = Placement(image)
+    replies: list[dict[str, Any]] = []
+    for item in items:
+        name = item.get("name")
+        try:
+            if names.count(name) > 1:
+                raise FerryError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+            topic = image.topics.get(name) if isinstance(name, str) else None
+            if topic is None:
+                raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {name}.")
+            count = as_int(item.get("count"), "count")
+            assignment = _new_assignment(builder, topic, count, item.get("assignments"))
+        except FerryError as e:
+            replies.append({"name": name, **item_error(e.error, e.message)})
+            continue
+        replies.append({"name": name, "topic_id": topic.topic_id, "num_partitions": count})
+        if not validate_only:
+            _add_partitions(builder, placement, topic.topic_id, topic.storage, assignment)
+    return ControllerResult(tuple(builder.records), {"topics": replies})
 
 
 def partition_streams(image: MetadataImage, topic_id: str, partition: int) -> dict[str, int]:
@@ -227,16 +298,26 @@ def partition_streams(image: MetadataImage, topic_id: str, partition: int) -> di
 def delete_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
     """Remove topics, their partitions' streams and stream keys. The reply lists the objects no
     stream references any more, which the brokers delete from object storage."""
-    names = req_list(args, "names")
+    names = opt_list(args, "names") or []
+    topic_ids = opt_list(args, "topic_ids") or []
+    if "names" not in args and "topic_ids" not in args:
+        raise invalid("delete_topics needs names or topic_ids")
     records: list[Record] = []
     replies: list[dict[str, Any]] = []
     removed_streams: set[int] = set()
     seen: set[str] = set()
+    wanted: list[tuple[Any, TopicImage | None, dict[str, Any]]] = []
     for name in names:
         topic = image.topics.get(name) if isinstance(name, str) else None
+        wanted.append((name, topic, item_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")))
+    for topic_id in topic_ids:
+        topic = image.topics.by_id.get(topic_id) if isinstance(topic_id, str) else None
+        wanted.append((None if topic is None else topic.name, topic,
+                       {"topic_id": topic_id,
+                        **item_error(ErrorCode.UNKNOWN_TOPIC_ID, f"topic id {topic_id!r} does not exist")}))
+    for name, topic, missing in wanted:
         if topic is None or name in seen:
-            replies.append({"name": name, **item_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                                       f"topic {name!r} does not exist")})
+            replies.append({"name": name, **missing})
             continue
         seen.add(name)
         records.append(RemoveTopicRecord(topic_id=topic.topic_id))

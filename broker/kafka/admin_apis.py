@@ -1,0 +1,493 @@
+"""Kafka's admin APIs on every broker, forwarded to the controller quorum (KRaft's forwarding).
+
+CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs,
+AlterPartitionReassignments and ElectLeaders become controller write operations;
+DescribeConfigs and ListPartitionReassignments controller reads (on the active controller, so
+a client sees its own change at once); DescribeCluster answers from this broker's metadata
+image; DescribeLogDirs and AlterReplicaLogDirs are about this broker's own disks and never leave
+it. Each handler translates a decoded request into the operation's JSON arguments and the
+operation's reply into Kafka's response, with Kafka's per-item error codes: a bad topic fails
+alone, and a quorum that does not answer fails every item with the code the client retries on
+(see :mod:`broker.kafka.forwarding`). Nothing here touches a socket, so the tests drive the
+handlers with a fake controller.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
+
+from kafka.protocol.admin.cluster import (AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse,
+                                          DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
+                                          DescribeLogDirsResponse)
+from kafka.protocol.admin.configs import (AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest,
+                                          DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+                                          IncrementalAlterConfigsResponse)
+from kafka.protocol.admin.topics import (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
+                                         CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+                                         CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+                                         ElectLeadersRequest, ElectLeadersResponse, ListPartitionReassignmentsRequest,
+                                         ListPartitionReassignmentsResponse)
+from kafka.protocol.api_message import ApiMessage
+
+from broker.kafka.config_catalog import ConfigEntry, broker_entries, topic_entries
+from broker.kafka.data_apis import ZERO_UUID, kafka_endpoint_of, kafka_error, topic_uuid
+from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, Json, forward_timeout_ms, forwarding_failure
+from broker.kafka.wire import Request
+from broker.log_dirs_report import LogDirReport, TopicFilter
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.image import MetadataImage
+
+TOPIC_RESOURCE = 2  # ConfigResource types on the wire
+BROKER_RESOURCE = 4
+BROKER_ENDPOINTS = 1  # DescribeCluster's endpoint type
+PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
+CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}  # IncrementalAlterConfigs' operations
+# AclOperation codes a cluster resource has (no authorizer: a client may do all of them)
+CLUSTER_OPERATIONS = frozenset({5, 7, 8, 9, 10, 11, 12})
+# The first version of each API whose response carries THROTTLING_QUOTA_EXCEEDED (KIP-599)
+QUOTA_ERROR_SINCE = {"CreateTopics": 6, "CreatePartitions": 3, "DeleteTopics": 5}
+
+
+class AdminCore(Protocol):
+    """What the admin handlers need of the broker besides the controller (``broker.server.Broker``)."""
+
+    broker_id: int
+    cluster_id: str
+
+    @property
+    def image(self) -> MetadataImage | None: ...
+
+    def static_configs(self) -> Mapping[str, str]: ...
+
+    def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]: ...
+
+    def alter_replica_log_dirs(self, moves: list[tuple[str, int, str]]) -> Awaitable[list[FerryError | None]]: ...
+
+
+@dataclass(frozen=True)
+class ItemError:
+    error: ErrorCode
+    message: str | None
+
+
+def topic_id_text(value: uuid.UUID) -> str:
+    """Kafka's Uuid as Ferry writes topic ids (base64 without padding)."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+def reply_error(item: Mapping[str, Any]) -> ItemError | None:
+    """The error of one item of a controller operation's batch reply (None: it succeeded)."""
+    name = item.get("error")
+    if not name or name == "NONE":
+        return None
+    return ItemError(ErrorCode.from_name(str(name)), item.get("message"))
+
+
+def failure_of(exc: BaseException, quota_error_supported: bool = True) -> ForwardingFailure:
+    """Why a whole forwarded call failed, as the Kafka error every item of the request gets."""
+    failure = forwarding_failure(exc, quota_error_supported)
+    if failure is not None:
+        return failure
+    code, message = kafka_error(exc)
+    return ForwardingFailure(code, message or "", 0)
+
+
+def _group(items: Sequence[tuple[str, Any]]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for topic, entry in items:
+        out.setdefault(topic, []).append(entry)
+    return out
+
+
+class AdminApis:
+    """Handlers of the admin APIs; each takes a decoded request and returns the response."""
+
+    def __init__(self, core: AdminCore, controller: ControllerCalls) -> None:
+        self.core = core
+        self.controller = controller
+
+    async def _write(self, op: str, args: Json, timeout_ms: int | None = None) -> Json:
+        return await self.controller.write(op, args, forward_timeout_ms(timeout_ms))
+
+    async def _read(self, op: str, args: Json, timeout_ms: int | None = None) -> Json:
+        return await self.controller.read(op, args, forward_timeout_ms(timeout_ms))
+
+    # ------------------------------------------------------------------ CreateTopics
+    async def create_topics(self, req: Request) -> ApiMessage:
+        body: CreateTopicsRequest = req.body  # type: ignore[assignment]
+        R = CreateTopicsResponse.CreatableTopicResult
+        local: dict[int, ItemError] = {}
+        items: list[Json] = []
+        for i, t in enumerate(body.topics):
+            if t.assignments and (t.num_partitions != -1 or t.replication_factor != -1):
+                local[i] = ItemError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
+                                     "replicasAssignments were set. Both cannot be used at the same time.")
+                continue
+            item: Json = {"name": t.name, "num_partitions": t.num_partitions,
+                          "replication_factor": t.replication_factor,
+                          "configs": {c.name: c.value for c in t.configs}}
+            if t.assignments:
+                item["assignments"] = {str(a.partition_index): list(a.broker_ids) for a in t.assignments}
+            items.append(item)
+        replies: list[Json] = []
+        throttle_ms = 0
+        failure: ForwardingFailure | None = None
+        if items:
+            try:
+                reply = await self._write("create_topics", {"topics": items, "validate_only": bool(body.validate_only)},
+                                          body.timeout_ms)
+                replies = list(reply["topics"])
+            except Exception as exc:  # noqa: BLE001 - answered per topic, as Kafka does
+                failure = failure_of(exc, req.api_version >= QUOTA_ERROR_SINCE["CreateTopics"])
+                throttle_ms = failure.throttle_time_ms
+        forwarded = iter(replies)
+        results = []
+        for i, t in enumerate(body.topics):
+            error = local.get(i)
+            answer: Json = {}
+            if error is None and failure is not None:
+                error = ItemError(failure.error, failure.message)
+            elif error is None:
+                answer = next(forwarded, {"error": "UNKNOWN_SERVER_ERROR", "message": "no answer for this topic"})
+                error = reply_error(answer)
+            if error is not None:
+                results.append(R(name=t.name, topic_id=ZERO_UUID, error_code=error.error.code,
+                                 error_message=error.message, topic_config_error_code=0, num_partitions=-1,
+                                 replication_factor=-1, configs=[]))
+                continue
+            configs = [R.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
+                                               config_source=int(e.source), is_sensitive=e.is_sensitive)
+                       for e in topic_entries({c.name: c.value for c in t.configs if c.value is not None})]
+            results.append(R(name=t.name, topic_id=topic_uuid(answer["topic_id"]), error_code=0, error_message=None,
+                             topic_config_error_code=0, num_partitions=int(answer["num_partitions"]),
+                             replication_factor=int(answer["replication_factor"]), configs=configs))
+        return CreateTopicsResponse(throttle_time_ms=throttle_ms, topics=results)
+
+    # ------------------------------------------------------------------ DeleteTopics
+    async def delete_topics(self, req: Request) -> ApiMessage:
+        body: DeleteTopicsRequest = req.body  # type: ignore[assignment]
+        R = DeleteTopicsResponse.DeletableTopicResult
+        wanted: list[tuple[str | None, uuid.UUID | None]] = []
+        if req.api_version >= 6:
+            for t in body.topics:
+                by_id = t.name is None and t.topic_id is not None and t.topic_id != ZERO_UUID
+                wanted.append((None, t.topic_id) if by_id else (t.name, None))
+        else:
+            wanted = [(name, None) for name in body.topic_names]
+        names = [n for n, tid in wanted if tid is None and n is not None]
+        ids = [topic_id_text(tid) for _n, tid in wanted if tid is not None]
+        answers: list[Json] = []
+        failure: ForwardingFailure | None = None
+        if names or ids:
+            try:
+                reply = await self._write("delete_topics", {"names": names, "topic_ids": ids}, body.timeout_ms)
+                answers = list(reply["topics"])  # the names' answers, then the ids'
+            except Exception as exc:  # noqa: BLE001 - answered per topic
+                failure = failure_of(exc, req.api_version >= QUOTA_ERROR_SINCE["DeleteTopics"])
+        by_name, by_id = iter(answers[:len(names)]), iter(answers[len(names):])
+        results = []
+        for name, tid in wanted:
+            if name is None and tid is None:
+                results.append(R(name=None if req.api_version >= 6 else "", topic_id=ZERO_UUID,
+                                 error_code=ErrorCode.INVALID_REQUEST.code,
+                                 error_message="a topic needs a name or a topic id"))
+                continue
+            answer: Json = {} if failure is not None else next(by_id if tid is not None else by_name, {})
+            error = ItemError(failure.error, failure.message) if failure is not None else \
+                reply_error(answer) if answer else ItemError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for this topic")
+            found_id = answer.get("topic_id")
+            resp_name = answer.get("name") or name
+            results.append(R(name=resp_name if resp_name is not None or req.api_version >= 6 else "",
+                             topic_id=topic_uuid(found_id) if error is None and isinstance(found_id, str)
+                             else (tid or ZERO_UUID),
+                             error_code=error.error.code if error else 0,
+                             error_message=error.message if error else None))
+        return DeleteTopicsResponse(throttle_time_ms=failure.throttle_time_ms if failure else 0, responses=results)
+
+    # ------------------------------------------------------------------ CreatePartitions
+    async def create_partitions(self, req: Request) -> ApiMessage:
+        body: CreatePartitionsRequest = req.body  # type: ignore[assignment]
+        R = CreatePartitionsResponse.CreatePartitionsTopicResult
+        items = [{"name": t.name, "count": t.count,
+                  "assignments": None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]}
+                 for t in body.topics]
+        answers: list[Json] = []
+        failure: ForwardingFailure | None = None
+        if items:
+            try:
+                reply = await self._write("create_partitions", {"topics": items,
+                                                                "validate_only": bool(body.validate_only)},
+                                          body.timeout_ms)
+                answers = list(reply["topics"])
+            except Exception as exc:  # noqa: BLE001 - answered per topic
+                failure = failure_of(exc, req.api_version >= QUOTA_ERROR_SINCE["CreatePartitions"])
+        results = []
+        for i, t in enumerate(body.topics):
+            error = ItemError(failure.error, failure.message) if failure is not None else \
+                reply_error(answers[i]) if i < len(answers) else ItemError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer")
+            results.append(R(name=t.name, error_code=error.error.code if error else 0,
+                             error_message=error.message if error else None))
+        return CreatePartitionsResponse(throttle_time_ms=failure.throttle_time_ms if failure else 0, results=results)
+
+    # ------------------------------------------------------------------ DescribeConfigs
+    async def describe_configs(self, req: Request) -> ApiMessage:
+        body: DescribeConfigsRequest = req.body  # type: ignore[assignment]
+        synonyms = bool(body.include_synonyms) if req.api_version >= 1 else False
+        docs = bool(body.include_documentation) if req.api_version >= 3 else False
+        results = await asyncio.gather(*(self._describe_resource(r.resource_type, r.resource_name,
+                                                                 r.configuration_keys, synonyms, docs)
+                                         for r in body.resources))
+        return DescribeConfigsResponse(throttle_time_ms=0, results=list(results))
+
+    async def _describe_resource(self, rtype: int, name: str, keys: list[str] | None, synonyms: bool,
+                                 docs: bool) -> Any:
+        R = DescribeConfigsResponse.DescribeConfigsResult
+        try:
+            entries = await self._config_entries(rtype, name, keys)
+        except Exception as exc:  # noqa: BLE001 - answered per resource
+            failure = failure_of(exc)
+            return R(error_code=failure.error.code, error_message=failure.message, resource_type=rtype,
+                     resource_name=name, configs=[])
+        C = R.DescribeConfigsResourceResult
+        configs = [C(name=e.name, value=e.value, read_only=e.read_only, config_source=int(e.source),
+                     is_default=e.is_default, is_sensitive=e.is_sensitive, config_type=int(e.type),
+                     documentation=e.documentation if docs else None,
+                     synonyms=[C.DescribeConfigsSynonym(name=s.name, value=s.value, source=int(s.source))
+                               for s in e.synonyms] if synonyms else [])
+                   for e in entries]
+        return R(error_code=0, error_message=None, resource_type=rtype, resource_name=name, configs=configs)
+
+    async def _config_entries(self, rtype: int, name: str, keys: list[str] | None) -> list[ConfigEntry]:
+        if rtype == TOPIC_RESOURCE:
+            reply = await self._read("describe_configs", {"resources": [{"type": "topic", "name": name}]})
+            return topic_entries(reply["resources"][0]["configs"], keys)
+        if rtype != BROKER_RESOURCE:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}: this broker describes "
+                                                        "topic (2) and broker (4) configs")
+        own = str(self.core.broker_id)
+        if name not in ("", own):
+            raise FerryError(ErrorCode.INVALID_REQUEST,
+                             f"Unexpected broker id, expected {own} or empty string, but received {name}")
+        reply = await self._read("describe_configs", {"resources": [{"type": "broker", "name": ""},
+                                                                    {"type": "broker", "name": own}]})
+        defaults, mine = reply["resources"][0]["configs"], reply["resources"][1]["configs"]
+        if name == "":
+            return broker_entries(self.core.broker_id, {}, {}, defaults, keys)
+        return broker_entries(self.core.broker_id, self.core.static_configs(), mine, defaults, keys)
+
+    # ------------------------------------------------------------------ AlterConfigs / IncrementalAlterConfigs
+    async def alter_configs(self, req: Request) -> ApiMessage:
+        body: AlterConfigsRequest = req.body  # type: ignore[assignment]
+        R = AlterConfigsResponse.AlterConfigsResourceResponse
+        results = []
+        for r in body.resources:
+            nulls = [c.name for c in r.configs if c.value is None]
+            error = ItemError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}") \
+                if nulls else await self._alter_resource(r.resource_type, r.resource_name, {
+                    "configs": {c.name: c.value for c in r.configs}, "replace": True}, bool(body.validate_only))
+            results.append(R(error_code=error.error.code if error else 0, error_message=error.message if error else None,
+                             resource_type=r.resource_type, resource_name=r.resource_name))
+        return AlterConfigsResponse(throttle_time_ms=0, responses=results)
+
+    async def incremental_alter_configs(self, req: Request) -> ApiMessage:
+        body: IncrementalAlterConfigsRequest = req.body  # type: ignore[assignment]
+        R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+        results = []
+        for r in body.resources:
+            keys = [c.name for c in r.configs]
+            error: ItemError | None
+            if len(set(keys)) != len(keys):
+                error = ItemError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+            elif any(c.config_operation not in CONFIG_OPS for c in r.configs):
+                bad = next(c for c in r.configs if c.config_operation not in CONFIG_OPS)
+                error = ItemError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {bad.config_operation} "
+                                                             f"for {bad.name}")
+            else:
+                ops = [{"op": CONFIG_OPS[c.config_operation], "key": c.name, "value": c.value} for c in r.configs]
+                error = await self._alter_resource(r.resource_type, r.resource_name, {"ops": ops},
+                                                   bool(body.validate_only))
+            results.append(R(error_code=error.error.code if error else 0, error_message=error.message if error else None,
+                             resource_type=r.resource_type, resource_name=r.resource_name))
+        return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
+
+    async def _alter_resource(self, rtype: int, name: str, change: Json, validate_only: bool) -> ItemError | None:
+        if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+            return ItemError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}: this broker alters "
+                                                        "topic (2) and broker (4) configs")
+        resource = {"type": "topic" if rtype == TOPIC_RESOURCE else "broker", "name": name, **change}
+        try:
+            await self._write("alter_configs", {"resources": [resource], "validate_only": validate_only})
+        except Exception as exc:  # noqa: BLE001 - answered per resource
+            failure = failure_of(exc)
+            return ItemError(failure.error, failure.message)
+        return None
+
+    # ------------------------------------------------------------------ DescribeCluster
+    async def describe_cluster(self, req: Request) -> ApiMessage:
+        body: DescribeClusterRequest = req.body  # type: ignore[assignment]
+        B = DescribeClusterResponse.DescribeClusterBroker
+        endpoint_type = body.endpoint_type if req.api_version >= 1 else BROKER_ENDPOINTS
+        ops = set(CLUSTER_OPERATIONS) if body.include_cluster_authorized_operations else None
+        if endpoint_type != BROKER_ENDPOINTS:
+            return DescribeClusterResponse(
+                throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE.code,
+                error_message="Brokers answer for broker endpoints only (endpoint type 1)",
+                endpoint_type=endpoint_type, cluster_id=self.core.cluster_id, controller_id=-1, brokers=[],
+                authorized_operations=None)
+        include_fenced = bool(body.include_fenced_brokers) if req.api_version >= 2 else False
+        brokers = []
+        image = self.core.image
+        if image is not None:
+            for bid, reg in sorted(image.cluster.brokers.items()):
+                hp = kafka_endpoint_of(reg.endpoints)
+                if hp is None or (reg.fenced and not include_fenced):
+                    continue
+                brokers.append(B(broker_id=bid, host=hp[0], port=hp[1], rack=reg.rack, is_fenced=reg.fenced))
+        # KRaft names a live broker as the controller: admin requests sent there are forwarded
+        return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None,
+                                       endpoint_type=BROKER_ENDPOINTS, cluster_id=self.core.cluster_id,
+                                       controller_id=self.core.broker_id, brokers=brokers,
+                                       authorized_operations=ops)
+
+    # ------------------------------------------------------------------ reassignments
+    async def alter_partition_reassignments(self, req: Request) -> ApiMessage:
+        body: AlterPartitionReassignmentsRequest = req.body  # type: ignore[assignment]
+        T = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
+        P = T.ReassignablePartitionResponse
+        allow_rf_change = bool(body.allow_replication_factor_change) if req.api_version >= 1 else True
+        local: dict[tuple[str, int], ItemError] = {}
+        items: list[Json] = []
+        for t in body.topics:
+            for p in t.partitions:
+                refused = None if allow_rf_change else self._rf_change(t.name, p.partition_index, p.replicas)
+                if refused is not None:
+                    local[(t.name, p.partition_index)] = refused
+                else:
+                    items.append({"topic": t.name, "partition": p.partition_index,
+                                  "replicas": None if p.replicas is None else list(p.replicas)})
+        answers: dict[tuple[str, int], ItemError | None] = {}
+        top = ItemError(ErrorCode.NONE, None)
+        if items:
+            try:
+                reply = await self._write("alter_partition_reassignments", {"reassignments": items}, body.timeout_ms)
+                answers = {(str(a["topic"]), int(a["partition"])): reply_error(a) for a in reply["responses"]}
+            except Exception as exc:  # noqa: BLE001 - the whole request failed: a top-level error
+                failure = failure_of(exc)
+                top = ItemError(failure.error, failure.message)
+        entries = []
+        for t in body.topics:
+            for p in t.partitions:
+                key = (t.name, p.partition_index)
+                error = local.get(key) or (top if top.error is not ErrorCode.NONE else answers.get(key))
+                entries.append((t.name, P(partition_index=p.partition_index, error_code=error.error.code if error else 0,
+                                          error_message=error.message if error else None)))
+        return AlterPartitionReassignmentsResponse(
+            throttle_time_ms=0, allow_replication_factor_change=allow_rf_change, error_code=top.error.code,
+            error_message=top.message, responses=[T(name=n, partitions=ps) for n, ps in _group(entries).items()])
+
+    def _rf_change(self, topic: str, partition: int, replicas: list[int] | None) -> ItemError | None:
+        """KIP-860: with allow_replication_factor_change false, a reassignment keeps the replica count."""
+        image = self.core.image
+        if replicas is None or image is None:
+            return None
+        topic_id = image.topics.by_name.get(topic)
+        reg = image.topics.partition(topic_id, partition) if topic_id is not None else None
+        if reg is None:
+            return None
+        current = len(reg.original_replicas)
+        if len(replicas) == current:
+            return None
+        return ItemError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"The replication factor is changed from {current} to {len(replicas)} but "
+                         "allowReplicationFactorChange is false")
+
+    async def list_partition_reassignments(self, req: Request) -> ApiMessage:
+        body: ListPartitionReassignmentsRequest = req.body  # type: ignore[assignment]
+        T = ListPartitionReassignmentsResponse.OngoingTopicReassignment
+        P = T.OngoingPartitionReassignment
+        args: Json = {}
+        if body.topics is not None:
+            args["partitions"] = [{"topic": t.name, "partition": p} for t in body.topics for p in t.partition_indexes]
+        try:
+            reply = await self._read("list_partition_reassignments", args, body.timeout_ms)
+        except Exception as exc:  # noqa: BLE001 - a top-level error
+            failure = failure_of(exc)
+            return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=failure.error.code,
+                                                      error_message=failure.message, topics=[])
+        entries = [(str(r["topic"]), P(partition_index=int(r["partition"]), replicas=list(r["replicas"]),
+                                       adding_replicas=list(r["adding_replicas"]),
+                                       removing_replicas=list(r["removing_replicas"])))
+                   for r in reply["reassignments"]]
+        return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None,
+                                                  topics=[T(name=n, partitions=ps) for n, ps in _group(entries).items()])
+
+    # ------------------------------------------------------------------ ElectLeaders
+    async def elect_leaders(self, req: Request) -> ApiMessage:
+        body: ElectLeadersRequest = req.body  # type: ignore[assignment]
+        T = ElectLeadersResponse.ReplicaElectionResult
+        P = T.PartitionResult
+        election_type = body.election_type if req.api_version >= 1 else PREFERRED_ELECTION
+        wanted = None if body.topic_partitions is None else \
+            [(t.topic, p) for t in body.topic_partitions for p in t.partitions]
+        if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+            top = ItemError(ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}")
+        else:
+            args: Json = {"election_type": "preferred" if election_type == PREFERRED_ELECTION else "unclean"}
+            if wanted is not None:
+                args["partitions"] = [{"topic": t, "partition": p} for t, p in wanted]
+            try:
+                reply = await self._write("elect_leaders", args, body.timeout_ms)
+            except Exception as exc:  # noqa: BLE001 - the whole request failed
+                failure = failure_of(exc)
+                top = ItemError(failure.error, failure.message)
+            else:
+                entries = []
+                for r in reply["results"]:
+                    error = reply_error(r)
+                    entries.append((str(r["topic"]), P(partition_id=int(r["partition"]),
+                                                       error_code=error.error.code if error else 0,
+                                                       error_message=error.message if error else None)))
+                return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=[
+                    T(topic=n, partition_result=ps) for n, ps in _group(entries).items()])
+        # v0 has no top-level error: every partition asked for carries it
+        failed = [(t, P(partition_id=p, error_code=top.error.code, error_message=top.message))
+                  for t, p in (wanted or [])]
+        return ElectLeadersResponse(throttle_time_ms=0, error_code=top.error.code, replica_election_results=[
+            T(topic=n, partition_result=ps) for n, ps in _group(failed).items()])
+
+    # ------------------------------------------------------------------ log dirs (this broker's own)
+    async def describe_log_dirs(self, req: Request) -> ApiMessage:
+        body: DescribeLogDirsRequest = req.body  # type: ignore[assignment]
+        R = DescribeLogDirsResponse.DescribeLogDirsResult
+        T = R.DescribeLogDirsTopic
+        P = T.DescribeLogDirsPartition
+        wanted: Callable[[str, int], bool]
+        if body.topics is None:
+            wanted = lambda _t, _p: True  # noqa: E731
+        else:
+            asked = {(t.topic, p) for t in body.topics for p in t.partitions}
+            wanted = lambda t, p: (t, p) in asked  # noqa: E731
+        results = []
+        for report in self.core.log_dirs_report(wanted):
+            entries = [(r.topic, P(partition_index=r.partition, partition_size=r.size_bytes, offset_lag=r.offset_lag,
+                                   is_future_key=r.is_future)) for r in report.replicas]
+            results.append(R(error_code=report.error.code if report.error else 0, log_dir=report.path,
+                             topics=[T(name=n, partitions=ps) for n, ps in _group(entries).items()],
+                             total_bytes=report.total_bytes, usable_bytes=report.usable_bytes, is_cordoned=False))
+        return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)
+
+    async def alter_replica_log_dirs(self, req: Request) -> ApiMessage:
+        body: AlterReplicaLogDirsRequest = req.body  # type: ignore[assignment]
+        T = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
+        P = T.AlterReplicaLogDirPartitionResult
+        moves = [(t.name, p, d.path) for d in body.dirs for t in d.topics for p in t.partitions]
+        outcomes = await self.core.alter_replica_log_dirs(moves)
+        entries = []
+        for (topic, partition, _path), exc in zip(moves, outcomes):
+            code = kafka_error(exc)[0].code if exc is not None else 0
+            entries.append((topic, P(partition_index=partition, error_code=code)))
+        return AlterReplicaLogDirsResponse(throttle_time_ms=0, results=[
+            T(topic_name=n, partitions=ps) for n, ps in _group(entries).items()])

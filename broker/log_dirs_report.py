@@ -1,0 +1,74 @@
+"""DescribeLogDirs and AlterReplicaLogDirs of one broker, shared by its HTTP and Kafka front ends.
+
+Both front ends answer from the same report and run moves through the same path, so
+``ferry log-dirs --describe`` and a Kafka admin client's ``describe_log_dirs`` agree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from metadata_quorum.errors import ErrorCode, FerryError
+
+if TYPE_CHECKING:
+    from broker.log_dirs_manager import LogDirsManager
+    from broker.partition_manager import PartitionManager, Slot
+
+
+@dataclass(frozen=True)
+class ReplicaInDir:
+    topic: str
+    partition: int
+    size_bytes: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True)
+class LogDirReport:
+    path: str
+    state: str  # ONLINE, SATURATED or OFFLINE
+    error: ErrorCode | None  # KAFKA_STORAGE_ERROR for an offline dir, as Kafka reports it
+    total_bytes: int
+    usable_bytes: int
+    replicas: tuple[ReplicaInDir, ...]
+
+
+TopicFilter = Callable[[str, int], bool]
+
+
+def log_dirs_report(log_dirs: "LogDirsManager", slots: Iterable["Slot"], wanted: TopicFilter) -> list[LogDirReport]:
+    """Each log dir with its space and the replicas in it (a replica being moved appears twice:
+    in its current dir, and as the future replica in its target dir). Replicas of s3 partitions
+    hold no records locally and lag nothing: their size is the data they own."""
+    per_dir: dict[str, list[ReplicaInDir]] = {d.path: [] for d in log_dirs.dirs}
+    for slot in slots:
+        if slot.log_dir is None or slot.replica is None or not wanted(slot.topic, slot.tp.partition):
+            continue
+        per_dir.setdefault(slot.log_dir, []).append(
+            ReplicaInDir(slot.topic, slot.tp.partition, slot.replica.size_bytes, 0, False))
+    for (topic, partition), path in log_dirs.future_moves().items():
+        if wanted(topic, partition):
+            per_dir.setdefault(path, []).append(ReplicaInDir(topic, partition, 0, 0, True))
+    out = []
+    for d in log_dirs.dirs:
+        info = log_dirs.info(d.path)
+        state = info.state.value
+        out.append(LogDirReport(
+            d.path, state, ErrorCode.KAFKA_STORAGE_ERROR if state == "OFFLINE" else None, info.total_bytes,
+            info.usable_bytes, tuple(sorted(per_dir.get(d.path, []), key=lambda r: (r.topic, r.partition)))))
+    return out
+
+
+async def alter_replica_log_dirs(log_dirs: "LogDirsManager", manager: "PartitionManager",
+                                 moves: list[tuple[str, int, str]]) -> list[FerryError | None]:
+    """Move replicas (topic, partition, target path) one at a time in topic-partition order
+    (KIP-113); the outcomes come back in request order (None = moved, or already there)."""
+    outcome: dict[int, FerryError | None] = {}
+    for i, (topic, partition, path) in sorted(enumerate(moves), key=lambda item: (item[1][0], item[1][1])):
+        try:
+            await log_dirs.alter(manager, topic, partition, path)
+            outcome[i] = None
+        except FerryError as exc:
+            outcome[i] = exc
+    return [outcome[i] for i in range(len(moves))]
