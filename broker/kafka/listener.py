@@ -49,6 +49,7 @@ class KafkaListener:
         self._connections: set[asyncio.Task[None]] = set()
         self.connections_closed_for_violation = 0
         self.requests_handled = 0
+        self.requests_with_trailing_bytes = 0
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=READ_CHUNK_BYTES)
@@ -116,6 +117,10 @@ class KafkaListener:
                 await answers.put(done)
                 continue
             assert isinstance(event, Request)
+            if event.trailing_bytes:
+                self.requests_with_trailing_bytes += 1
+                log.debug("%s v%d from %s: %d bytes after the request (ignored, as Kafka does)",
+                          api_name(event.api_key), event.api_version, peer, event.trailing_bytes)
             if event.api_key in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate):
                 step = self._sasl_step(sasl, event)
                 await self._answer_now(answers, encode_response(event, _sasl_response(event, step)))

@@ -8,8 +8,11 @@ frame: Kafka closes the connection and nothing else). :meth:`encode_response` fr
 response for a request. Nothing here touches a socket or a clock, so the fuzz tests drive it
 with millions of bytes in a second.
 
-Parsing is strict: a request must consume its frame exactly (trailing bytes are a violation),
-because a lenient decoder hides a client and a broker that disagree on a version's layout.
+Parsing is strict about what it decodes: every field of the version must be there and well
+formed, or the connection closes. Bytes left in the frame after a fully decoded request are
+tolerated and counted (``Request.trailing_bytes``), as Kafka's own broker does: librdkafka sends
+Metadata v12 with a field of v8-10 still appended, and refusing it would lock out every
+confluent-kafka admin client.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ class Request:
     client_id: str | None
     body: ApiMessage
     size_bytes: int
+    trailing_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -113,15 +117,14 @@ class KafkaConnection:
             body, consumed = _decode_body(cls, frame, api_version)
         except Exception as exc:  # noqa: BLE001 - any decode failure of peer bytes is the peer's
             return self._violate(f"{cls.name} v{api_version} does not decode: {type(exc).__name__}: {exc}")
-        if consumed != len(frame):
-            return self._violate(f"{cls.name} v{api_version}: {len(frame) - consumed} bytes after the request")
         header = body.header
-        return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+        return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame),
+                       len(frame) - consumed)
 
 
 def _decode_body(cls: type[ApiMessage], frame: bytes, version: int) -> tuple[ApiMessage, int]:
     """Decode header and body, returning how many bytes were used (the generated decoder's own
-    entry point discards that, and a strict parser needs it)."""
+    entry point discards that)."""
     import io
     flexible = cls.flexible_version_q(version)
     hdr_data = io.BytesIO(frame)

@@ -63,6 +63,7 @@ def test_confluent_admin_client(shared_cluster) -> None:
     assert not exists("ck-validate")
     described = admin.describe_topics(TopicCollection([topic]), request_timeout=20)[topic].result(timeout=30)
     assert len(described.partitions) == 2
+    assert len(admin.list_topics(timeout=30).topics[topic].partitions) == 2  # Metadata v12 with trailing bytes
 
     cluster = admin.describe_cluster(request_timeout=20).result(timeout=30)
     assert sorted(n.id for n in cluster.nodes) == [1, 2, 3]

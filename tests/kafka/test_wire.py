@@ -91,15 +91,23 @@ def test_a_newer_api_versions_is_answered_at_v0_with_unsupported_version() -> No
 
 
 def test_oversized_negative_trailing_and_garbage_frames_close_the_connection() -> None:
-    valid = metadata(9)
-    with_trailing_bytes = struct.pack(">i", len(valid) - 4 + 2) + valid[4:] + b"zz"
     for data in (struct.pack(">i", 2 ** 31 - 1) + b"x" * 10, struct.pack(">i", -5), struct.pack(">i", 3) + b"abc",
-                 with_trailing_bytes, struct.pack(">ihhi", 12, 3, 9, 1) + b"\xff\xff\xff\xff"):
+                 struct.pack(">ihhi", 12, 3, 9, 1) + b"\xff\xff\xff\xff"):
         conn = KafkaConnection(max_request_bytes=1 << 20)
         conn.receive_data(data)
         assert isinstance(conn.next_event(), Violation), data
         conn.receive_data(metadata(9))
         assert isinstance(conn.next_event(), Violation)  # closed for good
+
+
+def test_bytes_after_a_decoded_request_are_tolerated_and_counted_as_kafka_does() -> None:
+    valid = metadata(12)
+    conn = KafkaConnection()
+    conn.receive_data(struct.pack(">i", len(valid) - 4 + 3) + valid[4:] + b"\x00\x00\x00")
+    event = conn.next_event()
+    assert isinstance(event, Request) and event.trailing_bytes == 3
+    conn.receive_data(metadata(9))
+    assert isinstance(conn.next_event(), Request)
 
 
 def _mutations(rng: random.Random, seeds: list[bytes]) -> bytes:
