@@ -134,15 +134,18 @@ def on_fenced(status: PartitionStatus) -> Transition:
     return s, (Action.DROP,)
 
 
-def stream_open_epoch(leader_epoch: int, stream_epoch: int, stream_opened: bool, stream_owner: int, broker_id: int) -> int:
+def stream_open_epoch(leader_epoch: int, stream_epoch: int, stream_opened: bool, stream_owner: int, broker_id: int,
+                      owner_broker_epoch: int = -1, broker_epoch: int = -1) -> int:
     """The epoch to open a partition's stream with: always above the previous owner's.
 
     The leader epoch grows with every leadership change, so it is the natural choice; the
     stream's own epoch may already be ahead (streams created at epoch 0, or opened by a
-    broker that was later fenced) and then the next epoch above it is used. A stream this
-    broker already holds open (a restart, or a retried open) is re-opened at its epoch, which
-    the controller treats as an idempotent retry.
+    broker that was later fenced) and then the next epoch above it is used. A stream this very
+    incarnation of the broker already holds open (a retried open) is re-opened at its epoch,
+    which the controller treats as an idempotent retry. A stream the same broker id held open
+    before a kill -9 and restart belongs to the dead incarnation (another broker epoch): the new
+    one must open above it, or the controller fences it at the old epoch forever.
     """
-    if stream_opened and stream_owner == broker_id:
+    if stream_opened and stream_owner == broker_id and owner_broker_epoch == broker_epoch:
         return stream_epoch
     return max(leader_epoch, stream_epoch + 1)

@@ -258,7 +258,10 @@ class PartitionManager:
         opened = meta is not None and meta.state == STREAM_OPENED
         s_epoch = meta.epoch if meta is not None else 0
         owner = meta.owner if meta is not None else -1
-        epoch = sm.stream_open_epoch(leader_epoch, s_epoch, opened, owner, self.broker_id)
+        me = self.image.cluster.brokers.get(self.broker_id)
+        epoch = sm.stream_open_epoch(leader_epoch, s_epoch, opened, owner, self.broker_id,
+                                     meta.owner_epoch if meta is not None else -1,
+                                     me.broker_epoch if me is not None else -1)
         return StreamPlan(stream_id, epoch, owner if opened else -1, s_epoch)
 
     async def _open(self, slot: Slot) -> None:

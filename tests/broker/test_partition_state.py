@@ -101,5 +101,10 @@ def test_stream_open_epoch_always_above_previous_owner() -> None:
     assert stream_open_epoch(leader_epoch=0, stream_epoch=0, stream_opened=False, stream_owner=-1, broker_id=1) == 1
     assert stream_open_epoch(leader_epoch=7, stream_epoch=3, stream_opened=False, stream_owner=2, broker_id=1) == 7
     assert stream_open_epoch(leader_epoch=7, stream_epoch=9, stream_opened=True, stream_owner=2, broker_id=1) == 10
-    # re-open of a stream this broker holds (restart): same epoch = idempotent retry
+    # re-open of a stream this incarnation holds (a retried open): same epoch = idempotent retry
     assert stream_open_epoch(leader_epoch=7, stream_epoch=7, stream_opened=True, stream_owner=1, broker_id=1) == 7
+    # the same broker id restarted (kill -9): the stream belongs to the dead incarnation
+    assert stream_open_epoch(leader_epoch=0, stream_epoch=0, stream_opened=True, stream_owner=1, broker_id=1,
+                             owner_broker_epoch=5, broker_epoch=219) == 1
+    assert stream_open_epoch(leader_epoch=2, stream_epoch=0, stream_opened=True, stream_owner=1, broker_id=1,
+                             owner_broker_epoch=219, broker_epoch=219) == 0

@@ -323,3 +323,26 @@ async def test_a_group_of_two_through_moves_and_a_coordinator_kill(cluster, clie
     assert group in {g.group_id for g in listed.valid}
     described = admin_client.describe_consumer_groups([group])[group].result(timeout=30)
     assert described.group_id == group and str(described.state).endswith("EMPTY") and not described.members
+
+
+async def test_a_broker_killed_and_restarted_leads_its_partitions_again(tmp_path) -> None:
+    """One broker: after kill -9 and a restart, the new incarnation must open the streams the dead
+    one held open above their epoch (reopening at the same epoch is fenced forever)."""
+    from tools.cluster import LocalCluster
+    cluster = LocalCluster(str(tmp_path / "one"), brokers=1).start()
+    try:
+        async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+            await admin.create_topic("solo", 2)
+            for p in range(2):
+                await admin.wait_for_leader(TopicPartition("solo", p), timeout_s=20)
+        acked = Acked()
+        client = ConfluentClient(cluster.kafka_bootstrap)
+        await asyncio.to_thread(client.produce, "solo", [(i % 2, b"a%03d" % i) for i in range(40)], acked, 500.0)
+        cluster.kill_broker(1)
+        cluster.start_broker(1, wait=True)
+        await asyncio.to_thread(client.produce, "solo", [(i % 2, b"b%03d" % i) for i in range(40)], acked, 500.0)
+        assert acked.errors == [] and acked.count() == 80
+        got = await asyncio.to_thread(read_all, cluster.kafka_bootstrap, "solo", 2, 80)
+        assert_read_back_exactly(acked, got)
+    finally:
+        cluster.stop(graceful=False)
