@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Mapping, Union
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -117,6 +117,9 @@ class KafkaConnection:
             body, consumed = _decode_body(cls, frame, api_version)
         except Exception as exc:  # noqa: BLE001 - any decode failure of peer bytes is the peer's
             return self._violate(f"{cls.name} v{api_version} does not decode: {type(exc).__name__}: {exc}")
+        null_field = _first_illegal_null(body, cls._struct.fields, api_version)
+        if null_field is not None:
+            return self._violate(f"{cls.name} v{api_version}: {null_field} is null, which the version does not allow")
         header = body.header
         return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame),
                        len(frame) - consumed)
@@ -135,6 +138,42 @@ def _decode_body(cls: type[ApiMessage], frame: bytes, version: int) -> tuple[Api
     body._header = header
     body.API_VERSION = version
     return body, pos
+
+
+def _in_range(versions: tuple[int, int] | None, version: int) -> bool:
+    return versions is not None and versions[0] <= version <= versions[1]
+
+
+def _first_illegal_null(obj: object, fields: Mapping[str, Any], version: int, path: str = "") -> str | None:
+    """The first field decoded as null where the spec does not make it nullable at ``version``.
+
+    The generated decoder reads a compact array or string of length 0 as null whatever the
+    field's ``nullableVersions`` say; a handler would then fail on it. Refusing it here keeps the
+    contract strict: a request that passes holds only what its version allows."""
+    for name, field in fields.items():
+        if not _in_range(field._versions, version) or field._tag is not None:
+            continue
+        value = getattr(obj, name, None)
+        where = f"{path}{name}"
+        if value is None:
+            # uuids decode the zero id as None; only arrays, strings and bytes have a null
+            if field._type_str.startswith("[]") or field._type_str in ("string", "bytes"):
+                if not _in_range(field._nullable_versions, version):
+                    return where
+            continue
+        element = getattr(field, "array_of", None)
+        element_fields = getattr(element, "fields", None) if element is not None else None
+        if element_fields:
+            for i, item in enumerate(value):
+                found = _first_illegal_null(item, element_fields, version, f"{where}[{i}].")
+                if found is not None:
+                    return found
+        elif element is None and getattr(field, "fields", None) and \
+                not isinstance(value, (bytes, str, int, float, list)):
+            found = _first_illegal_null(value, field.fields, version, f"{where}.")
+            if found is not None:
+                return found
+    return None
 
 
 def encode_response(request: Request, response: ApiMessage) -> bytes:

@@ -152,3 +152,18 @@ def test_ten_thousand_seeded_hostile_frames_never_raise_or_hang() -> None:
             cls = request_class(event.api_key)
             assert isinstance(event.body, cls)
     assert all(outcomes.values()), outcomes
+
+
+def test_a_null_where_the_version_allows_none_closes_the_connection() -> None:
+    T = ProduceRequest.TopicProduceData
+    ok = frame(ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
+        T(name="t", partition_data=[T.PartitionProduceData(index=0, records=b"x")])]), 9)
+    # the compact array of partitions (length+1 = 2) rewritten as null (0): the decoder yields None
+    marker = b"\x02t\x02\x00\x00\x00\x00"
+    at = ok.index(marker) + 2
+    bad = ok[:at] + b"\x00" + ok[at + 1 + 4 + 2 + 1:]  # drop the partition entry (index, records, tags)
+    bad = struct.pack(">i", len(bad) - 4) + bad[4:]
+    conn = KafkaConnection()
+    conn.receive_data(bad)
+    event = conn.next_event()
+    assert isinstance(event, Violation) and "partition_data is null" in event.reason
