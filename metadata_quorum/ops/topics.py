@@ -21,7 +21,7 @@ from metadata_quorum.ops.placement import Placement, RecordBuilder
 from metadata_quorum.ops.streams import new_stream_records
 from metadata_quorum.ops.validation import (
     INT16_MAX, INT32_MAX, MAX_PARTITIONS_PER_REQUEST, as_int, as_mapping, invalid, item_error, opt_bool, opt_int,
-    opt_list, parse_decimal, req_list,
+    opt_list, parse_decimal, req_list, str_list,
 )
 from metadata_quorum.records import (
     NO_LEADER,
@@ -246,7 +246,7 @@ def partition_streams(image: MetadataImage, topic_id: str, partition: int) -> di
 def delete_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
     """Remove topics, their partitions' streams and stream keys. The reply lists the objects no
     stream references any more, which the brokers delete from object storage."""
-    names = req_list(args, "names")
+    names = str_list(req_list(args, "names"), "names")
     records: list[Record] = []
     replies: list[dict[str, Any]] = []
     removed_streams: set[int] = set()
