@@ -38,6 +38,9 @@ from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
 from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.http_parsing import check_query_names, errors_middleware, path_int, query_int, query_str, \
+    read_json_object
+from metadata_quorum.ops.validation import INT32_MAX, as_int, as_list, as_mapping, as_str
 from metadata_quorum.records import NO_LEADER
 from stream_storage import batches
 from stream_storage.record_validator import ValidationPolicy, validate_produce_records
@@ -46,42 +49,21 @@ log = logging.getLogger("ferry.broker")
 
 FETCH_DEFAULT_MAX_BYTES = 1024 * 1024
 FETCH_DEFAULT_MAX_WAIT_MS = 500
-
-
-def error_response(err: FerryError) -> web.Response:
-    return web.json_response(err.to_json(), status=err.error.http_status)
-
-
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except FerryError as exc:
-        return error_response(exc)
-    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
-        return web.json_response({"error": ErrorCode.INVALID_REQUEST.name, "code": ErrorCode.INVALID_REQUEST.code,
-                                  "message": f"{request.method} {request.path}: {exc.reason} "
-                                             "(see docs/broker-api.md)"}, status=exc.status)
-    except web.HTTPException:
-        raise
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - every answer carries a Kafka error name
-        log.exception("unexpected error in %s %s", request.method, request.path)
-        return error_response(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
+ALTER_LOG_DIRS_MAX_ENTRIES = 100_000
+TOPIC_NAME_MAX_CHARS = 249  # Kafka's limit
+LOG_DIR_MAX_CHARS = 4096  # PATH_MAX
+MOVES_MAX_LIMIT = 10_000
+ACKS_BY_NAME = {"all": -1, "-1": -1, "0": 0, "1": 1}  # Kafka's producer acks
 
 
 def _partition_param(request: web.Request) -> int:
-    raw = request.match_info["partition"]
-    try:
-        return int(raw)
-    except ValueError:
-        raise FerryError(ErrorCode.INVALID_REQUEST, f"partition {raw!r} is not an integer") from None
+    return path_int(request.match_info, "partition", maximum=INT32_MAX)
 
 
 def _epoch_param(request: web.Request) -> int | None:
-    raw = request.query.get("leader_epoch")
-    return None if raw in (None, "", "-1") else _int_param(request, "leader_epoch")
+    """The client's leader epoch, or None when it has none (-1, as Kafka's fetch sends)."""
+    epoch = query_int(request.query, "leader_epoch", -1, minimum=-INT32_MAX - 1, maximum=INT32_MAX, allow_negative=True)
+    return None if epoch == -1 else epoch
 
 
 @dataclass(frozen=True)
@@ -101,16 +83,9 @@ class ReadResult:
     leader_epoch: int
 
 
-def _int_param(request: web.Request, name: str, default: int | None = None) -> int:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        if default is None:
-            raise FerryError(ErrorCode.INVALID_REQUEST, f"query parameter {name} is required")
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise FerryError(ErrorCode.INVALID_REQUEST, f"query parameter {name}={raw!r} is not an integer") from None
+def _int_param(request: web.Request, name: str, default: int | None = None, minimum: int = 0,
+               maximum: int | None = None) -> int:
+    return query_int(request.query, name, default, minimum=minimum, maximum=maximum, allow_negative=minimum < 0)
 
 
 class Broker:
@@ -189,7 +164,8 @@ class Broker:
 
     # ------------------------------------------------------------------ lifecycle
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[errors_middleware], client_max_size=self.config.max_batch_bytes + 1)
+        app = web.Application(middlewares=[errors_middleware("docs/broker-api.md")],
+                              client_max_size=self.config.max_batch_bytes + 1)
         app.router.add_post("/v1/produce/{topic}/{partition}", self.produce)
         app.router.add_get("/v1/fetch/{topic}/{partition}", self.fetch)
         app.router.add_get("/v1/offsets/{topic}/{partition}", self.list_offsets)
@@ -475,12 +451,12 @@ class Broker:
         return self.partition_slot(topic, partition, for_write, _epoch_param(request))
 
     async def produce(self, request: web.Request) -> web.Response:
+        check_query_names(request.query, ("acks", "leader_epoch"))
         topic, partition = request.match_info["topic"], _partition_param(request)
-        acks_raw = request.query.get("acks", "-1")
+        acks_raw = query_str(request.query, "acks", "-1")
         try:
-            acks = -1 if acks_raw == "all" else int(acks_raw)
-            admission.check_acks(acks)
-        except (ValueError, FerryError):
+            acks = ACKS_BY_NAME[acks_raw or ""]
+        except KeyError:
             self.metrics.produce_errors.labels("INVALID_REQUIRED_ACKS").inc()
             raise FerryError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks_raw!r}; use -1, 1 or 0") from None
         # the partition is checked before the body is read, so a refused produce costs no upload
@@ -500,10 +476,13 @@ class Broker:
                                   "log_start_offset": result.log_start_offset})
 
     async def fetch(self, request: web.Request) -> web.StreamResponse:
+        check_query_names(request.query, ("offset", "max_bytes", "max_wait_ms", "leader_epoch"))
         topic, partition = request.match_info["topic"], _partition_param(request)
         result = await self.read_records(topic, partition, _int_param(request, "offset"),
-                                         _int_param(request, "max_bytes", FETCH_DEFAULT_MAX_BYTES),
-                                         _int_param(request, "max_wait_ms", FETCH_DEFAULT_MAX_WAIT_MS),
+                                         _int_param(request, "max_bytes", FETCH_DEFAULT_MAX_BYTES, minimum=1,
+                                                    maximum=INT32_MAX),
+                                         _int_param(request, "max_wait_ms", FETCH_DEFAULT_MAX_WAIT_MS,
+                                                    maximum=INT32_MAX),
                                          _epoch_param(request))
         return web.Response(body=result.data, content_type="application/octet-stream", headers={
             "X-Ferry-High-Watermark": str(result.high_watermark),
@@ -511,19 +490,23 @@ class Broker:
             "X-Ferry-Leader-Epoch": str(result.leader_epoch)})
 
     async def list_offsets(self, request: web.Request) -> web.Response:
+        check_query_names(request.query, ("spec", "timestamp_ms", "leader_epoch"))
         topic, partition = request.match_info["topic"], _partition_param(request)
-        spec = request.query.get("spec", "latest")
+        spec = query_str(request.query, "spec", "latest") or "latest"
+        if spec not in ("earliest", "latest", "timestamp"):
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec[:80]!r}; use earliest, latest or timestamp")
         ts = _int_param(request, "timestamp_ms") if spec == "timestamp" else -1
         offset, found_ts, epoch = await self.offset_at(topic, partition, spec, ts, _epoch_param(request))
         return web.json_response({"offset": offset, "timestamp_ms": found_ts, "leader_epoch": epoch})
 
     # ------------------------------------------------------------------ metadata
     async def metadata(self, request: web.Request) -> web.Response:
+        check_query_names(request.query, ("topics",))
         image = self.manager.image if self.manager is not None else None
         if image is None:
             return web.json_response({"metadata_offset": -1, "broker_id": self.broker_id, "brokers": [], "topics": [],
                                       "controllers": list(self.config.controllers)})
-        names_raw = request.query.get("topics")
+        names_raw = query_str(request.query, "topics")
         names = [n for n in names_raw.split(",") if n] if names_raw else sorted(image.topics.by_name)
         brokers = []
         urls: dict[int, str | None] = {}
@@ -559,7 +542,8 @@ class Broker:
         return await alter_replica_log_dirs(self.log_dirs, self.manager, moves)
 
     async def describe_log_dirs(self, request: web.Request) -> web.Response:
-        names_raw = request.query.get("topics")
+        check_query_names(request.query, ("topics",))
+        names_raw = query_str(request.query, "topics")
         wanted = {n for n in names_raw.split(",") if n} if names_raw else None
         dirs = []
         for report in self.log_dirs_report(lambda topic, _p: wanted is None or topic in wanted):
@@ -571,21 +555,14 @@ class Broker:
         return web.json_response({"version": 1, "brokers": [{"broker": self.broker_id, "logDirs": dirs}]})
 
     async def alter_log_dirs(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise FerryError(ErrorCode.INVALID_REQUEST, "the body must be JSON: "
-                             '{"partitions": [{"topic", "partition", "log_dir"}]}') from None
-        entries = body.get("partitions") if isinstance(body, dict) else None
-        if not isinstance(entries, list):
-            raise FerryError(ErrorCode.INVALID_REQUEST, 'the body needs "partitions": [{"topic", "partition", "log_dir"}]')
+        check_query_names(request.query, ())
+        body = await read_json_object(request)
         parsed = []
-        for e in entries:
-            if not isinstance(e, dict) or not isinstance(e.get("topic"), str) or not isinstance(e.get("partition"), int) \
-                    or not isinstance(e.get("log_dir"), str):
-                raise FerryError(ErrorCode.INVALID_REQUEST, f"bad entry {e!r}: needs topic (string), partition "
-                                 "(integer) and log_dir (string)")
-            parsed.append((e["topic"], e["partition"], e["log_dir"]))
+        for raw in as_list(body.get("partitions"), "partitions", ALTER_LOG_DIRS_MAX_ENTRIES):
+            entry = as_mapping(raw, "partitions[]")
+            parsed.append((as_str(entry.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
+                           as_int(entry.get("partition"), "partitions[].partition", 0, INT32_MAX),
+                           as_str(entry.get("log_dir"), "partitions[].log_dir", LOG_DIR_MAX_CHARS)))
         assert self.manager is not None
         results = []
         for (topic, partition, path), exc in zip(parsed, await self.alter_replica_log_dirs(parsed)):
@@ -598,9 +575,10 @@ class Broker:
 
     # ------------------------------------------------------------------ moves, health, metrics
     async def moves(self, request: web.Request) -> web.Response:
-        topic = request.query.get("topic") or None
-        partition = _int_param(request, "partition", -1)
-        limit = max(1, min(_int_param(request, "limit", 100), 10000))
+        check_query_names(request.query, ("topic", "partition", "limit"))
+        topic = query_str(request.query, "topic", max_chars=TOPIC_NAME_MAX_CHARS) or None
+        partition = _int_param(request, "partition", -1, minimum=-1, maximum=INT32_MAX)
+        limit = _int_param(request, "limit", 100, minimum=1, maximum=MOVES_MAX_LIMIT)
         out = self.manager.moves(topic, None if partition < 0 else partition, limit) if self.manager else []
         return web.json_response({"moves": [m.to_json() for m in out]})
 

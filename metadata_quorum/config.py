@@ -90,6 +90,7 @@ class ControllerConfig:
     max_queued_ops: int = 20000
     log_retention_records: int = 100_000
     long_poll_max_wait_ms: int = 30_000
+    max_partitions_per_request: int = 10_000
     raft: RaftSettings = field(default_factory=RaftSettings)
 
     @property

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import signal
 import sys
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -21,35 +22,33 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from metadata_quorum.config import ControllerConfig, load_config
 from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.http_parsing import check_query_names, errors_middleware, query_int, query_str, \
+    read_json_object
+from metadata_quorum.ops.validation import as_list, as_mapping, as_str
 from metadata_quorum.quorum_controller import QuorumController, now_ms
 from metadata_quorum.raft import CommittedLog, RaftNode
 
 log = logging.getLogger("ferry.controller")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_BATCH_OPS = 10_000
 OBSERVER_EXPIRY_MS = 5 * 60 * 1000
 MAX_LOG_RECORDS = 100_000  # per /v1/log answer (whole batches may go slightly past it)
+KNOWN_KINDS = frozenset({"write", "read", "log", "snapshot", "quorum", "health"})  # bounded metric labels
 
 
-def load_operations() -> tuple[dict[str, Any], dict[str, Any]]:
+def load_operations(max_partitions_per_request: int) -> tuple[dict[str, Any], dict[str, Any]]:
     from metadata_quorum.operations import READ_OPERATIONS, WRITE_OPERATIONS
+    from metadata_quorum.ops.topics import create_topics
 
-    return dict(WRITE_OPERATIONS), dict(READ_OPERATIONS)
+    write_ops = dict(WRITE_OPERATIONS)
+    write_ops["create_topics"] = functools.partial(create_topics, max_partitions_per_request=max_partitions_per_request)
+    return write_ops, dict(READ_OPERATIONS)
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=json.dumps(body, separators=(",", ":")).encode(), status=status,
                         content_type="application/json")
-
-
-def error_response(err: FerryError) -> web.Response:
-    response = _json(err.to_json(), status=err.error.http_status)
-    retry_after_ms = (err.details or {}).get("retry_after_ms")
-    if isinstance(retry_after_ms, int):
-        response.headers["Retry-After"] = str(max(1, -(-retry_after_ms // 1000)))  # whole seconds, rounded up
-    return response
 
 
 class ControllerMetrics:
@@ -76,7 +75,7 @@ class ControllerServer:
     def __init__(self, config: ControllerConfig) -> None:
         self.config = config
         self.metrics = ControllerMetrics()
-        self.write_ops, self.read_ops = load_operations()
+        self.write_ops, self.read_ops = load_operations(config.max_partitions_per_request)
         self.loop = asyncio.get_running_loop()
         self.ready = asyncio.Event()
         self.state = CommittedLog(config.log_retention_records, on_applied=self._on_applied)
@@ -98,7 +97,8 @@ class ControllerServer:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._errors])
+        app = web.Application(client_max_size=MAX_BODY_BYTES,
+                              middlewares=[errors_middleware("docs/controller-api.md", self._count_error)])
         app.router.add_post("/v1/write/{op}", self.handle_write)
         app.router.add_post("/v1/write", self.handle_write_batch)
         app.router.add_post("/v1/read/{op}", self.handle_read)
@@ -142,57 +142,21 @@ class ControllerServer:
 
     # -- middleware & helpers ------------------------------------------------------------------------
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except FerryError as e:
-            self.metrics.requests.labels(request.path.split("/")[2] if request.path.count("/") > 1 else "other",
-                                         e.error.name).inc()
-            return error_response(e)
-        except web.HTTPException:
-            raise
-        except Exception as e:
-            log.exception("request %s failed", request.path)
-            return error_response(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"internal error: {e!r}"))
-
-    async def _json_body(self, request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
-        if not raw:
-            return {}
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise FerryError(ErrorCode.INVALID_REQUEST, f"the request body is not valid JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise FerryError(ErrorCode.INVALID_REQUEST, "the request body must be a JSON object")
-        return body
+    def _count_error(self, request: web.Request, error: FerryError) -> None:
+        kind = request.path.split("/")[2] if request.path.count("/") > 1 else "other"
+        self.metrics.requests.labels(kind if kind in KNOWN_KINDS else "other", error.error.name).inc()
 
     def _require_ready(self) -> None:
         if not self.ready.is_set():
             raise FerryError(ErrorCode.REPLICA_NOT_AVAILABLE,
                              f"controller {self.config.node_id} is still loading the metadata log")
 
-    @staticmethod
-    def _int_param(request: web.Request, name: str, default: int | None, minimum: int = 0) -> int:
-        raw = request.query.get(name)
-        if raw is None:
-            if default is None:
-                raise FerryError(ErrorCode.INVALID_REQUEST, f"query parameter '{name}' is required")
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise FerryError(ErrorCode.INVALID_REQUEST, f"'{name}' must be an integer, got {raw!r}") from None
-        if value < minimum:
-            raise FerryError(ErrorCode.INVALID_REQUEST, f"'{name}' must be >= {minimum}, got {value}")
-        return value
-
     # -- writes & reads --------------------------------------------------------------------------------
 
     async def handle_write(self, request: web.Request) -> web.Response:
+        check_query_names(request.query, ())
         op = request.match_info["op"]
-        args = await self._json_body(request)
+        args = await read_json_object(request)
         reply, offset = await self.controller.write(op, args, self.config.request_timeout_ms / 1000)
         self.metrics.requests.labels("write", "NONE").inc()
         return _json({"reply": reply, "offset": offset})
@@ -202,16 +166,17 @@ class ControllerServer:
 
         Each runs alone (not atomically with the others); answers come back in order.
         """
-        body = await self._json_body(request)
-        ops = body.get("ops")
-        if not isinstance(ops, list) or not ops or len(ops) > MAX_BATCH_OPS:
+        check_query_names(request.query, ())
+        body = await read_json_object(request)
+        ops = as_list(body.get("ops"), "ops", MAX_BATCH_OPS)
+        if not ops:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"'ops' must be a list of 1..{MAX_BATCH_OPS} operations")
         for item in ops:
-            if not isinstance(item, dict) or not isinstance(item.get("op"), str) \
-                    or not isinstance(item.get("args", {}), dict):
-                raise FerryError(ErrorCode.INVALID_REQUEST, "each entry of 'ops' must be {\"op\": name, \"args\": {...}}")
-            if item["op"] not in self.write_ops:
-                raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown write operation {item['op']!r}")
+            entry = as_mapping(item, "ops[]")
+            name = as_str(entry.get("op"), "ops[].op", 200)
+            as_mapping(entry.get("args", {}), "ops[].args")
+            if name not in self.write_ops:
+                raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown write operation {name!r}")
         timeout_s = self.config.request_timeout_ms / 1000
         futures: list[asyncio.Future[tuple[dict[str, Any], int]]] = []
         for item in ops:
@@ -253,7 +218,8 @@ class ControllerServer:
         controller may lag by the records it has not yet applied.
         """
         self._require_ready()
-        consistency = request.query.get("consistency", "any")
+        check_query_names(request.query, ("consistency",))
+        consistency = query_str(request.query, "consistency", "any")
         if consistency not in ("any", "leader"):
             raise FerryError(ErrorCode.INVALID_REQUEST, f"consistency must be 'any' or 'leader', got {consistency!r}")
         if consistency == "leader" and not self.controller.active:
@@ -264,7 +230,7 @@ class ControllerServer:
         fn = self.read_ops.get(op)
         if fn is None:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown read operation {op!r}; known: {sorted(self.read_ops)}")
-        args = await self._json_body(request)
+        args = await read_json_object(request)
         image = self.state.image
         reply = fn(image, args)
         return _json({"reply": reply, "offset": image.offset})
@@ -273,9 +239,10 @@ class ControllerServer:
 
     async def handle_log(self, request: web.Request) -> web.Response:
         self._require_ready()
-        offset = self._int_param(request, "offset", None)
-        max_wait_ms = min(self._int_param(request, "max_wait_ms", 0), self.config.long_poll_max_wait_ms)
-        max_records = min(self._int_param(request, "max_records", 10_000, minimum=1), MAX_LOG_RECORDS)
+        check_query_names(request.query, ("offset", "max_wait_ms", "max_records"))
+        offset = query_int(request.query, "offset", minimum=0)
+        max_wait_ms = min(query_int(request.query, "max_wait_ms", 0, minimum=0), self.config.long_poll_max_wait_ms)
+        max_records = min(query_int(request.query, "max_records", 10_000, minimum=1), MAX_LOG_RECORDS)
         deadline = time.monotonic() + max_wait_ms / 1000
         self.controller.log_waiters += 1  # before reading the high watermark (see on_applied_threadsafe)
         try:

@@ -18,7 +18,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata_quorum.ops.cluster import check_broker_epoch
 from metadata_quorum.ops.placement import Placement, RecordBuilder, elect, election_candidate
-from metadata_quorum.ops.validation import as_int, as_mapping, invalid, item_error, opt_list, req_int, req_list, req_str
+from metadata_quorum.ops.validation import INT32_MAX, as_int, as_mapping, invalid, item_error, opt_list, req_int, req_list, req_str
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, PartitionChangeRecord
 
 ANY_LOG_DIR = "any"
@@ -28,11 +28,8 @@ def _find(image: MetadataImage, topic_name: Any, partition: Any,
           for_election: bool = False) -> tuple[TopicImage, PartitionRegistration]:
     """The partition, or UNKNOWN_TOPIC_OR_PARTITION worded as KRaft's ReplicationControlManager
     words it for reassignments and, ``for_election``, for leader elections."""
+    index = as_int(partition, "partition", 0, INT32_MAX)
     topic = image.topics.get(topic_name) if isinstance(topic_name, str) else None
-    try:
-        index = int(partition)
-    except (TypeError, ValueError):
-        index = -1
     if topic is None:
         raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic_name}" if for_election
                          else f"Unable to find a topic named {topic_name}.")

@@ -10,6 +10,7 @@ import base64
 import re
 import uuid
 import zlib
+from collections import Counter
 from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
@@ -18,7 +19,10 @@ from metadata_quorum.image import STREAM_ID_COUNTER_KEY, MetadataImage, TopicIma
 from metadata_quorum.ops.configs import check_topic_config
 from metadata_quorum.ops.placement import Placement, RecordBuilder
 from metadata_quorum.ops.streams import new_stream_records
-from metadata_quorum.ops.validation import as_int, as_mapping, invalid, item_error, opt_bool, opt_list, req_list
+from metadata_quorum.ops.validation import (
+    INT16_MAX, INT32_MAX, MAX_PARTITIONS_PER_REQUEST, as_int, as_mapping, invalid, item_error, opt_bool, opt_int,
+    opt_list, parse_decimal, req_list, str_list,
+)
 from metadata_quorum.records import (
     NO_LEADER,
     STORAGE_LOCAL,
@@ -62,19 +66,28 @@ def make_topic_id(name: str, offset: int) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _assignments(raw: Any, n_brokers_known: set[int]) -> dict[int, tuple[int, ...]]:
+def _assignment_partition(key: Any) -> int:
+    """A partition index keying ``assignments``: a JSON object's key is text, so plain decimal text."""
+    try:
+        return parse_decimal(key, "partition", maximum=INT32_MAX) if isinstance(key, str) \
+            else as_int(key, "partition", 0, INT32_MAX)
+    except FerryError:
+        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {str(key)[:80]!r} is not a number") from None
+
+
+def _assignments(raw: Any, n_brokers_known: set[int], max_partitions: int) -> dict[int, tuple[int, ...]]:
     if not isinstance(raw, dict) or not raw:
         raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "assignments must map partition -> [broker ids]")
+    if len(raw) > max_partitions:
+        raise FerryError(ErrorCode.INVALID_PARTITIONS, f"Excessively large number of partitions per request: "
+                         f"{len(raw)} (at most {max_partitions} more in this request: max_partitions_per_request).")
     out: dict[int, tuple[int, ...]] = {}
     for key, replicas in raw.items():
-        try:
-            partition = int(key)
-        except (TypeError, ValueError):
-            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {key!r} is not a number") from None
-        if not isinstance(replicas, (list, tuple)) or not replicas:
+        partition = _assignment_partition(key)
+        if not isinstance(replicas, (list, tuple)) or not replicas or len(replicas) > INT16_MAX:
             raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              "The manual partition assignment includes an empty replica list.")
-        ids = tuple(as_int(r, "replica") for r in replicas)
+        ids = tuple(as_int(r, "replica", 0, INT32_MAX) for r in replicas)
         seen: set[int] = set()
         for b in sorted(ids):  # KRaft's order: the lowest unknown or repeated id is the one named
             if b not in n_brokers_known:
@@ -111,7 +124,7 @@ def _configs(raw: Any) -> dict[str, str]:
 
 
 def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, str],
-          ctx: OpContext) -> tuple[str, str, dict[int, tuple[int, ...]], dict[str, str]]:
+          ctx: OpContext, max_partitions: int) -> tuple[str, str, dict[int, tuple[int, ...]], dict[str, str]]:
     name = validate_topic_name(item.get("name"))
     if builder.view.topic_id_by_name(name) is not None:
         raise FerryError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -123,14 +136,15 @@ def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, st
     if storage not in (STORAGE_S3, STORAGE_LOCAL):
         raise invalid(f"storage must be {STORAGE_S3!r} or {STORAGE_LOCAL!r}, got {storage!r}")
     configs = _configs(item.get("configs"))
-    num_partitions = as_int(item.get("num_partitions", -1) if item.get("num_partitions") is not None else -1,
-                            "num_partitions")
-    rf = as_int(item.get("replication_factor", -1) if item.get("replication_factor") is not None else -1,
-                "replication_factor")
+    num_partitions = opt_int(item, "num_partitions", -1, -INT32_MAX - 1, INT32_MAX)
+    rf = opt_int(item, "replication_factor", -1, -INT16_MAX - 1, INT16_MAX)
+    if num_partitions > max_partitions:
+        raise FerryError(ErrorCode.INVALID_PARTITIONS, f"Excessively large number of partitions per request: "
+                         f"{num_partitions} (at most {max_partitions} more in this request: max_partitions_per_request).")
     if item.get("assignments"):
         # Explicit assignments decide the partition count and replication factor (Kafka's API
         # wants -1 for both then; callers passing their defaults are not refused for it).
-        assignment = _assignments(item["assignments"], set(builder.image.cluster.brokers))
+        assignment = _assignments(item["assignments"], set(builder.image.cluster.brokers), max_partitions)
         if storage == STORAGE_S3 and any(len(r) != 1 for r in assignment.values()):
             raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                              "storage=s3 partitions have exactly one replica: their data lives in object storage")
@@ -157,26 +171,31 @@ def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, st
     return name, storage, assignment, configs
 
 
-def create_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+def create_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext,
+                  max_partitions_per_request: int = MAX_PARTITIONS_PER_REQUEST) -> ControllerResult:
+    """Kafka's CreateTopics; each topic's partitions are bounded by ``max_partitions_per_request``
+    (the controller's setting): one request must not build an unbounded number of records."""
     items = req_list(args, "topics")
     validate_only = opt_bool(args, "validate_only")
-    names = [as_mapping(i, "topics[]").get("name") for i in items]
-    duplicates = {n for n in names if names.count(n) > 1}
+    names = Counter(name for i in items if isinstance(name := as_mapping(i, "topics[]").get("name"), str))
+    duplicates = {n for n, count in names.items() if count > 1}
+    partitions_left = max_partitions_per_request
     builder = RecordBuilder(image)
     placement = Placement(image)
     replies: list[dict[str, Any]] = []
     collisions = {n.replace(".", "_"): n for n in image.topics.by_name}
     for item in items:
         name = item.get("name")
-        if name in duplicates:
+        if isinstance(name, str) and name in duplicates:
             replies.append({"name": name, **item_error(ErrorCode.INVALID_REQUEST,
                                                        f"topic {name!r} appears more than once in the request")})
             continue
         try:
-            name, storage, assignment, configs = _plan(builder, item, collisions, ctx)
+            name, storage, assignment, configs = _plan(builder, item, collisions, ctx, partitions_left)
         except FerryError as e:
-            replies.append({"name": name, **item_error(e.error, e.message)})
+            replies.append({"name": name if isinstance(name, str) else None, **item_error(e.error, e.message)})
             continue
+        partitions_left -= len(assignment)
         topic_id = make_topic_id(name, ctx.next_offset + len(builder.records))
         replies.append({"name": name, "topic_id": topic_id, "num_partitions": len(assignment),
                         "replication_factor": len(assignment[0])})
@@ -231,6 +250,9 @@ def _new_assignment(builder: RecordBuilder, topic: TopicImage, count: int,
         raise FerryError(ErrorCode.INVALID_PARTITIONS, f"The topic {topic.name} currently has {current} "
                                                        f"partition(s); {count} would not be an increase.")
     additional = count - current
+    if additional > MAX_PARTITIONS_PER_REQUEST:
+        raise FerryError(ErrorCode.INVALID_PARTITIONS, f"Adding {additional} partitions exceeds the "
+                         f"{MAX_PARTITIONS_PER_REQUEST} allowed in one request (max_partitions_per_request).")
     rf = len(topic.partitions[min(topic.partitions)].replicas) if topic.partitions else 1
     if raw is not None:
         if not isinstance(raw, (list, tuple)) or len(raw) != additional:
@@ -239,7 +261,7 @@ def _new_assignment(builder: RecordBuilder, topic: TopicImage, count: int,
                              f"Attempted to add {additional} additional partition(s), but only {given} "
                              "assignment(s) were specified.")
         assignment = _assignments({str(i): replicas for i, replicas in enumerate(raw)},
-                                  set(builder.image.cluster.brokers))
+                                  set(builder.image.cluster.brokers), MAX_PARTITIONS_PER_REQUEST)
         for replicas in assignment.values():
             if len(replicas) != rf:
                 raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -298,10 +320,10 @@ def partition_streams(image: MetadataImage, topic_id: str, partition: int) -> di
 def delete_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
     """Remove topics, their partitions' streams and stream keys. The reply lists the objects no
     stream references any more, which the brokers delete from object storage."""
-    names = opt_list(args, "names") or []
-    topic_ids = opt_list(args, "topic_ids") or []
     if "names" not in args and "topic_ids" not in args:
         raise invalid("delete_topics needs names or topic_ids")
+    names = str_list(opt_list(args, "names") or [], "names")
+    topic_ids = str_list(opt_list(args, "topic_ids") or [], "topic_ids")
     records: list[Record] = []
     replies: list[dict[str, Any]] = []
     removed_streams: set[int] = set()
