@@ -29,6 +29,7 @@ from broker.log_dirs_report import LogDirReport, TopicFilter, alter_replica_log_
 from broker.metrics import BrokerMetrics
 from broker.partition_manager import PartitionManager, Slot
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
+from broker.fetch_guard import sound_batches
 from broker.freshness import FreshnessTrackingFollower
 from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
@@ -478,13 +479,15 @@ class Broker:
     async def fetch(self, request: web.Request) -> web.StreamResponse:
         check_query_names(request.query, ("offset", "max_bytes", "max_wait_ms", "leader_epoch"))
         topic, partition = request.match_info["topic"], _partition_param(request)
-        result = await self.read_records(topic, partition, _int_param(request, "offset"),
+        offset = _int_param(request, "offset")
+        result = await self.read_records(topic, partition, offset,
                                          _int_param(request, "max_bytes", FETCH_DEFAULT_MAX_BYTES, minimum=1,
                                                     maximum=INT32_MAX),
                                          _int_param(request, "max_wait_ms", FETCH_DEFAULT_MAX_WAIT_MS,
                                                     maximum=INT32_MAX),
                                          _epoch_param(request))
-        return web.Response(body=result.data, content_type="application/octet-stream", headers={
+        data = sound_batches(result.data, offset)
+        return web.Response(body=data, content_type="application/octet-stream", headers={
             "X-Ferry-High-Watermark": str(result.high_watermark),
             "X-Ferry-Log-Start-Offset": str(result.log_start_offset),
             "X-Ferry-Leader-Epoch": str(result.leader_epoch)})

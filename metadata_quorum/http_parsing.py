@@ -24,6 +24,7 @@ import logging
 from typing import Any, Awaitable, Callable, Collection, Mapping
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from multidict import MultiMapping
 
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -35,7 +36,6 @@ MAX_JSON_DEPTH = 32
 MAX_JSON_INT_DIGITS = 20  # int64 needs 19 digits and a sign
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 ErrorObserver = Callable[[web.Request, FerryError], None]
 
 

@@ -61,6 +61,16 @@ class ConsumerRecord:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
+@dataclass(frozen=True)
+class CorruptSkip:
+    """A corrupt stored batch a consumer skipped: the offsets ``[base_offset, next_offset)`` it stood for."""
+
+    tp: TopicPartition
+    base_offset: int
+    next_offset: int
+    reason: str
+
+
 @dataclass
 class PartitionInfo:
     topic: str
@@ -460,8 +470,14 @@ class Consumer:
         request_timeout_ms: int = 10_000,
         retry_backoff_ms: int = 20,
         api_timeout_ms: int = 60_000,
+        skip_corrupt: bool = False,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        # A corrupt stored batch (CORRUPT_MESSAGE, see broker/fetch_guard.py) stops the consumer at
+        # its offset, as Kafka's does, unless the user chose to skip such batches: then the
+        # position moves past it and the batch is listed in ``skipped``.
+        self.skip_corrupt = skip_corrupt
+        self.skipped: list[CorruptSkip] = []
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
         self.request_timeout_ms = request_timeout_ms
@@ -536,6 +552,8 @@ class Consumer:
                 tp, "GET", f"/v1/fetch/{tp.topic}/{tp.partition}", params, raw=True,
                 api_timeout_ms=0)  # a poll does not wait for one partition: the next poll retries it
         except FerryError as exc:
+            if exc.error is ErrorCode.CORRUPT_MESSAGE:
+                return self._corrupt(tp, exc)
             if not exc.retriable:
                 raise
             return []
@@ -546,6 +564,17 @@ class Consumer:
         if records:
             self.positions[tp] = records[-1].offset + 1
         return records
+
+    def _corrupt(self, tp: TopicPartition, exc: FerryError) -> list[ConsumerRecord]:
+        details = exc.details or {}
+        resume = details.get("next_offset")
+        if not self.skip_corrupt or not isinstance(resume, int) or resume <= self.positions[tp]:
+            raise FerryError(exc.error, f"{tp}: {exc.message}", exc.details)
+        base = details.get("base_offset")
+        self.skipped.append(CorruptSkip(tp, base if isinstance(base, int) else self.positions[tp], resume,
+                                        exc.message))
+        self.positions[tp] = resume
+        return []
 
     async def _leader_request(self, tp: TopicPartition, method: str, path: str, params: dict[str, str],
                               raw: bool = False, api_timeout_ms: int | None = None) -> Any:
@@ -579,7 +608,7 @@ class Consumer:
                         return await resp.read(), dict(resp.headers)
                     return await resp.json()
             except FerryError as exc:
-                if not exc.retriable:
+                if not exc.retriable or exc.error is ErrorCode.CORRUPT_MESSAGE:  # stored damage: no retry mends it
                     raise
                 last = exc
             except RETRIABLE_CONNECTION_ERRORS as exc:

@@ -20,7 +20,8 @@ async def consume(args: argparse.Namespace) -> int:
     show = {k: props.get(f"print.{k}", "false").lower() == "true" for k in ("key", "offset", "partition", "timestamp")}
     separator = props.get("key.separator", "\t")
     count = 0
-    async with Consumer(args.bootstrap_server, max_wait_ms=min(args.timeout_ms, 500)) as consumer:
+    async with Consumer(args.bootstrap_server, max_wait_ms=min(args.timeout_ms, 500),
+                        skip_corrupt=args.skip_corrupt) as consumer:
         tps = await _partitions(consumer, args.topic, args.partition)
         consumer.assign(tps)
         if args.offset not in ("earliest", "latest"):
@@ -32,7 +33,10 @@ async def consume(args: argparse.Namespace) -> int:
             await consumer.seek_to_end()
         idle_since = time.monotonic()
         while args.max_messages is None or count < args.max_messages:
-            records = await consumer.poll()
+            try:
+                records = await consumer.poll()
+            finally:
+                _report_skips(consumer)
             if not records:
                 if time.monotonic() - idle_since > args.timeout_ms / 1000:
                     break
@@ -56,6 +60,13 @@ async def consume(args: argparse.Namespace) -> int:
                     break
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
+
+
+def _report_skips(consumer: Consumer) -> None:
+    for skip in consumer.skipped:
+        print(f"Skipped a corrupt batch of {skip.tp} at offsets {skip.base_offset}..{skip.next_offset - 1} "
+              f"(CORRUPT_MESSAGE): {skip.reason}", file=sys.stderr)
+    consumer.skipped.clear()
 
 
 async def _partitions(consumer: Consumer, topic: str, partition: int | None) -> list[TopicPartition]:
@@ -82,6 +93,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-messages", type=int, help="exit after this many records")
     p.add_argument("--timeout-ms", type=int, default=5000,
                    help="exit when no record arrives for this long (default 5000)")
+    p.add_argument("--skip-corrupt", action="store_true",
+                   help="skip a corrupt stored batch (reported on stderr) instead of stopping at it")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                    help="print.key, print.offset, print.partition, print.timestamp (=true); key.separator")
     args = p.parse_args(argv)
@@ -99,7 +112,11 @@ def main(argv: list[str]) -> int:
     try:
         return asyncio.run(consume(args))
     except FerryError as exc:
-        print(f"Error: {exc.message} ({exc.error.name})", file=sys.stderr)
+        corrupt = exc.error.name == "CORRUPT_MESSAGE"
+        print(f"Error: {exc.message} ({exc.error.name}){' (--skip-corrupt reads past it)' if corrupt else ''}",
+              file=sys.stderr)
+        if corrupt:  # the records before the bad batch were printed
+            print(f"Processed a total of {args.count} messages", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C ends a console consumer; Kafka's still says how many it printed
         print(f"Processed a total of {args.count} messages", file=sys.stderr)

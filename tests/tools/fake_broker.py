@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from broker.fetch_guard import sound_batches
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage import batches
 
@@ -82,6 +83,10 @@ def make_app(cluster: FakeCluster, broker_id: int) -> web.Application:
             return error_response(FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not leader"))
         offset = int(req.query["offset"])
         data = batches.slice_from(bytes(cluster.logs.get(p, b"")), offset, int(req.query.get("max_bytes", 1 << 20)))
+        try:
+            data = sound_batches(data, offset)
+        except FerryError as exc:
+            return error_response(exc)
         return web.Response(body=data, headers={"X-Ferry-High-Watermark": str(cluster.next_offset.get(p, 0)),
                                                 "X-Ferry-Log-Start-Offset": "0",
                                                 "X-Ferry-Leader-Epoch": str(cluster.leader_epoch)})

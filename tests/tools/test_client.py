@@ -109,3 +109,34 @@ async def test_keyed_records_use_kafkas_murmur2_partitioner(fake):
     async with Producer(list(fake.urls.values())) as producer:
         metas = [await producer.send_and_wait("t", b"v", key=b"key-%d" % i) for i in range(20)]
     assert [m.partition for m in metas] == [(murmur2(b"key-%d" % i) & 0x7FFFFFFF) % 2 for i in range(20)]
+
+
+async def test_consumer_stops_at_a_corrupt_batch_or_skips_it_when_asked(fake):
+    from tools.client import CorruptSkip
+
+    good = [encode_batch([(None, b"a%d" % i, None, None) for i in range(2)]),
+            encode_batch([(None, b"x%d" % i, None, None) for i in range(3)]),
+            encode_batch([(None, b"b", None, None)])]
+    log = bytearray()
+    for base, body in zip((0, 2, 5), good):
+        batch = bytearray(body)
+        batch[0:8] = base.to_bytes(8, "big")
+        log += batch
+    log[len(good[0]) + len(good[1]) - 2] ^= 0xFF  # the second batch's records, after its CRC
+    fake.logs[0], fake.next_offset[0] = log, 6
+    tp = TopicPartition("t", 0)
+    async with Consumer(list(fake.urls.values())) as consumer:
+        consumer.assign([tp])
+        assert [r.value for r in await consumer.poll(0)] == [b"a0", b"a1"]
+        with pytest.raises(FerryError) as info:
+            await consumer.poll(0)
+        assert info.value.error is ErrorCode.CORRUPT_MESSAGE and "offsets 2..4" in info.value.message
+        assert consumer.position(tp) == 2
+    async with Consumer(list(fake.urls.values()), skip_corrupt=True) as consumer:
+        consumer.assign([tp])
+        got = []
+        for _ in range(5):
+            got += await consumer.poll(0)
+        assert [(r.offset, r.value) for r in got] == [(0, b"a0"), (1, b"a1"), (5, b"b")]
+        assert [(s.tp, s.base_offset, s.next_offset) for s in consumer.skipped] == [(tp, 2, 5)]
+        assert isinstance(consumer.skipped[0], CorruptSkip)
