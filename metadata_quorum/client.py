@@ -25,6 +25,7 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 
 from metadata_quorum.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
+from metadata_quorum.backpressure import TIMEOUT_HEADER
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.records import (
     ConfigRecord,
@@ -110,7 +111,11 @@ class ControllerClient:
                       timeout_s: float = 10.0, params: dict[str, Any] | None = None) -> Any:
         """One HTTP call; raises FerryError (from the error body) or OSError-like aiohttp errors."""
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else None
+        # The controller answers before this attempt gives up (backpressure.py), so a retry never
+        # meets its first copy still queued there.
+        headers = {TIMEOUT_HEADER: str(max(1, int(timeout_s * 1000)))}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
         async with self.session.request(method, url + path, data=data, headers=headers, params=params,
                                         timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             self._answered = True

@@ -88,6 +88,7 @@ class ControllerConfig:
     max_group_ops: int = 1000
     max_group_records: int = 20000
     max_queued_ops: int = 20000
+    write_slice_ms: int = 50
     log_retention_records: int = 100_000
     long_poll_max_wait_ms: int = 30_000
     max_partitions_per_request: int = 10_000

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable
 
+from metadata_quorum.backpressure import admit, retry_after_ms as queue_retry_after_ms, throttled
 from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -37,8 +38,9 @@ WriteOp = Callable[[Any, dict[str, Any], OpContext], ControllerResult]
 # behind a large move is fenced, and fencing moves its partitions (more load, more fencing).
 PRIORITY_OPERATIONS = frozenset({"broker_heartbeat", "register_broker"})
 PRIORITY_EXTRA_INFLIGHT = 16  # commands priority operations may add beyond max_inflight_commands
-RETRY_AFTER_MIN_MS = 50
-RETRY_AFTER_MAX_MS = 5000
+# An event loop late this long for the tick held up the heartbeats waiting to be read: that time
+# is credited to every broker's session (``extend_sessions``).
+SESSION_CREDIT_MIN_MS = 100
 
 
 @dataclass
@@ -158,37 +160,70 @@ class QuorumController:
             return None, None
         return leader_id, self.config.controllers[leader_id].url
 
-    def submit(self, name: str, args: dict[str, Any]) -> asyncio.Future[tuple[dict[str, Any], int]]:
-        """Queue one write operation; the future gets its reply and its batch's last committed offset."""
+    def submit(self, name: str, args: dict[str, Any],
+               budget_ms: int | None = None) -> asyncio.Future[tuple[dict[str, Any], int]]:
+        """Queue one write operation; the future gets its reply and its batch's last committed offset.
+
+        ``budget_ms`` is how long the caller waits: an operation the queue ahead would keep longer
+        is refused now with a retry-after (``backpressure.admit``)."""
+        self._check_op(name, args)
+        self._check_leader()
+        if name not in PRIORITY_OPERATIONS:
+            self._admit(name, budget_ms)
+        return self._enqueue(name, args)
+
+    def submit_many(self, items: list[tuple[str, dict[str, Any]]],
+                    budget_ms: int) -> list[asyncio.Future[tuple[dict[str, Any], int]]]:
+        """Queue several independent operations at once; each future holds its answer or refusal."""
+        for name, args in items:
+            self._check_op(name, args)
+        self._check_leader()
+        wanted = sum(1 for name, _ in items if name not in PRIORITY_OPERATIONS)
+        decision = admit(len(self._queue), self._op_cost_ms, wanted, budget_ms, self.config.max_queued_ops)
+        futures = []
+        admitted = 0
+        for name, args in items:
+            if name not in PRIORITY_OPERATIONS:
+                if admitted >= decision.admitted:
+                    self.shed_ops += 1
+                    refused: asyncio.Future[tuple[dict[str, Any], int]] = self.loop.create_future()
+                    refused.set_exception(throttled(name, len(self._queue), decision.retry_after_ms))
+                    futures.append(refused)
+                    continue
+                admitted += 1
+            futures.append(self._enqueue(name, args))
+        return futures
+
+    def _check_op(self, name: str, args: Any) -> None:
         if name not in self.operations:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown write operation {name!r}; known: {sorted(self.operations)}")
         if not isinstance(args, dict):
             raise FerryError(ErrorCode.INVALID_REQUEST, f"the arguments of {name} must be a JSON object")
-        self._check_leader()
+
+    def _enqueue(self, name: str, args: dict[str, Any]) -> asyncio.Future[tuple[dict[str, Any], int]]:
+        if name == "broker_heartbeat":
+            self._note_arrival(args)
         fut: asyncio.Future[tuple[dict[str, Any], int]] = self.loop.create_future()
-        if name in PRIORITY_OPERATIONS:
-            self._priority.append(PendingOp(name, args, fut))
-        else:
-            self._admit(name)
-            self._queue.append(PendingOp(name, args, fut))
+        (self._priority if name in PRIORITY_OPERATIONS else self._queue).append(PendingOp(name, args, fut))
         self._wakeup.set()
         return fut
 
-    def _admit(self, name: str) -> None:
-        """Refuse work beyond what the queue holds, with a hint of when it will have room."""
-        if len(self._queue) < self.config.max_queued_ops:
+    def _admit(self, name: str, budget_ms: int | None) -> None:
+        """Refuse work the queue ahead would keep past ``budget_ms``, with a hint of when it will have room."""
+        budget = self.config.request_timeout_ms if budget_ms is None else budget_ms
+        decision = admit(len(self._queue), self._op_cost_ms, 1, budget, self.config.max_queued_ops)
+        if decision.admitted:
             return
         self.shed_ops += 1
-        raise throttled(name, len(self._queue), self.retry_after_ms())
+        raise throttled(name, len(self._queue), decision.retry_after_ms)
 
     def retry_after_ms(self) -> int:
         """About the time the queue ahead takes to run (bounded)."""
-        estimate = int(len(self._queue) * self._op_cost_ms)
-        return max(RETRY_AFTER_MIN_MS, min(RETRY_AFTER_MAX_MS, estimate))
+        return queue_retry_after_ms(len(self._queue), self._op_cost_ms)
 
     async def write(self, name: str, args: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], int]:
         """Run one write operation; returns its reply and the last offset of its committed batch."""
-        fut = self.submit(name, args)
+        fut = self.submit(name, args, int(timeout_s * 1000))
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except asyncio.TimeoutError:
@@ -212,6 +247,21 @@ class QuorumController:
             if leader_id == self.config.node_id:
                 leader_id, url = None, None
             raise not_controller(leader_id, url, f"controller {self.config.node_id} is not the active controller")
+
+    def _note_arrival(self, args: dict[str, Any]) -> None:
+        """A heartbeat of a registered broker incarnation renews its session when it *arrives*.
+
+        Run, it may wait: behind commands in flight when Raft commits slowly, behind a long group.
+        Counting it only then fenced live brokers of a busy controller, and fencing moves their
+        partitions (more load, more fencing). The lease argument holds: the broker's lease runs
+        from when it *sent* the heartbeat, before it arrived here.
+        """
+        broker_id, broker_epoch = args.get("broker_id"), args.get("broker_epoch")
+        if type(broker_id) is not int or type(broker_epoch) is not int:
+            return  # the operation itself reports the bad input
+        reg = self.state.image.cluster.brokers.get(broker_id)
+        if reg is not None and reg.broker_epoch == broker_epoch:
+            self.last_heartbeat_ms[broker_id] = max(self.last_heartbeat_ms.get(broker_id, 0), now_ms())
 
     def _note_heartbeat(self, args: dict[str, Any]) -> None:
         try:
@@ -320,6 +370,18 @@ class QuorumController:
                 fut.set_result(None)
         self._wakeup.set()
 
+    def extend_sessions(self, held_ms: float) -> None:
+        """Credit ``held_ms`` to every broker's session: time this controller could not read heartbeats.
+
+        A heartbeat sent while the loop was held (a long operation, a busy machine) waited unread in a socket buffer; without
+        the credit the next ``tick`` would fence brokers for the controller's own silence and move
+        their partitions (more load). Fencing later never breaks the lease argument (a broker stops
+        acknowledging when its own lease runs out); a broker that really died is fenced that much later.
+        """
+        credit = int(held_ms)
+        for broker_id in self.last_heartbeat_ms:
+            self.last_heartbeat_ms[broker_id] += credit
+
     def _start_broker_sessions(self) -> None:
         """A new active controller gives every unfenced broker a full session (heartbeats are not
         records, so it cannot know when they last beat): one that died meanwhile is fenced on time."""
@@ -369,16 +431,28 @@ class QuorumController:
             await self._wakeup.wait()
             self._wakeup.clear()
             try:
-                self._pump()
+                more = self._pump(time.perf_counter() + self.config.write_slice_ms / 1000)
             except Exception:
                 log.exception("controller write loop failed; dropping the uncommitted view")
                 self._needs_reset = True
+                more = False
+            if more:
+                # Out of time with work left: let the loop read its sockets (heartbeats wait there,
+                # and run first once read), then go on.
+                self._wakeup.set()
+                await asyncio.sleep(0)
 
-    def _pump(self) -> None:
+    def _pump(self, deadline_s: float = float("inf")) -> bool:
+        """Run queued operations until nothing can run or ``deadline_s`` passes; True if work is left.
+
+        Thousands of queued stream operations take seconds to run; run at once, they would keep
+        the event loop from reading anything, heartbeats included, and brokers would be fenced
+        for a busy controller.
+        """
         while self.is_leader:
             if self._needs_reset:
                 if self._inflight:
-                    return  # wait until every command in flight is answered
+                    return False  # wait until every command in flight is answered
                 self.state.forget_expected()
                 self._view, self._view_last_id = self.state.committed_view()
                 self._needs_reset = False
@@ -388,14 +462,18 @@ class QuorumController:
                 self._submit_noop()
                 continue
             if not self.active:
-                return
+                return False
+            if time.perf_counter() >= deadline_s:
+                return bool(self._priority or self._queue)
             if self._priority and \
                     len(self._inflight) < self.config.max_inflight_commands + PRIORITY_EXTRA_INFLIGHT:
-                self._run_group(priority_only=len(self._inflight) >= self.config.max_inflight_commands)
+                self._run_group(priority_only=len(self._inflight) >= self.config.max_inflight_commands,
+                                deadline_s=deadline_s)
                 continue
             if len(self._inflight) >= self.config.max_inflight_commands or not self._queue:
-                return
-            self._run_group()
+                return False
+            self._run_group(deadline_s=deadline_s)
+        return False
 
     def _submit_noop(self) -> None:
         record = NoOpRecord(term=self.epoch, leader_id=self.config.node_id)
@@ -410,7 +488,7 @@ class QuorumController:
             return self._queue.popleft()
         return None
 
-    def _run_group(self, priority_only: bool = False) -> None:
+    def _run_group(self, priority_only: bool = False, deadline_s: float = float("inf")) -> None:
         view = self._view
         batches: list[tuple[Record, ...]] = []
         answers: list[tuple[PendingOp, dict[str, Any], int]] = []
@@ -419,6 +497,8 @@ class QuorumController:
         started = time.perf_counter()
         heartbeats = MappingProxyType(self.last_heartbeat_ms)  # live: a heartbeat earlier in the group counts
         while ops_in_group < self.config.max_group_ops and records_in_group < self.config.max_group_records:
+            if ops_in_group and not self._priority and time.perf_counter() >= deadline_s:
+                break
             op = self._next_op(priority_only)
             if op is None:
                 break
@@ -456,8 +536,8 @@ class QuorumController:
             else:
                 self._answer_after_commit(op, dict(result.reply), view.offset)
         if ops_in_group:
-            per_op_ms = (time.perf_counter() - started) * 1000 / ops_in_group
-            self._op_cost_ms = 0.8 * self._op_cost_ms + 0.2 * per_op_ms
+            group_ms = (time.perf_counter() - started) * 1000
+            self._op_cost_ms = 0.8 * self._op_cost_ms + 0.2 * group_ms / ops_in_group
         if batches:
             try:
                 self._view = view
@@ -548,12 +628,6 @@ class QuorumController:
             out[nid] = {"log_end_offset": leo, "last_fetch_ms": fetch_ms,
                         "last_caught_up_ms": self.voter_caught_up_ms.get(nid, -1)}
         return out
-
-
-def throttled(name: str, queued: int, retry_after_ms: int) -> FerryError:
-    return FerryError(ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-                      f"the active controller has {queued} operations queued; {name} was not admitted, "
-                      f"retry after {retry_after_ms} ms", {"retry_after_ms": retry_after_ms})
 
 
 def _log_internal_failure(fut: asyncio.Future[Any]) -> None:

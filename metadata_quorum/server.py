@@ -20,12 +20,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from metadata_quorum.backpressure import TIMEOUT_HEADER, answer_within_ms, parse_timeout_header
 from metadata_quorum.config import ControllerConfig, load_config
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.http_parsing import check_query_names, errors_middleware, query_int, query_str, \
     read_json_object
 from metadata_quorum.ops.validation import as_list, as_mapping, as_str
-from metadata_quorum.quorum_controller import QuorumController, now_ms
+from metadata_quorum.quorum_controller import SESSION_CREDIT_MIN_MS, QuorumController, now_ms
 from metadata_quorum.raft import CommittedLog, RaftNode
 
 log = logging.getLogger("ferry.controller")
@@ -85,6 +86,7 @@ class ControllerServer:
                              on_ready=self._on_ready)
         self.controller.start(self.node)
         self.started_ms = now_ms()
+        self.loop_lag_max_ms = 0.0  # the longest the event loop was late for the tick (health)
         self.closing = False
         self._ticker: asyncio.Task[None] | None = None
 
@@ -123,8 +125,14 @@ class ControllerServer:
         """Run ``tick`` on the active controller, expire stuck commands, refresh gauges."""
         interval_s = self.config.tick_interval_ms / 1000
         while True:
+            slept_from = time.monotonic()
             await asyncio.sleep(interval_s)
+            late_ms = (time.monotonic() - slept_from - interval_s) * 1000
+            self.loop_lag_max_ms = max(self.loop_lag_max_ms, late_ms)
             try:
+                if late_ms >= SESSION_CREDIT_MIN_MS:
+                    # the loop was held (a long request, a busy machine): heartbeats waited unread
+                    self.controller.extend_sessions(late_ms)
                 if not self.controller.is_leader and self.state.pending_records > 0:
                     # a follower's image: replayed here, off the Raft thread (see CommittedLog)
                     await self.loop.run_in_executor(None, self.state.materialize)
@@ -157,9 +165,15 @@ class ControllerServer:
         check_query_names(request.query, ())
         op = request.match_info["op"]
         args = await read_json_object(request)
-        reply, offset = await self.controller.write(op, args, self.config.request_timeout_ms / 1000)
+        timeout_ms = self._answer_within_ms(request)
+        reply, offset = await self.controller.write(op, args, timeout_ms / 1000)
         self.metrics.requests.labels("write", "NONE").inc()
         return _json({"reply": reply, "offset": offset})
+
+    def _answer_within_ms(self, request: web.Request) -> int:
+        """This controller's request timeout, or less than the client says it waits (backpressure.py)."""
+        return answer_within_ms(self.config.request_timeout_ms,
+                                parse_timeout_header(request.headers.get(TIMEOUT_HEADER)))
 
     async def handle_write_batch(self, request: web.Request) -> web.Response:
         """Several independent write operations in one request: ``{"ops": [{"op", "args"}, ...]}``.
@@ -177,15 +191,12 @@ class ControllerServer:
             as_mapping(entry.get("args", {}), "ops[].args")
             if name not in self.write_ops:
                 raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown write operation {name!r}")
-        timeout_s = self.config.request_timeout_ms / 1000
-        futures: list[asyncio.Future[tuple[dict[str, Any], int]]] = []
-        for item in ops:
-            try:
-                futures.append(self.controller.submit(item["op"], item.get("args", {})))
-            except FerryError as e:  # not admitted (load) or not the leader: that operation's answer
-                failed: asyncio.Future[tuple[dict[str, Any], int]] = self.loop.create_future()
-                failed.set_exception(e)
-                futures.append(failed)
+        timeout_ms = self._answer_within_ms(request)
+        timeout_s = timeout_ms / 1000
+        # Refused operations (load) come back as failed futures; not being the leader raises.
+        futures = self.controller.submit_many([(item["op"], item.get("args", {})) for item in ops], timeout_ms)
+        # What has not run by then is dropped from the queue (a cancelled operation is skipped) and
+        # answered REQUEST_TIMED_OUT before the client gives up and sends it again.
         _done, pending = await asyncio.wait(futures, timeout=timeout_s)
         for fut in pending:
             fut.cancel()
@@ -357,6 +368,7 @@ class ControllerServer:
             "shed_ops": self.controller.shed_ops,
             "raft_tick_gap_max_ms": round(self.node.tick_gaps.max_gap_ms, 1),
             "raft_tick_stalls": self.node.tick_gaps.stalls,
+            "loop_lag_max_ms": round(self.loop_lag_max_ms, 1),
             "uptime_ms": now_ms() - self.started_ms,
         })
 

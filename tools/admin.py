@@ -31,7 +31,7 @@ UNREACHABLE_CONTROLLERS_TIMEOUT_MS = 1_000
 
 class ControllerApi(Protocol):
     async def write(self, op: str, args: dict[str, Any]) -> Any: ...
-    async def read(self, op: str, args: dict[str, Any]) -> Any: ...
+    async def read(self, op: str, args: dict[str, Any], leader: bool = True) -> Any: ...
 
 
 @dataclass
@@ -176,9 +176,9 @@ class Admin:
         assert self._controller is not None, "Admin not started"
         return _reply(await self._controller.write(op, args))
 
-    async def read(self, op: str, args: dict[str, Any] | None = None) -> Any:
+    async def read(self, op: str, args: dict[str, Any] | None = None, leader: bool = True) -> Any:
         assert self._controller is not None, "Admin not started"
-        return _reply(await self._controller.read(op, args or {}))
+        return _reply(await self._controller.read(op, args or {}, leader=leader))
 
     async def broker_metadata(self, urls: list[str] | None = None) -> ClusterMetadata:
         last: BaseException | None = None
@@ -210,9 +210,12 @@ class Admin:
     async def brokers(self) -> dict[int, str]:
         return {bid: b.url for bid, b in (await self.describe_cluster()).items()}
 
-    async def describe_topics(self, names: list[str] | None = None) -> dict[str, list[PartitionState] | FerryError]:
+    async def describe_topics(self, names: list[str] | None = None,
+                              leader: bool = True) -> dict[str, list[PartitionState] | FerryError]:
+        """Topics as the active controller has them, or (``leader=False``) any controller, which
+        may lag slightly but takes nothing from the leader (pollers of large topics use it)."""
         args: dict[str, Any] = {"names": names} if names is not None else {}
-        result = parse_topics(await self.read("describe_topics", args))
+        result = parse_topics(await self.read("describe_topics", args, leader=leader))
         for name in names or []:
             result.setdefault(name, FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} not found."))
         return result

@@ -118,3 +118,65 @@ def test_a_follower_applies_a_large_command_without_replaying_it_and_replays_on_
     assert follower.read(19_999, 1).records[-1][1]["fields"]["key"] == "key-19999"  # the log is readable at once
     image = follower.materialize()
     assert follower.pending_records == 0 and image.offset == 19_999 and image.kv["key-123"] == "v" * 20
+
+
+def test_admission_counts_the_expected_wait_against_the_requests_time() -> None:
+    from metadata_quorum.backpressure import QUEUE_SHARE, admit
+
+    # 1 ms an operation, 6 s to answer: the queue may hold 3,000 operations ahead (half the budget)
+    assert admit(0, 1.0, 1000, 6000, 20_000).admitted == 1000
+    partial = admit(2500, 1.0, 1000, 6000, 20_000)
+    assert partial.admitted == int(6000 * QUEUE_SHARE) - 2500 == 500
+    assert partial.retry_after_ms == 3000  # about the time until the queue has room again
+    assert admit(4000, 1.0, 10, 6000, 20_000).admitted == 0
+    assert admit(0, 0.01, 1000, 6000, 100).admitted == 100  # and never past max_queued_ops
+    assert admit(0, 1.0, 0, 6000, 100).admitted == 0
+
+
+def test_the_controller_answers_before_the_client_gives_up_and_reads_its_deadline_strictly() -> None:
+    from metadata_quorum.backpressure import answer_within_ms, parse_timeout_header
+
+    assert answer_within_ms(10_000, None) == 10_000
+    assert answer_within_ms(10_000, 6000) == 5400  # 10 % earlier than the client's attempt ends
+    assert answer_within_ms(10_000, 200) == 150 and answer_within_ms(3000, 60_000) == 3000
+    assert parse_timeout_header(None) is None and parse_timeout_header("6000") == 6000
+    for bad in ("", "-1", "0", "6e3", " 6000", "１２", "1234567890"):
+        with pytest.raises(FerryError) as err:
+            parse_timeout_header(bad)
+        assert err.value.error is ErrorCode.INVALID_REQUEST
+
+
+async def test_a_batch_past_the_expected_wait_is_refused_in_part_and_a_heartbeat_counts_on_arrival() -> None:
+    from metadata_quorum.operations import WRITE_OPERATIONS
+
+    loop = asyncio.get_running_loop()
+    controller, node, _state = make(loop, max_inflight_commands=1)
+    controller.operations = dict(WRITE_OPERATIONS)
+    await become_leader(controller, node)
+    reply, offset = await controller.write("register_broker", {
+        "broker_id": 1, "incarnation_id": "i1", "endpoints": ["http://127.0.0.1:1"],
+        "log_dirs": [{"dir_id": "d", "path": "/tmp/ferry-d"}]}, 2.0)
+    epoch = reply["broker_epoch"]
+    node.hold = True  # Raft stops committing
+    controller._op_cost_ms = 1.0  # measured cost of one operation
+    futures = controller.submit_many([("put_kv", {"key": f"k{i}", "value": "v"}) for i in range(600)], 1000)
+    refused = [f for f in futures if f.done() and f.exception() is not None]
+    assert len(refused) == 100 and controller.shed_ops == 100  # 500 fit in half of 1,000 ms
+    err = refused[0].exception()
+    assert isinstance(err, FerryError) and err.error is ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert err.details["retry_after_ms"] >= 500
+    # The broker's heartbeat renews its session when it arrives, before it can run.
+    controller.last_heartbeat_ms[1] = 0
+    beat = controller.submit("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch, "metadata_offset": offset})
+    assert controller.last_heartbeat_ms[1] > 0
+    stale = controller.submit("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch + 7, "metadata_offset": 0})
+    controller.last_heartbeat_ms[1] = 5
+    controller.submit("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch + 7, "metadata_offset": 0})
+    assert controller.last_heartbeat_ms[1] == 5  # another incarnation's heartbeat renews nothing
+    node.hold = False
+    node.release()
+    await asyncio.wait_for(beat, 5.0)
+    with pytest.raises(FerryError):
+        await asyncio.wait_for(stale, 5.0)
+    await asyncio.wait_for(asyncio.gather(*(f for f in futures if f not in refused)), 5.0)
+    await controller.stop()

@@ -26,7 +26,7 @@ class FakeController:
         self.reassigning: dict[int, list[int]] = {}
         self.writes: list[tuple[str, dict[str, Any]]] = []
 
-    async def read(self, op: str, args: dict[str, Any]) -> Any:
+    async def read(self, op: str, args: dict[str, Any], leader: bool = True) -> Any:
         if op == "describe_cluster":
             return {"brokers": [{"broker_id": b, "endpoints": [f"http://127.0.0.1:{9000 + b}"],
                                  "log_dirs": [{"dir_id": f"d{b}", "path": f"/data/b{b}"}], "fenced": False}
@@ -250,7 +250,7 @@ async def test_a_fenced_broker_is_unknown_like_in_kafka(tmp_path):
     fake = FakeController()
     real_read = fake.read
 
-    async def read(op: str, args: dict[str, Any]) -> Any:
+    async def read(op: str, args: dict[str, Any], leader: bool = True) -> Any:
         reply = await real_read(op, args)
         if op == "describe_cluster":
             reply["brokers"][2]["fenced"] = True

@@ -41,6 +41,7 @@ DEFAULT_SIZES = (1000, 2000, 5000, 10000)
 TARGETS = {"all_serving_s_10000": 60.0, "elections": 0, "fenced": 0, "create_s_10000": 30.0,
            "records_per_move": 8.0}
 SAMPLE_INTERVAL_S = 0.05
+POLL_INTERVAL_S = 0.25
 
 
 class ClusterProbe:
@@ -132,7 +133,8 @@ async def wait_all_at(admin: Admin, brokers: dict[int, str], topic: str, targets
     started = time.monotonic()
     deadline = started + timeout_s
     while True:
-        described = (await admin.describe_topics([topic])).get(topic)
+        # a follower's image: polling a large topic on the leader would take its time from the move
+        described = (await admin.describe_topics([topic], leader=False)).get(topic)
         leaders = {p.partition: p.leader for p in described} if isinstance(described, list) else {}
         if leaders and all(leaders.get(p) == b for p, b in targets.items()):
             held = await served_by(admin, brokers, topic)
@@ -144,7 +146,7 @@ async def wait_all_at(admin: Admin, brokers: dict[int, str], topic: str, targets
             raise FerryError(ErrorCode.REQUEST_TIMED_OUT,
                              f"{wrong} of {len(targets)} partitions of {topic} not led by their target after "
                              f"{timeout_s:.0f} s")
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(POLL_INTERVAL_S)
 
 
 async def produce_keyed(bootstrap: list[str], topic: str, partitions: int, per_partition: int,
