@@ -197,7 +197,7 @@ class Broker:
             await self.kafka.start()
             log.info("broker %d Kafka listener on %s:%d", self.broker_id, self.config.host, self.kafka.port)
         epoch = await self.heartbeater.register()
-        self.object_store = open_object_store(self.config)
+        self.object_store = open_object_store(self.config, observer=self.metrics.observe_s3)
         wal_dirs = wal_dirs_for(self.config, {d.path: d.dir_id for d in self.log_dirs.dirs})
         for path, wal_dir in wal_dirs.items():
             await asyncio.to_thread(os.makedirs, wal_dir, exist_ok=True)

@@ -10,15 +10,17 @@ from broker.config import BrokerConfig
 from stream_storage.config import s3_config_from_dict, storage_config_from_dict
 from stream_storage.control import HttpStreamControl, OpStreamControl
 from stream_storage.object_store import RetryingObjectStore
+from stream_storage.s3_cost import S3RequestObserver
 from stream_storage.s3_store import S3ObjectStore
 from stream_storage.storage import StreamStorage
 
 log = logging.getLogger("ferry.broker.storage")
 
 
-def open_object_store(config: BrokerConfig) -> Any:
+def open_object_store(config: BrokerConfig, observer: S3RequestObserver | None = None) -> Any:
+    """The broker's S3 store with bounded retries; ``observer`` counts its requests (``/metrics``)."""
     s3 = s3_config_from_dict(dict(config.s3))
-    return RetryingObjectStore(S3ObjectStore(s3), s3.retry)
+    return RetryingObjectStore(S3ObjectStore(s3, observer=observer), s3.retry)
 
 
 async def open_storage(config: BrokerConfig, store: Any, client: Any, broker_id: int,

@@ -34,6 +34,7 @@ class ObjectRef:
     end_offset: int
     size: int
     epoch: int = 0
+    range_bytes: int = 0  # this stream's bytes in the object (0: not recorded, older commits)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class StreamControl(Protocol):
 def parse_description(reply: dict[str, Any]) -> StreamDescription:
     objects = tuple(sorted(
         (ObjectRef(str(o["object_key"]), int(o["start_offset"]), int(o["end_offset"]), int(o.get("size", 0)),
-                   int(o.get("epoch", 0))) for o in reply.get("objects", [])),
+                   int(o.get("epoch", 0)), int(o.get("range_bytes", 0))) for o in reply.get("objects", [])),
         key=lambda o: o.start_offset))
     return StreamDescription(int(reply["stream_id"]), int(reply["epoch"]), str(reply["state"]), int(reply["owner"]),
                              int(reply["start_offset"]), int(reply["end_offset"]), objects)
@@ -108,7 +109,7 @@ class OpStreamControl:
         await self._write("commit_object", {
             "object_key": object_key, "size": size, "broker_id": broker_id, "broker_epoch": broker_epoch,
             "ranges": [{"stream_id": r.stream_id, "epoch": epoch, "start_offset": r.start_offset,
-                        "end_offset": r.end_offset} for r, epoch in ranges]})
+                        "end_offset": r.end_offset, "size_bytes": r.size_bytes} for r, epoch in ranges]})
 
     async def trim_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
                           new_start_offset: int) -> list[str]:

@@ -10,12 +10,15 @@ import asyncio
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence, TypeVar
+from urllib.parse import urlsplit
 
 import boto3
 import botocore.exceptions
 from botocore.config import Config
 
 from stream_storage.config import S3Config
+from stream_storage.s3_cost import S3RequestObserver
+from stream_storage.s3_profile import request_kind
 from stream_storage.object_store import (
     ObjectInfo,
     ObjectNotFound,
@@ -71,13 +74,30 @@ def _map_error(exc: Exception, key: str) -> ObjectStoreError:
     return ObjectStoreError(f"S3 failure on {key}: {exc!r}", retriable=False)
 
 
-class S3ObjectStore:
-    """One bucket through boto3. Raises only ObjectStoreError and its subclasses."""
+def _count_sent(observer: S3RequestObserver) -> Callable[..., None]:
+    """A botocore ``before-send`` hook: one count per HTTP request actually sent (every attempt
+    and every page of a listing, as S3 bills them). Body bytes are counted by the calls."""
 
-    def __init__(self, config: S3Config, client: Any | None = None) -> None:
+    def hook(request: Any, **_kwargs: Any) -> None:
+        parts = urlsplit(request.url)
+        observer(request_kind(request.method, parts.path, parts.query), 1, 0, 0)
+        return None  # a value here would replace the response
+
+    return hook
+
+
+class S3ObjectStore:
+    """One bucket through boto3. Raises only ObjectStoreError and its subclasses. ``observer``
+    (optional) hears every request sent and every body's bytes, by S3 billing kind."""
+
+    def __init__(self, config: S3Config, client: Any | None = None,
+                 observer: S3RequestObserver | None = None) -> None:
         self.config = config
         self.bucket = config.bucket
         self.client = client or make_s3_client(config)
+        self.observer = observer
+        if observer is not None:
+            self.client.meta.events.register("before-send.s3", _count_sent(observer))
         self._pool = ThreadPoolExecutor(max_workers=config.io_threads, thread_name_prefix="ferry-s3")
 
     async def _call(self, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -97,6 +117,8 @@ class S3ObjectStore:
         if if_match is not None:
             kwargs["IfMatch"] = if_match
         reply = await self._call(key, self.client.put_object, **kwargs)
+        if self.observer is not None:
+            self.observer("PUT", 0, len(data), 0)
         return str(reply.get("ETag", ""))
 
     def _get_sync(self, key: str, start: int | None, end: int | None) -> bytes:
@@ -109,9 +131,12 @@ class S3ObjectStore:
         reply = self.client.get_object(**kwargs)
         body = reply["Body"]
         try:
-            return body.read()  # type: ignore[no-any-return]
+            data: bytes = body.read()
         finally:
             body.close()
+        if self.observer is not None:
+            self.observer("GET", 0, 0, len(data))
+        return data
 
     async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         return await self._call(key, self._get_sync, key, start, end)
@@ -155,6 +180,6 @@ class S3ObjectStore:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def open_s3_store(config: S3Config) -> RetryingObjectStore:
+def open_s3_store(config: S3Config, observer: S3RequestObserver | None = None) -> RetryingObjectStore:
     """The store brokers use: S3 with the configured bounded retries."""
-    return RetryingObjectStore(S3ObjectStore(config), config.retry)
+    return RetryingObjectStore(S3ObjectStore(config, observer=observer), config.retry)

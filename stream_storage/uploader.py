@@ -323,7 +323,7 @@ class Uploader:
         for stream_range, (handle, _chunks) in zip(built.ranges, parts):
             handle.committed_end = stream_range.end_offset
             handle.add_object(ObjectRef(key, stream_range.start_offset, stream_range.end_offset, len(built.data),
-                                        handle.epoch))
+                                        handle.epoch, stream_range.size_bytes))
             self.cache.mark_uploaded(handle.stream_id, stream_range.end_offset)
             self.wal.mark_committed(handle.stream_id, stream_range.end_offset)
         self._spawn(self._trim_wal())

@@ -149,6 +149,7 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     if not raw_ranges:
         raise invalid("ranges must not be empty")
     ranges: list[tuple[int, int, int, int]] = []
+    range_bytes: dict[int, int] = {}
     for raw in raw_ranges:
         item = as_mapping(raw, "ranges[]")
         stream_id = as_int(item.get("stream_id"), "stream_id", 0)
@@ -157,6 +158,8 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
         end = as_int(item.get("end_offset"), "end_offset", 0)
         if end <= start:
             raise invalid(f"range of stream {stream_id} is empty or reversed: [{start}, {end})")
+        if item.get("size_bytes") is not None:
+            range_bytes[stream_id] = as_int(item.get("size_bytes"), "size_bytes", 0, size)
         ranges.append((stream_id, epoch, start, end))
     if len({r[0] for r in ranges}) != len(ranges):
         raise invalid("an object holds at most one range per stream")
@@ -181,7 +184,8 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
             )
         # replaying the object record moves the stream's end offset to ``end`` (one record per range)
         records.append(StreamObjectRecord(object_key=object_key, stream_id=stream_id, start_offset=start,
-                                          end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms))
+                                          end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms,
+                                          range_bytes=range_bytes.get(stream_id, 0)))
     return ControllerResult(tuple(records), {})
 
 
