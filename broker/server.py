@@ -29,6 +29,7 @@ from broker.log_dirs_report import LogDirReport, TopicFilter, alter_replica_log_
 from broker.metrics import BrokerMetrics
 from broker.partition_manager import PartitionManager, Slot
 from broker.retention import retention_loop
+from stream_storage.gc import GarbageCollector, gc_loop
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.fetch_guard import sound_batches
 from broker.freshness import FreshnessTrackingFollower
@@ -218,6 +219,11 @@ class Broker:
         self.follower.start()
         self.heartbeater.start()
         self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
+        collector = GarbageCollector(self.object_store, self.batcher.write,
+                                     lambda: (self.broker_id, self.heartbeater.state.broker_epoch),
+                                     str(self.storage.config.object_key_prefix), self.config.gc_grace_ms)
+        self._background.append(asyncio.create_task(gc_loop(collector, self.config.gc_interval_ms,
+                                                            self._is_gc_collector)))
         self._background.append(asyncio.create_task(retention_loop(
             self.config.retention_check_interval_ms, self._retained_partitions, self._topic_configs)))
         self._background.append(asyncio.create_task(self.log_dirs.monitor(self.config.log_dir_check_interval_ms,
@@ -434,6 +440,14 @@ class Broker:
         if data:
             replica.counters.records_out += sum(i.offset_count for i in batches.iter_batches(data))
         return ReadResult(data, replica.high_watermark, replica.log_start_offset, replica.leader_epoch)
+
+    def _is_gc_collector(self) -> bool:
+        """The lowest-id live broker collects garbage (two at once would only repeat each other)."""
+        image = self.image
+        if image is None:
+            return False
+        live = [b for b, reg in image.cluster.brokers.items() if not reg.fenced]
+        return bool(live) and min(live) == self.broker_id
 
     def _retained_partitions(self) -> list[Any]:
         return [s.replica for s in self.manager.serving()] if self.manager is not None else []

@@ -29,6 +29,7 @@ WRITE_OPERATIONS: dict[str, WriteOperation] = {
     "close_stream": streams.close_stream,
     "commit_object": streams.commit_object,
     "trim_stream": streams.trim_stream,
+    "collect_garbage": streams.collect_garbage,
     "alter_configs": configs.alter_configs,
     "put_kv": configs.put_kv,
 }

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.ops.streams import object_created_ms
 from stream_storage.cache import IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
 from stream_storage.control import ObjectRef, StreamControl, is_fenced
@@ -61,6 +62,9 @@ class Uploader:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
+        # added to this clock in new keys after a commit was refused for a key older than the GC
+        # horizon: a clock running behind the collector's catches up instead of being refused forever
+        self._key_clock_adjust_ms = 0
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -215,8 +219,11 @@ class Uploader:
                 done.set_result(None)
 
     def _new_key(self) -> str:
+        """``<prefix>/<broker>/<created_ms>-<random>``: the garbage collector's horizon is compared
+        with the creation time (commit_object refuses keys created at or before it)."""
         broker_id, _ = self.broker()
-        return f"{self.config.object_key_prefix}/{broker_id}/{uuid.uuid4().hex}"
+        created_ms = int(time.time() * 1000) + self._key_clock_adjust_ms
+        return f"{self.config.object_key_prefix}/{broker_id}/{created_ms:013d}-{uuid.uuid4().hex}"
 
     async def _upload_and_commit(self, parts: list[tuple[StreamHandle, list[Chunk]]],
                                  previous: list[asyncio.Future[None]]) -> None:
@@ -260,6 +267,16 @@ class Uploader:
                     await self._find_fenced(parts, exc)
                     if not ambiguous:  # never delete what an unanswered attempt may have committed
                         await self._discard(key)
+                    put_done = None
+                    self.stats.rebuilds += 1
+                    continue
+                if exc.error is ErrorCode.OBJECT_NOT_EXIST and \
+                        attempt < self.config.controller_retry.max_attempts:  # created before the GC horizon
+                    attempt += 1
+                    horizon = int((exc.details or {}).get("gc_horizon_ms", 0))
+                    behind_ms = horizon - (object_created_ms(key) or horizon) + 1
+                    self._key_clock_adjust_ms += max(1, behind_ms)
+                    await self._discard(key)
                     put_done = None
                     self.stats.rebuilds += 1
                     continue

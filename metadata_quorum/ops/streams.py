@@ -43,6 +43,20 @@ from metadata_quorum.records import (
 
 NO_OWNER = -1
 INITIAL_STREAM_EPOCH = -1
+GC_HORIZON_KEY = "gc/horizon_ms"
+GC_MAX_CANDIDATES = 10_000
+
+
+def object_created_ms(object_key: str) -> int | None:
+    """The creation time an object key carries (``.../<created_ms>-<random>``), None if it has none."""
+    head, sep, _rest = object_key.rpartition("/")[2].partition("-")
+    return int(head) if sep and head.isdigit() else None
+
+
+def gc_horizon_ms(image: MetadataImage) -> int:
+    """Objects created at or before the horizon can no longer be committed (-1: no GC ran yet)."""
+    raw = image.kv.get(GC_HORIZON_KEY)
+    return int(raw) if raw is not None else -1
 
 
 def new_stream_records(image_next_id: int, count: int) -> tuple[list[Record], list[int]]:
@@ -172,6 +186,13 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     if any(committed):
         raise FerryError(ErrorCode.INVALID_REQUEST,
                          f"object {object_key} is already committed for some, not all, of these ranges")
+    horizon = gc_horizon_ms(image)
+    created = object_created_ms(object_key)
+    if horizon >= 0 and (created is None or created <= horizon):
+        # the garbage collector may have deleted it: the uploader uploads the data again under a new key
+        raise FerryError(ErrorCode.OBJECT_NOT_EXIST,
+                         f"object {object_key} was created at or before the garbage-collection horizon "
+                         f"{horizon}; upload it again under a new key", {"gc_horizon_ms": horizon})
     records: list[Record] = []
     for stream_id, epoch, start, end in ranges:
         stream = _stream(image, stream_id)
@@ -216,9 +237,41 @@ def trim_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> C
     return ControllerResult(tuple(records), {"removed_objects": removed})
 
 
+def collect_garbage(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """One garbage-collection step, atomic at the controller: advance the horizon to ``horizon_ms``
+    (never backwards, never past now) and answer which ``candidates`` (keys found in the bucket)
+    may be deleted — those no stream names and created at or before the horizon. From this
+    record on, ``commit_object`` refuses such keys, so no commit can name an object the
+    collector deletes: a live upload that had not committed yet is refused and uploaded again."""
+    broker_id, _broker_epoch = _caller(image, args)
+    requested = req_int(args, "horizon_ms", 0)
+    keys = [as_str_key(k) for k in req_list(args, "candidates")]
+    if len(keys) > GC_MAX_CANDIDATES:
+        raise invalid(f"at most {GC_MAX_CANDIDATES} candidates per call, got {len(keys)}")
+    horizon = max(gc_horizon_ms(image), min(requested, ctx.now_ms))
+    refs = image.streams.object_refs
+    deletable = []
+    for key in keys:
+        created = object_created_ms(key)
+        if created is not None and created <= horizon and not refs.get(key):
+            deletable.append(key)
+    records: list[Record] = []
+    if horizon != gc_horizon_ms(image):
+        records.append(KVRecord(key=GC_HORIZON_KEY, value=str(horizon)))
+    return ControllerResult(tuple(records), {"horizon_ms": horizon, "deletable": deletable,
+                                             "collector": broker_id})
+
+
+def as_str_key(value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > 1024:
+        raise invalid(f"candidates[] must be object keys (non-empty strings of at most 1024 characters), "
+                      f"got {value!r}"[:200])
+    return value
+
+
 def describe_stream(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
     return _stream(image, req_int(args, "stream_id", 0)).describe()
 
 
 __all__ = ["create_stream", "open_stream", "close_stream", "commit_object", "trim_stream",
-           "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]
+           "collect_garbage", "object_created_ms", "gc_horizon_ms", "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]

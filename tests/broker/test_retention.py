@@ -28,7 +28,7 @@ from tests.broker.helpers import batch, controller_write, create_topic, fetch_al
 from tools.cluster import ROOT, LocalCluster
 
 RECORD = b"r" * 1000
-OVERRIDES = dict(FAST, retention_check_interval_ms=200,
+OVERRIDES = dict(FAST, retention_check_interval_ms=200, gc_interval_ms=300, gc_grace_ms=2000,
                  storage={"upload_bytes": 24 * 1024, "upload_interval_ms": 50})
 
 
@@ -226,3 +226,30 @@ async def test_retention_bytes_and_ms_trim_whole_objects(cluster: LocalCluster) 
         assert 0 < stream.start_offset <= 160  # only the old batches, whole objects of them
         records = await fetch_all(s, u1, "rt-old", 0, start=stream.start_offset)
         assert [r.value[:5] for r in records][-24:] == [b"new-0"] * 8 + [b"new-1"] * 8 + [b"new-2"] * 8
+
+
+async def test_garbage_collection_deletes_only_unnamed_objects(cluster: LocalCluster) -> None:
+    """An object a crashed broker PUT but never committed leaves the bucket after the grace;
+    every object the metadata names stays, under produce."""
+    c = cluster
+    create_topic(c, "gc", leader=2)
+    store = S3ObjectStore(S3Config(endpoint_url=c.s3_endpoint, bucket=c.bucket))
+    orphan = f"streams/9/{int(time.time() * 1000) - 5000:013d}-crashed"
+    young = f"streams/9/{int(time.time() * 1000) + 60_000:013d}-in-flight"
+    await store.put(orphan, b"never committed")
+    await store.put(young, b"an upload that may still commit")
+    async with aiohttp.ClientSession() as s:
+        await wait_serving(s, c.broker_url(2), "gc", 0)
+        values = await fill(s, c.broker_url(2), "gc", 20, "g")
+        deadline = time.monotonic() + 20
+        while orphan in await bucket_keys(c):
+            assert time.monotonic() < deadline, "the orphan outlived its grace"
+            await asyncio.sleep(0.2)
+        keys = await bucket_keys(c)
+        image = image_of(c)
+        named = {k for k, refs in image.streams.object_refs.items() if refs}
+        assert named <= keys and young in keys
+        records = await fetch_all(s, c.broker_url(2), "gc", 0)
+        assert [r.value for r in records] == values
+    await store.delete([young])
+    await store.close()
