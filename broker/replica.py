@@ -316,10 +316,9 @@ class Replica:
         return -1, -1
 
     # ------------------------------------------------------------------ retention and DeleteRecords
-    def committed_objects(self) -> list[Any]:
-        """The data stream's committed objects (oldest first) as this owner knows them."""
-        handle = self.storage.stream(self.data_stream_id)
-        return list(handle.objects) if handle is not None else []
+    async def committed_objects(self) -> list[Any]:
+        """The data stream's committed objects, oldest first."""
+        return list(await self.storage.committed_objects(self.data_stream_id))
 
     def time_index_entries(self) -> list[tuple[int, int]]:
         return list(self.time_index.entries)
@@ -337,7 +336,7 @@ class Replica:
                              {"log_start_offset": self.log_start_offset, "high_watermark": self.high_watermark})
         if offset <= self.log_start_offset:
             return self.log_start_offset
-        removed_bytes = sum(o.range_bytes or 0 for o in self.committed_objects() if o.end_offset <= offset)
+        removed_bytes = sum(o.range_bytes or 0 for o in await self.committed_objects() if o.end_offset <= offset)
         try:
             await self.storage.trim(self.data_stream_id, offset)
         except FerryError as exc:

@@ -110,7 +110,7 @@ class RetainedPartition(Protocol):
     closed: bool
     fenced: bool
 
-    def committed_objects(self) -> Sequence[ObjectRef]: ...
+    async def committed_objects(self) -> Sequence[ObjectRef]: ...
 
     def time_index_entries(self) -> Sequence[tuple[int, int]]: ...
 
@@ -129,15 +129,17 @@ async def apply_retention(partitions: Iterable[RetainedPartition], configs_of: C
         except FerryError as exc:
             log.warning("topic %s: retention skipped: %s", part.topic, exc)
             continue
-        target = retention_start(part.committed_objects(), part.log_start_offset, part.time_index_entries(),
-                                 now_ms, config)
-        if target <= part.log_start_offset:
+        if not config.delete_policy or (config.retention_ms < 0 and config.retention_bytes < 0):
             continue
         try:
+            target = retention_start(await part.committed_objects(), part.log_start_offset,
+                                     part.time_index_entries(), now_ms, config)
+            if target <= part.log_start_offset:
+                continue
             await part.delete_records_before(target)
             trimmed += 1
         except FerryError as exc:  # moved away, fenced, or the controller unreachable: next pass
-            log.info("topic %s: retention trim to %d failed: %s", part.topic, target, exc)
+            log.info("topic %s: retention failed: %s", part.topic, exc)
     return trimmed
 
 
@@ -150,3 +152,4 @@ async def retention_loop(interval_ms: int, partitions: Callable[[], list[Any]],
             await apply_retention(partitions(), configs_of, int(time.time() * 1000))
         except Exception:  # noqa: BLE001 - one failed pass must not stop retention for good
             log.exception("retention pass failed")
+

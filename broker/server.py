@@ -28,7 +28,9 @@ from broker.log_dirs_manager import LogDirsManager
 from broker.log_dirs_report import LogDirReport, TopicFilter, alter_replica_log_dirs, log_dirs_report
 from broker.metrics import BrokerMetrics
 from broker.partition_manager import PartitionManager, Slot
+from broker.compaction import compaction_loop
 from broker.retention import retention_loop
+from stream_storage.compaction import CompactionPolicy
 from stream_storage.gc import GarbageCollector, gc_loop
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.fetch_guard import sound_batches
@@ -224,6 +226,11 @@ class Broker:
                                      str(self.storage.config.object_key_prefix), self.config.gc_grace_ms)
         self._background.append(asyncio.create_task(gc_loop(collector, self.config.gc_interval_ms,
                                                             self._is_gc_collector)))
+        cfg = self.storage.config
+        if cfg.compaction_interval_ms > 0:
+            policy = CompactionPolicy(cfg.compaction_target_bytes, cfg.compaction_min_age_ms)
+            self._background.append(asyncio.create_task(compaction_loop(
+                cfg.compaction_interval_ms, self._retained_partitions, policy)))
         self._background.append(asyncio.create_task(retention_loop(
             self.config.retention_check_interval_ms, self._retained_partitions, self._topic_configs)))
         self._background.append(asyncio.create_task(self.log_dirs.monitor(self.config.log_dir_check_interval_ms,

@@ -63,6 +63,11 @@ class StreamControl(Protocol):
     async def trim_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
                           new_start_offset: int) -> list[str]: ...
 
+    async def compact_objects(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
+                              new: ObjectRef, replaces: Sequence[str]) -> list[str]:
+        """Replace ``replaces`` by ``new`` (same offsets); returns the keys no stream names any more."""
+        ...
+
     async def describe_stream(self, stream_id: int) -> StreamDescription: ...
 
 
@@ -115,6 +120,14 @@ class OpStreamControl:
                           new_start_offset: int) -> list[str]:
         reply = await self._write("trim_stream", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
                                                   "broker_epoch": broker_epoch, "new_start_offset": new_start_offset})
+        return [str(k) for k in reply.get("removed_objects", [])]
+
+    async def compact_objects(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
+                              new: ObjectRef, replaces: Sequence[str]) -> list[str]:
+        reply = await self._write("compact_objects", {
+            "stream_id": stream_id, "epoch": epoch, "broker_id": broker_id, "broker_epoch": broker_epoch,
+            "object_key": new.object_key, "size": new.size, "range_bytes": new.range_bytes,
+            "start_offset": new.start_offset, "end_offset": new.end_offset, "replaces": list(replaces)})
         return [str(k) for k in reply.get("removed_objects", [])]
 
     async def describe_stream(self, stream_id: int) -> StreamDescription:

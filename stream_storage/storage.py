@@ -23,7 +23,10 @@ from stream_storage.batches import BatchInfo, assign_offsets, iter_batches, vali
 from stream_storage.cache import BlockCache, IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
 from stream_storage.control import StreamControl, StreamDescription
-from stream_storage.object_format import Chunk
+from stream_storage import compaction
+from stream_storage.compaction import CompactionPolicy
+from stream_storage.control import ObjectRef
+from stream_storage.object_format import Chunk, build_object
 from stream_storage.object_store import ObjectStore, ObjectStoreError
 from stream_storage.reader import ObjectReader, next_offset_of
 from stream_storage.stream import CLOSED, CLOSING, FAILED, FENCED, OPEN, StreamHandle, objects_for
@@ -75,6 +78,10 @@ class StreamStorage:
         self._image_lookup: Callable[[int], StreamDescription | None] | None = None
         self.replay: ReplayResult | None = None
         self._started = False
+        self._deletes: set[asyncio.Future[None]] = set()
+        self.compaction_runs = 0
+        self.compaction_replaced_objects = 0
+        self.compaction_bytes = 0
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -140,6 +147,7 @@ class StreamStorage:
             log.warning("WAL trim at shutdown failed: %s", exc)
         await self.uploader.stop()
         await self.reader.close()
+        await self._cancel_deletes()
         await self.wal.close()
         await self.store.close()
 
@@ -149,7 +157,13 @@ class StreamStorage:
             handle.fence("storage aborted")
         await self.uploader.stop()
         await self.reader.close()
+        await self._cancel_deletes()
         await self.wal.close()
+
+    async def _cancel_deletes(self) -> None:
+        for task in list(self._deletes):  # objects left unnamed: the garbage collector's
+            task.cancel()
+        await asyncio.gather(*self._deletes, return_exceptions=True)
 
     # -- ownership ---------------------------------------------------------------------------
 
@@ -413,6 +427,80 @@ class StreamStorage:
             for key in removed:
                 self.index_cache.discard(key)
 
+    async def committed_objects(self, stream_id: int) -> list[ObjectRef]:
+        """An owned stream's committed objects, oldest first (the owner learns of the objects an
+        earlier owner committed lazily: they are merged from the metadata here)."""
+        handle = self._writable(stream_id)
+        handle.merge_objects((await self._describe(stream_id)).objects)
+        return list(handle.objects)
+
+    async def compact_stream(self, stream_id: int, policy: CompactionPolicy, now_ms: int | None = None) -> int:
+        """Rewrite runs of this owned stream's small settled objects as one object each (see
+        ``compaction.py``); returns how many runs were committed. A run whose commit is refused
+        (fenced, trimmed or compacted meanwhile) is dropped, its new object deleted."""
+        handle = self._writable(stream_id)
+        handle.merge_objects((await self._describe(stream_id)).objects)
+        done = 0
+        for run in compaction.plan(handle.objects, compaction.now_ms() if now_ms is None else now_ms, policy):
+            if handle.state != OPEN:
+                break
+            data = bytearray()
+            for ref in run:
+                offset = ref.start_offset
+                while offset < ref.end_offset:
+                    piece = await self.reader.read(stream_id, ref, offset, 8 * 1024 * 1024)
+                    nxt = next_offset_of(piece)
+                    if nxt is None or nxt <= offset or nxt > ref.end_offset:
+                        raise FerryError(ErrorCode.STREAM_INNER_ERROR, f"compaction of stream {stream_id}: "
+                                         f"{ref.object_key} does not hold [{offset}, {ref.end_offset}) as recorded")
+                    data += piece
+                    offset = nxt
+            chunks = compaction.chunks_of(bytes(data), self.config.object_block_bytes)
+            built = await asyncio.get_running_loop().run_in_executor(
+                None, build_object, [(stream_id, chunks)], self.config.object_block_bytes)
+            key = self.uploader.new_key()
+            new = ObjectRef(key, run[0].start_offset, run[-1].end_offset, len(built.data), handle.epoch,
+                            built.ranges[0].size_bytes)
+            await self.store.put(key, built.data)
+            try:
+                removed = await self.control.compact_objects(stream_id, handle.epoch, self.broker_id,
+                                                             self.broker_epoch, new, [r.object_key for r in run])
+            except FerryError as exc:
+                if not exc.retriable:  # refused for sure: nobody will ever name the new object
+                    await self._delete_quietly([key])
+                if exc.error == ErrorCode.STREAM_FENCED:
+                    handle.fence(str(exc))
+                log.info("compaction of stream %d refused: %s", stream_id, exc)
+                break
+            replaced = {r.object_key for r in run}
+            handle.objects = [o for o in handle.objects if o.object_key not in replaced]
+            handle.add_object(new)
+            self.index_cache.put(key, built.index)
+            self.compaction_runs += 1
+            self.compaction_replaced_objects += len(run)
+            self.compaction_bytes += len(built.data)
+            if removed:  # later: a fetch that chose one of them a moment ago still reads it
+                self._spawn_delete(removed, self.config.compaction_delete_delay_ms)
+            done += 1
+        return done
+
+    def _spawn_delete(self, keys: list[str], delay_ms: int) -> None:
+        async def later() -> None:
+            await asyncio.sleep(delay_ms / 1000)
+            await self._delete_quietly(keys)
+            for key in keys:
+                self.index_cache.discard(key)
+
+        task = asyncio.ensure_future(later())
+        self._deletes.add(task)
+        task.add_done_callback(self._deletes.discard)
+
+    async def _delete_quietly(self, keys: list[str]) -> None:
+        try:
+            await self.store.delete(keys)
+        except ObjectStoreError as exc:  # unnamed objects: the garbage collector gets them later
+            log.info("could not delete %d objects: %s", len(keys), exc)
+
     async def close_stream(self, stream_id: int) -> None:
         """Stop appends, wait for in-flight ones, force-upload, then close at the controller."""
         handle = self.handles.get(stream_id)
@@ -467,6 +555,9 @@ class StreamStorage:
             "index_cache_misses_total": self.index_cache.misses,
             "object_gets_total": self.reader.gets,
             "object_readahead_gets_total": self.reader.readahead_gets,
+            "compaction_runs_total": self.compaction_runs,
+            "compaction_replaced_objects_total": self.compaction_replaced_objects,
+            "compaction_bytes_total": self.compaction_bytes,
         }
 
 

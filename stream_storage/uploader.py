@@ -218,6 +218,9 @@ class Uploader:
             if not done.done():
                 done.set_result(None)
 
+    def new_key(self) -> str:
+        return self._new_key()
+
     def _new_key(self) -> str:
         """``<prefix>/<broker>/<created_ms>-<random>``: the garbage collector's horizon is compared
         with the creation time (commit_object refuses keys created at or before it)."""

@@ -237,6 +237,56 @@ def trim_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> C
     return ControllerResult(tuple(records), {"removed_objects": removed})
 
 
+def compact_objects(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """Replace consecutive objects of one stream by one new object holding the same offsets
+    (AutoMQ's stream-object compaction), atomically: the replaced objects' records out, the new
+    one in. Only the owner at the stream's current epoch may (``STREAM_FENCED``); ``replaces``
+    must be exactly the stream's objects covering ``[start_offset, end_offset)``, back to back
+    (``OFFSET_NOT_MATCHED`` if a trim or another compaction changed them). The same call again
+    after it succeeded is a retry. The reply's ``removed_objects`` are the replaced keys no stream
+    names any more (the caller deletes them)."""
+    broker_id, broker_epoch = _caller(image, args)
+    stream = _stream(image, req_int(args, "stream_id", 0))
+    epoch = req_int(args, "epoch", 0)
+    object_key = req_str(args, "object_key")
+    size = req_int(args, "size", 0)
+    start, end = req_int(args, "start_offset", 0), req_int(args, "end_offset", 0)
+    range_bytes = as_int(args.get("range_bytes", 0), "range_bytes", 0, size)
+    replaces = [as_str_key(k) for k in req_list(args, "replaces")]
+    if end <= start:
+        raise invalid(f"range [{start}, {end}) is empty or reversed")
+    if len(replaces) < 2 or len(set(replaces)) != len(replaces) or object_key in replaces:
+        raise invalid("replaces must name at least two distinct objects, not the new one")
+    _check_owner(stream, broker_id, broker_epoch, epoch, need_opened=True)
+    current = {o.object_key: o for o in stream.objects}
+    new = current.get(object_key)
+    if new is not None:
+        if (new.start_offset, new.end_offset) == (start, end) and not any(k in current for k in replaces):
+            return ControllerResult((), {"removed_objects": []})  # a retry of a compaction that happened
+        raise invalid(f"object {object_key} is already committed for stream {stream.stream_id}")
+    horizon = gc_horizon_ms(image)
+    created = object_created_ms(object_key)
+    if horizon >= 0 and (created is None or created <= horizon):
+        raise FerryError(ErrorCode.OBJECT_NOT_EXIST,
+                         f"object {object_key} was created at or before the garbage-collection horizon {horizon}",
+                         {"gc_horizon_ms": horizon})
+    old = sorted((current[k] for k in replaces if k in current), key=lambda o: o.start_offset)
+    contiguous = len(old) == len(replaces) and old[0].start_offset == start and old[-1].end_offset == end and \
+        all(a.end_offset == b.start_offset for a, b in zip(old, old[1:]))
+    if not contiguous:
+        raise FerryError(ErrorCode.OFFSET_NOT_MATCHED,
+                         f"objects {replaces} are not the objects of stream {stream.stream_id} covering "
+                         f"[{start}, {end}) (trimmed or compacted meanwhile?)", {"stream_id": stream.stream_id})
+    records: list[Record] = [RemoveStreamObjectRecord(object_key=o.object_key, stream_id=stream.stream_id)
+                             for o in old]
+    records.append(StreamObjectRecord(object_key=object_key, stream_id=stream.stream_id, start_offset=start,
+                                      end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms,
+                                      range_bytes=range_bytes))
+    refs = image.streams.object_refs
+    removed = [o.object_key for o in old if tuple(refs.get(o.object_key, ())) == (stream.stream_id,)]
+    return ControllerResult(tuple(records), {"removed_objects": removed})
+
+
 def collect_garbage(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
     """One garbage-collection step, atomic at the controller: advance the horizon to ``horizon_ms``
     (never backwards, never past now) and answer which ``candidates`` (keys found in the bucket)
@@ -274,4 +324,4 @@ def describe_stream(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any
 
 
 __all__ = ["create_stream", "open_stream", "close_stream", "commit_object", "trim_stream",
-           "collect_garbage", "object_created_ms", "gc_horizon_ms", "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]
+           "collect_garbage", "compact_objects", "object_created_ms", "gc_horizon_ms", "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]

@@ -61,7 +61,7 @@ class FakePartition:
         self.topic, self.log_start_offset, self.closed, self.fenced = topic, start, False, False
         self.trims: list[int] = []
 
-    def committed_objects(self) -> list[ObjectRef]:
+    async def committed_objects(self) -> list[ObjectRef]:
         return OBJECTS
 
     def time_index_entries(self) -> list[tuple[int, int]]:
