@@ -1,9 +1,12 @@
 """Reading a stream's committed offsets from objects: tail GET for the index, ranged GET for blocks.
 
-Indexes are cached by object key (an object never changes once written), blocks by position,
-so a sequential reader costs one GET per block and one per object index. After serving a read,
-the next block of the same stream is fetched ahead in the background (one block, bounded by the
-block cache), so a sequential reader's next fetch usually finds it already here.
+Indexes are cached by object key (an object never changes once written), blocks by position.
+A read that finds none of its blocks here fetches the stream's blocks from its offset up to
+``readahead_bytes`` in one ranged GET (S3 bills per request, and its first-byte latency dwarfs
+the transfer of a few MiB); after serving a read, the next run of the same stream is fetched
+ahead in the background the same way, so a sequential reader of a compacted stream costs one
+GET per ``readahead_bytes`` plus one index GET per object. Everything fetched sits in the
+bounded block cache.
 """
 from __future__ import annotations
 
@@ -29,11 +32,12 @@ log = logging.getLogger(__name__)
 
 class ObjectReader:
     def __init__(self, store: ObjectStore, index_cache: IndexCache, block_cache: BlockCache,
-                 readahead: bool = True) -> None:
+                 readahead: bool = True, readahead_bytes: int = 8 * 1024 * 1024) -> None:
         self.store = store
         self.index_cache = index_cache
         self.block_cache = block_cache
         self.readahead = readahead
+        self.readahead_bytes = readahead_bytes
         self.gets = 0
         self.readahead_gets = 0
         self._inflight: dict[tuple[str, int], asyncio.Future[bytes]] = {}
@@ -124,18 +128,29 @@ class ObjectReader:
             found[position] = await asyncio.shield(fut)
         return [found[block.position] for block in blocks]
 
+    def _uncached_run(self, key: str, blocks: list[IndexEntry]) -> list[IndexEntry]:
+        """The leading blocks neither cached nor being fetched, back to back in the object."""
+        run: list[IndexEntry] = []
+        for block in blocks:
+            if (key, block.position) in self._inflight or self.block_cache.peek((key, block.position)):
+                break
+            if run and run[-1].position + run[-1].size != block.position:
+                break
+            run.append(block)
+        return run
+
     def _read_ahead(self, key: str, index: ObjectIndex, stream_id: int, after: IndexEntry) -> None:
         if not self.readahead:
             return
-        nxt = index.blocks_for(stream_id, after.end_offset, 1)
+        nxt = index.blocks_for(stream_id, after.end_offset, self.readahead_bytes)
         if not nxt or nxt[0].start_offset != after.end_offset:
             return
-        block = nxt[0]
-        if (key, block.position) in self._inflight or self.block_cache.get((key, block.position)) is not None:
-            return
+        run = self._uncached_run(key, nxt)
+        if not run or run[0] is not nxt[0]:
+            return  # the next block is here or on its way: its run was fetched ahead already
         self.readahead_gets += 1
-        futures = self._claim(key, [block])
-        task = asyncio.create_task(self._quiet(self._get_run(key, [block], futures)))
+        futures = self._claim(key, run)
+        task = asyncio.create_task(self._quiet(self._get_run(key, run, futures)))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -169,6 +184,12 @@ class ObjectReader:
         if not first and blocks[0].size > max_bytes and self.block_cache.get((key, blocks[0].position)) is None:
             self._read_ahead(key, index, stream_id, _before(blocks[0]))
             return b""
+        if self.readahead and len(self._uncached_run(key, blocks)) == len(blocks):
+            # nothing of it here: one GET for the blocks asked for and the readahead after them
+            wider = index.blocks_for(stream_id, start_offset, max(max_bytes, self.readahead_bytes))
+            run = self._uncached_run(key, wider)
+            if len(run) > len(blocks):
+                await self._get_run(key, run)
         data = b"".join(await self._blocks(key, blocks))
         self._read_ahead(key, index, stream_id, blocks[-1])
         return slice_from(data, start_offset, max_bytes)

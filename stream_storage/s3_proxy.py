@@ -25,6 +25,7 @@ from stream_storage.s3_profile import INTERNAL_ERROR, SLOWDOWN, FateDrawer, S3Pr
 
 log = logging.getLogger("ferry.s3.proxy")
 STATS_PATH = "/_ferry_proxy/stats"
+DELAY_HEADER = "X-Ferry-Proxy-Delay-Ms"  # the latency this request was given (clients ignore it)
 # hop-by-hop headers (RFC 9110 §7.6.1) and those aiohttp recomputes for the forwarded message
 _DROP_REQUEST = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
                            "upgrade", "expect", "content-length"})
@@ -81,6 +82,7 @@ class S3LatencyProxy:
                 self.errors[f"{kind} {INTERNAL_ERROR}"] += 1
                 return _error(INTERNAL_ERROR, request.path)
             out_headers = [(k, v) for k, v in upstream.headers.items() if k.lower() not in _DROP_RESPONSE]
+            out_headers.append((DELAY_HEADER, f"{fate.delay_ms:.3f}"))
             if request.method == "HEAD":
                 response = web.Response(status=upstream.status, headers=out_headers)
                 if "Content-Length" in upstream.headers:

@@ -68,8 +68,9 @@ class StreamStorage:
         self.wal = WriteAheadLog(config.wal_dir, config.wal_segment_bytes, config.wal_fsync)
         self.cache = LogCache(config.cache_bytes)
         self.index_cache = IndexCache(config.index_cache_entries)
-        self.block_cache = BlockCache(max(config.object_block_bytes * 8, 8 * 1024 * 1024))
-        self.reader = ObjectReader(store, self.index_cache, self.block_cache)
+        # room for a few sequential readers' readahead runs at once
+        self.block_cache = BlockCache(max(config.object_block_bytes * 8, 4 * config.readahead_bytes))
+        self.reader = ObjectReader(store, self.index_cache, self.block_cache, readahead_bytes=config.readahead_bytes)
         self.uploader = Uploader(config, store, control, self.cache, self.index_cache, self.wal,
                                  lambda: (self.broker_id, self.broker_epoch))
         self.handles = self.uploader.handles

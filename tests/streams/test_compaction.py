@@ -166,3 +166,34 @@ def test_compact_objects_rules(controller) -> None:  # type: ignore[no-untyped-d
         (f"{OLD}0", 0, 5), (new, 5, 15), (f"{OLD}3", 15, 20)]
     assert stream.end_offset == 20 and stream.objects[1].range_bytes == 250
     assert controller.image.indexes_consistent()
+
+
+async def test_a_cold_full_read_of_a_compacted_stream_costs_one_get_per_readahead(make_storage, controller) -> None:  # type: ignore[no-untyped-def]
+    store = MemoryObjectStore()
+    small = dict(upload_bytes=1 << 30, upload_interval_ms=60_000, object_block_bytes=2048,
+                 readahead_bytes=16 * 1024, compaction_delete_delay_ms=0)
+    st = make_storage(1, retrying(store), **small)
+    await st.start()
+    sid = await st.create_stream()
+    await st.open_stream(sid, 0)
+    keys = await fill(st, sid, 300)  # ~200 KiB in 100 small objects
+    assert await st.compact_stream(sid, CompactionPolicy(64 * 1024, 0, max_runs_per_pass=100)) >= 3
+    objects = controller.image.streams.streams[sid].objects
+    total = sum(o.range_bytes for o in objects)
+    assert len(objects) <= 2 * total / (64 * 1024) + 1
+    reader = make_storage(2, retrying(store), **small)
+    await reader.start()
+    gets_before = store.calls["get"]
+    records, offset = [], 0
+    while True:  # small fetches, as a consumer makes them
+        res = await reader.fetch(sid, offset, 1024)
+        if not res.data:
+            break
+        from stream_storage.batches import read_records
+        records += [r for r in read_records(res.data) if r.offset >= offset]
+        offset = res.next_offset
+    await asyncio.sleep(0.01)
+    gets = store.calls["get"] - gets_before
+    assert [r.key for r in records] == keys
+    # one index GET per object, one GET per 16 KiB readahead run (and a run ends at each object's end)
+    assert gets <= len(objects) + total / (16 * 1024) + len(objects), (gets, len(objects), total)

@@ -22,6 +22,7 @@ from stream_storage.s3_profile import (
     parse_profile,
     request_kind,
 )
+from stream_storage.s3_proxy import DELAY_HEADER
 from stream_storage.s3_server import S3Server
 from stream_storage.s3_store import make_s3_client
 
@@ -106,18 +107,19 @@ def test_proxy_delays_every_request_by_its_seeded_draw() -> None:
         client.put_object(Bucket="ferry-lat", Key="k", Body=b"x" * 1024)
         client.get_object(Bucket="ferry-lat", Key="k")["Body"].read()  # warm the connection
         observed: list[float] = []
+        applied: list[float] = []
         for _ in range(count):
             t0 = time.perf_counter()
-            client.get_object(Bucket="ferry-lat", Key="k")["Body"].read()
+            reply = client.get_object(Bucket="ferry-lat", Key="k")
+            reply["Body"].read()
             observed.append((time.perf_counter() - t0) * 1000)
+            applied.append(float(reply["ResponseMetadata"]["HTTPHeaders"][DELAY_HEADER.lower()]))
     drawer = FateDrawer(latency_profile(p50, p99), seed)
     drawn = [drawer.draw(kind).delay_ms for kind in ["PUT", "GET"] + ["GET"] * count][2:]
+    assert applied == pytest.approx(drawn, abs=0.001), "the proxy did not apply the seeded draws in order"
     extra = [o - d for o, d in zip(observed, drawn)]
     assert min(extra) > -1.0, "a request came back before its drawn latency"
-    assert statistics.median(extra) < 15.0
-    # and the client-observed distribution is the configured one, shifted by the endpoint's own time
-    base = statistics.median(extra)
-    assert quantile(observed, 0.5) - base == pytest.approx(quantile(drawn, 0.5), abs=3.0)
+    assert statistics.median(extra) < 100.0  # the endpoint's own time, on a machine that may be loaded
     sigma = math.log(p99 / p50) / 2.326
     assert quantile(drawn, 0.5) == pytest.approx(p50, rel=0.2)
     assert quantile(drawn, 0.9) == pytest.approx(p50 * math.exp(1.2816 * sigma), rel=0.25)
