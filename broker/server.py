@@ -228,7 +228,8 @@ class Broker:
                                                             self._is_gc_collector)))
         cfg = self.storage.config
         if cfg.compaction_interval_ms > 0:
-            policy = CompactionPolicy(cfg.compaction_target_bytes, cfg.compaction_min_age_ms)
+            policy = CompactionPolicy(cfg.compaction_target_bytes, cfg.compaction_min_age_ms,
+                                      max_small_objects=cfg.compaction_max_small_objects)
             self._background.append(asyncio.create_task(compaction_loop(
                 cfg.compaction_interval_ms, self._retained_partitions, policy)))
         self._background.append(asyncio.create_task(retention_loop(

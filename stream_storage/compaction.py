@@ -9,9 +9,12 @@ object leaves S3 once no stream names it any more.
 
 :func:`plan` (pure) chooses the runs: consecutive objects, back to back in offsets, each holding
 less than half of ``target_bytes`` of the stream, older than ``min_age_ms``, grouped greedily up
-to ``target_bytes``. Every object the plan leaves alone holds at least half the target (or is
-young), so a stream of B bytes is held in at most about 2·B/target objects plus its young tail:
-the number of objects per partition is bounded by its size, and a full read costs few GETs.
+to ``target_bytes``. A run is rewritten only once it holds at least half the target (or
+``max_small_objects`` objects): each byte is rewritten about once, into an object that is never
+small again, rather than again and again as a growing object absorbs each new small one. So a
+stream of B bytes is held in at most about 2·B/target large objects plus a tail of fewer than
+``max_small_objects`` small ones (and its young objects): bounded by its size, and a full read
+costs few GETs.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ class CompactionPolicy:
     target_bytes: int = 64 * MIB  # a compacted object holds up to this much of its stream
     min_age_ms: int = 60_000  # objects younger than this are left to gather first
     max_runs_per_pass: int = 4  # bounded work (and memory: one run in memory at a time)
+    max_small_objects: int = 64  # a run this long is rewritten even below half the target
 
     def __post_init__(self) -> None:
         if self.target_bytes < 2 or self.min_age_ms < 0 or self.max_runs_per_pass < 1:
@@ -52,7 +56,7 @@ def plan(objects: Sequence[ObjectRef], now_ms: int, policy: CompactionPolicy) ->
 
     def close() -> None:
         nonlocal run, run_bytes
-        if len(run) >= 2:
+        if len(run) >= 2 and (run_bytes >= small_limit or len(run) >= policy.max_small_objects):
             runs.append(run)
         run, run_bytes = [], 0
 
@@ -69,6 +73,8 @@ def plan(objects: Sequence[ObjectRef], now_ms: int, policy: CompactionPolicy) ->
             close()
         run.append(obj)
         run_bytes += size
+        if len(run) >= policy.max_small_objects:
+            close()
     close()
     return runs[:policy.max_runs_per_pass]
 

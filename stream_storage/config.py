@@ -67,6 +67,7 @@ class StreamStorageConfig:
     readahead_bytes: int = 8 * MIB  # a cold or sequential read GETs this much of a stream at once
     compaction_target_bytes: int = 64 * MIB
     compaction_min_age_ms: int = 60_000
+    compaction_max_small_objects: int = 64
     compaction_interval_ms: int = 30_000  # how often a broker compacts the streams it owns (0 = never)
     compaction_delete_delay_ms: int = 10_000  # replaced objects are deleted this long after the commit
 

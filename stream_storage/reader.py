@@ -44,10 +44,14 @@ class ObjectReader:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def index(self, key: str, size: int) -> ObjectIndex:
+        """The object's index. Its GET also takes up to ``readahead_bytes`` of the blocks before
+        the index (an object that small is read whole): the last blocks of a sequential read, or
+        every block of a small object, cost no GET of their own."""
         cached = self.index_cache.get(key)
         if cached is not None:
             return cached
-        tail_start = max(0, size - TAIL_READ_BYTES)
+        tail_bytes = TAIL_READ_BYTES + (self.readahead_bytes if self.readahead else 0)
+        tail_start = max(0, size - tail_bytes)
         tail = await self.store.get(key, tail_start, size)
         self.gets += 1
         parsed = parse_tail(tail, tail_start, key)
@@ -57,7 +61,17 @@ class ObjectReader:
             self.gets += 1
             parsed = parse_index(body, index_position, index_crc, key)
         self.index_cache.put(key, parsed)
+        self._keep_blocks(key, parsed, tail, tail_start)
         return parsed
+
+    def _keep_blocks(self, key: str, index: ObjectIndex, tail: bytes, tail_start: int) -> None:
+        view = memoryview(tail)
+        for entry in index.entries:
+            if entry.position >= tail_start and entry.position + entry.size <= index.index_position and \
+                    not self.block_cache.peek((key, entry.position)):
+                body = bytes(view[entry.position - tail_start: entry.position - tail_start + entry.size])
+                check_block(body, entry, key)
+                self.block_cache.put((key, entry.position), body)
 
     def _claim(self, key: str, run: list[IndexEntry]) -> list[asyncio.Future[bytes]]:
         """Mark blocks as being fetched (synchronously, so no second GET starts for them)."""

@@ -25,39 +25,55 @@ def test_plan_groups_small_settled_neighbours_up_to_the_target() -> None:
     policy = CompactionPolicy(target_bytes=100, min_age_ms=1000, max_runs_per_pass=10)
     objs = [ref(i, 10 * i, 10 * i + 10, 20) for i in range(12)]
     runs = plan(objs, 10_000, policy)
+    # runs of 100 bytes; the last two objects (40 bytes, below half the target) wait for more
     assert [[o.object_key for o in r] for r in runs] == [[f"{OLD}{i}" for i in range(0, 5)],
-                                                        [f"{OLD}{i}" for i in range(5, 10)],
-                                                        [f"{OLD}{i}" for i in range(10, 12)]]
+                                                        [f"{OLD}{i}" for i in range(5, 10)]]
+    # ... unless there are many of them
+    many = CompactionPolicy(target_bytes=100, min_age_ms=1000, max_runs_per_pass=10, max_small_objects=2)
+    assert [len(r) for r in plan(objs, 10_000, many)] == [2] * 6
     # a large object splits runs, a gap in offsets too, a young object stops the plan
-    objs = [ref(0, 0, 10, 20), ref(1, 10, 20, 60), ref(2, 20, 30, 20), ref(3, 30, 40, 20), ref(4, 41, 50, 20),
-            ref(5, 50, 60, 20), ref(6, 60, 70, 20, key="streams/1/0000000009500-young"), ref(7, 70, 80, 20)]
+    objs = [ref(0, 0, 10, 30), ref(1, 10, 20, 60), ref(2, 20, 30, 30), ref(3, 30, 40, 30), ref(4, 41, 50, 30),
+            ref(5, 50, 60, 30), ref(6, 60, 70, 30, key="streams/1/0000000009500-young"), ref(7, 70, 80, 30)]
     assert [[o.object_key[-1] for o in r] for r in plan(objs, 10_000, policy)] == [["2", "3"], ["4", "5"]]
     assert plan(objs, 10_000, CompactionPolicy(100, 1000, max_runs_per_pass=1)) == [objs[2:4]]
     assert plan([ref(0, 0, 10, 20)], 10_000, policy) == []
 
 
 def test_bounded_objects_after_compaction_reaches_its_fixed_point() -> None:
-    """Whatever the sizes, compacting until nothing is left to do leaves ≤ 2·B/target + 1 objects."""
+    """Whatever the sizes, compacting until nothing is left to do leaves only objects of at least
+    half the target, and between them runs of small ones below half the target and the count limit;
+    and no byte is rewritten more than a few times."""
     rng = random.Random(3)
     target = 1000
-    policy = CompactionPolicy(target_bytes=target, min_age_ms=0, max_runs_per_pass=1000)
+    policy = CompactionPolicy(target_bytes=target, min_age_ms=0, max_runs_per_pass=1000, max_small_objects=8)
     objs, offset = [], 0
     for i in range(400):
         n = rng.randint(1, 5)
         objs.append(ref(i, offset, offset + n, rng.choice([5, 30, 120, 480, 700])))
         offset += n
     total = sum(o.range_bytes for o in objs)
+    rewritten = 0
     for round_ in range(50):
         runs = plan(objs, 10**9, policy)
         if not runs:
             break
         for j, run in enumerate(runs):
+            rewritten += sum(o.range_bytes for o in run)
             merged = ObjectRef(f"{OLD}r{round_}-{j}", run[0].start_offset, run[-1].end_offset, 1,
                                0, sum(o.range_bytes for o in run))
             i = objs.index(run[0])
             objs[i:i + len(run)] = [merged]
     assert not plan(objs, 10**9, policy)
-    assert len(objs) <= 2 * total / target + 1
+    big = [o for o in objs if o.range_bytes >= target // 2]
+    assert len(big) <= 2 * total / target
+    small_run: list[ObjectRef] = []
+    for o in objs + [big[-1]]:
+        if o.range_bytes >= target // 2:
+            assert len(small_run) < 8 and sum(x.range_bytes for x in small_run) < target // 2 + 500
+            small_run = []
+        else:
+            small_run.append(o)
+    assert rewritten <= 3 * total
     assert [(a.end_offset == b.start_offset) for a, b in zip(objs, objs[1:])] == [True] * (len(objs) - 1)
 
 
@@ -129,7 +145,7 @@ async def test_a_fenced_compaction_commits_nothing_and_leaves_no_object(make_sto
         return await real(*args, **kwargs)
 
     st.control.compact_objects = taken_over_first  # type: ignore[method-assign]
-    policy = CompactionPolicy(target_bytes=1 << 20, min_age_ms=0)
+    policy = CompactionPolicy(target_bytes=1 << 20, min_age_ms=0, max_small_objects=2)
     assert await st.compact_stream(sid, policy) == 0
     assert set(store.objects) == objects_before, "the refused compaction's object must be deleted"
     assert st.stream(sid).state == "FENCED" and epoch >= 0
@@ -177,10 +193,14 @@ async def test_a_cold_full_read_of_a_compacted_stream_costs_one_get_per_readahea
     sid = await st.create_stream()
     await st.open_stream(sid, 0)
     keys = await fill(st, sid, 300)  # ~200 KiB in 100 small objects
-    assert await st.compact_stream(sid, CompactionPolicy(64 * 1024, 0, max_runs_per_pass=100)) >= 3
+    policy = CompactionPolicy(64 * 1024, 0, max_runs_per_pass=100, max_small_objects=8)
+    assert await st.compact_stream(sid, policy) >= 3
+    for _ in range(5):  # until nothing is left to do (runs of 8 small objects are small again)
+        if not await st.compact_stream(sid, policy):
+            break
     objects = controller.image.streams.streams[sid].objects
     total = sum(o.range_bytes for o in objects)
-    assert len(objects) <= 2 * total / (64 * 1024) + 1
+    assert len(objects) <= 2 * total / (64 * 1024) + 8
     reader = make_storage(2, retrying(store), **small)
     await reader.start()
     gets_before = store.calls["get"]

@@ -7,9 +7,10 @@ endpoint (a ``ferry s3 serve`` process started here unless ``--endpoint`` is giv
 * upload MB/s (force upload: build object, PUT, commit) vs raw boto3 PUT of the same sizes;
 * fetch MB/s from S3 (cold cache: index GET + block GETs) vs raw ranged GETs of the same bytes;
 * close latency p50 (force upload + commit + close) with 0, 1 MiB and 8 MiB pending vs raw PUT p50;
-* S3 requests and their cost: 16 streams appended to at default upload settings (8 MiB or 250 ms),
-  then read in full by a cold reader: requests of each kind per GiB produced and per GiB consumed,
-  the request cost at AWS's list prices per GiB, beside a month's storage of that GiB.
+* S3 requests and their cost: 4 streams appended to at default upload settings (8 MiB or 250 ms),
+  compacted after each of 8 rounds, then read in full by a cold reader: objects per stream,
+  requests of each kind per GiB produced and per GiB consumed, GETs per 8 MiB read, the request
+  cost at AWS's list prices per GiB, beside a month's storage of that GiB.
 
 ``--s3-profile aws-standard|fixed:MS`` puts the latency proxy in front of the endpoint.
 
@@ -33,6 +34,7 @@ from metadata_quorum.local_controller import LocalController
 from stream_storage.batches import build_batch
 from stream_storage.config import MIB, S3Config, StreamStorageConfig
 from stream_storage.control import LocalStreamControl
+from stream_storage.compaction import CompactionPolicy
 from stream_storage.s3_cost import (
     GIB,
     RequestTally,
@@ -126,12 +128,16 @@ class Bench:
         store = open_s3_store(S3Config(endpoint_url=self.endpoint, bucket=self.bucket), observer=self.tally)
         return StreamStorage(cfg, store, LocalStreamControl(self.controller), self._broker, epoch)
 
-    async def request_cost(self, streams: int = 16) -> None:
-        """Requests per GiB produced (default upload thresholds, ``streams`` appended to at once)
-        and consumed (a cold reader reading every stream from its start), and their list price."""
+    async def request_cost(self, streams: int = 4, rounds: int = 8) -> None:
+        """Requests per GiB produced and consumed, and their list price. ``streams`` are appended to
+        at once at the default upload settings, in ``rounds``, with a compaction pass over every
+        stream after each round (time compressed: objects are old enough at once, where the
+        default waits compaction_min_age_ms); then a cold reader reads every stream from its start."""
         batch = _batch(64 * 1024)
-        per_stream = max(1, self.total_mib * MIB // len(batch) // streams)
-        st = self.storage()  # default upload_bytes / upload_interval_ms
+        per_round = max(1, self.total_mib * MIB // len(batch) // streams // rounds)
+        st = self.storage(compaction_min_age_ms=0)  # otherwise the defaults
+        policy = CompactionPolicy(st.config.compaction_target_bytes, 0, max_runs_per_pass=1000,
+                                  max_small_objects=st.config.compaction_max_small_objects)
         await st.start()
         sids = []
         for _ in range(streams):
@@ -140,17 +146,26 @@ class Bench:
             sids.append(sid)
         before = self.tally.snapshot()
         t0 = time.perf_counter()
+        objects_per_stream: list[int] = []
 
         async def writer(sid: int) -> None:
-            for _ in range(per_stream):
+            for _ in range(per_round):
                 await st.append(sid, batch)
 
-        await asyncio.gather(*(writer(sid) for sid in sids))
+        for _ in range(rounds):
+            await asyncio.gather(*(writer(sid) for sid in sids))
+            for sid in sids:
+                await st.compact_stream(sid, policy)
+            objects_per_stream.append(max([len(await st.committed_objects(sid)) for sid in sids]))
+        for sid in sids:
+            await st.force_upload(sid)
+            await st.compact_stream(sid, policy)
         for sid in sids:
             await st.close_stream(sid)
         produce_s = time.perf_counter() - t0
-        produced = streams * per_stream * len(batch)
+        produced = streams * rounds * per_round * len(batch)
         produce_requests = requests_since(before, self.tally.snapshot())
+        wal_objects, compacted = st.uploader.stats.objects, st.compaction_runs
         await st.close()
         objects = {o["object_key"] for sid in sids
                    for o in self.controller.read("describe_stream", {"stream_id": sid})["objects"]}
@@ -171,7 +186,8 @@ class Bench:
         gib = produced / GIB
         self.results["cost"] = {
             "streams": streams, "produced_bytes": produced, "produce_mb_s": round(produced / produce_s / 1e6, 1),
-            "consumed_bytes": consumed, "objects": len(objects),
+            "consumed_bytes": consumed, "objects": len(objects), "wal_objects_put": wal_objects,
+            "compacted_objects_put": compacted, "max_objects_per_stream_by_round": objects_per_stream,
             "requests_produce": produce_requests, "requests_consume": consume_requests,
             "requests_per_gib_produced": per_gib(produce_requests, produced),
             "requests_per_gib_consumed": per_gib(consume_requests, consumed),
@@ -395,8 +411,10 @@ def print_table(out: dict[str, Any]) -> None:
               f"(max {out[f'close_{label}_max_ms']} ms{extra})")
     print(f"close with 8 MiB pending ≤ {CLOSE_TARGET_MS:.0f} ms p50: {'ok' if out['close_8mib_within_target'] else 'missed'}")
     cost = out["cost"]
-    print(f"S3 requests ({cost['streams']} streams at default upload settings, {cost['produce_mb_s']} MB/s; "
-          f"{cost['objects']} objects; S3 profile {out['s3_profile']}):")
+    print(f"S3 requests ({cost['streams']} streams at default upload and compaction settings, "
+          f"{cost['produce_mb_s']} MB/s; {cost['wal_objects_put']} WAL objects and {cost['compacted_objects_put']} "
+          f"compacted ones PUT, {cost['objects']} left; S3 profile {out['s3_profile']}):")
+    print(f"  objects per stream after each round (max): {cost['max_objects_per_stream_by_round']}")
     print(f"  per GiB produced: {cost['requests_per_gib_produced']}  = ${cost['request_usd_per_gib_produced']:.5f}")
     print(f"  per GiB consumed: {cost['requests_per_gib_consumed']}  = ${cost['request_usd_per_gib_consumed']:.5f} "
           f"({cost['gets_per_8mib_read']} GETs per 8 MiB read)")
