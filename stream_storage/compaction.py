@@ -79,8 +79,10 @@ def plan(objects: Sequence[ObjectRef], now_ms: int, policy: CompactionPolicy) ->
     return runs[:policy.max_runs_per_pass]
 
 
-def chunks_of(data: bytes, block_bytes: int) -> list[Chunk]:
-    """Whole batches, grouped into chunks of about ``block_bytes`` (the new object's blocks)."""
+def chunks_of(data: bytes, block_bytes: int, start: int | None = None, end: int | None = None) -> list[Chunk]:
+    """Whole batches, grouped into chunks of about ``block_bytes`` (the new object's blocks). With
+    ``start``/``end`` the chunks cover exactly ``[start, end)`` even where batches were removed
+    (key compaction): the first starts at ``start``, the last ends at ``end``."""
     chunks: list[Chunk] = []
     view = memoryview(data)
     first_offset: int | None = None
@@ -94,6 +96,10 @@ def chunks_of(data: bytes, block_bytes: int) -> list[Chunk]:
         end_offset, end_pos = info.next_offset, info.position + info.size_bytes
     if first_offset is not None:
         chunks.append(Chunk(first_offset, end_offset, bytes(view[first_pos:end_pos])))
+    if chunks and start is not None and chunks[0].start_offset != start:
+        chunks[0] = Chunk(start, chunks[0].end_offset, chunks[0].data)
+    if chunks and end is not None and chunks[-1].end_offset != end:
+        chunks[-1] = Chunk(chunks[-1].start_offset, end, chunks[-1].data)
     return chunks
 
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from stream_storage.batches import BatchInfo, assign_offsets, iter_batches, validate_batches
+from stream_storage.batches import BatchInfo, assign_offsets, iter_batches, read_records, validate_batches
 from stream_storage.cache import BlockCache, IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
 from stream_storage.control import StreamControl, StreamDescription
-from stream_storage import compaction
+from stream_storage import compaction, key_compaction
 from stream_storage.compaction import CompactionPolicy
 from stream_storage.control import ObjectRef
 from stream_storage.object_format import Chunk, build_object
@@ -338,12 +338,16 @@ class StreamStorage:
                              f"outside [{log_start}, {hw}]", {"log_start_offset": log_start, "high_watermark": hw})
         parts: list[bytes] = []
         cursor, budget = start_offset, max(1, max_bytes)
-        for _ in range(16):
-            if cursor >= hw or budget <= 0:
+        for _ in range(64):
+            if cursor >= hw or budget <= 0 or len(parts) >= 16:
                 break
             piece = await self._read_piece(stream_id, handle, desc, cursor, budget, hw, first=not parts)
             if not piece:
-                break
+                gap_end = self._gap_end(handle, desc, cursor, hw)
+                if gap_end is None:
+                    break
+                cursor = gap_end  # key compaction left no batch here: the object's next one follows
+                continue
             if parts and len(piece) > budget:
                 break
             parts.append(piece)
@@ -351,6 +355,15 @@ class StreamStorage:
             cursor = next_offset_of(piece) or cursor
         data = b"".join(parts)
         return FetchResult(data, start_offset, cursor, hw, log_start)
+
+    @staticmethod
+    def _gap_end(handle: StreamHandle | None, desc: StreamDescription | None, offset: int, hw: int) -> int | None:
+        """Where the object holding ``offset`` ends, if that is past it and within ``hw``."""
+        ref = handle.object_for(offset) if handle is not None else \
+            objects_for(desc.objects, offset) if desc is not None else None
+        if ref is None or not offset < ref.end_offset <= hw:
+            return None
+        return ref.end_offset
 
     async def _read_piece(self, stream_id: int, handle: StreamHandle | None, desc: StreamDescription | None,
                           offset: int, max_bytes: int, hw: int, first: bool = True) -> bytes:
@@ -443,47 +456,107 @@ class StreamStorage:
         handle.merge_objects((await self._describe(stream_id)).objects)
         done = 0
         for run in compaction.plan(handle.objects, compaction.now_ms() if now_ms is None else now_ms, policy):
-            if handle.state != OPEN:
+            if handle.state != OPEN or not await self._rewrite(handle, run, None):
                 break
-            data = bytearray()
-            for ref in run:
-                offset = ref.start_offset
-                while offset < ref.end_offset:
-                    piece = await self.reader.read(stream_id, ref, offset, 8 * 1024 * 1024)
-                    nxt = next_offset_of(piece)
-                    if nxt is None or nxt <= offset or nxt > ref.end_offset:
-                        raise FerryError(ErrorCode.STREAM_INNER_ERROR, f"compaction of stream {stream_id}: "
-                                         f"{ref.object_key} does not hold [{offset}, {ref.end_offset}) as recorded")
-                    data += piece
-                    offset = nxt
-            chunks = compaction.chunks_of(bytes(data), self.config.object_block_bytes)
-            built = await asyncio.get_running_loop().run_in_executor(
-                None, build_object, [(stream_id, chunks)], self.config.object_block_bytes)
-            key = self.uploader.new_key()
-            new = ObjectRef(key, run[0].start_offset, run[-1].end_offset, len(built.data), handle.epoch,
-                            built.ranges[0].size_bytes)
-            await self.store.put(key, built.data)
-            try:
-                removed = await self.control.compact_objects(stream_id, handle.epoch, self.broker_id,
-                                                             self.broker_epoch, new, [r.object_key for r in run])
-            except FerryError as exc:
-                if not exc.retriable:  # refused for sure: nobody will ever name the new object
-                    await self._delete_quietly([key])
-                if exc.error == ErrorCode.STREAM_FENCED:
-                    handle.fence(str(exc))
-                log.info("compaction of stream %d refused: %s", stream_id, exc)
-                break
-            replaced = {r.object_key for r in run}
-            handle.objects = [o for o in handle.objects if o.object_key not in replaced]
-            handle.add_object(new)
-            self.index_cache.put(key, built.index)
-            self.compaction_runs += 1
-            self.compaction_replaced_objects += len(run)
-            self.compaction_bytes += len(built.data)
-            if removed:  # later: a fetch that chose one of them a moment ago still reads it
-                self._spawn_delete(removed, self.config.compaction_delete_delay_ms)
             done += 1
         return done
+
+    async def clean_keys(self, stream_id: int, now_ms: int, delete_retention_ms: int, target_bytes: int) -> int:
+        """Key compaction of this owned stream's committed objects (``key_compaction.py``): each
+        run of objects (up to ``target_bytes``) holding a record to remove is rewritten without
+        it. Returns how many records went."""
+        handle = self._writable(stream_id)
+        handle.merge_objects((await self._describe(stream_id)).objects)
+        objects = [o for o in handle.objects if o.end_offset > handle.start_offset]
+        if not objects:
+            return 0
+        latest: dict[bytes, int] = {}
+        for ref in objects:  # first pass: the latest offset of every key
+            key_compaction.latest_offsets(read_records(await self._object_data(handle.stream_id, ref)), latest)
+        rule = key_compaction.CleanRule(latest, objects[-1].end_offset - 1, now_ms - delete_retention_ms)
+        removed_total = 0
+        run: list[ObjectRef] = []
+        run_bytes = 0
+        groups: list[list[ObjectRef]] = []
+        for ref in objects:
+            if run and run_bytes + compaction.stream_bytes(ref) > target_bytes:
+                groups.append(run)
+                run, run_bytes = [], 0
+            run.append(ref)
+            run_bytes += compaction.stream_bytes(ref)
+        groups.append(run)
+        for group in groups:
+            removed: list[int] = []
+
+            def transform(data: bytes) -> bytes | None:
+                cleaned, n = key_compaction.clean(data, rule)
+                removed.append(n)
+                return cleaned if n else None
+
+            if handle.state != OPEN or not await self._rewrite(handle, group, transform):
+                if not removed or removed[0]:
+                    break
+                continue  # nothing to remove in this group
+            removed_total += sum(removed)
+        return removed_total
+
+    async def _object_data(self, stream_id: int, ref: ObjectRef) -> bytes:
+        """The stream's whole batches in one object, ``[ref.start_offset, ref.end_offset)``."""
+        data = bytearray()
+        offset = ref.start_offset
+        while offset < ref.end_offset:
+            piece = await self.reader.read(stream_id, ref, offset, 8 * 1024 * 1024)
+            nxt = next_offset_of(piece)
+            if nxt is None:
+                break  # what is left of the range holds no batch (removed by key compaction)
+            if nxt <= offset or nxt > ref.end_offset:
+                raise FerryError(ErrorCode.STREAM_INNER_ERROR, f"stream {stream_id}: {ref.object_key} does "
+                                 f"not hold [{offset}, {ref.end_offset}) as recorded")
+            data += piece
+            offset = nxt
+        return bytes(data)
+
+    async def _rewrite(self, handle: StreamHandle, run: list[ObjectRef],
+                       transform: Callable[[bytes], bytes | None] | None) -> bool:
+        """Replace ``run`` by one object with its batches (``transform``ed; None = leave the run
+        as it is), committed through the controller. False when nothing was committed."""
+        stream_id = handle.stream_id
+        data = b"".join([await self._object_data(stream_id, ref) for ref in run])
+        if transform is not None:
+            changed = transform(data)
+            if changed is None:
+                return False
+            data = changed
+        start, end = run[0].start_offset, run[-1].end_offset
+        chunks = compaction.chunks_of(data, self.config.object_block_bytes, start, end) or \
+            [Chunk(start, end, b"")]
+        built = await asyncio.get_running_loop().run_in_executor(
+            None, build_object, [(stream_id, chunks)], self.config.object_block_bytes)
+        key = self.uploader.new_key()
+        new = ObjectRef(key, start, end, len(built.data), handle.epoch, built.ranges[0].size_bytes)
+        await self.store.put(key, built.data)
+        try:
+            removed = await self.control.compact_objects(stream_id, handle.epoch, self.broker_id,
+                                                         self.broker_epoch, new, [r.object_key for r in run])
+        except FerryError as exc:
+            if not exc.retriable:  # refused for sure: nobody will ever name the new object
+                await self._delete_quietly([key])
+            if exc.error == ErrorCode.STREAM_FENCED:
+                handle.fence(str(exc))
+            log.info("rewrite of %d objects of stream %d refused: %s", len(run), stream_id, exc)
+            return False
+        replaced = {r.object_key for r in run}
+        handle.objects = [o for o in handle.objects if o.object_key not in replaced]
+        handle.add_object(new)
+        self.index_cache.put(key, built.index)
+        if transform is not None:  # the log cache still holds the records removed: read them from S3
+            self.cache.trim(stream_id, end)
+        self.compaction_runs += 1
+        self.compaction_replaced_objects += len(run)
+        self.compaction_bytes += len(built.data)
+        if removed:  # later: a fetch that chose one of them a moment ago still reads it
+            self._spawn_delete(removed, self.config.compaction_delete_delay_ms)
+        return True
 
     def _spawn_delete(self, keys: list[str], delay_ms: int) -> None:
         async def later() -> None:

@@ -255,8 +255,8 @@ def compact_objects(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     replaces = [as_str_key(k) for k in req_list(args, "replaces")]
     if end <= start:
         raise invalid(f"range [{start}, {end}) is empty or reversed")
-    if len(replaces) < 2 or len(set(replaces)) != len(replaces) or object_key in replaces:
-        raise invalid("replaces must name at least two distinct objects, not the new one")
+    if not replaces or len(set(replaces)) != len(replaces) or object_key in replaces:
+        raise invalid("replaces must name distinct objects (at least one), not the new one")
     _check_owner(stream, broker_id, broker_epoch, epoch, need_opened=True)
     current = {o.object_key: o for o in stream.objects}
     new = current.get(object_key)

@@ -11,7 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.broker.conftest import FAST
-from tests.broker.helpers import create_topic, fetch_all, reassign, wait_running, wait_serving
+from stream_storage.batches import build_batch
+from tests.broker.helpers import (controller_write, create_topic, fetch_all, produce, reassign, wait_running,
+                                  wait_serving)
 from tests.broker.test_broker_integration import Writer, assert_exactly_once_in_order
 from tests.broker.test_retention import bucket_keys, data_stream
 from tools.cluster import LocalCluster
@@ -101,3 +103,37 @@ async def test_compaction_with_moves_and_kill_9_loses_and_duplicates_nothing(clu
         assert {o.object_key for o in stream.objects} <= await bucket_keys(c)
         records = await fetch_all(s, c.broker_url(1), "cm", 0)
         assert_exactly_once_in_order(records, w.acked)
+
+
+async def test_a_compacted_topic_keeps_the_latest_value_of_each_key(cluster: LocalCluster) -> None:
+    c = cluster
+    reply = controller_write(c, "create_topics", {"topics": [{
+        "name": "kc", "num_partitions": 1, "replication_factor": 1, "assignments": {"0": [2]},
+        "configs": {"cleanup.policy": "compact", "delete.retention.ms": "0"}}]})
+    assert not reply["topics"][0].get("error"), reply
+    async with aiohttp.ClientSession() as s:
+        url = c.broker_url(2)
+        await wait_serving(s, url, "kc", 0)
+        latest: dict[bytes, bytes | None] = {}
+        for round_ in range(6):
+            for k in range(8):
+                key = b"k%d" % k
+                value = None if (round_ == 4 and k % 4 == 0) else b"v%d-%d" % (k, round_)
+                body = build_batch([(key, value)])
+                status, answer = await produce(s, url, "kc", 0, body)
+                assert status == 200, answer
+                latest[key] = value
+        deadline = time.monotonic() + 30
+        while True:
+            records = await fetch_all(s, url, "kc", 0)
+            keys = [r.key for r in records]
+            if len(keys) == len(set(keys)) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert len(keys) == len(set(keys)), f"superseded values survived: {len(keys)} records"
+        # the latest value of each key, at its own offset, in offset order; tombstones removed
+        # (delete.retention.ms 0) except where a later value came
+        state = {r.key: r.value for r in records}
+        assert state == {k: v for k, v in latest.items() if v is not None}
+        assert [r.offset for r in records] == sorted(r.offset for r in records)
+        assert records[-1].offset == 47

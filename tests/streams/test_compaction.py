@@ -166,7 +166,7 @@ def test_compact_objects_rules(controller) -> None:  # type: ignore[no-untyped-d
                        ErrorCode.OFFSET_NOT_MATCHED),
                       (dict(object_key=new, start_offset=0, end_offset=15, replaces=[f"{OLD}0", f"{OLD}1"]),
                        ErrorCode.OFFSET_NOT_MATCHED),
-                      (dict(object_key=new, start_offset=0, end_offset=5, replaces=[f"{OLD}0"]),
+                      (dict(object_key=new, start_offset=0, end_offset=5, replaces=[]),
                        ErrorCode.INVALID_REQUEST),
                       (dict(object_key=new, start_offset=0, end_offset=10, replaces=[f"{OLD}0", f"{OLD}1"], epoch=1),
                        ErrorCode.STREAM_FENCED)):
