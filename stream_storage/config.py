@@ -64,7 +64,7 @@ class StreamStorageConfig:
     max_append_bytes: int = 8 * MIB
     controller_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=8))
     # object compaction (compaction.py): runs of small settled objects become one object each
-    readahead_bytes: int = 8 * MIB  # a cold or sequential read GETs this much of a stream at once
+    readahead_bytes: int = 16 * MIB  # a cold or sequential read GETs this much of a stream at once
     compaction_target_bytes: int = 64 * MIB
     compaction_min_age_ms: int = 60_000
     compaction_max_small_objects: int = 64

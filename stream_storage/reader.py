@@ -28,6 +28,7 @@ from stream_storage.object_format import (
 from stream_storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
+SMALL_TAIL_BLOCKS_BYTES = 192 * 1024  # taken with every index GET (a move's meta streams sit there)
 
 
 class ObjectReader:
@@ -41,16 +42,43 @@ class ObjectReader:
         self.gets = 0
         self.readahead_gets = 0
         self._inflight: dict[tuple[str, int], asyncio.Future[bytes]] = {}
+        self._index_inflight: dict[str, asyncio.Future[ObjectIndex]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def index(self, key: str, size: int) -> ObjectIndex:
-        """The object's index. Its GET also takes up to ``readahead_bytes`` of the blocks before
-        the index (an object that small is read whole): the last blocks of a sequential read, or
-        every block of a small object, cost no GET of their own."""
+    async def index(self, key: str, size: int, before_bytes: int = SMALL_TAIL_BLOCKS_BYTES) -> ObjectIndex:
+        """The object's index. Its GET also takes ``before_bytes`` of the blocks before the index:
+        a little by default (the last streams of an object, e.g. the meta streams a move's new
+        owner reads, are there), the readahead's worth when a stream fills the object (the last
+        blocks of a sequential read, or all of a small object, cost no GET of their own)."""
         cached = self.index_cache.get(key)
         if cached is not None:
             return cached
-        tail_bytes = TAIL_READ_BYTES + (self.readahead_bytes if self.readahead else 0)
+        pending = self._index_inflight.get(key)
+        if pending is not None:  # e.g. a move's prefetch already asked for it: one GET, not two
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # we were cancelled ourselves
+                # the first asker was cancelled before its GET finished: ask again ourselves
+        fut: asyncio.Future[ObjectIndex] = asyncio.get_running_loop().create_future()
+        self._index_inflight[key] = fut
+        try:
+            index = await self._fetch_index(key, size, before_bytes)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                fut.cancel()
+            else:
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            self._index_inflight.pop(key, None)
+        fut.set_result(index)
+        return index
+
+    async def _fetch_index(self, key: str, size: int, before_bytes: int) -> ObjectIndex:
+        tail_bytes = TAIL_READ_BYTES + (before_bytes if self.readahead else 0)
         tail_start = max(0, size - tail_bytes)
         tail = await self.store.get(key, tail_start, size)
         self.gets += 1
@@ -190,7 +218,9 @@ class ObjectReader:
         """Whole batches of ``stream_id`` from the one holding ``start_offset``, up to ``max_bytes``
         (at least one batch when ``first``), within the object's committed range. When not
         ``first``, a block that cannot fit is not fetched at all (the next fetch starts there)."""
-        index = await self.index(ref.object_key, ref.size)
+        # a stream that fills its object (compacted) is read whole: take its last run with the index
+        fills = ref.range_bytes > 0 and ref.range_bytes * 10 >= ref.size * 9
+        index = await self.index(ref.object_key, ref.size, self.readahead_bytes if fills else SMALL_TAIL_BLOCKS_BYTES)
         blocks = index.blocks_for(stream_id, start_offset, max_bytes)
         if not blocks:
             return b""

@@ -343,7 +343,9 @@ class StreamStorage:
                 break
             piece = await self._read_piece(stream_id, handle, desc, cursor, budget, hw, first=not parts)
             if not piece:
-                gap_end = self._gap_end(handle, desc, cursor, hw)
+                # a first read comes back empty only where no batch is left (key compaction);
+                # a later one also when its next batch does not fit the budget
+                gap_end = self._gap_end(handle, desc, cursor, hw) if not parts else None
                 if gap_end is None:
                     break
                 cursor = gap_end  # key compaction left no batch here: the object's next one follows

@@ -128,13 +128,13 @@ class Bench:
         store = open_s3_store(S3Config(endpoint_url=self.endpoint, bucket=self.bucket), observer=self.tally)
         return StreamStorage(cfg, store, LocalStreamControl(self.controller), self._broker, epoch)
 
-    async def request_cost(self, streams: int = 4, rounds: int = 8) -> None:
+    async def request_cost(self, total_mib: int, streams: int = 4, rounds: int = 8) -> None:
         """Requests per GiB produced and consumed, and their list price. ``streams`` are appended to
         at once at the default upload settings, in ``rounds``, with a compaction pass over every
         stream after each round (time compressed: objects are old enough at once, where the
         default waits compaction_min_age_ms); then a cold reader reads every stream from its start."""
         batch = _batch(64 * 1024)
-        per_round = max(1, self.total_mib * MIB // len(batch) // streams // rounds)
+        per_round = max(1, total_mib * MIB // len(batch) // streams // rounds)
         st = self.storage(compaction_min_age_ms=0)  # otherwise the defaults
         policy = CompactionPolicy(st.config.compaction_target_bytes, 0, max_runs_per_pass=1000,
                                   max_small_objects=st.config.compaction_max_small_objects)
@@ -382,7 +382,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await bench.append(args.rounds)
         await bench.upload_and_fetch(args.rounds)
         await bench.close_latency(args.repeats)
-        await bench.request_cost()
+        await bench.request_cost(args.cost_mib)
         out = dict(bench.results)
         out["s3_profile"] = args.s3_profile
         out["endpoint"] = endpoint
@@ -434,6 +434,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mib", type=int, default=32, help="MiB per throughput figure (bounded: 8..256)")
     parser.add_argument("--repeats", type=int, default=9, help="closes per pending size")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per throughput figure (median)")
+    parser.add_argument("--cost-mib", type=int, default=256,
+                        help="MiB produced for the request-cost figures (bounded: 16..4096)")
     parser.add_argument("--s3-profile", default="local",
                         help="latency added in front of S3: local, aws-standard, fixed:MS, latency:P50,P99[,RATE]")
     args = parser.parse_args(argv)
@@ -445,6 +447,7 @@ def main(argv: list[str]) -> int:
     args.mib = max(8, min(256, args.mib))
     args.repeats = max(1, min(50, args.repeats))
     args.rounds = max(1, min(9, args.rounds))
+    args.cost_mib = max(16, min(4096, args.cost_mib))
     out = asyncio.run(run(args))
     if args.json:
         print(json.dumps(out, sort_keys=True))
