@@ -138,7 +138,12 @@ def serve_with_proxy(port: int, bucket: str, upstream: str | None, profile: "S3P
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="ferry s3", description="the embedded S3 endpoint (moto server)")
+    if argv[:1] == ["check"]:
+        from stream_storage.s3_check import main as check_main
+
+        return check_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="ferry s3", description="the embedded S3 endpoint (moto server); "
+                                     "`ferry s3 check --endpoint URL` checks another S3 implementation")
     sub = parser.add_subparsers(dest="command", required=True)
     serve_cmd = sub.add_parser("serve", help="serve S3 on 127.0.0.1 and create the bucket")
     serve_cmd.add_argument("--port", type=int, default=9000, help="port to bind (0 = any free port)")
