@@ -86,6 +86,22 @@ def _count_sent(observer: S3RequestObserver) -> Callable[..., None]:
     return hook
 
 
+def _requested_part(data: bytes, content_range: str | None, first: int, end: int | None) -> bytes:
+    """``[first, end)`` of what a ranged GET returned: servers that answer another range than the
+    one asked (s3rver answers ``bytes=0-0`` with the whole object) or ignore the Range (200, no
+    Content-Range) are cut down to the bytes asked for."""
+    served_from = 0
+    if content_range:
+        try:
+            served_from = int(content_range.split()[1].split("-")[0])
+        except (IndexError, ValueError):
+            served_from = first  # unparseable: trust the server
+    if served_from == first and (end is None or len(data) <= end - first):
+        return data
+    lo = first - served_from
+    return data[lo:] if end is None else data[lo:lo + (end - first)]
+
+
 class S3ObjectStore:
     """One bucket through boto3. Raises only ObjectStoreError and its subclasses. ``observer``
     (optional) hears every request sent and every body's bytes, by S3 billing kind."""
@@ -134,6 +150,8 @@ class S3ObjectStore:
             data: bytes = body.read()
         finally:
             body.close()
+        if "Range" in kwargs:
+            data = _requested_part(data, reply.get("ContentRange"), start or 0, end)
         if self.observer is not None:
             self.observer("GET", 0, 0, len(data))
         return data
@@ -142,17 +160,19 @@ class S3ObjectStore:
         return await self._call(key, self._get_sync, key, start, end)
 
     def _list_sync(self, prefix: str) -> list[ObjectInfo]:
+        """Every key under ``prefix``, page after page. ListObjects (v1) with ``Marker`` = the last
+        key seen: AWS answers it as v2 (same LIST price), and every S3 implementation tried pages
+        it right, where s3rver answers a truncated ListObjectsV2 with InternalError."""
         found: list[ObjectInfo] = []
-        token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
-            if token:
-                kwargs["ContinuationToken"] = token
-            reply = self.client.list_objects_v2(**kwargs)
-            found += [ObjectInfo(o["Key"], int(o["Size"]), str(o.get("ETag", ""))) for o in reply.get("Contents", [])]
-            if not reply.get("IsTruncated"):
+            if found:
+                kwargs["Marker"] = found[-1].key
+            reply = self.client.list_objects(**kwargs)
+            page = [ObjectInfo(o["Key"], int(o["Size"]), str(o.get("ETag", ""))) for o in reply.get("Contents", [])]
+            found += page
+            if not reply.get("IsTruncated") or not page:
                 return found
-            token = reply.get("NextContinuationToken")
 
     async def list(self, prefix: str) -> list[ObjectInfo]:
         return await self._call(prefix, self._list_sync, prefix)
