@@ -56,8 +56,9 @@ class StreamControl(Protocol):
     async def close_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> None: ...
 
     async def commit_object(self, object_key: str, size: int, broker_id: int, broker_epoch: int,
-                            ranges: Sequence[tuple[StreamRange, int]]) -> None:
-        """Commit all ``(range, epoch)`` pairs atomically; the same key again is an idempotent retry."""
+                            ranges: Sequence[tuple[StreamRange, int]], close_stream_ids: Sequence[int] = ()) -> None:
+        """Commit all ``(range, epoch)`` pairs atomically; the same key again is an idempotent retry.
+        ``close_stream_ids`` are closed by the same write."""
         ...
 
     async def trim_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
@@ -110,11 +111,14 @@ class OpStreamControl:
                                            "broker_epoch": broker_epoch})
 
     async def commit_object(self, object_key: str, size: int, broker_id: int, broker_epoch: int,
-                            ranges: Sequence[tuple[StreamRange, int]]) -> None:
-        await self._write("commit_object", {
+                            ranges: Sequence[tuple[StreamRange, int]], close_stream_ids: Sequence[int] = ()) -> None:
+        args: dict[str, Any] = {
             "object_key": object_key, "size": size, "broker_id": broker_id, "broker_epoch": broker_epoch,
             "ranges": [{"stream_id": r.stream_id, "epoch": epoch, "start_offset": r.start_offset,
-                        "end_offset": r.end_offset, "size_bytes": r.size_bytes} for r, epoch in ranges]})
+                        "end_offset": r.end_offset, "size_bytes": r.size_bytes} for r, epoch in ranges]}
+        if close_stream_ids:
+            args["close_stream_ids"] = list(close_stream_ids)
+        await self._write("commit_object", args)
 
     async def trim_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
                           new_start_offset: int) -> list[str]:

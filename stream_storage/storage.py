@@ -80,6 +80,8 @@ class StreamStorage:
         self.replay: ReplayResult | None = None
         self._started = False
         self._deletes: set[asyncio.Future[None]] = set()
+        # streams whose last upload closed them (bounded: forgotten when opened again here)
+        self._closed_by_commit: set[int] = set()
         self.compaction_runs = 0
         self.compaction_replaced_objects = 0
         self.compaction_bytes = 0
@@ -203,6 +205,7 @@ class StreamStorage:
                               opened.end_offset, opened.end_offset)
         self.cache.reset(stream_id, opened.end_offset)
         self.handles[stream_id] = handle
+        self._closed_by_commit.discard(stream_id)
         self.wal.reset_committed(stream_id, opened.end_offset)
         mine_before = previous_owner is None or previous_owner == self.broker_id
         stale = [e for e in self._replayed if e.stream_id == stream_id]
@@ -404,17 +407,30 @@ class StreamStorage:
         """Upload and commit everything acknowledged for this stream now (one PUT, one commit)."""
         handle = self.handles.get(stream_id)
         if handle is None:
+            if stream_id in self._closed_by_commit:
+                return  # its last upload closed it: everything is committed
             raise FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {stream_id} is not opened here")
         await self.uploader.force_upload(handle)
 
-    async def force_upload_many(self, stream_ids: list[int]) -> dict[int, FerryError]:
+    async def force_upload_many(self, stream_ids: list[int], close: bool = False) -> dict[int, FerryError]:
         """Force-upload several streams in one object and one commit (partitions closing
         together); returns the streams that did not commit and why. The order of ``stream_ids`` is
-        the order of their ranges in the object."""
+        the order of their ranges in the object. With ``close`` (the streams take no more
+        appends), the commit also closes the streams it carries: step 4 in one controller write;
+        a stream with nothing to upload is closed by :meth:`close_stream` as usual."""
         handles = [h for sid in stream_ids if (h := self.handles.get(sid)) is not None]
-        failed = await self.uploader.force_upload_many(handles)
+        if close:
+            for h in handles:
+                if h.state == OPEN:
+                    h.state = CLOSING
+                await h.idle.wait()
+        failed = await self.uploader.force_upload_many(handles, close=close)
+        for h in handles:
+            if h.state == CLOSED:
+                self._closed_by_commit.add(h.stream_id)
+                self._forget(h.stream_id)
         for sid in stream_ids:
-            if sid not in self.handles:
+            if sid not in self.handles and sid not in self._closed_by_commit:
                 failed[sid] = FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {sid} is not opened here")
         return failed
 

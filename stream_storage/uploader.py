@@ -25,7 +25,7 @@ from stream_storage.config import StreamStorageConfig
 from stream_storage.control import ObjectRef, StreamControl, is_fenced
 from stream_storage.object_format import BuiltObject, Chunk, build_object
 from stream_storage.object_store import ObjectStore, ObjectStoreError
-from stream_storage.stream import FAILED, FENCED, StreamHandle
+from stream_storage.stream import CLOSED, FAILED, FENCED, StreamHandle
 from stream_storage.wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -167,17 +167,21 @@ class Uploader:
                              f"stream {handle.stream_id}: upload did not commit offsets "
                              f"[{handle.committed_end}, {handle.taken_end})")
 
-    async def force_upload_many(self, handles: list[StreamHandle]) -> dict[int, FerryError]:
+    async def force_upload_many(self, handles: list[StreamHandle],
+                                close: bool = False) -> dict[int, FerryError]:
         """Upload what all these streams buffer as ONE stream-set object with one commit, and
-        wait; returns the streams that did not commit, with why (empty: all did)."""
+        wait; returns the streams that did not commit, with why (empty: all did). With ``close``
+        the same commit closes the streams it carries (they must take no more appends)."""
         parts = [(h, c) for h in handles if (c := self._take(h))]
         if parts:
-            self._begin(parts, slot=False)
+            self._begin(parts, slot=False, close_ids=frozenset(h.stream_id for h, _c in parts) if close else frozenset())
         waits = [asyncio.shield(h.last_commit) for h in handles if h.last_commit is not None]
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
         failed: dict[int, FerryError] = {}
         for h in handles:
+            if h.state == CLOSED:
+                continue
             try:
                 if h.state in (FENCED, FAILED):
                     h.check_writable()
@@ -190,7 +194,8 @@ class Uploader:
 
     # -- one upload --------------------------------------------------------------------------
 
-    def _begin(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool) -> None:
+    def _begin(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool,
+               close_ids: frozenset[int] = frozenset()) -> None:
         """Chain this upload behind the previous one of each of its streams, synchronously."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         previous = []
@@ -198,12 +203,13 @@ class Uploader:
             if handle.last_commit is not None and not handle.last_commit.done():
                 previous.append(handle.last_commit)
             handle.last_commit = done
-        self._spawn(self._upload(parts, slot, previous, done))
+        self._spawn(self._upload(parts, slot, previous, done, close_ids))
 
     async def _upload(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool,
-                      previous: list[asyncio.Future[None]], done: asyncio.Future[None]) -> None:
+                      previous: list[asyncio.Future[None]], done: asyncio.Future[None],
+                      close_ids: frozenset[int] = frozenset()) -> None:
         try:
-            await self._upload_and_commit(parts, previous)
+            await self._upload_and_commit(parts, previous, close_ids)
         except Exception as exc:  # never leave a waiter hanging; the streams carry the outcome
             log.exception("upload failed")
             for handle, chunks in parts:
@@ -229,7 +235,8 @@ class Uploader:
         return f"{self.config.object_key_prefix}/{broker_id}/{created_ms:013d}-{uuid.uuid4().hex}"
 
     async def _upload_and_commit(self, parts: list[tuple[StreamHandle, list[Chunk]]],
-                                 previous: list[asyncio.Future[None]]) -> None:
+                                 previous: list[asyncio.Future[None]],
+                                 close_ids: frozenset[int] = frozenset()) -> None:
         put_done: tuple[str, BuiltObject] | None = None
         attempt = 0
         ambiguous = False  # a commit attempt of the current key may have been applied (no reply)
@@ -260,14 +267,20 @@ class Uploader:
                     continue
             broker_id, broker_epoch = self.broker()
             ranges = [(r, h.epoch) for r, (h, _c) in zip(built.ranges, parts)]
+            closing = [h.stream_id for h, _c in parts if h.stream_id in close_ids]
             try:
-                await self.control.commit_object(key, len(built.data), broker_id, broker_epoch, ranges)
+                if closing:
+                    await self.control.commit_object(key, len(built.data), broker_id, broker_epoch, ranges,
+                                                     close_stream_ids=closing)
+                else:
+                    await self.control.commit_object(key, len(built.data), broker_id, broker_epoch, ranges)
             except FerryError as exc:
                 if is_fenced(exc):
                     if ambiguous and await self._committed_already(key, parts):
                         self._on_committed(key, built, parts)
                         return
                     await self._find_fenced(parts, exc)
+                    close_ids = frozenset()  # a rebuilt upload leaves the close to close_stream
                     if not ambiguous:  # never delete what an unanswered attempt may have committed
                         await self._discard(key)
                     put_done = None
@@ -291,6 +304,9 @@ class Uploader:
                     continue
                 raise
             self._on_committed(key, built, parts)
+            for handle, _chunks in parts:
+                if handle.stream_id in closing:
+                    handle.state = CLOSED  # closed at the controller by the same write
             return
 
     async def _put(self, key: str, built: BuiltObject) -> None:

@@ -18,7 +18,9 @@ A stream is owned by at most one broker at a time, under an epoch:
   succeeds (a retry).
 * ``commit_object``: each range must start exactly at its stream's end offset
   (``OFFSET_NOT_MATCHED``); all ranges commit or none; committing an object key that is already
-  recorded for those streams succeeds without new records (a retry).
+  recorded for those streams succeeds without new records (a retry). Streams listed in
+  ``close_stream_ids`` are closed by the same records (a closing owner's last upload: one
+  controller write instead of two).
 * A stale broker epoch is refused with ``STALE_BROKER_EPOCH`` before anything else.
 """
 from __future__ import annotations
@@ -177,6 +179,9 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
         ranges.append((stream_id, epoch, start, end))
     if len({r[0] for r in ranges}) != len(ranges):
         raise invalid("an object holds at most one range per stream")
+    close_ids = {as_int(v, "close_stream_ids[]", 0) for v in (args.get("close_stream_ids") or [])}
+    if not close_ids <= {r[0] for r in ranges}:
+        raise invalid("close_stream_ids must name streams of this commit's ranges")
     committed = [
         any(o.object_key == object_key for o in _stream(image, stream_id).objects)
         for stream_id, _e, _s, _end in ranges
@@ -207,6 +212,8 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
         records.append(StreamObjectRecord(object_key=object_key, stream_id=stream_id, start_offset=start,
                                           end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms,
                                           range_bytes=range_bytes.get(stream_id, 0)))
+        if stream_id in close_ids:  # the owner's last upload closes the stream in the same write (step 4)
+            records.append(replace(stream.to_record(), state=STREAM_CLOSED, end_offset=end))
     return ControllerResult(tuple(records), {})
 
 
