@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install test test-fast demo perf soak clean
+.PHONY: install test test-fast demo perf perf-s3 soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ perf: $(STAMP)
 	$(VENV)/bin/ferry perf rebalance
 	$(VENV)/bin/ferry perf kafka
 	$(VENV)/bin/ferry perf scale
+
+# the same benchmarks behind a realistic S3 (docs/s3.md): a fixed 30 ms per request, and AWS S3 Standard
+perf-s3: $(STAMP)
+	$(VENV)/bin/ferry perf move --quick --moves-only --s3-profile fixed:30
+	$(VENV)/bin/ferry perf move --quick --moves-only --s3-profile aws-standard
+	$(VENV)/bin/ferry perf streams --cost-mib 1024 --s3-profile aws-standard
 
 autoscale: $(STAMP)
 	$(VENV)/bin/ferry autoscale run

@@ -49,6 +49,9 @@ class BrokerConfig:
     fetch_max_wait_ms_limit: int = 30000
     log_dir_reserved_bytes: int = 0
     log_dir_check_interval_ms: int = 5000
+    retention_check_interval_ms: int = 300000  # Kafka's log.retention.check.interval.ms
+    gc_interval_ms: int = 300000  # how often the lowest live broker collects unnamed objects from S3
+    gc_grace_ms: int = 600000  # an unnamed object younger than this is left alone (an upload about to commit)
     alter_log_dirs_max_bytes_per_second: int = 0  # replica.alter.log.dirs.io.max.bytes.per.second; 0 = unlimited
     shutdown_timeout_ms: int = 30000
     log_level: str = "INFO"

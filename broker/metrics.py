@@ -45,9 +45,30 @@ class BrokerMetrics:
         self.wal_recoveries = Counter("ferry_broker_wal_recoveries", "Partitions recovered from a WAL tail", registry=r)
         self.storage = Gauge("ferry_broker_storage", "Stream storage state (WAL, uploads, caches) by name",
                              ["name"], registry=r)
+        self.s3_requests = Counter("ferry_broker_s3_requests", "S3 requests sent (each attempt, each listing "
+                                   "page), by billing kind: PUT, GET, LIST, DELETE, HEAD, OTHER", ["kind"], registry=r)
+        self.s3_bytes = Counter("ferry_broker_s3_bytes", "Bytes of S3 request and response bodies, by kind and "
+                                "direction (sent, received)", ["kind", "direction"], registry=r)
+        self._s3_children: dict[tuple[str, str], Any] = {}
         self.broker_info = Gauge("ferry_broker_info", "Broker id", ["broker_id"], registry=r)
         self.broker_info.labels(str(broker_id)).set(1)
         self._produce_children: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
+
+    def observe_s3(self, kind: str, requests: int, bytes_sent: int, bytes_received: int) -> None:
+        """The object store's observer (called from its I/O threads; prometheus counters are thread-safe)."""
+        if requests:
+            self._s3_child("requests", kind).inc(requests)
+        if bytes_sent:
+            self._s3_child("sent", kind).inc(bytes_sent)
+        if bytes_received:
+            self._s3_child("received", kind).inc(bytes_received)
+
+    def _s3_child(self, what: str, kind: str) -> Any:
+        child = self._s3_children.get((what, kind))
+        if child is None:
+            child = self.s3_requests.labels(kind) if what == "requests" else self.s3_bytes.labels(kind, what)
+            self._s3_children[(what, kind)] = child
+        return child
 
     def observe_kafka(self, api: str, handling_s: float, queued_s: float) -> None:
         self.kafka_request_seconds.labels(api).observe(handling_s)

@@ -372,7 +372,8 @@ class PartitionManager:
                         half.mark("t3", now_ms())
                 # both streams (and those of partitions closing alongside) in one object
                 await replica.prepare_close()
-                await self.uploads_for(replica.storage).upload([replica.data_stream_id], [replica.meta_stream_id])
+                await self.uploads_for(replica.storage).upload([replica.data_stream_id], [replica.meta_stream_id],
+                                                               close=True)
                 await replica.close_streams()
                 if half:
                     half.mark("t4", now_ms())

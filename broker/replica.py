@@ -315,6 +315,39 @@ class Replica:
             offset = max(offset + 1, int(result.next_offset))
         return -1, -1
 
+    # ------------------------------------------------------------------ retention and DeleteRecords
+    async def committed_objects(self) -> list[Any]:
+        """The data stream's committed objects, oldest first."""
+        return list(await self.storage.committed_objects(self.data_stream_id))
+
+    def time_index_entries(self) -> list[tuple[int, int]]:
+        return list(self.time_index.entries)
+
+    async def delete_records_before(self, offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start offset to ``offset`` (≤ the high watermark)
+        through the data stream's trim; objects wholly below it leave the metadata log and S3.
+        Returns the new log start offset (the low watermark)."""
+        if self.closed or self.fenced:
+            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition} is closing here")
+        if offset < 0 or offset > self.high_watermark:
+            raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"cannot delete records before offset {offset} of {self.topic}-{self.partition}: "
+                             f"it must be within [0, {self.high_watermark}] (the high watermark)",
+                             {"log_start_offset": self.log_start_offset, "high_watermark": self.high_watermark})
+        if offset <= self.log_start_offset:
+            return self.log_start_offset
+        removed_bytes = sum(o.range_bytes or 0 for o in await self.committed_objects() if o.end_offset <= offset)
+        try:
+            await self.storage.trim(self.data_stream_id, offset)
+        except FerryError as exc:
+            if exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STREAM_NOT_OPENED):
+                raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                 f"{self.topic}-{self.partition} is no longer served here: {exc}") from exc
+            raise
+        self.log_start_offset = max(self.log_start_offset, offset)
+        self.size_bytes = max(0, self.size_bytes - removed_bytes)
+        return self.log_start_offset
+
     # ------------------------------------------------------------------ close (steps 2-4)
     async def drain(self, timeout_s: float = 10.0) -> None:
         """Step 2: no new appends (the caller already refuses them); wait for those in flight."""

@@ -28,6 +28,10 @@ from broker.log_dirs_manager import LogDirsManager
 from broker.log_dirs_report import LogDirReport, TopicFilter, alter_replica_log_dirs, log_dirs_report
 from broker.metrics import BrokerMetrics
 from broker.partition_manager import PartitionManager, Slot
+from broker.compaction import compaction_loop
+from broker.retention import retention_loop
+from stream_storage.compaction import CompactionPolicy
+from stream_storage.gc import GarbageCollector, gc_loop
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.fetch_guard import sound_batches
 from broker.freshness import FreshnessTrackingFollower
@@ -173,6 +177,7 @@ class Broker:
         app.router.add_get("/v1/metadata", self.metadata)
         app.router.add_get("/v1/log-dirs", self.describe_log_dirs)
         app.router.add_post("/v1/log-dirs/alter", self.alter_log_dirs)
+        app.router.add_post("/v1/delete-records", self.delete_records_http)
         app.router.add_get("/v1/moves", self.moves)
         app.router.add_get("/v1/health", self.health)
         app.router.add_get("/metrics", self.prometheus)
@@ -197,7 +202,7 @@ class Broker:
             await self.kafka.start()
             log.info("broker %d Kafka listener on %s:%d", self.broker_id, self.config.host, self.kafka.port)
         epoch = await self.heartbeater.register()
-        self.object_store = open_object_store(self.config)
+        self.object_store = open_object_store(self.config, observer=self.metrics.observe_s3)
         wal_dirs = wal_dirs_for(self.config, {d.path: d.dir_id for d in self.log_dirs.dirs})
         for path, wal_dir in wal_dirs.items():
             await asyncio.to_thread(os.makedirs, wal_dir, exist_ok=True)
@@ -216,6 +221,19 @@ class Broker:
         self.follower.start()
         self.heartbeater.start()
         self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
+        collector = GarbageCollector(self.object_store, self.batcher.write,
+                                     lambda: (self.broker_id, self.heartbeater.state.broker_epoch),
+                                     str(self.storage.config.object_key_prefix), self.config.gc_grace_ms)
+        self._background.append(asyncio.create_task(gc_loop(collector, self.config.gc_interval_ms,
+                                                            self._is_gc_collector)))
+        cfg = self.storage.config
+        if cfg.compaction_interval_ms > 0:
+            policy = CompactionPolicy(cfg.compaction_target_bytes, cfg.compaction_min_age_ms,
+                                      max_small_objects=cfg.compaction_max_small_objects)
+            self._background.append(asyncio.create_task(compaction_loop(
+                cfg.compaction_interval_ms, self._retained_partitions, policy, self._topic_configs)))
+        self._background.append(asyncio.create_task(retention_loop(
+            self.config.retention_check_interval_ms, self._retained_partitions, self._topic_configs)))
         self._background.append(asyncio.create_task(self.log_dirs.monitor(self.config.log_dir_check_interval_ms,
                                                                           self.manager.relieve_saturated)))
         self.state = "RUNNING"
@@ -431,6 +449,31 @@ class Broker:
             replica.counters.records_out += sum(i.offset_count for i in batches.iter_batches(data))
         return ReadResult(data, replica.high_watermark, replica.log_start_offset, replica.leader_epoch)
 
+    def _is_gc_collector(self) -> bool:
+        """The lowest-id live broker collects garbage (two at once would only repeat each other)."""
+        image = self.image
+        if image is None:
+            return False
+        live = [b for b, reg in image.cluster.brokers.items() if not reg.fenced]
+        return bool(live) and min(live) == self.broker_id
+
+    def _retained_partitions(self) -> list[Any]:
+        return [s.replica for s in self.manager.serving()] if self.manager is not None else []
+
+    def _topic_configs(self, topic: str) -> Any:
+        return self.image.configs.get("topic", topic) if self.image is not None else {}
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords on the leader: ``offset`` -1 means the high watermark. Returns the
+        new low watermark (log start offset)."""
+        slot = self.partition_slot(topic, partition, for_write=True)
+        replica = slot.replica
+        assert replica is not None
+        if offset == -1:
+            offset = replica.high_watermark
+        async with slot.io_lock:  # not while a log-dir move swaps the partition's storage
+            return int(await replica.delete_records_before(offset))
+
     async def offset_at(self, topic: str, partition: int, spec: str, timestamp_ms: int = -1,
                         client_leader_epoch: int | None = None) -> tuple[int, int, int]:
         """Kafka's ListOffsets: (offset, timestamp_ms, leader_epoch) for earliest, latest or a timestamp."""
@@ -575,6 +618,30 @@ class Broker:
                 entry["message"] = exc.message
             results.append(entry)
         return web.json_response({"results": results})
+
+    async def delete_records_http(self, request: web.Request) -> web.Response:
+        """``{"partitions": [{"topic", "partition", "offset"}]}`` → one result per partition, each
+        with ``low_watermark`` or its own error (Kafka's DeleteRecords answer)."""
+        check_query_names(request.query, ())
+        body = await read_json_object(request)
+        parsed = []
+        for raw in as_list(body.get("partitions"), "partitions", ALTER_LOG_DIRS_MAX_ENTRIES):
+            entry = as_mapping(raw, "partitions[]")
+            parsed.append((as_str(entry.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
+                           as_int(entry.get("partition"), "partitions[].partition", 0, INT32_MAX),
+                           as_int(entry.get("offset"), "partitions[].offset", -1)))
+        outcomes = await asyncio.gather(*(self.delete_records(t, p, o) for t, p, o in parsed), return_exceptions=True)
+        results = []
+        for (topic, partition, _offset), outcome in zip(parsed, outcomes):
+            entry: dict[str, Any] = {"topic": topic, "partition": partition}
+            if isinstance(outcome, FerryError):
+                entry.update(low_watermark=-1, error=outcome.error.name, message=outcome.message)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                entry.update(low_watermark=outcome, error=None)
+            results.append(entry)
+        return web.json_response({"partitions": results})
 
     # ------------------------------------------------------------------ moves, health, metrics
     async def moves(self, request: web.Request) -> web.Response:

@@ -10,15 +10,17 @@ from broker.config import BrokerConfig
 from stream_storage.config import s3_config_from_dict, storage_config_from_dict
 from stream_storage.control import HttpStreamControl, OpStreamControl
 from stream_storage.object_store import RetryingObjectStore
+from stream_storage.s3_cost import S3RequestObserver
 from stream_storage.s3_store import S3ObjectStore
 from stream_storage.storage import StreamStorage
 
 log = logging.getLogger("ferry.broker.storage")
 
 
-def open_object_store(config: BrokerConfig) -> Any:
+def open_object_store(config: BrokerConfig, observer: S3RequestObserver | None = None) -> Any:
+    """The broker's S3 store with bounded retries; ``observer`` counts its requests (``/metrics``)."""
     s3 = s3_config_from_dict(dict(config.s3))
-    return RetryingObjectStore(S3ObjectStore(s3), s3.retry)
+    return RetryingObjectStore(S3ObjectStore(s3, observer=observer), s3.retry)
 
 
 async def open_storage(config: BrokerConfig, store: Any, client: Any, broker_id: int,
@@ -50,14 +52,15 @@ def wal_dirs_for(config: BrokerConfig, dir_ids: dict[str, str]) -> dict[str, str
     return {path: os.path.join(config.effective_wal_dir, dir_ids[path]) for path in config.log_dirs}
 
 
-async def upload_together(storage: Any, stream_ids: list[int]) -> None:
+async def upload_together(storage: Any, stream_ids: list[int], close: bool = False) -> None:
     """Upload what many streams buffer as ONE object with one commit, so that closing many
     partitions at once costs a few PUTs instead of one per stream. Errors are not raised here:
     each caller's own ``force_upload`` afterwards reports its stream's outcome (and uploads
     anything this pass left)."""
     many = getattr(storage, "force_upload_many", None)
     if many is not None:
-        await many(stream_ids)  # per-stream failures come back as a map; the callers re-check
+        # per-stream failures come back as a map; the callers re-check
+        await (many(stream_ids, close=True) if close else many(stream_ids))
         return
     await asyncio.gather(*(storage.force_upload(sid) for sid in stream_ids), return_exceptions=True)
 
@@ -69,14 +72,16 @@ class UploadBatcher:
         self.storage = storage
         self.window_s = window_s
         self.max_streams = max_streams
-        self._queue: list[tuple[list[int], list[int], asyncio.Future[None]]] = []
+        self._queue: list[tuple[list[int], list[int], asyncio.Future[None], bool]] = []
         self._task: asyncio.Task[None] | None = None
 
-    async def upload(self, stream_ids: list[int], last_ids: list[int] = ()) -> None:  # type: ignore[assignment]
+    async def upload(self, stream_ids: list[int], last_ids: list[int] = (),  # type: ignore[assignment]
+                     close: bool = False) -> None:
         """Upload ``stream_ids`` and ``last_ids``; the latter go after every other stream of the
-        object (the meta streams: contiguous, so a new owner can read them all with one GET)."""
+        object (the meta streams: contiguous, so a new owner can read them all with one GET).
+        With ``close`` (the partition takes no more appends) the commit closes those streams too."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((list(stream_ids), list(last_ids), fut))
+        self._queue.append((list(stream_ids), list(last_ids), fut, close))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
         await fut
@@ -86,17 +91,20 @@ class UploadBatcher:
     async def _run(self) -> None:
         await asyncio.sleep(self.window_s)
         while self._queue:
-            batch: list[tuple[list[int], list[int], asyncio.Future[None]]] = []
+            batch: list[tuple[list[int], list[int], asyncio.Future[None], bool]] = []
             count = 0
             while self._queue and count < self.max_streams:
                 item = self._queue.pop(0)
                 batch.append(item)
                 count += len(item[0]) + len(item[1])
             try:
-                await upload_together(self.storage, [sid for ids, _l, _f in batch for sid in ids] +
-                                      [sid for _i, last, _f in batch for sid in last])
+                for close in (True, False):  # closing partitions' streams in one object, the others in another
+                    part = [item for item in batch if item[3] is close]
+                    if part:
+                        await upload_together(self.storage, [sid for ids, _l, _f, _c in part for sid in ids] +
+                                              [sid for _i, last, _f, _c in part for sid in last], close=close)
             finally:
-                for _ids, _last, fut in batch:
+                for _ids, _last, fut, _close in batch:
                     if not fut.done():
                         fut.set_result(None)
 

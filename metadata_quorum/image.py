@@ -290,6 +290,7 @@ class StreamMetadata:
                     "size": o.size,
                     "epoch": o.epoch,
                     "committed_ms": o.committed_ms,
+                    "range_bytes": o.range_bytes,
                 }
                 for o in self.objects
             ],

@@ -29,6 +29,8 @@ WRITE_OPERATIONS: dict[str, WriteOperation] = {
     "close_stream": streams.close_stream,
     "commit_object": streams.commit_object,
     "trim_stream": streams.trim_stream,
+    "collect_garbage": streams.collect_garbage,
+    "compact_objects": streams.compact_objects,
     "alter_configs": configs.alter_configs,
     "put_kv": configs.put_kv,
 }

@@ -147,6 +147,7 @@ class StreamObjectRecord:
     size: int
     epoch: int
     committed_ms: int = 0
+    range_bytes: int = 0  # the stream's own bytes in the object (0: not given)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,10 @@ class LruCache(Generic[K, V]):
             _key, evicted = self._items.popitem(last=False)
             self._bytes -= self._size(evicted)
 
+    def peek(self, key: K) -> bool:
+        """Whether ``key`` is cached (no hit or miss counted, no recency change)."""
+        return key in self._items
+
     def discard(self, key: K) -> None:
         old = self._items.pop(key, None)
         if old is not None:

@@ -63,6 +63,13 @@ class StreamStorageConfig:
     index_cache_entries: int = 1024
     max_append_bytes: int = 8 * MIB
     controller_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=8))
+    # object compaction (compaction.py): runs of small settled objects become one object each
+    readahead_bytes: int = 16 * MIB  # a cold or sequential read GETs this much of a stream at once
+    compaction_target_bytes: int = 64 * MIB
+    compaction_min_age_ms: int = 60_000
+    compaction_max_small_objects: int = 64
+    compaction_interval_ms: int = 30_000  # how often a broker compacts the streams it owns (0 = never)
+    compaction_delete_delay_ms: int = 10_000  # replaced objects are deleted this long after the commit
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:

@@ -34,6 +34,7 @@ class ObjectRef:
     end_offset: int
     size: int
     epoch: int = 0
+    range_bytes: int = 0  # this stream's bytes in the object (0: not recorded, older commits)
 
 
 @dataclass(frozen=True)
@@ -55,12 +56,18 @@ class StreamControl(Protocol):
     async def close_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> None: ...
 
     async def commit_object(self, object_key: str, size: int, broker_id: int, broker_epoch: int,
-                            ranges: Sequence[tuple[StreamRange, int]]) -> None:
-        """Commit all ``(range, epoch)`` pairs atomically; the same key again is an idempotent retry."""
+                            ranges: Sequence[tuple[StreamRange, int]], close_stream_ids: Sequence[int] = ()) -> None:
+        """Commit all ``(range, epoch)`` pairs atomically; the same key again is an idempotent retry.
+        ``close_stream_ids`` are closed by the same write."""
         ...
 
     async def trim_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
                           new_start_offset: int) -> list[str]: ...
+
+    async def compact_objects(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
+                              new: ObjectRef, replaces: Sequence[str]) -> list[str]:
+        """Replace ``replaces`` by ``new`` (same offsets); returns the keys no stream names any more."""
+        ...
 
     async def describe_stream(self, stream_id: int) -> StreamDescription: ...
 
@@ -68,7 +75,7 @@ class StreamControl(Protocol):
 def parse_description(reply: dict[str, Any]) -> StreamDescription:
     objects = tuple(sorted(
         (ObjectRef(str(o["object_key"]), int(o["start_offset"]), int(o["end_offset"]), int(o.get("size", 0)),
-                   int(o.get("epoch", 0))) for o in reply.get("objects", [])),
+                   int(o.get("epoch", 0)), int(o.get("range_bytes", 0))) for o in reply.get("objects", [])),
         key=lambda o: o.start_offset))
     return StreamDescription(int(reply["stream_id"]), int(reply["epoch"]), str(reply["state"]), int(reply["owner"]),
                              int(reply["start_offset"]), int(reply["end_offset"]), objects)
@@ -104,16 +111,27 @@ class OpStreamControl:
                                            "broker_epoch": broker_epoch})
 
     async def commit_object(self, object_key: str, size: int, broker_id: int, broker_epoch: int,
-                            ranges: Sequence[tuple[StreamRange, int]]) -> None:
-        await self._write("commit_object", {
+                            ranges: Sequence[tuple[StreamRange, int]], close_stream_ids: Sequence[int] = ()) -> None:
+        args: dict[str, Any] = {
             "object_key": object_key, "size": size, "broker_id": broker_id, "broker_epoch": broker_epoch,
             "ranges": [{"stream_id": r.stream_id, "epoch": epoch, "start_offset": r.start_offset,
-                        "end_offset": r.end_offset} for r, epoch in ranges]})
+                        "end_offset": r.end_offset, "size_bytes": r.size_bytes} for r, epoch in ranges]}
+        if close_stream_ids:
+            args["close_stream_ids"] = list(close_stream_ids)
+        await self._write("commit_object", args)
 
     async def trim_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
                           new_start_offset: int) -> list[str]:
         reply = await self._write("trim_stream", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
                                                   "broker_epoch": broker_epoch, "new_start_offset": new_start_offset})
+        return [str(k) for k in reply.get("removed_objects", [])]
+
+    async def compact_objects(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
+                              new: ObjectRef, replaces: Sequence[str]) -> list[str]:
+        reply = await self._write("compact_objects", {
+            "stream_id": stream_id, "epoch": epoch, "broker_id": broker_id, "broker_epoch": broker_epoch,
+            "object_key": new.object_key, "size": new.size, "range_bytes": new.range_bytes,
+            "start_offset": new.start_offset, "end_offset": new.end_offset, "replaces": list(replaces)})
         return [str(k) for k in reply.get("removed_objects", [])]
 
     async def describe_stream(self, stream_id: int) -> StreamDescription:

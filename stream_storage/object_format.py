@@ -48,6 +48,7 @@ class StreamRange:
     stream_id: int
     start_offset: int
     end_offset: int
+    size_bytes: int = 0  # the stream's bytes in the object (retention.bytes counts them)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class ObjectIndex:
     def ranges(self) -> list[StreamRange]:
         out = []
         for sid, es in self._by_stream.items():
-            out.append(StreamRange(sid, es[0].start_offset, es[-1].end_offset))
+            out.append(StreamRange(sid, es[0].start_offset, es[-1].end_offset, sum(e.size for e in es)))
         return out
 
     def blocks_for(self, stream_id: int, start_offset: int, max_bytes: int) -> list[IndexEntry]:
@@ -111,6 +112,7 @@ def build_object(streams: Sequence[tuple[int, Sequence[Chunk]]], block_bytes: in
     for stream_id, chunks in streams:
         if not chunks:
             continue
+        stream_bytes = 0
         expected = chunks[0].start_offset
         block_start, block_size, block_crc = expected, 0, 0
         for chunk in chunks:
@@ -123,10 +125,11 @@ def build_object(streams: Sequence[tuple[int, Sequence[Chunk]]], block_bytes: in
             parts.append(chunk.data)
             block_crc = crc32c(chunk.data, block_crc)
             block_size += len(chunk.data)
+            stream_bytes += len(chunk.data)
             expected = chunk.end_offset
         entries.append(IndexEntry(stream_id, block_start, expected, position, block_size, block_crc))
         position += block_size
-        ranges.append(StreamRange(stream_id, chunks[0].start_offset, expected))
+        ranges.append(StreamRange(stream_id, chunks[0].start_offset, expected, stream_bytes))
     index_body = _COUNT.pack(len(entries)) + b"".join(
         _ENTRY.pack(e.stream_id, e.start_offset, e.end_offset, e.position, e.size, e.crc) for e in entries)
     footer_head = _FOOTER.pack(MAGIC, position, len(index_body), crc32c(index_body), VERSION, 0, 0)[:-4]

@@ -1,9 +1,12 @@
 """Reading a stream's committed offsets from objects: tail GET for the index, ranged GET for blocks.
 
-Indexes are cached by object key (an object never changes once written), blocks by position,
-so a sequential reader costs one GET per block and one per object index. After serving a read,
-the next block of the same stream is fetched ahead in the background (one block, bounded by the
-block cache), so a sequential reader's next fetch usually finds it already here.
+Indexes are cached by object key (an object never changes once written), blocks by position.
+A read that finds none of its blocks here fetches the stream's blocks from its offset up to
+``readahead_bytes`` in one ranged GET (S3 bills per request, and its first-byte latency dwarfs
+the transfer of a few MiB); after serving a read, the next run of the same stream is fetched
+ahead in the background the same way, so a sequential reader of a compacted stream costs one
+GET per ``readahead_bytes`` plus one index GET per object. Everything fetched sits in the
+bounded block cache.
 """
 from __future__ import annotations
 
@@ -25,25 +28,58 @@ from stream_storage.object_format import (
 from stream_storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
+SMALL_TAIL_BLOCKS_BYTES = 192 * 1024  # taken with every index GET (a move's meta streams sit there)
 
 
 class ObjectReader:
     def __init__(self, store: ObjectStore, index_cache: IndexCache, block_cache: BlockCache,
-                 readahead: bool = True) -> None:
+                 readahead: bool = True, readahead_bytes: int = 8 * 1024 * 1024) -> None:
         self.store = store
         self.index_cache = index_cache
         self.block_cache = block_cache
         self.readahead = readahead
+        self.readahead_bytes = readahead_bytes
         self.gets = 0
         self.readahead_gets = 0
         self._inflight: dict[tuple[str, int], asyncio.Future[bytes]] = {}
+        self._index_inflight: dict[str, asyncio.Future[ObjectIndex]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def index(self, key: str, size: int) -> ObjectIndex:
+    async def index(self, key: str, size: int, before_bytes: int = SMALL_TAIL_BLOCKS_BYTES) -> ObjectIndex:
+        """The object's index. Its GET also takes ``before_bytes`` of the blocks before the index:
+        a little by default (the last streams of an object, e.g. the meta streams a move's new
+        owner reads, are there), the readahead's worth when a stream fills the object (the last
+        blocks of a sequential read, or all of a small object, cost no GET of their own)."""
         cached = self.index_cache.get(key)
         if cached is not None:
             return cached
-        tail_start = max(0, size - TAIL_READ_BYTES)
+        pending = self._index_inflight.get(key)
+        if pending is not None:  # e.g. a move's prefetch already asked for it: one GET, not two
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # we were cancelled ourselves
+                # the first asker was cancelled before its GET finished: ask again ourselves
+        fut: asyncio.Future[ObjectIndex] = asyncio.get_running_loop().create_future()
+        self._index_inflight[key] = fut
+        try:
+            index = await self._fetch_index(key, size, before_bytes)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                fut.cancel()
+            else:
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            self._index_inflight.pop(key, None)
+        fut.set_result(index)
+        return index
+
+    async def _fetch_index(self, key: str, size: int, before_bytes: int) -> ObjectIndex:
+        tail_bytes = TAIL_READ_BYTES + (before_bytes if self.readahead else 0)
+        tail_start = max(0, size - tail_bytes)
         tail = await self.store.get(key, tail_start, size)
         self.gets += 1
         parsed = parse_tail(tail, tail_start, key)
@@ -53,7 +89,17 @@ class ObjectReader:
             self.gets += 1
             parsed = parse_index(body, index_position, index_crc, key)
         self.index_cache.put(key, parsed)
+        self._keep_blocks(key, parsed, tail, tail_start)
         return parsed
+
+    def _keep_blocks(self, key: str, index: ObjectIndex, tail: bytes, tail_start: int) -> None:
+        view = memoryview(tail)
+        for entry in index.entries:
+            if entry.position >= tail_start and entry.position + entry.size <= index.index_position and \
+                    not self.block_cache.peek((key, entry.position)):
+                body = bytes(view[entry.position - tail_start: entry.position - tail_start + entry.size])
+                check_block(body, entry, key)
+                self.block_cache.put((key, entry.position), body)
 
     def _claim(self, key: str, run: list[IndexEntry]) -> list[asyncio.Future[bytes]]:
         """Mark blocks as being fetched (synchronously, so no second GET starts for them)."""
@@ -124,18 +170,29 @@ class ObjectReader:
             found[position] = await asyncio.shield(fut)
         return [found[block.position] for block in blocks]
 
+    def _uncached_run(self, key: str, blocks: list[IndexEntry]) -> list[IndexEntry]:
+        """The leading blocks neither cached nor being fetched, back to back in the object."""
+        run: list[IndexEntry] = []
+        for block in blocks:
+            if (key, block.position) in self._inflight or self.block_cache.peek((key, block.position)):
+                break
+            if run and run[-1].position + run[-1].size != block.position:
+                break
+            run.append(block)
+        return run
+
     def _read_ahead(self, key: str, index: ObjectIndex, stream_id: int, after: IndexEntry) -> None:
         if not self.readahead:
             return
-        nxt = index.blocks_for(stream_id, after.end_offset, 1)
+        nxt = index.blocks_for(stream_id, after.end_offset, self.readahead_bytes)
         if not nxt or nxt[0].start_offset != after.end_offset:
             return
-        block = nxt[0]
-        if (key, block.position) in self._inflight or self.block_cache.get((key, block.position)) is not None:
-            return
+        run = self._uncached_run(key, nxt)
+        if not run or run[0] is not nxt[0]:
+            return  # the next block is here or on its way: its run was fetched ahead already
         self.readahead_gets += 1
-        futures = self._claim(key, [block])
-        task = asyncio.create_task(self._quiet(self._get_run(key, [block], futures)))
+        futures = self._claim(key, run)
+        task = asyncio.create_task(self._quiet(self._get_run(key, run, futures)))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -161,7 +218,9 @@ class ObjectReader:
         """Whole batches of ``stream_id`` from the one holding ``start_offset``, up to ``max_bytes``
         (at least one batch when ``first``), within the object's committed range. When not
         ``first``, a block that cannot fit is not fetched at all (the next fetch starts there)."""
-        index = await self.index(ref.object_key, ref.size)
+        # a stream that fills its object (compacted) is read whole: take its last run with the index
+        fills = ref.range_bytes > 0 and ref.range_bytes * 10 >= ref.size * 9
+        index = await self.index(ref.object_key, ref.size, self.readahead_bytes if fills else SMALL_TAIL_BLOCKS_BYTES)
         blocks = index.blocks_for(stream_id, start_offset, max_bytes)
         if not blocks:
             return b""
@@ -169,6 +228,12 @@ class ObjectReader:
         if not first and blocks[0].size > max_bytes and self.block_cache.get((key, blocks[0].position)) is None:
             self._read_ahead(key, index, stream_id, _before(blocks[0]))
             return b""
+        if self.readahead and len(self._uncached_run(key, blocks)) == len(blocks):
+            # nothing of it here: one GET for the blocks asked for and the readahead after them
+            wider = index.blocks_for(stream_id, start_offset, max(max_bytes, self.readahead_bytes))
+            run = self._uncached_run(key, wider)
+            if len(run) > len(blocks):
+                await self._get_run(key, run)
         data = b"".join(await self._blocks(key, blocks))
         self._read_ahead(key, index, stream_id, blocks[-1])
         return slice_from(data, start_offset, max_bytes)

@@ -10,12 +10,15 @@ import asyncio
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence, TypeVar
+from urllib.parse import urlsplit
 
 import boto3
 import botocore.exceptions
 from botocore.config import Config
 
 from stream_storage.config import S3Config
+from stream_storage.s3_cost import S3RequestObserver
+from stream_storage.s3_profile import request_kind
 from stream_storage.object_store import (
     ObjectInfo,
     ObjectNotFound,
@@ -71,13 +74,46 @@ def _map_error(exc: Exception, key: str) -> ObjectStoreError:
     return ObjectStoreError(f"S3 failure on {key}: {exc!r}", retriable=False)
 
 
-class S3ObjectStore:
-    """One bucket through boto3. Raises only ObjectStoreError and its subclasses."""
+def _count_sent(observer: S3RequestObserver) -> Callable[..., None]:
+    """A botocore ``before-send`` hook: one count per HTTP request actually sent (every attempt
+    and every page of a listing, as S3 bills them). Body bytes are counted by the calls."""
 
-    def __init__(self, config: S3Config, client: Any | None = None) -> None:
+    def hook(request: Any, **_kwargs: Any) -> None:
+        parts = urlsplit(request.url)
+        observer(request_kind(request.method, parts.path, parts.query), 1, 0, 0)
+        return None  # a value here would replace the response
+
+    return hook
+
+
+def _requested_part(data: bytes, content_range: str | None, first: int, end: int | None) -> bytes:
+    """``[first, end)`` of what a ranged GET returned: servers that answer another range than the
+    one asked (s3rver answers ``bytes=0-0`` with the whole object) or ignore the Range (200, no
+    Content-Range) are cut down to the bytes asked for."""
+    served_from = 0
+    if content_range:
+        try:
+            served_from = int(content_range.split()[1].split("-")[0])
+        except (IndexError, ValueError):
+            served_from = first  # unparseable: trust the server
+    if served_from == first and (end is None or len(data) <= end - first):
+        return data
+    lo = first - served_from
+    return data[lo:] if end is None else data[lo:lo + (end - first)]
+
+
+class S3ObjectStore:
+    """One bucket through boto3. Raises only ObjectStoreError and its subclasses. ``observer``
+    (optional) hears every request sent and every body's bytes, by S3 billing kind."""
+
+    def __init__(self, config: S3Config, client: Any | None = None,
+                 observer: S3RequestObserver | None = None) -> None:
         self.config = config
         self.bucket = config.bucket
         self.client = client or make_s3_client(config)
+        self.observer = observer
+        if observer is not None:
+            self.client.meta.events.register("before-send.s3", _count_sent(observer))
         self._pool = ThreadPoolExecutor(max_workers=config.io_threads, thread_name_prefix="ferry-s3")
 
     async def _call(self, key: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -97,6 +133,8 @@ class S3ObjectStore:
         if if_match is not None:
             kwargs["IfMatch"] = if_match
         reply = await self._call(key, self.client.put_object, **kwargs)
+        if self.observer is not None:
+            self.observer("PUT", 0, len(data), 0)
         return str(reply.get("ETag", ""))
 
     def _get_sync(self, key: str, start: int | None, end: int | None) -> bytes:
@@ -109,25 +147,32 @@ class S3ObjectStore:
         reply = self.client.get_object(**kwargs)
         body = reply["Body"]
         try:
-            return body.read()  # type: ignore[no-any-return]
+            data: bytes = body.read()
         finally:
             body.close()
+        if "Range" in kwargs:
+            data = _requested_part(data, reply.get("ContentRange"), start or 0, end)
+        if self.observer is not None:
+            self.observer("GET", 0, 0, len(data))
+        return data
 
     async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         return await self._call(key, self._get_sync, key, start, end)
 
     def _list_sync(self, prefix: str) -> list[ObjectInfo]:
+        """Every key under ``prefix``, page after page. ListObjects (v1) with ``Marker`` = the last
+        key seen: AWS answers it as v2 (same LIST price), and every S3 implementation tried pages
+        it right, where s3rver answers a truncated ListObjectsV2 with InternalError."""
         found: list[ObjectInfo] = []
-        token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
-            if token:
-                kwargs["ContinuationToken"] = token
-            reply = self.client.list_objects_v2(**kwargs)
-            found += [ObjectInfo(o["Key"], int(o["Size"]), str(o.get("ETag", ""))) for o in reply.get("Contents", [])]
-            if not reply.get("IsTruncated"):
+            if found:
+                kwargs["Marker"] = found[-1].key
+            reply = self.client.list_objects(**kwargs)
+            page = [ObjectInfo(o["Key"], int(o["Size"]), str(o.get("ETag", ""))) for o in reply.get("Contents", [])]
+            found += page
+            if not reply.get("IsTruncated") or not page:
                 return found
-            token = reply.get("NextContinuationToken")
 
     async def list(self, prefix: str) -> list[ObjectInfo]:
         return await self._call(prefix, self._list_sync, prefix)
@@ -155,6 +200,6 @@ class S3ObjectStore:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def open_s3_store(config: S3Config) -> RetryingObjectStore:
+def open_s3_store(config: S3Config, observer: S3RequestObserver | None = None) -> RetryingObjectStore:
     """The store brokers use: S3 with the configured bounded retries."""
-    return RetryingObjectStore(S3ObjectStore(config), config.retry)
+    return RetryingObjectStore(S3ObjectStore(config, observer=observer), config.retry)

@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from stream_storage.batches import BatchInfo, assign_offsets, iter_batches, validate_batches
+from stream_storage.batches import BatchInfo, assign_offsets, iter_batches, read_records, validate_batches
 from stream_storage.cache import BlockCache, IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
 from stream_storage.control import StreamControl, StreamDescription
-from stream_storage.object_format import Chunk
+from stream_storage import compaction, key_compaction
+from stream_storage.compaction import CompactionPolicy
+from stream_storage.control import ObjectRef
+from stream_storage.object_format import Chunk, build_object
 from stream_storage.object_store import ObjectStore, ObjectStoreError
 from stream_storage.reader import ObjectReader, next_offset_of
 from stream_storage.stream import CLOSED, CLOSING, FAILED, FENCED, OPEN, StreamHandle, objects_for
@@ -65,8 +68,9 @@ class StreamStorage:
         self.wal = WriteAheadLog(config.wal_dir, config.wal_segment_bytes, config.wal_fsync)
         self.cache = LogCache(config.cache_bytes)
         self.index_cache = IndexCache(config.index_cache_entries)
-        self.block_cache = BlockCache(max(config.object_block_bytes * 8, 8 * 1024 * 1024))
-        self.reader = ObjectReader(store, self.index_cache, self.block_cache)
+        # room for a few sequential readers' readahead runs at once
+        self.block_cache = BlockCache(max(config.object_block_bytes * 8, 4 * config.readahead_bytes))
+        self.reader = ObjectReader(store, self.index_cache, self.block_cache, readahead_bytes=config.readahead_bytes)
         self.uploader = Uploader(config, store, control, self.cache, self.index_cache, self.wal,
                                  lambda: (self.broker_id, self.broker_epoch))
         self.handles = self.uploader.handles
@@ -75,6 +79,12 @@ class StreamStorage:
         self._image_lookup: Callable[[int], StreamDescription | None] | None = None
         self.replay: ReplayResult | None = None
         self._started = False
+        self._deletes: set[asyncio.Future[None]] = set()
+        # streams whose last upload closed them (bounded: forgotten when opened again here)
+        self._closed_by_commit: set[int] = set()
+        self.compaction_runs = 0
+        self.compaction_replaced_objects = 0
+        self.compaction_bytes = 0
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -140,6 +150,7 @@ class StreamStorage:
             log.warning("WAL trim at shutdown failed: %s", exc)
         await self.uploader.stop()
         await self.reader.close()
+        await self._cancel_deletes()
         await self.wal.close()
         await self.store.close()
 
@@ -149,7 +160,13 @@ class StreamStorage:
             handle.fence("storage aborted")
         await self.uploader.stop()
         await self.reader.close()
+        await self._cancel_deletes()
         await self.wal.close()
+
+    async def _cancel_deletes(self) -> None:
+        for task in list(self._deletes):  # objects left unnamed: the garbage collector's
+            task.cancel()
+        await asyncio.gather(*self._deletes, return_exceptions=True)
 
     # -- ownership ---------------------------------------------------------------------------
 
@@ -188,6 +205,7 @@ class StreamStorage:
                               opened.end_offset, opened.end_offset)
         self.cache.reset(stream_id, opened.end_offset)
         self.handles[stream_id] = handle
+        self._closed_by_commit.discard(stream_id)
         self.wal.reset_committed(stream_id, opened.end_offset)
         mine_before = previous_owner is None or previous_owner == self.broker_id
         stale = [e for e in self._replayed if e.stream_id == stream_id]
@@ -323,12 +341,18 @@ class StreamStorage:
                              f"outside [{log_start}, {hw}]", {"log_start_offset": log_start, "high_watermark": hw})
         parts: list[bytes] = []
         cursor, budget = start_offset, max(1, max_bytes)
-        for _ in range(16):
-            if cursor >= hw or budget <= 0:
+        for _ in range(64):
+            if cursor >= hw or budget <= 0 or len(parts) >= 16:
                 break
             piece = await self._read_piece(stream_id, handle, desc, cursor, budget, hw, first=not parts)
             if not piece:
-                break
+                # a first read comes back empty only where no batch is left (key compaction);
+                # a later one also when its next batch does not fit the budget
+                gap_end = self._gap_end(handle, desc, cursor, hw) if not parts else None
+                if gap_end is None:
+                    break
+                cursor = gap_end  # key compaction left no batch here: the object's next one follows
+                continue
             if parts and len(piece) > budget:
                 break
             parts.append(piece)
@@ -336,6 +360,15 @@ class StreamStorage:
             cursor = next_offset_of(piece) or cursor
         data = b"".join(parts)
         return FetchResult(data, start_offset, cursor, hw, log_start)
+
+    @staticmethod
+    def _gap_end(handle: StreamHandle | None, desc: StreamDescription | None, offset: int, hw: int) -> int | None:
+        """Where the object holding ``offset`` ends, if that is past it and within ``hw``."""
+        ref = handle.object_for(offset) if handle is not None else \
+            objects_for(desc.objects, offset) if desc is not None else None
+        if ref is None or not offset < ref.end_offset <= hw:
+            return None
+        return ref.end_offset
 
     async def _read_piece(self, stream_id: int, handle: StreamHandle | None, desc: StreamDescription | None,
                           offset: int, max_bytes: int, hw: int, first: bool = True) -> bytes:
@@ -374,17 +407,30 @@ class StreamStorage:
         """Upload and commit everything acknowledged for this stream now (one PUT, one commit)."""
         handle = self.handles.get(stream_id)
         if handle is None:
+            if stream_id in self._closed_by_commit:
+                return  # its last upload closed it: everything is committed
             raise FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {stream_id} is not opened here")
         await self.uploader.force_upload(handle)
 
-    async def force_upload_many(self, stream_ids: list[int]) -> dict[int, FerryError]:
+    async def force_upload_many(self, stream_ids: list[int], close: bool = False) -> dict[int, FerryError]:
         """Force-upload several streams in one object and one commit (partitions closing
         together); returns the streams that did not commit and why. The order of ``stream_ids`` is
-        the order of their ranges in the object."""
+        the order of their ranges in the object. With ``close`` (the streams take no more
+        appends), the commit also closes the streams it carries: step 4 in one controller write;
+        a stream with nothing to upload is closed by :meth:`close_stream` as usual."""
         handles = [h for sid in stream_ids if (h := self.handles.get(sid)) is not None]
-        failed = await self.uploader.force_upload_many(handles)
+        if close:
+            for h in handles:
+                if h.state == OPEN:
+                    h.state = CLOSING
+                await h.idle.wait()
+        failed = await self.uploader.force_upload_many(handles, close=close)
+        for h in handles:
+            if h.state == CLOSED:
+                self._closed_by_commit.add(h.stream_id)
+                self._forget(h.stream_id)
         for sid in stream_ids:
-            if sid not in self.handles:
+            if sid not in self.handles and sid not in self._closed_by_commit:
                 failed[sid] = FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {sid} is not opened here")
         return failed
 
@@ -412,6 +458,140 @@ class StreamStorage:
                 log.warning("trim of stream %d: could not delete %d objects: %s", stream_id, len(removed), exc)
             for key in removed:
                 self.index_cache.discard(key)
+
+    async def committed_objects(self, stream_id: int) -> list[ObjectRef]:
+        """An owned stream's committed objects, oldest first (the owner learns of the objects an
+        earlier owner committed lazily: they are merged from the metadata here)."""
+        handle = self._writable(stream_id)
+        handle.merge_objects((await self._describe(stream_id)).objects)
+        return list(handle.objects)
+
+    async def compact_stream(self, stream_id: int, policy: CompactionPolicy, now_ms: int | None = None) -> int:
+        """Rewrite runs of this owned stream's small settled objects as one object each (see
+        ``compaction.py``); returns how many runs were committed. A run whose commit is refused
+        (fenced, trimmed or compacted meanwhile) is dropped, its new object deleted."""
+        handle = self._writable(stream_id)
+        handle.merge_objects((await self._describe(stream_id)).objects)
+        done = 0
+        for run in compaction.plan(handle.objects, compaction.now_ms() if now_ms is None else now_ms, policy):
+            if handle.state != OPEN or not await self._rewrite(handle, run, None):
+                break
+            done += 1
+        return done
+
+    async def clean_keys(self, stream_id: int, now_ms: int, delete_retention_ms: int, target_bytes: int) -> int:
+        """Key compaction of this owned stream's committed objects (``key_compaction.py``): each
+        run of objects (up to ``target_bytes``) holding a record to remove is rewritten without
+        it. Returns how many records went."""
+        handle = self._writable(stream_id)
+        handle.merge_objects((await self._describe(stream_id)).objects)
+        objects = [o for o in handle.objects if o.end_offset > handle.start_offset]
+        if not objects:
+            return 0
+        latest: dict[bytes, int] = {}
+        for ref in objects:  # first pass: the latest offset of every key
+            key_compaction.latest_offsets(read_records(await self._object_data(handle.stream_id, ref)), latest)
+        rule = key_compaction.CleanRule(latest, objects[-1].end_offset - 1, now_ms - delete_retention_ms)
+        removed_total = 0
+        run: list[ObjectRef] = []
+        run_bytes = 0
+        groups: list[list[ObjectRef]] = []
+        for ref in objects:
+            if run and run_bytes + compaction.stream_bytes(ref) > target_bytes:
+                groups.append(run)
+                run, run_bytes = [], 0
+            run.append(ref)
+            run_bytes += compaction.stream_bytes(ref)
+        groups.append(run)
+        for group in groups:
+            removed: list[int] = []
+
+            def transform(data: bytes) -> bytes | None:
+                cleaned, n = key_compaction.clean(data, rule)
+                removed.append(n)
+                return cleaned if n else None
+
+            if handle.state != OPEN or not await self._rewrite(handle, group, transform):
+                if not removed or removed[0]:
+                    break
+                continue  # nothing to remove in this group
+            removed_total += sum(removed)
+        return removed_total
+
+    async def _object_data(self, stream_id: int, ref: ObjectRef) -> bytes:
+        """The stream's whole batches in one object, ``[ref.start_offset, ref.end_offset)``."""
+        data = bytearray()
+        offset = ref.start_offset
+        while offset < ref.end_offset:
+            piece = await self.reader.read(stream_id, ref, offset, 8 * 1024 * 1024)
+            nxt = next_offset_of(piece)
+            if nxt is None:
+                break  # what is left of the range holds no batch (removed by key compaction)
+            if nxt <= offset or nxt > ref.end_offset:
+                raise FerryError(ErrorCode.STREAM_INNER_ERROR, f"stream {stream_id}: {ref.object_key} does "
+                                 f"not hold [{offset}, {ref.end_offset}) as recorded")
+            data += piece
+            offset = nxt
+        return bytes(data)
+
+    async def _rewrite(self, handle: StreamHandle, run: list[ObjectRef],
+                       transform: Callable[[bytes], bytes | None] | None) -> bool:
+        """Replace ``run`` by one object with its batches (``transform``ed; None = leave the run
+        as it is), committed through the controller. False when nothing was committed."""
+        stream_id = handle.stream_id
+        data = b"".join([await self._object_data(stream_id, ref) for ref in run])
+        if transform is not None:
+            changed = transform(data)
+            if changed is None:
+                return False
+            data = changed
+        start, end = run[0].start_offset, run[-1].end_offset
+        chunks = compaction.chunks_of(data, self.config.object_block_bytes, start, end) or \
+            [Chunk(start, end, b"")]
+        built = await asyncio.get_running_loop().run_in_executor(
+            None, build_object, [(stream_id, chunks)], self.config.object_block_bytes)
+        key = self.uploader.new_key()
+        new = ObjectRef(key, start, end, len(built.data), handle.epoch, built.ranges[0].size_bytes)
+        await self.store.put(key, built.data)
+        try:
+            removed = await self.control.compact_objects(stream_id, handle.epoch, self.broker_id,
+                                                         self.broker_epoch, new, [r.object_key for r in run])
+        except FerryError as exc:
+            if not exc.retriable:  # refused for sure: nobody will ever name the new object
+                await self._delete_quietly([key])
+            if exc.error == ErrorCode.STREAM_FENCED:
+                handle.fence(str(exc))
+            log.info("rewrite of %d objects of stream %d refused: %s", len(run), stream_id, exc)
+            return False
+        replaced = {r.object_key for r in run}
+        handle.objects = [o for o in handle.objects if o.object_key not in replaced]
+        handle.add_object(new)
+        self.index_cache.put(key, built.index)
+        if transform is not None:  # the log cache still holds the records removed: read them from S3
+            self.cache.trim(stream_id, end)
+        self.compaction_runs += 1
+        self.compaction_replaced_objects += len(run)
+        self.compaction_bytes += len(built.data)
+        if removed:  # later: a fetch that chose one of them a moment ago still reads it
+            self._spawn_delete(removed, self.config.compaction_delete_delay_ms)
+        return True
+
+    def _spawn_delete(self, keys: list[str], delay_ms: int) -> None:
+        async def later() -> None:
+            await asyncio.sleep(delay_ms / 1000)
+            await self._delete_quietly(keys)
+            for key in keys:
+                self.index_cache.discard(key)
+
+        task = asyncio.ensure_future(later())
+        self._deletes.add(task)
+        task.add_done_callback(self._deletes.discard)
+
+    async def _delete_quietly(self, keys: list[str]) -> None:
+        try:
+            await self.store.delete(keys)
+        except ObjectStoreError as exc:  # unnamed objects: the garbage collector gets them later
+            log.info("could not delete %d objects: %s", len(keys), exc)
 
     async def close_stream(self, stream_id: int) -> None:
         """Stop appends, wait for in-flight ones, force-upload, then close at the controller."""
@@ -467,6 +647,9 @@ class StreamStorage:
             "index_cache_misses_total": self.index_cache.misses,
             "object_gets_total": self.reader.gets,
             "object_readahead_gets_total": self.reader.readahead_gets,
+            "compaction_runs_total": self.compaction_runs,
+            "compaction_replaced_objects_total": self.compaction_replaced_objects,
+            "compaction_bytes_total": self.compaction_bytes,
         }
 
 

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.ops.streams import object_created_ms
 from stream_storage.cache import IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
 from stream_storage.control import ObjectRef, StreamControl, is_fenced
 from stream_storage.object_format import BuiltObject, Chunk, build_object
 from stream_storage.object_store import ObjectStore, ObjectStoreError
-from stream_storage.stream import FAILED, FENCED, StreamHandle
+from stream_storage.stream import CLOSED, FAILED, FENCED, StreamHandle
 from stream_storage.wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,9 @@ class Uploader:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
+        # added to this clock in new keys after a commit was refused for a key older than the GC
+        # horizon: a clock running behind the collector's catches up instead of being refused forever
+        self._key_clock_adjust_ms = 0
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -163,17 +167,21 @@ class Uploader:
                              f"stream {handle.stream_id}: upload did not commit offsets "
                              f"[{handle.committed_end}, {handle.taken_end})")
 
-    async def force_upload_many(self, handles: list[StreamHandle]) -> dict[int, FerryError]:
+    async def force_upload_many(self, handles: list[StreamHandle],
+                                close: bool = False) -> dict[int, FerryError]:
         """Upload what all these streams buffer as ONE stream-set object with one commit, and
-        wait; returns the streams that did not commit, with why (empty: all did)."""
+        wait; returns the streams that did not commit, with why (empty: all did). With ``close``
+        the same commit closes the streams it carries (they must take no more appends)."""
         parts = [(h, c) for h in handles if (c := self._take(h))]
         if parts:
-            self._begin(parts, slot=False)
+            self._begin(parts, slot=False, close_ids=frozenset(h.stream_id for h, _c in parts) if close else frozenset())
         waits = [asyncio.shield(h.last_commit) for h in handles if h.last_commit is not None]
         if waits:
             await asyncio.gather(*waits, return_exceptions=True)
         failed: dict[int, FerryError] = {}
         for h in handles:
+            if h.state == CLOSED:
+                continue
             try:
                 if h.state in (FENCED, FAILED):
                     h.check_writable()
@@ -186,7 +194,8 @@ class Uploader:
 
     # -- one upload --------------------------------------------------------------------------
 
-    def _begin(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool) -> None:
+    def _begin(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool,
+               close_ids: frozenset[int] = frozenset()) -> None:
         """Chain this upload behind the previous one of each of its streams, synchronously."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         previous = []
@@ -194,12 +203,13 @@ class Uploader:
             if handle.last_commit is not None and not handle.last_commit.done():
                 previous.append(handle.last_commit)
             handle.last_commit = done
-        self._spawn(self._upload(parts, slot, previous, done))
+        self._spawn(self._upload(parts, slot, previous, done, close_ids))
 
     async def _upload(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool,
-                      previous: list[asyncio.Future[None]], done: asyncio.Future[None]) -> None:
+                      previous: list[asyncio.Future[None]], done: asyncio.Future[None],
+                      close_ids: frozenset[int] = frozenset()) -> None:
         try:
-            await self._upload_and_commit(parts, previous)
+            await self._upload_and_commit(parts, previous, close_ids)
         except Exception as exc:  # never leave a waiter hanging; the streams carry the outcome
             log.exception("upload failed")
             for handle, chunks in parts:
@@ -214,12 +224,19 @@ class Uploader:
             if not done.done():
                 done.set_result(None)
 
+    def new_key(self) -> str:
+        return self._new_key()
+
     def _new_key(self) -> str:
+        """``<prefix>/<broker>/<created_ms>-<random>``: the garbage collector's horizon is compared
+        with the creation time (commit_object refuses keys created at or before it)."""
         broker_id, _ = self.broker()
-        return f"{self.config.object_key_prefix}/{broker_id}/{uuid.uuid4().hex}"
+        created_ms = int(time.time() * 1000) + self._key_clock_adjust_ms
+        return f"{self.config.object_key_prefix}/{broker_id}/{created_ms:013d}-{uuid.uuid4().hex}"
 
     async def _upload_and_commit(self, parts: list[tuple[StreamHandle, list[Chunk]]],
-                                 previous: list[asyncio.Future[None]]) -> None:
+                                 previous: list[asyncio.Future[None]],
+                                 close_ids: frozenset[int] = frozenset()) -> None:
         put_done: tuple[str, BuiltObject] | None = None
         attempt = 0
         ambiguous = False  # a commit attempt of the current key may have been applied (no reply)
@@ -250,16 +267,32 @@ class Uploader:
                     continue
             broker_id, broker_epoch = self.broker()
             ranges = [(r, h.epoch) for r, (h, _c) in zip(built.ranges, parts)]
+            closing = [h.stream_id for h, _c in parts if h.stream_id in close_ids]
             try:
-                await self.control.commit_object(key, len(built.data), broker_id, broker_epoch, ranges)
+                if closing:
+                    await self.control.commit_object(key, len(built.data), broker_id, broker_epoch, ranges,
+                                                     close_stream_ids=closing)
+                else:
+                    await self.control.commit_object(key, len(built.data), broker_id, broker_epoch, ranges)
             except FerryError as exc:
                 if is_fenced(exc):
                     if ambiguous and await self._committed_already(key, parts):
                         self._on_committed(key, built, parts)
                         return
                     await self._find_fenced(parts, exc)
+                    close_ids = frozenset()  # a rebuilt upload leaves the close to close_stream
                     if not ambiguous:  # never delete what an unanswered attempt may have committed
                         await self._discard(key)
+                    put_done = None
+                    self.stats.rebuilds += 1
+                    continue
+                if exc.error is ErrorCode.OBJECT_NOT_EXIST and \
+                        attempt < self.config.controller_retry.max_attempts:  # created before the GC horizon
+                    attempt += 1
+                    horizon = int((exc.details or {}).get("gc_horizon_ms", 0))
+                    behind_ms = horizon - (object_created_ms(key) or horizon) + 1
+                    self._key_clock_adjust_ms += max(1, behind_ms)
+                    await self._discard(key)
                     put_done = None
                     self.stats.rebuilds += 1
                     continue
@@ -271,6 +304,9 @@ class Uploader:
                     continue
                 raise
             self._on_committed(key, built, parts)
+            for handle, _chunks in parts:
+                if handle.stream_id in closing:
+                    handle.state = CLOSED  # closed at the controller by the same write
             return
 
     async def _put(self, key: str, built: BuiltObject) -> None:
@@ -323,7 +359,7 @@ class Uploader:
         for stream_range, (handle, _chunks) in zip(built.ranges, parts):
             handle.committed_end = stream_range.end_offset
             handle.add_object(ObjectRef(key, stream_range.start_offset, stream_range.end_offset, len(built.data),
-                                        handle.epoch))
+                                        handle.epoch, stream_range.size_bytes))
             self.cache.mark_uploaded(handle.stream_id, stream_range.end_offset)
             self.wal.mark_committed(handle.stream_id, stream_range.end_offset)
         self._spawn(self._trim_wal())

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reassign-partitions": ("tools.reassign_cmd", "generate, execute, verify, cancel and list reassignments"),
     "leader-election": ("tools.leader_election_cmd", "elect preferred or unclean leaders"),
     "log-dirs": ("tools.log_dirs_cmd", "describe brokers' log dirs"),
+    "delete-records": ("tools.delete_records_cmd", "delete partitions' records below offsets (Kafka's offset JSON file)"),
     "cluster": ("tools.cluster", "start, stop or inspect a local cluster (moto, controllers, brokers)"),
     "produce": ("tools.console_producer", "produce lines from stdin (Kafka's console producer)"),
     "consume": ("tools.console_consumer", "consume records to stdout (Kafka's console consumer)"),

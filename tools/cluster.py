@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from stream_storage.s3_profile import LOCAL, parse_profile
 from stream_storage.s3_server import S3Server
 from tools.cluster_procs import STATE_FILE, cmd_down, cmd_status, load_state, running_processes
 from tools.cluster_procs import alive as _alive  # noqa: F401 - imported from here by callers
@@ -65,8 +66,14 @@ class LocalCluster:
     def __init__(self, state_dir: str | None = None, controllers: int = 3, brokers: int = 3,
                  s3_endpoint: str | None = None, bucket: str = "ferry", log_dirs_per_broker: int = 1,
                  broker_overrides: dict[str, Any] | None = None,
-                 controller_overrides: dict[str, Any] | None = None) -> None:
+                 controller_overrides: dict[str, Any] | None = None, s3_profile: str = "local",
+                 s3_seed: int = 1) -> None:
+        """``s3_profile`` (``local``, ``aws-standard``, ``fixed:MS``, ``latency:P50,P99[,RATE]``) puts
+        the latency proxy in front of the S3 endpoint, embedded or external."""
         self._own_dir = state_dir is None
+        self.s3_profile = s3_profile
+        self.s3_seed = s3_seed
+        self.s3_upstream: str | None = None
         self.state_dir = os.path.abspath(state_dir or tempfile.mkdtemp(prefix="ferry-cluster-"))
         self.num_controllers = controllers
         self.num_brokers = brokers
@@ -113,11 +120,18 @@ class LocalCluster:
     def start(self, timeout_s: float = 60.0) -> "LocalCluster":
         os.makedirs(self.state_dir, exist_ok=True)
         try:
+            s3_log = os.path.join(self.state_dir, "s3.log")
             if self.s3_endpoint is None:
-                self.s3 = S3Server(bucket=self.bucket, log_path=os.path.join(self.state_dir, "s3.log")).start()
+                self.s3 = S3Server(bucket=self.bucket, log_path=s3_log, s3_profile=self.s3_profile,
+                                   seed=self.s3_seed).start()
                 self.s3_endpoint = self.s3.endpoint_url
             else:
                 self._ensure_bucket()
+                if parse_profile(self.s3_profile) is not LOCAL:  # the proxy in front of the external endpoint
+                    self.s3_upstream = self.s3_endpoint
+                    self.s3 = S3Server(bucket=self.bucket, log_path=s3_log, s3_profile=self.s3_profile,
+                                       seed=self.s3_seed, upstream=self.s3_upstream).start()
+                    self.s3_endpoint = self.s3.endpoint_url
             self.write_state("starting")
             self.quorum = start_quorum(os.path.join(self.state_dir, "controllers"), self.num_controllers,
                                        wait=False, **self.controller_overrides)
@@ -346,7 +360,8 @@ class LocalCluster:
             "state_dir": self.state_dir,
             "s3": {"endpoint_url": self.s3_endpoint, "bucket": self.bucket,
                    "pid": self.s3.process.pid if self.s3 and self.s3.process else None,
-                   "log": os.path.join(self.state_dir, "s3.log") if self.s3 else None},
+                   "log": os.path.join(self.state_dir, "s3.log") if self.s3 else None,
+                   "s3_profile": self.s3_profile, "upstream": self.s3_upstream},
             "controllers": [{"id": nid, "url": self.quorum.url(nid), "pid": quorum_procs[nid].pid,
                              "log": self.quorum.log_path(nid)}
                             for nid in sorted(quorum_procs) if self.quorum is not None],
@@ -390,6 +405,10 @@ def summary(state: dict[str, Any], elapsed_s: float) -> str:
     """What `up` prints: where everything runs, its logs, and how to use and stop it."""
     lines = [f"Ferry cluster up in {elapsed_s:.1f} s; state and logs in {state['state_dir']}"]
     s3 = state.get("s3") or {}
+    profile = s3.get("s3_profile") or "local"
+    if profile != "local":
+        lines.append(f"  s3 profile    {profile} (latency proxy in front of "
+                     f"{s3.get('upstream') or 'the embedded moto server'})")
     if s3.get("pid"):
         lines.append(f"  s3            {s3['endpoint_url']:<24}  pid {s3['pid']:<7}  log {s3['log']}")
     else:
@@ -429,8 +448,13 @@ def cmd_up(args: argparse.Namespace, state_dir: str) -> int:
     if _remove_previous_data(state_dir):
         print(f"Starting a fresh cluster: removed the previous cluster's data in {state_dir}", file=sys.stderr)
     started = time.monotonic()
+    try:
+        parse_profile(args.s3_profile)
+    except ValueError as exc:
+        print(f"Error: {exc} (INVALID_REQUEST)", file=sys.stderr)
+        return 2
     cluster = LocalCluster(state_dir, args.controllers, args.brokers, args.s3_endpoint, bucket=args.bucket,
-                           log_dirs_per_broker=args.log_dirs_per_broker)
+                           log_dirs_per_broker=args.log_dirs_per_broker, s3_profile=args.s3_profile)
     try:
         cluster.start()
     except (RuntimeError, TimeoutError, OSError) as exc:
@@ -455,6 +479,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--log-dirs-per-broker", type=int, default=1, help="log dirs per broker (up; default 1)")
     parser.add_argument("--s3-endpoint", help="use this S3 endpoint instead of starting the embedded moto server")
     parser.add_argument("--bucket", default="ferry", help="S3 bucket (created when absent)")
+    parser.add_argument("--s3-profile", default="local",
+                        help="latency and errors added in front of S3: local (none), aws-standard, fixed:MS, "
+                             "latency:P50,P99[,ERROR_RATE] (up; default local)")
     parser.add_argument("--state-dir", default=os.path.join(os.getcwd(), ".ferry", "cluster"),
                         help="where pids, configs, data and logs live (default ./.ferry/cluster)")
     parser.add_argument("--json", action="store_true", help="up: print the cluster as JSON (as cluster.json holds it)")

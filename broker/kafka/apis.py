@@ -24,6 +24,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ApiVersions: (0, 4),
     ApiKey.InitProducerId: (0, 4),
     ApiKey.OffsetForLeaderEpoch: (2, 4),
+    ApiKey.DeleteRecords: (0, 2),
     ApiKey.FindCoordinator: (0, 4),
     ApiKey.JoinGroup: (0, 9),
     ApiKey.SyncGroup: (0, 5),

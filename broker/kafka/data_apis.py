@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol, Sequence
 
+from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.consumer.offsets import (ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
@@ -76,6 +77,8 @@ class BrokerCore(Protocol):
 
     def offset_at(self, topic: str, partition: int, spec: str, timestamp_ms: int = -1,
                   client_leader_epoch: int | None = None) -> Awaitable[tuple[int, int, int]]: ...
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> Awaitable[int]: ...
 
 
 def kafka_endpoint_of(endpoints: Sequence[str]) -> tuple[str, int] | None:
@@ -324,6 +327,32 @@ class DataApis:
                                     offset=-1, leader_epoch=-1))
             topics.append(LT(name=topic.name, partitions=parts))
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+    # ------------------------------------------------------------------ DeleteRecords
+    async def delete_records(self, req: Request) -> ApiMessage:
+        """Kafka's DeleteRecords (sent to each partition's leader): the log start offset moves to
+        the given offset (-1: the high watermark); each partition answers its low watermark or
+        its own error. Partitions are trimmed concurrently, within the request's timeout."""
+        body: DeleteRecordsRequest = req.body  # type: ignore[assignment]
+        TR = DeleteRecordsResponse.DeleteRecordsTopicResult
+        PR = TR.DeleteRecordsPartitionResult
+        timeout_s = max(0.001, body.timeout_ms / 1000) if body.timeout_ms > 0 else 30.0
+
+        async def one(topic: str, partition: int, offset: int) -> ApiMessage:
+            try:
+                if offset < -1:
+                    raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is below -1")
+                low = await asyncio.wait_for(self.core.delete_records(topic, partition, offset), timeout_s)
+                return PR(partition_index=partition, low_watermark=low, error_code=0)
+            except Exception as exc:  # noqa: BLE001 - reported per partition, as Kafka does
+                code, _ = kafka_error(exc)
+                return PR(partition_index=partition, low_watermark=-1, error_code=code.code)
+
+        topics = []
+        for topic in body.topics:
+            parts = await asyncio.gather(*(one(topic.name, p.partition_index, p.offset) for p in topic.partitions))
+            topics.append(TR(name=topic.name, partitions=list(parts)))
+        return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def offset_for_leader_epoch(self, req: Request) -> ApiMessage:

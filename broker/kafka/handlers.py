@@ -35,6 +35,7 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls) -> dict[int, Ha
         ApiKey.ListOffsets: data.list_offsets,
         ApiKey.InitProducerId: data.init_producer_id,
         ApiKey.OffsetForLeaderEpoch: data.offset_for_leader_epoch,
+        ApiKey.DeleteRecords: data.delete_records,
         ApiKey.FindCoordinator: groups.find_coordinator,
         ApiKey.JoinGroup: groups.join_group,
         ApiKey.SyncGroup: groups.sync_group,

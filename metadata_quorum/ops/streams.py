@@ -18,7 +18,9 @@ A stream is owned by at most one broker at a time, under an epoch:
   succeeds (a retry).
 * ``commit_object``: each range must start exactly at its stream's end offset
   (``OFFSET_NOT_MATCHED``); all ranges commit or none; committing an object key that is already
-  recorded for those streams succeeds without new records (a retry).
+  recorded for those streams succeeds without new records (a retry). Streams listed in
+  ``close_stream_ids`` are closed by the same records (a closing owner's last upload: one
+  controller write instead of two).
 * A stale broker epoch is refused with ``STALE_BROKER_EPOCH`` before anything else.
 """
 from __future__ import annotations
@@ -43,6 +45,20 @@ from metadata_quorum.records import (
 
 NO_OWNER = -1
 INITIAL_STREAM_EPOCH = -1
+GC_HORIZON_KEY = "gc/horizon_ms"
+GC_MAX_CANDIDATES = 10_000
+
+
+def object_created_ms(object_key: str) -> int | None:
+    """The creation time an object key carries (``.../<created_ms>-<random>``), None if it has none."""
+    head, sep, _rest = object_key.rpartition("/")[2].partition("-")
+    return int(head) if sep and head.isdigit() else None
+
+
+def gc_horizon_ms(image: MetadataImage) -> int:
+    """Objects created at or before the horizon can no longer be committed (-1: no GC ran yet)."""
+    raw = image.kv.get(GC_HORIZON_KEY)
+    return int(raw) if raw is not None else -1
 
 
 def new_stream_records(image_next_id: int, count: int) -> tuple[list[Record], list[int]]:
@@ -149,6 +165,7 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     if not raw_ranges:
         raise invalid("ranges must not be empty")
     ranges: list[tuple[int, int, int, int]] = []
+    range_bytes: dict[int, int] = {}
     for raw in raw_ranges:
         item = as_mapping(raw, "ranges[]")
         stream_id = as_int(item.get("stream_id"), "stream_id", 0)
@@ -157,9 +174,14 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
         end = as_int(item.get("end_offset"), "end_offset", 0)
         if end <= start:
             raise invalid(f"range of stream {stream_id} is empty or reversed: [{start}, {end})")
+        if item.get("size_bytes") is not None:
+            range_bytes[stream_id] = as_int(item.get("size_bytes"), "size_bytes", 0, size)
         ranges.append((stream_id, epoch, start, end))
     if len({r[0] for r in ranges}) != len(ranges):
         raise invalid("an object holds at most one range per stream")
+    close_ids = {as_int(v, "close_stream_ids[]", 0) for v in (args.get("close_stream_ids") or [])}
+    if not close_ids <= {r[0] for r in ranges}:
+        raise invalid("close_stream_ids must name streams of this commit's ranges")
     committed = [
         any(o.object_key == object_key for o in _stream(image, stream_id).objects)
         for stream_id, _e, _s, _end in ranges
@@ -169,6 +191,13 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     if any(committed):
         raise FerryError(ErrorCode.INVALID_REQUEST,
                          f"object {object_key} is already committed for some, not all, of these ranges")
+    horizon = gc_horizon_ms(image)
+    created = object_created_ms(object_key)
+    if horizon >= 0 and (created is None or created <= horizon):
+        # the garbage collector may have deleted it: the uploader uploads the data again under a new key
+        raise FerryError(ErrorCode.OBJECT_NOT_EXIST,
+                         f"object {object_key} was created at or before the garbage-collection horizon "
+                         f"{horizon}; upload it again under a new key", {"gc_horizon_ms": horizon})
     records: list[Record] = []
     for stream_id, epoch, start, end in ranges:
         stream = _stream(image, stream_id)
@@ -181,7 +210,10 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
             )
         # replaying the object record moves the stream's end offset to ``end`` (one record per range)
         records.append(StreamObjectRecord(object_key=object_key, stream_id=stream_id, start_offset=start,
-                                          end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms))
+                                          end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms,
+                                          range_bytes=range_bytes.get(stream_id, 0)))
+        if stream_id in close_ids:  # the owner's last upload closes the stream in the same write (step 4)
+            records.append(replace(stream.to_record(), state=STREAM_CLOSED, end_offset=end))
     return ControllerResult(tuple(records), {})
 
 
@@ -212,9 +244,91 @@ def trim_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> C
     return ControllerResult(tuple(records), {"removed_objects": removed})
 
 
+def compact_objects(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """Replace consecutive objects of one stream by one new object holding the same offsets
+    (AutoMQ's stream-object compaction), atomically: the replaced objects' records out, the new
+    one in. Only the owner at the stream's current epoch may (``STREAM_FENCED``); ``replaces``
+    must be exactly the stream's objects covering ``[start_offset, end_offset)``, back to back
+    (``OFFSET_NOT_MATCHED`` if a trim or another compaction changed them). The same call again
+    after it succeeded is a retry. The reply's ``removed_objects`` are the replaced keys no stream
+    names any more (the caller deletes them)."""
+    broker_id, broker_epoch = _caller(image, args)
+    stream = _stream(image, req_int(args, "stream_id", 0))
+    epoch = req_int(args, "epoch", 0)
+    object_key = req_str(args, "object_key")
+    size = req_int(args, "size", 0)
+    start, end = req_int(args, "start_offset", 0), req_int(args, "end_offset", 0)
+    range_bytes = as_int(args.get("range_bytes", 0), "range_bytes", 0, size)
+    replaces = [as_str_key(k) for k in req_list(args, "replaces")]
+    if end <= start:
+        raise invalid(f"range [{start}, {end}) is empty or reversed")
+    if not replaces or len(set(replaces)) != len(replaces) or object_key in replaces:
+        raise invalid("replaces must name distinct objects (at least one), not the new one")
+    _check_owner(stream, broker_id, broker_epoch, epoch, need_opened=True)
+    current = {o.object_key: o for o in stream.objects}
+    new = current.get(object_key)
+    if new is not None:
+        if (new.start_offset, new.end_offset) == (start, end) and not any(k in current for k in replaces):
+            return ControllerResult((), {"removed_objects": []})  # a retry of a compaction that happened
+        raise invalid(f"object {object_key} is already committed for stream {stream.stream_id}")
+    horizon = gc_horizon_ms(image)
+    created = object_created_ms(object_key)
+    if horizon >= 0 and (created is None or created <= horizon):
+        raise FerryError(ErrorCode.OBJECT_NOT_EXIST,
+                         f"object {object_key} was created at or before the garbage-collection horizon {horizon}",
+                         {"gc_horizon_ms": horizon})
+    old = sorted((current[k] for k in replaces if k in current), key=lambda o: o.start_offset)
+    contiguous = len(old) == len(replaces) and old[0].start_offset == start and old[-1].end_offset == end and \
+        all(a.end_offset == b.start_offset for a, b in zip(old, old[1:]))
+    if not contiguous:
+        raise FerryError(ErrorCode.OFFSET_NOT_MATCHED,
+                         f"objects {replaces} are not the objects of stream {stream.stream_id} covering "
+                         f"[{start}, {end}) (trimmed or compacted meanwhile?)", {"stream_id": stream.stream_id})
+    records: list[Record] = [RemoveStreamObjectRecord(object_key=o.object_key, stream_id=stream.stream_id)
+                             for o in old]
+    records.append(StreamObjectRecord(object_key=object_key, stream_id=stream.stream_id, start_offset=start,
+                                      end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms,
+                                      range_bytes=range_bytes))
+    refs = image.streams.object_refs
+    removed = [o.object_key for o in old if tuple(refs.get(o.object_key, ())) == (stream.stream_id,)]
+    return ControllerResult(tuple(records), {"removed_objects": removed})
+
+
+def collect_garbage(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """One garbage-collection step, atomic at the controller: advance the horizon to ``horizon_ms``
+    (never backwards, never past now) and answer which ``candidates`` (keys found in the bucket)
+    may be deleted — those no stream names and created at or before the horizon. From this
+    record on, ``commit_object`` refuses such keys, so no commit can name an object the
+    collector deletes: a live upload that had not committed yet is refused and uploaded again."""
+    broker_id, _broker_epoch = _caller(image, args)
+    requested = req_int(args, "horizon_ms", 0)
+    keys = [as_str_key(k) for k in req_list(args, "candidates")]
+    if len(keys) > GC_MAX_CANDIDATES:
+        raise invalid(f"at most {GC_MAX_CANDIDATES} candidates per call, got {len(keys)}")
+    horizon = max(gc_horizon_ms(image), min(requested, ctx.now_ms))
+    refs = image.streams.object_refs
+    deletable = []
+    for key in keys:
+        created = object_created_ms(key)
+        if created is not None and created <= horizon and not refs.get(key):
+            deletable.append(key)
+    records: list[Record] = []
+    if horizon != gc_horizon_ms(image):
+        records.append(KVRecord(key=GC_HORIZON_KEY, value=str(horizon)))
+    return ControllerResult(tuple(records), {"horizon_ms": horizon, "deletable": deletable,
+                                             "collector": broker_id})
+
+
+def as_str_key(value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > 1024:
+        raise invalid(f"candidates[] must be object keys (non-empty strings of at most 1024 characters), "
+                      f"got {value!r}"[:200])
+    return value
+
+
 def describe_stream(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
     return _stream(image, req_int(args, "stream_id", 0)).describe()
 
 
 __all__ = ["create_stream", "open_stream", "close_stream", "commit_object", "trim_stream",
-           "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]
+           "collect_garbage", "compact_objects", "object_created_ms", "gc_horizon_ms", "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 import pytest
 
 from tests.broker.conftest import FAST
@@ -172,6 +173,15 @@ async def test_produce_fetch_offsets_metadata_and_errors(two_brokers: LocalClust
     await store.close()
     rt = [x for x in samples if x.topic == "rt" and x.partition == 0]
     assert rt and sum(x.records_in for x in rt) == 11 and rt[-1].size_bytes > 0
+    # S3 requests by billing kind: the broker PUT its data and load samples, each counted with its bytes
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{c.broker_url(1)}/metrics") as r:
+            families = {m.name: m for m in text_string_to_metric_families(await r.text())}
+    requests = {x.labels["kind"]: x.value for x in families["ferry_broker_s3_requests"].samples
+                if x.name.endswith("_total")}
+    sent = {x.labels["kind"]: x.value for x in families["ferry_broker_s3_bytes"].samples
+            if x.name.endswith("_total") and x.labels["direction"] == "sent"}
+    assert requests.get("PUT", 0) >= 2 and sent.get("PUT", 0) > 0
 
 
 async def test_move_under_load_loses_nothing_and_is_timed(two_brokers: LocalCluster) -> None:

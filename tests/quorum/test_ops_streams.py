@@ -286,3 +286,19 @@ def test_bad_stream_arguments() -> None:
     expect_error(c.image, "open_stream", {**op_args(c, sid, 0, 1), "stream_id": "x"}, ErrorCode.INVALID_REQUEST)
     expect_error(c.image, "close_stream", {"stream_id": sid, "epoch": 1}, ErrorCode.INVALID_REQUEST)
     expect_error(c.image, "open_stream", op_args(c, sid, 0, 1) | {"broker_id": 42}, ErrorCode.BROKER_ID_NOT_REGISTERED)
+
+
+def test_a_closing_owners_last_commit_closes_the_stream_in_the_same_records() -> None:
+    c, sid = setup()
+    c.write("open_stream", op_args(c, sid, 0, 1))
+    c.write("commit_object", commit_args(c, sid, 0, 1, 0, 5, key="first"))
+    expect_error(c.image, "commit_object", dict(commit_args(c, sid, 0, 1, 5, 9, key="last"), close_stream_ids=[sid + 7]),
+                 ErrorCode.INVALID_REQUEST)
+    args = dict(commit_args(c, sid, 0, 1, 5, 9, key="last"), close_stream_ids=[sid])
+    out = run(c.image, "commit_object", args)
+    stream = out.image.streams.streams[sid]
+    assert (stream.state, stream.end_offset, stream.owner, stream.epoch) == (STREAM_CLOSED, 9, 0, 1)
+    assert [o.object_key for o in stream.objects] == ["first", "last"]
+    assert run(out.image, "commit_object", args).records == ()  # a retry after the answer was lost
+    assert run(out.image, "close_stream", op_args(c, sid, 0, 1)).records == ()  # the close after it: done
+    expect_error(out.image, "commit_object", commit_args(c, sid, 0, 1, 9, 12, key="later"), ErrorCode.STREAM_NOT_OPENED)

@@ -6,7 +6,13 @@ endpoint (a ``ferry s3 serve`` process started here unless ``--endpoint`` is giv
 * append MB/s (WAL, fsync before acknowledging) vs raw ``write`` + ``fdatasync`` of the same sizes;
 * upload MB/s (force upload: build object, PUT, commit) vs raw boto3 PUT of the same sizes;
 * fetch MB/s from S3 (cold cache: index GET + block GETs) vs raw ranged GETs of the same bytes;
-* close latency p50 (force upload + commit + close) with 0, 1 MiB and 8 MiB pending vs raw PUT p50.
+* close latency p50 (force upload + commit + close) with 0, 1 MiB and 8 MiB pending vs raw PUT p50;
+* S3 requests and their cost: 4 streams appended to at default upload settings (8 MiB or 250 ms),
+  compacted after each of 8 rounds, then read in full by a cold reader: objects per stream,
+  requests of each kind per GiB produced and per GiB consumed, GETs per 8 MiB read, the request
+  cost at AWS's list prices per GiB, beside a month's storage of that GiB.
+
+``--s3-profile aws-standard|fixed:MS`` puts the latency proxy in front of the endpoint.
 
 The controller is the in-process LocalController, so the figures are stream storage's own cost.
 """
@@ -18,6 +24,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +34,16 @@ from metadata_quorum.local_controller import LocalController
 from stream_storage.batches import build_batch
 from stream_storage.config import MIB, S3Config, StreamStorageConfig
 from stream_storage.control import LocalStreamControl
+from stream_storage.compaction import CompactionPolicy
+from stream_storage.s3_cost import (
+    GIB,
+    RequestTally,
+    per_gib,
+    request_cost_usd,
+    requests_since,
+    storage_cost_usd_per_month,
+)
+from stream_storage.s3_profile import LOCAL, parse_profile
 from stream_storage.s3_server import S3Server
 from stream_storage.s3_store import S3ObjectStore, make_s3_client, open_s3_store
 from stream_storage.storage import StreamStorage
@@ -93,6 +110,7 @@ def raw_ranged_gets(client: Any, bucket: str, key: str, size: int, chunk: int) -
 
 class Bench:
     def __init__(self, endpoint: str, bucket: str, work_dir: str, total_mib: int) -> None:
+        self.tally = RequestTally()
         self.endpoint = endpoint
         self.bucket = bucket
         self.work_dir = work_dir
@@ -107,8 +125,78 @@ class Bench:
         epoch = _register(self.controller, self._broker)
         wal_dir = os.path.join(self.work_dir, f"wal-{self._broker}")
         cfg = StreamStorageConfig(wal_dir=wal_dir, **overrides)
-        store = open_s3_store(S3Config(endpoint_url=self.endpoint, bucket=self.bucket))
+        store = open_s3_store(S3Config(endpoint_url=self.endpoint, bucket=self.bucket), observer=self.tally)
         return StreamStorage(cfg, store, LocalStreamControl(self.controller), self._broker, epoch)
+
+    async def request_cost(self, total_mib: int, streams: int = 4, rounds: int = 8) -> None:
+        """Requests per GiB produced and consumed, and their list price. ``streams`` are appended to
+        at once at the default upload settings, in ``rounds``, with a compaction pass over every
+        stream after each round (time compressed: objects are old enough at once, where the
+        default waits compaction_min_age_ms); then a cold reader reads every stream from its start."""
+        batch = _batch(64 * 1024)
+        per_round = max(1, total_mib * MIB // len(batch) // streams // rounds)
+        st = self.storage(compaction_min_age_ms=0)  # otherwise the defaults
+        policy = CompactionPolicy(st.config.compaction_target_bytes, 0, max_runs_per_pass=1000,
+                                  max_small_objects=st.config.compaction_max_small_objects)
+        await st.start()
+        sids = []
+        for _ in range(streams):
+            sid = await st.create_stream()
+            await st.open_stream(sid, 0)
+            sids.append(sid)
+        before = self.tally.snapshot()
+        t0 = time.perf_counter()
+        objects_per_stream: list[int] = []
+
+        async def writer(sid: int) -> None:
+            for _ in range(per_round):
+                await st.append(sid, batch)
+
+        for _ in range(rounds):
+            await asyncio.gather(*(writer(sid) for sid in sids))
+            for sid in sids:
+                await st.compact_stream(sid, policy)
+            objects_per_stream.append(max([len(await st.committed_objects(sid)) for sid in sids]))
+        for sid in sids:
+            await st.force_upload(sid)
+            await st.compact_stream(sid, policy)
+        for sid in sids:
+            await st.close_stream(sid)
+        produce_s = time.perf_counter() - t0
+        produced = streams * rounds * per_round * len(batch)
+        produce_requests = requests_since(before, self.tally.snapshot())
+        wal_objects, compacted = st.uploader.stats.objects, st.compaction_runs
+        await st.close()
+        objects = {o["object_key"] for sid in sids
+                   for o in self.controller.read("describe_stream", {"stream_id": sid})["objects"]}
+        reader = self.storage()
+        await reader.start()
+        before = self.tally.snapshot()
+        consumed = 0
+        for sid in sids:
+            offset = 0
+            while True:
+                res = await reader.fetch(sid, offset, 1 * MIB)
+                if not res.data:
+                    break
+                consumed += len(res.data)
+                offset = res.next_offset
+        consume_requests = requests_since(before, self.tally.snapshot())
+        await reader.close()
+        gib = produced / GIB
+        self.results["cost"] = {
+            "streams": streams, "produced_bytes": produced, "produce_mb_s": round(produced / produce_s / 1e6, 1),
+            "consumed_bytes": consumed, "objects": len(objects), "wal_objects_put": wal_objects,
+            "compacted_objects_put": compacted, "max_objects_per_stream_by_round": objects_per_stream,
+            "requests_produce": produce_requests, "requests_consume": consume_requests,
+            "requests_per_gib_produced": per_gib(produce_requests, produced),
+            "requests_per_gib_consumed": per_gib(consume_requests, consumed),
+            "gets_per_8mib_read": round(consume_requests.get("GET", 0) * 8 * MIB / max(1, consumed), 2),
+            "request_usd_per_gib_produced": round(request_cost_usd(produce_requests) / gib, 6),
+            "request_usd_per_gib_consumed": round(request_cost_usd(consume_requests) / (consumed / GIB), 6)
+            if consumed else None,
+            "storage_usd_per_gib_month": round(storage_cost_usd_per_month(GIB), 6),
+        }
 
     async def append(self, rounds: int) -> None:
         batch = _batch(64 * 1024)
@@ -284,14 +372,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.endpoint:
             endpoint, bucket = args.endpoint, args.bucket
             S3ObjectStore(S3Config(endpoint_url=endpoint, bucket=bucket)).ensure_bucket_sync()
+            if parse_profile(args.s3_profile) is not LOCAL:
+                server = S3Server(bucket=bucket, s3_profile=args.s3_profile, upstream=endpoint).start()
+                endpoint = server.endpoint_url
         else:
-            server = S3Server(bucket=args.bucket).start()
+            server = S3Server(bucket=args.bucket, s3_profile=args.s3_profile).start()
             endpoint, bucket = server.endpoint_url, server.bucket
         bench = Bench(endpoint, bucket, work_dir, args.mib)
         await bench.append(args.rounds)
         await bench.upload_and_fetch(args.rounds)
         await bench.close_latency(args.repeats)
+        await bench.request_cost(args.cost_mib)
         out = dict(bench.results)
+        out["s3_profile"] = args.s3_profile
         out["endpoint"] = endpoint
         out["work_dir_fs"] = os.path.dirname(work_dir)
         out["rows"] = [dict(zip(("figure", "value", "raw", "ratio", "verdict"), row)) for row in ratios(out)]
@@ -317,6 +410,16 @@ def print_table(out: dict[str, Any]) -> None:
         print(f"  {name + ' pending':50} {out[f'close_{label}_p50_ms']:>9} {raw:>9} ms   "
               f"(max {out[f'close_{label}_max_ms']} ms{extra})")
     print(f"close with 8 MiB pending ≤ {CLOSE_TARGET_MS:.0f} ms p50: {'ok' if out['close_8mib_within_target'] else 'missed'}")
+    cost = out["cost"]
+    print(f"S3 requests ({cost['streams']} streams at default upload and compaction settings, "
+          f"{cost['produce_mb_s']} MB/s; {cost['wal_objects_put']} WAL objects and {cost['compacted_objects_put']} "
+          f"compacted ones PUT, {cost['objects']} left; S3 profile {out['s3_profile']}):")
+    print(f"  objects per stream after each round (max): {cost['max_objects_per_stream_by_round']}")
+    print(f"  per GiB produced: {cost['requests_per_gib_produced']}  = ${cost['request_usd_per_gib_produced']:.5f}")
+    print(f"  per GiB consumed: {cost['requests_per_gib_consumed']}  = ${cost['request_usd_per_gib_consumed']:.5f} "
+          f"({cost['gets_per_8mib_read']} GETs per 8 MiB read)")
+    print(f"  storage: ${cost['storage_usd_per_gib_month']:.5f} per GiB-month (AWS S3 Standard list prices, "
+          f"us-east-1)")
     print(f"group commit: {out['append_8_writers_fsyncs_per_append']} fsyncs per append with 8 writers; "
           f"a cold fetch of {out['fetch_objects']} objects used {out['fetch_gets']} GETs; throughputs are medians of "
           f"interleaved rounds")
@@ -331,10 +434,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mib", type=int, default=32, help="MiB per throughput figure (bounded: 8..256)")
     parser.add_argument("--repeats", type=int, default=9, help="closes per pending size")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per throughput figure (median)")
+    parser.add_argument("--cost-mib", type=int, default=256,
+                        help="MiB produced for the request-cost figures (bounded: 16..4096)")
+    parser.add_argument("--s3-profile", default="local",
+                        help="latency added in front of S3: local, aws-standard, fixed:MS, latency:P50,P99[,RATE]")
     args = parser.parse_args(argv)
+    try:
+        parse_profile(args.s3_profile)
+    except ValueError as exc:
+        print(f"Error: {exc} (INVALID_REQUEST)", file=sys.stderr)
+        return 2
     args.mib = max(8, min(256, args.mib))
     args.repeats = max(1, min(50, args.repeats))
     args.rounds = max(1, min(9, args.rounds))
+    args.cost_mib = max(16, min(4096, args.cost_mib))
     out = asyncio.run(run(args))
     if args.json:
         print(json.dumps(out, sort_keys=True))
@@ -344,6 +457,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main(sys.argv[1:]))
