@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -21,7 +19,8 @@ from typing import Any
 from metadata_quorum.errors import ErrorCode, FerryError
 from tools.rebalance.model import reassignment_json
 from tools.rebalance.planner import PlannerConfig, plan, validate_modes
-from tools.rebalance.samples import S3SampleSource, download_window, keys_in_window, local_sample_files
+from stream_storage.config import S3Config
+from tools.rebalance.samples import METRICS_PREFIX, S3SampleSource, keys_in_window, local_sample_files
 from tools.rebalance.summary import render_summary, summarize
 
 
@@ -30,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_argument_group("load samples")
     src.add_argument("--s3-endpoint", help="S3 endpoint URL holding the samples (moto, MinIO, AWS)")
     src.add_argument("--bucket", help="bucket holding metrics/broker=<id>/<ts>.jsonl")
+    src.add_argument("--s3-region", default="us-east-1", help="S3 region (default us-east-1)")
     src.add_argument("--input", help="local directory laid out like the bucket (instead of S3)")
     src.add_argument("--window-ms", type=int, default=300_000, help="sampling window to average (default 300000)")
     src.add_argument("--end-ms", type=int, help="window end (default: the newest sample)")
@@ -84,13 +84,24 @@ def _check_args(args: argparse.Namespace) -> None:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"{flag} must be a positive rate in bytes/s, got {value}")
 
 
-def _sample_paths(args: argparse.Namespace, scratch: Path) -> tuple[list[str], int | None]:
-    """The window's sample files and the window's end (from the keys: Spark need not scan for it)."""
+def _sample_keys(args: argparse.Namespace) -> tuple[list[str], int | None]:
+    """The window's sample files or object keys and the window's end (from the keys: Spark need
+    not scan for it). Listing runs on the driver; the objects are read by the executors."""
     if args.input:
         root = Path(args.input).resolve()
         keys, end_ms = keys_in_window(local_sample_files(root), args.window_ms, args.end_ms)
         return [str(root / k) for k in keys], end_ms
-    return download_window(S3SampleSource(args.s3_endpoint, args.bucket), scratch, args.window_ms, args.end_ms)
+    return keys_in_window(S3SampleSource(args.s3_endpoint, args.bucket, args.s3_region).list(METRICS_PREFIX), args.window_ms,
+                          args.end_ms)
+
+
+def _read(spark: Any, args: argparse.Namespace, keys: list[str]) -> Any:
+    from tools.rebalance.aggregate import read_samples, read_samples_s3
+
+    if args.input:
+        return read_samples(spark, keys)
+    return read_samples_s3(spark, S3Config(endpoint_url=args.s3_endpoint, bucket=args.bucket,
+                                           region=args.s3_region), keys)
 
 
 async def _cluster_brokers(args: argparse.Namespace) -> list[int]:
@@ -127,20 +138,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config = PlannerConfig(balance_band=args.balance_band, count_band=args.count_band,
                            capacity_bytes_per_s=(args.max_network_in, args.max_network_out),
                            add_brokers=add, remove_brokers=remove)
-    from tools.rebalance.aggregate import aggregate_samples, read_samples
+    from tools.rebalance.aggregate import aggregate_samples
     from tools.rebalance.spark_session import timed_spark_session
 
-    scratch = Path(tempfile.mkdtemp(prefix="ferry-rebalance-"))
-    try:
-        paths, end_ms = _sample_paths(args, scratch)
-        if not paths:
-            raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found in the window: nothing to plan")
-        spark, startup_s = timed_spark_session(args.master)
-        started = time.perf_counter()
-        agg = aggregate_samples(spark, read_samples(spark, paths), args.window_ms, end_ms, brokers=brokers)
-        aggregated = time.perf_counter()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    keys, end_ms = _sample_keys(args)
+    if not keys:
+        raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found in the window: nothing to plan")
+    spark, startup_s = timed_spark_session(args.master)
+    started = time.perf_counter()
+    agg = aggregate_samples(spark, _read(spark, args, keys), args.window_ms, end_ms, brokers=brokers)
+    aggregated = time.perf_counter()
     cluster = agg.cluster
     if add:
         holding = sorted(set(add) & {int(b) for b in cluster.owners})
