@@ -32,6 +32,7 @@ perf: $(STAMP)
 	$(VENV)/bin/ferry perf rebalance
 	$(VENV)/bin/ferry perf kafka
 	$(VENV)/bin/ferry perf scale
+	$(VENV)/bin/ferry perf spark-read
 
 autoscale: $(STAMP)
 	$(VENV)/bin/ferry autoscale run

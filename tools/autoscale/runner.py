@@ -30,7 +30,7 @@ from tools.autoscale.plots import plot_balance, plot_overview
 from tools.autoscale.recorder import Recorder
 from tools.autoscale.scenario import Scenario, Step
 from tools.autoscale.summary import summarize_run, write_summary
-from tools.client import Consumer, Producer, RecordMetadata, TopicPartition, read_all
+from tools.client import Consumer, Producer, RecordMetadata, TopicPartition
 from tools.cluster import LocalCluster
 
 MAX_IN_FLIGHT = 50_000  # records offered but not yet acknowledged; above it offers are shed (and counted)
@@ -348,16 +348,27 @@ class Experiment:
     # -- the end ----------------------------------------------------------------------------------
 
     async def _verify(self) -> dict[str, Any]:
+        """Every acknowledged record, read back by Spark straight from S3 (the ``ferry`` data
+        source) once the acknowledged offsets are committed: once, at its offset."""
         assert self.cluster is not None
-        logs = await read_all(self.cluster.bootstrap_servers, self.tps, timeout_s=60)
+        from tools.rebalance.spark_session import spark_session
+        from tools.spark_read.read_back import read_records, wait_committed
+
+        options = {"topic": self.scn.topic, "bootstrap.controller": ",".join(self.cluster.controller_bootstrap),
+                   "s3.endpoint": str(self.cluster.s3_endpoint), "s3.bucket": self.cluster.bucket}
+        ends = {(self.scn.topic, tp.partition): max((a[1] for a in self.acks[tp.partition]), default=-1) + 1
+                for tp in self.tps}
+        visible_s, committed = await wait_committed(options, ends, timeout_s=30.0)
+        logs = await asyncio.to_thread(read_records, spark_session(), options)
         lost = duplicated = misplaced = acknowledged = 0
         for tp in self.tps:
-            counts: Counter[bytes] = Counter(r.value for r in logs[tp] if r.value is not None)
-            by_offset = {r.offset: r.value for r in logs[tp]}
+            stored = logs.get(tp.partition, [])
+            counts: Counter[bytes] = Counter(value for _offset, value in stored if value is not None)
+            by_offset = dict(stored)
             value_of: dict[tuple[int, int], bytes] = {}
-            for stored in counts:
-                part_text, seq_text, _pad = stored.split(b":", 2)
-                value_of[(int(part_text), int(seq_text))] = stored
+            for value in counts:
+                part_text, seq_text, _pad = value.split(b":", 2)
+                value_of[(int(part_text), int(seq_text))] = value
             duplicated += sum(n - 1 for n in counts.values() if n > 1)
             for seq, offset, _broker, _t in self.acks[tp.partition]:
                 acknowledged += 1
@@ -366,8 +377,12 @@ class Experiment:
                     lost += 1
                 elif by_offset.get(offset) != value:
                     misplaced += 1
+        self.rec.event(self.now(), "read_back", source="spark data source (S3)", committed_after_s=visible_s,
+                       uncommitted_partitions=sorted(p for (_t, p), end in ends.items()
+                                                     if committed.get((self.scn.topic, p), 0) < end))
         return {"acknowledged": acknowledged, "lost": lost, "duplicated": duplicated, "misplaced": misplaced,
-                "read_back": sum(len(v) for v in logs.values()), "shed": self.shed}
+                "read_back": sum(len(v) for v in logs.values()), "shed": self.shed,
+                "read_back_source": "spark", "committed_after_s": visible_s}
 
     def _stalls(self) -> None:
         """Fill in each move's produce stall: last ack by the old owner to the first by the new one."""
