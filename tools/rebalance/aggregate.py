@@ -127,7 +127,9 @@ def aggregate_samples(spark: "SparkSession", samples: "DataFrame", window_ms: in
     cluster = make_cluster_load(partitions["topic"].to_numpy(dtype=object), partitions["partition"].to_numpy(),
                                 partitions["owner"].to_numpy(), partitions["net_in"].to_numpy(np.float64),
                                 partitions["net_out"].to_numpy(np.float64), partitions["size_bytes"].to_numpy(),
-                                brokers=None if brokers is None else sorted(set(brokers)))
+                                brokers=None if brokers is None else sorted(set(brokers)),
+                                requests=(partitions["records_in_per_s"] + partitions["records_out_per_s"])
+                                .to_numpy(np.float64))
     return Aggregated(cluster, partitions, broker_rows, end_ms, rows)
 
 
