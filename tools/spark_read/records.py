@@ -16,7 +16,6 @@ from typing import Any
 from crc32c import crc32c
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from stream_storage.batch_scan import CorruptBatch, scan_batches
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_BYTES = 61
@@ -162,6 +161,8 @@ def _walk_plain(data: bytes, p: int, end: int, count: int, base: int, first_ts: 
 def _decode_slow(batch: bytes, start_offset: int, end_offset: int, log_append: bool, max_ts: int, out: Columns,
                  stream: str) -> None:
     """Compressed batches, or headers wanted: the strict decoder, one record object each."""
+    from stream_storage.batch_scan import CorruptBatch, scan_batches  # kafka-python's codecs: only when needed
+
     for item in scan_batches(batch):
         if isinstance(item, CorruptBatch):
             raise _corrupt(stream, item.base_offset, item.reason)
