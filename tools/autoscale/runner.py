@@ -424,10 +424,10 @@ class Experiment:
             duplicated += sum(n - 1 for n in counts.values() if n > 1)
             for seq, offset, _broker, _t in self.acks[tp.partition]:
                 acknowledged += 1
-                value = value_of.get((tp.partition, seq))
-                if value is None:
+                wanted = value_of.get((tp.partition, seq))
+                if wanted is None:
                     lost += 1
-                elif by_offset.get(offset) != value:
+                elif by_offset.get(offset) != wanted:
                     misplaced += 1
         self.rec.event(self.now(), "read_back", source="spark data source (S3)", committed_after_s=visible_s,
                        uncommitted_partitions=sorted(p for (_t, p), end in ends.items()

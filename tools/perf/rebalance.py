@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the case run on a Spark standalone cluster (master + worker on 127.0.0.1)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning)
-    cases = QUICK_CASES if args.quick else CASES
+    cases: tuple[Case, ...] = QUICK_CASES if args.quick else CASES
     if args.partitions:
         sizes = {int(x) for x in args.partitions.split(",")}
         cases = tuple(c for c in CASES + QUICK_CASES if c.partitions in sizes and c.distribution == "exponential")

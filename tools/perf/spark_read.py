@@ -123,7 +123,7 @@ def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: i
 
         asyncio.run(create())
         opts = {"topic": TOPIC, "bootstrap.controller": ",".join(cluster.controller_bootstrap),
-                "s3.endpoint": cluster.s3_endpoint, "s3.bucket": cluster.bucket}
+                "s3.endpoint": str(cluster.s3_endpoint), "s3.bucket": cluster.bucket}
         options = ReadOptions.parse(opts)
         records, produce_mb_s, last_ack = produce(cluster.kafka_bootstrap, partitions, size_mb * MiB, record_bytes)
         streams = asyncio.run(wait_committed(options, records))

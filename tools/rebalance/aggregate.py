@@ -55,7 +55,7 @@ def read_samples_s3(spark: "SparkSession", s3: "S3Config", keys: Sequence[str],
         raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found: nothing to plan")
     from pyspark.sql.types import StructType
 
-    schema = StructType.fromDDL(SAMPLE_SCHEMA_DDL)
+    schema = cast(StructType, StructType.fromDDL(SAMPLE_SCHEMA_DDL))
     tasks = max(1, min(len(keys) // objects_per_task + 1, 4 * spark.sparkContext.defaultParallelism))
     key_frame = spark.createDataFrame([(k,) for k in sorted(keys)], "key STRING").repartition(tasks)
     return key_frame.mapInArrow(partial(_fetch_sample_objects, s3, SAMPLE_SCHEMA_DDL), schema)

@@ -61,8 +61,9 @@ def _stats(load: np.ndarray, owner: np.ndarray, dir_of: list[str | None], dirs: 
             continue
         per = {d: 0.0 for d in names}
         for i in np.nonzero(owner == b)[0].tolist():
-            if dir_of[i] in per:
-                per[dir_of[i]] += float(load[i])
+            d = dir_of[i]
+            if d is not None and d in per:
+                per[d] += float(load[i])
         mean = sum(per.values()) / len(per)
         if mean > 0:
             worst = max(worst, max(per.values()) / mean)

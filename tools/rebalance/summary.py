@@ -88,8 +88,9 @@ def capacity_violations(cluster: ClusterLoad, owners: np.ndarray, brokers: Seque
     totals = broker_totals(cluster, owners, brokers)
     out = {}
     for r, name in enumerate(RESOURCES):
-        if capacity[r] is not None:
-            out[name] = int((totals[name] > float(capacity[r]) * (1 + 1e-9)).sum())
+        limit = capacity[r]
+        if limit is not None:
+            out[name] = int((totals[name] > float(limit) * (1 + 1e-9)).sum())
     if max_request_rate is not None:
         index = {int(b): k for k, b in enumerate(brokers)}
         pos = np.array([index[int(b)] for b in owners], dtype=np.int64)

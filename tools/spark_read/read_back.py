@@ -31,14 +31,10 @@ def read_records(spark: Any, options: Mapping[str, str]) -> dict[int, list[tuple
 
     register(spark)
     frame = spark.read.format(FORMAT_NAME).options(**dict(options)).load().select("partition", "offset", "value")
-    table = frame.toArrow() if hasattr(frame, "toArrow") else None
+    table = frame.toArrow()  # Spark 4: Arrow batches straight to the driver
     out: dict[int, list[tuple[int, bytes | None]]] = {}
-    if table is not None:
-        rows = zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
-                   table.column("value").to_pylist())
-    else:
-        rows = ((r.partition, r.offset, None if r.value is None else bytes(r.value)) for r in frame.collect())
-    for partition, offset, value in rows:
+    for partition, offset, value in zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
+                                        table.column("value").to_pylist()):
         out.setdefault(int(partition), []).append((int(offset), value))
     for records in out.values():
         records.sort(key=lambda r: r[0])

@@ -40,7 +40,8 @@ from stream_storage.config import S3Config
 from stream_storage.object_format import TAIL_READ_BYTES, ObjectIndex, check_block, parse_index, parse_tail
 from tools.spark_read import FORMAT_NAME
 from tools.spark_read.offsets import (
-    EARLIEST, LATEST, ObjectSpan, PartitionStream, ReadTask, parse_offsets, parse_stream, plan_read_tasks,
+    EARLIEST, LATEST, ObjectSpan, OffsetSpec, PartitionStream, ReadTask, parse_offsets, parse_stream,
+    plan_read_tasks,
     resolve_ranges,
 )
 from tools.spark_read.records import Columns, decode_batches, to_arrow
@@ -82,8 +83,8 @@ class ReadOptions:
     bootstrap_controllers: str | None
     bootstrap_servers: str | None
     s3: S3Config
-    starting: Any
-    ending: Any
+    starting: OffsetSpec
+    ending: OffsetSpec
     fail_on_data_loss: bool
     min_partitions: int | None
     include_headers: bool
