@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "perf": ("tools.perf", "benchmarks: quorum, streams, move, rebalance"),
     "rebalance": ("tools.rebalance.cli", "plan (and execute) a load-balanced reassignment with PySpark"),
     "autoscale": ("tools.autoscale.cli", "run an autoscaling experiment"),
+    "key-counts": ("tools.spark_read.key_counts", "per-key record counts of a topic, read from S3 by Spark"),
 }
 SERVERS = frozenset({"controller", "broker", "s3"})
 

@@ -1,4 +1,5 @@
-"""`ferry autoscale run [SCENARIO.yaml] [--s3-endpoint URL] [--out DIR]`: run an autoscaling experiment.
+"""`ferry autoscale run [SCENARIO.yaml] [--s3-endpoint URL] [--out DIR]`: run an autoscaling experiment;
+`ferry autoscale compare A.yaml B.yaml [--seeds K] [--out DIR]`: compare policies (tools/autoscale/compare.py).
 
 Starts a local cluster (embedded moto by default, any S3 endpoint by flag), follows the scenario
 (tools/scenarios/default.yaml when none is given) under open-loop load, and writes a 1 s time
@@ -28,12 +29,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--bucket", default="ferry", help="bucket on the S3 endpoint (default ferry)")
     run.add_argument("--out", help="output directory (default .ferry/autoscale/<scenario>-<time>)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from tools.autoscale.compare import add_parser
+
+    add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning)
+    if args.command == "compare":
+        from tools.autoscale.compare import main_compare
+
+        return main_compare(args)
     try:
         scenario = load_scenario(args.scenario)
     except FerryError as exc:

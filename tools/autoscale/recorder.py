@@ -86,6 +86,11 @@ class Recorder:
         if kind == "move":
             self._at(t_s).moves += 1
 
+    def acked_per_broker(self, second: int) -> dict[int, int]:
+        """Records each broker acknowledged during ``second`` (a policy's load sample)."""
+        sec = self._seconds.get(second)
+        return dict(sec.per_broker) if sec else {}
+
     # -- outputs
     def broker_ids(self) -> list[int]:
         return sorted(self._brokers_seen)

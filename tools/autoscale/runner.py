@@ -27,10 +27,11 @@ import pandas as pd
 from metadata_quorum.errors import ErrorCode, FerryError
 from tools.admin import Admin
 from tools.autoscale.plots import plot_balance, plot_overview
+from tools.autoscale.policies import LoadSample, PolicyState, acted, decide, pick_broker_to_remove
 from tools.autoscale.recorder import Recorder
 from tools.autoscale.scenario import Scenario, Step
 from tools.autoscale.summary import summarize_run, write_summary
-from tools.client import Consumer, Producer, RecordMetadata, TopicPartition, read_all
+from tools.client import Consumer, Producer, RecordMetadata, TopicPartition
 from tools.cluster import LocalCluster
 
 MAX_IN_FLIGHT = 50_000  # records offered but not yet acknowledged; above it offers are shed (and counted)
@@ -62,6 +63,9 @@ class Experiment:
         self._consuming = True
         self._leaders: dict[int, int] = {}
         self._step_index = -1
+        self._live: list[int] = []
+        self._deciding = True
+        self._removed: set[int] = set()
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -103,8 +107,13 @@ class Experiment:
         self.t0 = time.monotonic()
         tasks = [asyncio.create_task(self._produce()), asyncio.create_task(self._consume()),
                  asyncio.create_task(self._monitor()), asyncio.create_task(self._steps())]
+        if self.scn.policy is not None:
+            tasks.append(asyncio.create_task(self._autoscale()))
         try:
             await asyncio.sleep(self.scn.duration_s)
+            self._deciding = False
+            if len(tasks) > 4:  # an action in progress finishes under load (bounded)
+                await asyncio.wait([tasks[4]], timeout=self.scn.drain_timeout_s)
             if not tasks[3].done():  # the load goes on until the last step is done (bounded)
                 self.status = "finishing the last step"
                 await asyncio.wait([tasks[3]], timeout=self.scn.drain_timeout_s)
@@ -143,6 +152,8 @@ class Experiment:
         while self._producing:
             now = time.monotonic()
             rate = self.scn.rate_at(self._t(now))
+            if self.scn.hot is not None:  # the hot partitions move over time
+                weights = self.scn.partition_weights(self._t(now))
             dt, last = now - last, now
             for p, w in enumerate(weights):
                 credits[p] += rate * w * dt
@@ -240,6 +251,7 @@ class Experiment:
         """Live brokers, retries, lag, and partition leaders (a changed leader is a move)."""
         assert self.admin is not None and self.producer is not None
         live = await self._live_brokers()
+        self._live = live
         topics = await self.admin.describe_topics([self.scn.topic])
         self.rec.gauge(t, "live_brokers", live)
         self.rec.gauge(t, "retries_total", self.producer.retries)
@@ -253,6 +265,46 @@ class Experiment:
                         self.rec.event(t, "move", partition=part.partition, from_broker=old, to_broker=part.leader)
                     self._leaders[part.partition] = part.leader
         return live
+
+    # -- the policy: a control loop over the brokers' load ---------------------------------------
+
+    def _load_sample(self, t: float) -> LoadSample:
+        """The last complete second: each live broker's acknowledged produce bytes."""
+        acked = self.rec.acked_per_broker(int(t) - 1)
+        return LoadSample(t, tuple(sorted(self._live)),
+                          {b: float(acked.get(b, 0) * self.scn.value_bytes) for b in self._live})
+
+    async def _autoscale(self) -> None:
+        """Once a second, ask the policy (a pure function) and carry out what it decides; it is
+        not asked again until the action is done."""
+        config = self.scn.policy
+        assert config is not None
+        state = PolicyState()
+        while self._deciding:
+            await asyncio.sleep(1.0 - (self.now() % 1.0))
+            if not self._deciding or not self._live:
+                continue
+            sample = self._load_sample(self.now())
+            decision, state = decide(config, state, sample)
+            if not decision.acts:
+                continue
+            self.rec.event(self.now(), "policy_decision", policy=config.kind, add=decision.add,
+                           remove=decision.remove, reason=decision.reason, brokers=list(sample.live_brokers))
+            self.status = f"policy: {decision.reason}"
+            try:
+                if decision.add:
+                    await self._step(Step(self.now(), "add_brokers", count=decision.add))
+                    await self._step(Step(self.now(), "rebalance", window_ms=config.rebalance_window_ms,
+                                          balance_band=config.balance_band))
+                for _ in range(decision.remove):
+                    broker = pick_broker_to_remove(self._load_sample(self.now()), frozenset(self._removed))
+                    self._removed.add(broker)
+                    await self._step(Step(self.now(), "remove_broker", broker=broker,
+                                          window_ms=config.rebalance_window_ms, balance_band=config.balance_band))
+            except (FerryError, OSError, RuntimeError, ValueError) as exc:
+                self.rec.event(self.now(), "policy_action_failed", error=str(exc))
+            state = acted(state, decision, self.now())
+            self.status = "steady"
 
     # -- the scenario's steps ---------------------------------------------------------------------
 
@@ -348,26 +400,41 @@ class Experiment:
     # -- the end ----------------------------------------------------------------------------------
 
     async def _verify(self) -> dict[str, Any]:
+        """Every acknowledged record, read back by Spark straight from S3 (the ``ferry`` data
+        source) once the acknowledged offsets are committed: once, at its offset."""
         assert self.cluster is not None
-        logs = await read_all(self.cluster.bootstrap_servers, self.tps, timeout_s=60)
+        from tools.rebalance.spark_session import spark_session
+        from tools.spark_read.read_back import read_records, wait_committed
+
+        options = {"topic": self.scn.topic, "bootstrap.controller": ",".join(self.cluster.controller_bootstrap),
+                   "s3.endpoint": str(self.cluster.s3_endpoint), "s3.bucket": self.cluster.bucket}
+        ends = {(self.scn.topic, tp.partition): max((a[1] for a in self.acks[tp.partition]), default=-1) + 1
+                for tp in self.tps}
+        visible_s, committed = await wait_committed(options, ends, timeout_s=30.0)
+        logs = await asyncio.to_thread(read_records, spark_session(), options)
         lost = duplicated = misplaced = acknowledged = 0
         for tp in self.tps:
-            counts: Counter[bytes] = Counter(r.value for r in logs[tp] if r.value is not None)
-            by_offset = {r.offset: r.value for r in logs[tp]}
+            stored = logs.get(tp.partition, [])
+            counts: Counter[bytes] = Counter(value for _offset, value in stored if value is not None)
+            by_offset = dict(stored)
             value_of: dict[tuple[int, int], bytes] = {}
-            for stored in counts:
-                part_text, seq_text, _pad = stored.split(b":", 2)
-                value_of[(int(part_text), int(seq_text))] = stored
+            for value in counts:
+                part_text, seq_text, _pad = value.split(b":", 2)
+                value_of[(int(part_text), int(seq_text))] = value
             duplicated += sum(n - 1 for n in counts.values() if n > 1)
             for seq, offset, _broker, _t in self.acks[tp.partition]:
                 acknowledged += 1
-                value = value_of.get((tp.partition, seq))
-                if value is None:
+                wanted = value_of.get((tp.partition, seq))
+                if wanted is None:
                     lost += 1
-                elif by_offset.get(offset) != value:
+                elif by_offset.get(offset) != wanted:
                     misplaced += 1
+        self.rec.event(self.now(), "read_back", source="spark data source (S3)", committed_after_s=visible_s,
+                       uncommitted_partitions=sorted(p for (_t, p), end in ends.items()
+                                                     if committed.get((self.scn.topic, p), 0) < end))
         return {"acknowledged": acknowledged, "lost": lost, "duplicated": duplicated, "misplaced": misplaced,
-                "read_back": sum(len(v) for v in logs.values()), "shed": self.shed}
+                "read_back": sum(len(v) for v in logs.values()), "shed": self.shed,
+                "read_back_source": "spark", "committed_after_s": visible_s}
 
     def _stalls(self) -> None:
         """Fill in each move's produce stall: last ack by the old owner to the first by the new one."""

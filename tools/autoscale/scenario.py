@@ -21,16 +21,30 @@ planner's remove-broker mode, then stop it). Both take ``balance_band`` (default
 planner aims inside ±5 % so that the measured throughput, noisier than the samples' averages,
 lands within the verdict's 1.1. ``skew`` spreads the partitions' rates linearly
 from 1 to 1 + skew times the coldest's.
+
+Load shapes (``load``): ``diurnal: {period_s, min_rate_per_s, max_rate_per_s}`` replaces the
+step rate by a day compressed into ``period_s`` (a cosine from the trough at t=0 to the peak at
+half the period); ``bursts: [{at_s, duration_s, factor}]`` multiply the rate; ``zipf_s`` gives
+partition ranks Zipf weights ``1 / rank^s`` (key skew; ranks shuffled by ``seed``);
+``hot: {partitions, factor, move_every_s}`` makes that many partitions ``factor`` times hotter
+and moves the heat to other partitions every ``move_every_s`` (chosen by ``seed``).
+
+``policy`` (tools/autoscale/policies.py) lets a policy decide when to add and remove brokers,
+from the brokers' per-second load; ``slo_p99_ms`` is the produce p99 a comparison counts
+seconds above (default 250).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+import random
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from metadata_quorum.errors import ErrorCode, FerryError
+from tools.autoscale.policies import PolicyConfig, parse_policy
 
 ACTIONS = ("set_rate", "add_brokers", "rebalance", "remove_broker")
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml"
@@ -62,16 +76,47 @@ class Scenario:
     skew: float = 0.0
     drain_timeout_s: float = 20.0
     steps: tuple[Step, ...] = field(default_factory=tuple)
+    diurnal: tuple[float, float, float] | None = None  # period_s, min and max rate
+    bursts: tuple[tuple[float, float, float], ...] = ()  # at_s, duration_s, factor
+    zipf_s: float = 0.0
+    hot: tuple[int, float, float] | None = None  # partitions, factor, move_every_s
+    seed: int = 0
+    policy: PolicyConfig | None = None
+    slo_p99_ms: float = 250.0
 
-    def partition_weights(self) -> list[float]:
-        """Each partition's share of the rate (sums to 1)."""
+    def with_seed(self, seed: int) -> "Scenario":
+        return replace(self, seed=seed)
+
+    def partition_weights(self, t_s: float = 0.0) -> list[float]:
+        """Each partition's share of the rate at time t_s (sums to 1): linear skew, Zipf ranks,
+        and the hot partitions of the current period."""
         n = self.partitions
         raw = [1.0 + self.skew * (p / (n - 1) if n > 1 else 0.0) for p in range(n)]
+        if self.zipf_s > 0:
+            ranks = list(range(1, n + 1))
+            random.Random(self.seed).shuffle(ranks)
+            raw = [w / ranks[p] ** self.zipf_s for p, w in enumerate(raw)]
+        if self.hot is not None:
+            count, factor, every_s = self.hot
+            period = int(t_s // every_s) if every_s > 0 else 0
+            hot = set(random.Random(self.seed * 1_000_003 + period).sample(range(n), min(count, n)))
+            raw = [w * (factor if p in hot else 1.0) for p, w in enumerate(raw)]
         total = sum(raw)
         return [w / total for w in raw]
 
     def rate_at(self, t_s: float) -> float:
-        """The offered rate (records/s) at time t_s, following set_rate steps and their ramps."""
+        """The offered rate (records/s) at time t_s: the steps' rates and ramps (or the diurnal
+        curve), times any burst."""
+        rate = self._base_rate(t_s)
+        for at_s, duration_s, factor in self.bursts:
+            if at_s <= t_s < at_s + duration_s:
+                rate *= factor
+        return rate
+
+    def _base_rate(self, t_s: float) -> float:
+        if self.diurnal is not None:
+            period_s, low, high = self.diurnal
+            return low + (high - low) * (1 - math.cos(2 * math.pi * t_s / period_s)) / 2
         rate = self.rate_per_s
         for step in self.steps:
             if step.action != "set_rate" or step.rate_per_s is None or t_s < step.at_s:
@@ -118,7 +163,8 @@ def parse_scenario(text: str) -> Scenario:
         raise _bad(f"the scenario is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise _bad("the scenario must be a YAML mapping")
-    known = {"name", "duration_s", "cluster", "topic", "load", "steps", "drain_timeout_s"}
+    known = {"name", "duration_s", "cluster", "topic", "load", "steps", "drain_timeout_s", "policy", "slo_p99_ms",
+             "seed"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise _bad(f"unknown scenario field(s): {', '.join(unknown)}")
@@ -176,7 +222,53 @@ def parse_scenario(text: str) -> Scenario:
         value_bytes=_number(load, "value_bytes", 512, int, "load", 32),
         skew=_number(load, "skew", 0.0, float, "load"),
         drain_timeout_s=_number(data, "drain_timeout_s", 20.0, float, "scenario", 1),
-        steps=tuple(steps))
+        steps=tuple(steps), **_shapes(load), seed=_number(data, "seed", 0, int, "scenario"),
+        policy=_policy(data, brokers), slo_p99_ms=_number(data, "slo_p99_ms", 250.0, float, "scenario", 1))
+
+
+LOAD_FIELDS = {"rate_per_s", "value_bytes", "skew", "diurnal", "bursts", "zipf_s", "hot"}
+
+
+def _shapes(load: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(load) - LOAD_FIELDS)
+    if unknown:
+        raise _bad(f"unknown load field(s): {', '.join(unknown)}")
+    out: dict[str, Any] = {"zipf_s": _number(load, "zipf_s", 0.0, float, "load")}
+    if "diurnal" in load:
+        d = load["diurnal"]
+        if not isinstance(d, dict):
+            raise _bad("load.diurnal must be a mapping {period_s, min_rate_per_s, max_rate_per_s}")
+        low = _number(d, "min_rate_per_s", None, float, "load.diurnal", 0)
+        high = _number(d, "max_rate_per_s", None, float, "load.diurnal", 1)
+        if low > high:
+            raise _bad(f"load.diurnal.min_rate_per_s ({low}) is above max_rate_per_s ({high})")
+        out["diurnal"] = (_number(d, "period_s", None, float, "load.diurnal", 1), low, high)
+    bursts = load.get("bursts", [])
+    if not isinstance(bursts, list) or not all(isinstance(b, dict) for b in bursts):
+        raise _bad("load.bursts must be a list of {at_s, duration_s, factor}")
+    out["bursts"] = tuple((_number(b, "at_s", None, float, f"load.bursts[{k}]"),
+                           _number(b, "duration_s", None, float, f"load.bursts[{k}]", 0.001),
+                           _number(b, "factor", None, float, f"load.bursts[{k}]", 0)) for k, b in enumerate(bursts))
+    if "hot" in load:
+        h = load["hot"]
+        if not isinstance(h, dict):
+            raise _bad("load.hot must be a mapping {partitions, factor, move_every_s}")
+        out["hot"] = (_number(h, "partitions", None, int, "load.hot", 1), _number(h, "factor", None, float, "load.hot", 1),
+                      _number(h, "move_every_s", 0.0, float, "load.hot"))
+    return out
+
+
+def _policy(data: dict[str, Any], brokers: int) -> PolicyConfig | None:
+    if "policy" not in data:
+        return None
+    raw = data["policy"]
+    if not isinstance(raw, dict):
+        raise _bad("policy must be a mapping with a kind")
+    config = parse_policy(raw)
+    if not config.min_brokers <= brokers <= config.max_brokers:
+        raise _bad(f"cluster.brokers ({brokers}) is outside the policy's min_brokers..max_brokers "
+                   f"({config.min_brokers}..{config.max_brokers})")
+    return config
 
 
 def load_scenario(path: str | Path | None) -> Scenario:

@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "move": "the six-step partition move, step by step",
     "rebalance": "the PySpark rebalancing planner",
     "kafka": "real Kafka clients: librdkafka produce vs HTTP vs raw TCP, end-to-end latency, move unavailability",
+    "spark-read": "Spark reading a topic from S3 through the ferry data source vs a raw parallel S3 GET",
     "scale": "every partition of 1,000 to 10,000 moved at once: time, elections, fencings, records per move",
 }
 
@@ -35,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ferry perf: unknown benchmark {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     try:
-        module = importlib.import_module(f"tools.perf.{name}")
+        module = importlib.import_module(f"tools.perf.{name.replace('-', '_')}")
     except ModuleNotFoundError as e:
-        if e.name == f"tools.perf.{name}":
+        if e.name == f"tools.perf.{name.replace('-', '_')}":
             print(f"ferry perf: benchmark {name!r} is not available in this build", file=sys.stderr)
             return 2
         raise

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence, cast
+from functools import partial
+from typing import TYPE_CHECKING, Iterator, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,10 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from tools.rebalance.model import ClusterLoad, make_cluster_load
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+    from stream_storage.config import S3Config
 
 SAMPLE_SCHEMA_DDL = ("ts_ms LONG, interval_ms LONG, broker_id INT, topic STRING, partition INT, bytes_in LONG, "
                      "bytes_out LONG, records_in LONG, records_out LONG, size_bytes LONG")
@@ -36,6 +40,49 @@ def read_samples(spark: "SparkSession", paths: Sequence[str]) -> "DataFrame":
     if not paths:
         raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found: nothing to plan")
     return spark.read.schema(SAMPLE_SCHEMA_DDL).option("mode", "FAILFAST").json(list(paths))
+
+
+def read_samples_s3(spark: "SparkSession", s3: "S3Config", keys: Sequence[str],
+                    objects_per_task: int = 16) -> "DataFrame":
+    """The sample objects ``keys`` read by the executors straight from S3.
+
+    Only the key list travels from the driver; each task GETs its objects with boto3 and parses
+    them with Arrow's JSON reader. So the job runs the same on ``local[2]`` and on any cluster whose
+    executors reach the endpoint (credentials: boto3's chain on the executors, see
+    docs/rebalance.md), and nothing is copied through the driver or a shared disk.
+    """
+    if not keys:
+        raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found: nothing to plan")
+    from pyspark.sql.types import StructType
+
+    schema = cast(StructType, StructType.fromDDL(SAMPLE_SCHEMA_DDL))
+    tasks = max(1, min(len(keys) // objects_per_task + 1, 4 * spark.sparkContext.defaultParallelism))
+    key_frame = spark.createDataFrame([(k,) for k in sorted(keys)], "key STRING").repartition(tasks)
+    return key_frame.mapInArrow(partial(_fetch_sample_objects, s3, SAMPLE_SCHEMA_DDL), schema)
+
+
+def _fetch_sample_objects(s3: "S3Config", schema_ddl: str, batches: Iterator["pa.RecordBatch"]
+                          ) -> Iterator["pa.RecordBatch"]:
+    """Executor side of read_samples_s3: GET each object and parse its JSON lines with Arrow."""
+    import io
+
+    import pyarrow as pa
+    from pyarrow import json as pa_json
+
+    from stream_storage.s3_store import make_s3_client
+
+    schema = pa.schema([pa.field(name, pa.string() if kind == "STRING" else (pa.int32() if kind == "INT"
+                                                                             else pa.int64()))
+                        for name, kind in (col.split() for col in schema_ddl.split(", "))])
+    client = make_s3_client(s3)
+    options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    for batch in batches:
+        for key in batch.column("key").to_pylist():
+            body = client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+            if not body.strip():
+                continue
+            table = pa_json.read_json(io.BytesIO(body), parse_options=options).select(schema.names).cast(schema)
+            yield from table.to_batches()
 
 
 def aggregate_samples(spark: "SparkSession", samples: "DataFrame", window_ms: int, end_ms: int | None = None,
@@ -80,7 +127,9 @@ def aggregate_samples(spark: "SparkSession", samples: "DataFrame", window_ms: in
     cluster = make_cluster_load(partitions["topic"].to_numpy(dtype=object), partitions["partition"].to_numpy(),
                                 partitions["owner"].to_numpy(), partitions["net_in"].to_numpy(np.float64),
                                 partitions["net_out"].to_numpy(np.float64), partitions["size_bytes"].to_numpy(),
-                                brokers=None if brokers is None else sorted(set(brokers)))
+                                brokers=None if brokers is None else sorted(set(brokers)),
+                                requests=(partitions["records_in_per_s"] + partitions["records_out_per_s"])
+                                .to_numpy(np.float64))
     return Aggregated(cluster, partitions, broker_rows, end_ms, rows)
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -21,8 +19,9 @@ from typing import Any
 from metadata_quorum.errors import ErrorCode, FerryError
 from tools.rebalance.model import reassignment_json
 from tools.rebalance.planner import PlannerConfig, plan, validate_modes
-from tools.rebalance.samples import S3SampleSource, download_window, keys_in_window, local_sample_files
-from tools.rebalance.summary import render_summary, summarize
+from stream_storage.config import S3Config
+from tools.rebalance.samples import METRICS_PREFIX, S3SampleSource, keys_in_window, local_sample_files
+from tools.rebalance.summary import goals_report, render_summary, summarize
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_argument_group("load samples")
     src.add_argument("--s3-endpoint", help="S3 endpoint URL holding the samples (moto, MinIO, AWS)")
     src.add_argument("--bucket", help="bucket holding metrics/broker=<id>/<ts>.jsonl")
+    src.add_argument("--s3-region", default="us-east-1", help="S3 region (default us-east-1)")
     src.add_argument("--input", help="local directory laid out like the bucket (instead of S3)")
     src.add_argument("--window-ms", type=int, default=300_000, help="sampling window to average (default 300000)")
     src.add_argument("--end-ms", type=int, help="window end (default: the newest sample)")
@@ -39,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="partition-count cap above the mean (default 0.10)")
     goals.add_argument("--max-network-in", type=float, help="per-broker network-in capacity, bytes/s")
     goals.add_argument("--max-network-out", type=float, help="per-broker network-out capacity, bytes/s")
+    goals.add_argument("--max-request-rate", type=float,
+                       help="per-broker capacity in records in + out per second (a CPU proxy)")
+    goals.add_argument("--racks", help="broker racks, BROKER:RACK[,BROKER:RACK] (default: the cluster's, when "
+                                       "--bootstrap-* is given and every broker has one): spread each topic over them")
+    goals.add_argument("--log-dirs", help="Kafka log-dirs JSON (ferry log-dirs --describe) to balance each broker's "
+                                          "dirs (default: the cluster's, with --bootstrap-*)")
     mode = p.add_argument_group("modes")
     mode.add_argument("--add-broker", help="comma-separated new broker ids: moves only onto them")
     mode.add_argument("--remove-broker", help="comma-separated broker ids to drain: moves only off them")
@@ -67,6 +73,22 @@ def parse_ids(text: str | None, flag: str) -> tuple[int, ...]:
     return ids
 
 
+def parse_racks(text: str | None) -> dict[int, str]:
+    if not text:
+        return {}
+    out: dict[int, str] = {}
+    for part in text.split(","):
+        broker, sep, rack = part.strip().partition(":")
+        try:
+            bid = int(broker)
+        except ValueError:
+            bid = -1
+        if not sep or not rack or bid < 0:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"--racks takes BROKER:RACK pairs, got {part!r}")
+        out[bid] = rack
+    return out
+
+
 def _check_args(args: argparse.Namespace) -> None:
     if args.input and (args.s3_endpoint or args.bucket):
         raise FerryError(ErrorCode.INVALID_REQUEST, "use either --input or --s3-endpoint/--bucket, not both")
@@ -79,29 +101,65 @@ def _check_args(args: argparse.Namespace) -> None:
         raise FerryError(ErrorCode.INVALID_REQUEST, f"--window-ms must be positive, got {args.window_ms}")
     if not 0 < args.balance_band < 1 or not 0 <= args.count_band:
         raise FerryError(ErrorCode.INVALID_REQUEST, "--balance-band must be between 0 and 1 and --count-band >= 0")
-    for flag, value in (("--max-network-in", args.max_network_in), ("--max-network-out", args.max_network_out)):
+    for flag, value in (("--max-network-in", args.max_network_in), ("--max-network-out", args.max_network_out),
+                        ("--max-request-rate", args.max_request_rate)):
         if value is not None and value <= 0:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"{flag} must be a positive rate in bytes/s, got {value}")
 
 
-def _sample_paths(args: argparse.Namespace, scratch: Path) -> tuple[list[str], int | None]:
-    """The window's sample files and the window's end (from the keys: Spark need not scan for it)."""
+def _sample_keys(args: argparse.Namespace) -> tuple[list[str], int | None]:
+    """The window's sample files or object keys and the window's end (from the keys: Spark need
+    not scan for it). Listing runs on the driver; the objects are read by the executors."""
     if args.input:
         root = Path(args.input).resolve()
         keys, end_ms = keys_in_window(local_sample_files(root), args.window_ms, args.end_ms)
         return [str(root / k) for k in keys], end_ms
-    return download_window(S3SampleSource(args.s3_endpoint, args.bucket), scratch, args.window_ms, args.end_ms)
+    return keys_in_window(S3SampleSource(args.s3_endpoint, args.bucket, args.s3_region).list(METRICS_PREFIX), args.window_ms,
+                          args.end_ms)
 
 
-async def _cluster_brokers(args: argparse.Namespace) -> list[int]:
+def _read(spark: Any, args: argparse.Namespace, keys: list[str]) -> Any:
+    from tools.rebalance.aggregate import read_samples, read_samples_s3
+
+    if args.input:
+        return read_samples(spark, keys)
+    return read_samples_s3(spark, S3Config(endpoint_url=args.s3_endpoint, bucket=args.bucket,
+                                           region=args.s3_region), keys)
+
+
+async def _cluster_brokers(args: argparse.Namespace) -> tuple[list[int], dict[int, str]]:
+    """The live brokers, and their racks when every one has a rack."""
     from tools.admin import Admin
     from tools.rebalance.execute import live_brokers
 
     async with Admin(args.bootstrap_server, args.bootstrap_controller) as admin:
-        return await live_brokers(admin)
+        live = await live_brokers(admin)
+        info = await admin.describe_cluster()
+    racks = {b: str(info[b].rack) for b in live if b in info and info[b].rack}
+    return live, racks if len(racks) == len(live) else {}
 
 
-async def _execute(args: argparse.Namespace, moves: list[Any], show_progress: bool) -> dict[str, Any]:
+async def _cluster_log_dirs(args: argparse.Namespace) -> dict[str, Any]:
+    from tools.admin import Admin
+    from tools.log_dirs_cmd import kafka_log_dirs_json
+
+    async with Admin(args.bootstrap_server, args.bootstrap_controller) as admin:
+        return kafka_log_dirs_json(await admin.describe_log_dirs(), None)
+
+
+def _log_dirs_input(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.log_dirs:
+        try:
+            return dict(json.loads(Path(args.log_dirs).read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"--log-dirs {args.log_dirs!r}: {exc}") from None
+    if args.bootstrap_server or args.bootstrap_controller:
+        return asyncio.run(_cluster_log_dirs(args))
+    return None
+
+
+async def _execute(args: argparse.Namespace, moves: list[Any], show_progress: bool,
+                   dir_moves: dict[tuple[str, int, int], str] | None = None) -> dict[str, Any]:
     from tools.admin import Admin
     from tools.rebalance.execute import execute_plan, live_brokers
 
@@ -113,8 +171,15 @@ async def _execute(args: argparse.Namespace, moves: list[Any], show_progress: bo
                              f"the plan moves partitions to brokers {targets} that are not live; live brokers are "
                              f"{sorted(live)}")
         result = await execute_plan(admin, moves, timeout_ms=args.timeout_ms, show_progress=show_progress)
+        started_dirs: list[str] = []
+        if dir_moves:
+            from tools.client import TopicPartition
+            from tools.reassign_cmd import execute_log_dir_moves
+
+            await execute_log_dir_moves(admin, {(TopicPartition(t, p), b): d for (t, p, b), d in dir_moves.items()},
+                                        args.timeout_ms, started_dirs)
     return {"submitted": result.submitted, "completed": result.completed, "rejected": result.rejected,
-            "elapsed_s": result.elapsed_s}
+            "elapsed_s": result.elapsed_s, "log_dir_moves_started": len(started_dirs)}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -122,25 +187,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     _check_args(args)
     add, remove = parse_ids(args.add_broker, "--add-broker"), parse_ids(args.remove_broker, "--remove-broker")
     brokers = list(parse_ids(args.brokers, "--brokers")) or None
-    if brokers is None and (args.bootstrap_server or args.bootstrap_controller):
-        brokers = [b for b in asyncio.run(_cluster_brokers(args)) if b not in add] or None
+    racks = parse_racks(args.racks)
+    if args.bootstrap_server or args.bootstrap_controller:
+        live, cluster_racks = asyncio.run(_cluster_brokers(args))
+        if brokers is None:
+            brokers = [b for b in live if b not in add] or None
+        racks = racks or cluster_racks
     config = PlannerConfig(balance_band=args.balance_band, count_band=args.count_band,
                            capacity_bytes_per_s=(args.max_network_in, args.max_network_out),
+                           max_request_rate=args.max_request_rate, racks=tuple(sorted(racks.items())),
                            add_brokers=add, remove_brokers=remove)
-    from tools.rebalance.aggregate import aggregate_samples, read_samples
+    log_dirs_body = _log_dirs_input(args)
+    from tools.rebalance.aggregate import aggregate_samples
     from tools.rebalance.spark_session import timed_spark_session
 
-    scratch = Path(tempfile.mkdtemp(prefix="ferry-rebalance-"))
-    try:
-        paths, end_ms = _sample_paths(args, scratch)
-        if not paths:
-            raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found in the window: nothing to plan")
-        spark, startup_s = timed_spark_session(args.master)
-        started = time.perf_counter()
-        agg = aggregate_samples(spark, read_samples(spark, paths), args.window_ms, end_ms, brokers=brokers)
-        aggregated = time.perf_counter()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    keys, end_ms = _sample_keys(args)
+    if not keys:
+        raise FerryError(ErrorCode.INVALID_REQUEST, "no load samples found in the window: nothing to plan")
+    spark, startup_s = timed_spark_session(args.master)
+    started = time.perf_counter()
+    agg = aggregate_samples(spark, _read(spark, args, keys), args.window_ms, end_ms, brokers=brokers)
+    aggregated = time.perf_counter()
     cluster = agg.cluster
     if add:
         holding = sorted(set(add) & {int(b) for b in cluster.owners})
@@ -155,16 +222,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     brokers_after = [b for b in brokers_before if b not in set(remove)]
     summary = summarize(cluster, result.owners_after, brokers_before, brokers_after)
     summary["mode"] = "remove_broker" if remove else ("add_broker" if add else "balance")
+    dir_plan = None
+    if log_dirs_body is not None:
+        from tools.rebalance.log_dirs import parse_kafka_log_dirs, plan_log_dirs
+
+        dirs, current = parse_kafka_log_dirs(log_dirs_body)
+        dir_plan = plan_log_dirs(cluster, result.owners_after, dirs, current, band=args.balance_band)
+    summary["goals"] = goals_report(cluster, result.owners_after, brokers_before, brokers_after, racks,
+                                    (args.max_network_in, args.max_network_out), args.max_request_rate, dir_plan)
     summary["unmet_goals"] = result.unmet_goals
     summary["moves_by_goal"] = result.moves_by_goal
     summary["window"] = {"end_ms": agg.end_ms, "window_ms": args.window_ms, "sample_rows": agg.rows_in_window}
     summary["timings_s"] = {"spark_startup": startup_s, "aggregation": aggregated - started,
                             "planning": planned - aggregated}
-    report: dict[str, Any] = {"summary": summary, "plan": reassignment_json(result.moves), "executed": None}
+    report: dict[str, Any] = {"summary": summary, "plan": reassignment_json(result.moves, cluster, dir_plan),
+                              "executed": None}
     if args.output:
         Path(args.output).write_text(json.dumps(report["plan"], indent=2) + "\n", encoding="utf-8")
-    if args.execute and result.moves:
-        report["executed"] = asyncio.run(_execute(args, result.moves, show_progress=not args.json))
+    intra = {} if dir_plan is None else {
+        (str(cluster.topics[i]), int(cluster.partitions[i]), int(cluster.owners[i])): str(dir_plan.dirs[i])
+        for i in dir_plan.intra_moves}
+    if args.execute and (result.moves or intra):
+        report["executed"] = asyncio.run(_execute(args, result.moves, show_progress=not args.json, dir_moves=intra))
     return report
 
 

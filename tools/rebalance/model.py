@@ -27,6 +27,11 @@ class ClusterLoad:
     loads: np.ndarray  # float64 bytes/s, shape (n, len(RESOURCES))
     size_bytes: np.ndarray  # int64, shape (n,)
     brokers: tuple[int, ...]  # sorted; may include brokers that hold no partition
+    requests: np.ndarray | None = None  # records in + out per second (a CPU proxy), shape (n,)
+
+    @property
+    def request_rates(self) -> np.ndarray:
+        return np.zeros(self.n_partitions) if self.requests is None else self.requests
 
     @property
     def n_partitions(self) -> int:
@@ -36,11 +41,12 @@ class ClusterLoad:
         """The same loads owned as given (brokers that now own partitions join the broker list)."""
         owner_arr = np.asarray(owners, dtype=np.int64).copy()
         brokers = tuple(sorted(set(self.brokers) | {int(b) for b in np.unique(owner_arr)}))
-        return ClusterLoad(self.topics, self.partitions, owner_arr, self.loads, self.size_bytes, brokers)
+        return ClusterLoad(self.topics, self.partitions, owner_arr, self.loads, self.size_bytes, brokers,
+                           self.requests)
 
     def with_brokers(self, brokers: Iterable[int]) -> "ClusterLoad":
         return ClusterLoad(self.topics, self.partitions, self.owners, self.loads, self.size_bytes,
-                           tuple(sorted(set(int(b) for b in brokers))))
+                           tuple(sorted(set(int(b) for b in brokers))), self.requests)
 
 
 def make_cluster_load(
@@ -51,6 +57,7 @@ def make_cluster_load(
     net_out: Sequence[float] | np.ndarray,
     size_bytes: Sequence[int] | np.ndarray | None = None,
     brokers: Iterable[int] | None = None,
+    requests: Sequence[float] | np.ndarray | None = None,
 ) -> ClusterLoad:
     """Validate the columns and put the rows in canonical (topic, partition) order.
 
@@ -69,11 +76,16 @@ def make_cluster_load(
     if not all(a.shape[0] == n for a in (part_arr, owner_arr, in_arr, out_arr, size_arr)):
         raise FerryError(ErrorCode.INVALID_REQUEST, "load columns have different lengths")
     loads = np.stack([in_arr, out_arr], axis=1)
-    if not np.all(np.isfinite(loads)) or np.any(loads < 0):
+    req_arr = None if requests is None else np.asarray(requests, dtype=np.float64)
+    if req_arr is not None and req_arr.shape[0] != n:
+        raise FerryError(ErrorCode.INVALID_REQUEST, "load columns have different lengths")
+    if not np.all(np.isfinite(loads)) or np.any(loads < 0) or (
+            req_arr is not None and (not np.all(np.isfinite(req_arr)) or np.any(req_arr < 0))):
         raise FerryError(ErrorCode.INVALID_REQUEST, "partition loads must be finite and non-negative")
     order = np.lexsort((part_arr, topic_arr.astype(str)))
     topic_arr, part_arr, owner_arr = topic_arr[order], part_arr[order], owner_arr[order]
     loads, size_arr = loads[order], size_arr[order]
+    req_arr = None if req_arr is None else req_arr[order]
     same = (topic_arr[1:] == topic_arr[:-1]) & (part_arr[1:] == part_arr[:-1])
     if np.any(same):
         i = int(np.argmax(same))
@@ -89,7 +101,7 @@ def make_cluster_load(
             raise FerryError(ErrorCode.BROKER_ID_NOT_REGISTERED,
                              f"partitions are owned by brokers {unknown} that are not in the broker list "
                              f"{sorted(broker_set)}")
-    return ClusterLoad(topic_arr, part_arr, owner_arr, loads, size_arr, tuple(sorted(broker_set)))
+    return ClusterLoad(topic_arr, part_arr, owner_arr, loads, size_arr, tuple(sorted(broker_set)), req_arr)
 
 
 @dataclass(frozen=True)
@@ -118,9 +130,22 @@ def moves_between(cluster: ClusterLoad, owners_after: np.ndarray) -> list[Move]:
             for i in changed]
 
 
-def reassignment_json(moves: Sequence[Move]) -> dict[str, Any]:
-    """Kafka's reassignment file (kafka-reassign-partitions --execute input): one replica each."""
-    rows = sorted(moves, key=lambda m: (m.topic, m.partition))
+def reassignment_json(moves: Sequence[Move], cluster: "ClusterLoad | None" = None,
+                      log_dirs: Any | None = None) -> dict[str, Any]:
+    """Kafka's reassignment file (kafka-reassign-partitions --execute input): one replica each.
+
+    With a log-dir plan (tools/rebalance/log_dirs.py), a moved partition names the dir it goes to,
+    and a partition that stays on its broker but changes dir is listed with the same replica and
+    its new dir (an intra-broker move, as Kafka's tool reads it)."""
+    where: dict[tuple[str, int], str] = {}
+    rows = [(m.topic, m.partition, m.to_broker) for m in moves]
+    if log_dirs is not None and cluster is not None:
+        for i, d in enumerate(log_dirs.dirs):
+            if d is not None:
+                where[(str(cluster.topics[i]), int(cluster.partitions[i]))] = d
+        rows += [(str(cluster.topics[i]), int(cluster.partitions[i]), int(cluster.owners[i]))
+                 for i in log_dirs.intra_moves]
     return {"version": 1, "partitions": [
-        {"topic": m.topic, "partition": m.partition, "replicas": [m.to_broker], "log_dirs": ["any"]} for m in rows
+        {"topic": t, "partition": p, "replicas": [b], "log_dirs": [where.get((t, p), "any")]}
+        for t, p, b in sorted(rows)
     ]}

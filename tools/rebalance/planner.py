@@ -2,7 +2,12 @@
 
 Goals in priority order, as in Cruise Control's goal list and AutoMQ's AutoBalancer:
 
-1. capacity — no broker above its configured network-in/out limit (when limits are set);
+0. rack — with ``racks`` (broker id → rack), every topic's partitions spread over the racks:
+   at most ceil(partitions of the topic ÷ racks) on any rack, so losing a rack takes at most
+   that share of any topic (Cruise Control's RackAwareDistributionGoal; a Ferry partition has
+   one replica, so spreading a topic is what rack awareness can mean);
+1. capacity — no broker above its configured network-in/out limit or request-rate limit (records
+   in + out per second, a proxy for CPU) when limits are set;
 2. net_in — every broker's network-in within mean × (1 ± band);
 3. net_out — the same for network-out;
 4. partition count — no broker holds more than mean × (1 + count_band) partitions (and, when
@@ -53,6 +58,8 @@ class PlannerConfig:
     count_band: float = 0.10
     count_lower_band: float | None = None
     capacity_bytes_per_s: tuple[float | None, ...] = (None, None)  # per resource in RESOURCES
+    max_request_rate: float | None = None  # records in + out per second per broker
+    racks: tuple[tuple[int, str], ...] = ()  # (broker id, rack); empty: no rack goal
     min_move_share: float = 0.001
     add_brokers: tuple[int, ...] = ()
     remove_brokers: tuple[int, ...] = ()
@@ -67,7 +74,7 @@ def plan(cluster: ClusterLoad, config: PlannerConfig | None = None) -> Plan:
     cfg = config or PlannerConfig()
     search = _Search(cluster, cfg)
     search.run()
-    owners_after = np.asarray(search.broker_ids, dtype=np.int64)[search.owner]
+    owners_after = np.asarray(search.broker_ids, dtype=np.int64)[search.owner].copy()
     return Plan(moves=moves_between(cluster, owners_after), owners_after=owners_after, passes=search.passes,
                 moves_by_goal=dict(search.moves_by_goal), unmet_goals=search.unmet_goals())
 
@@ -89,6 +96,14 @@ def validate_modes(cluster: ClusterLoad, cfg: PlannerConfig) -> None:
         raise FerryError(ErrorCode.INVALID_REQUEST, "balance bands must be between 0 and 1")
     if len(cfg.capacity_bytes_per_s) != len(RESOURCES):
         raise FerryError(ErrorCode.INVALID_REQUEST, f"one capacity per resource {RESOURCES} is needed")
+    if cfg.max_request_rate is not None and cfg.max_request_rate <= 0:
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"the request-rate capacity must be positive, got "
+                         f"{cfg.max_request_rate}")
+    if cfg.racks:
+        racked = {b for b, _r in cfg.racks}
+        missing = sorted((known | set(cfg.add_brokers)) - racked)
+        if missing:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"brokers {missing} have no rack; give every broker one")
 
 
 def mean_without_giants(x: np.ndarray, n_brokers: int, band: float) -> float:
@@ -141,15 +156,61 @@ class _Search:
                 held.setdefault(int(self.owner[i]), []).append(float(self.X[i, r]))
             self.giants_of.append(held)
         self.tol = np.maximum(self.mean * 1e-9, 1e-12)
-        self.min_move = np.maximum(self.mean * cfg.min_move_share, 1e-12)
+        # trivial moves: below min_move_share of the mean broker load, or, when brokers hold more
+        # than 1 / min_move_share partitions each (the share would then exclude most of them),
+        # below the mean partition load
+        mean_partition = self.X[:, :].sum(axis=0) / max(1, self.n)
+        self.min_move = np.maximum(np.minimum(self.mean * cfg.min_move_share, mean_partition), 1e-12)
         self.cap = np.array([_INF if c is None else float(c) for c in cfg.capacity_bytes_per_s])
         mean_count = self.n / n_bal
         self.count_upper = math.ceil(mean_count * (1 + cfg.count_band) - 1e-9)
         self.count_lower = (0 if cfg.count_lower_band is None
                             else math.floor(mean_count * (1 - cfg.count_lower_band) + 1e-9))
+        self.Q = np.asarray(cluster.request_rates, dtype=np.float64)
+        self.LQ = np.bincount(self.owner, weights=self.Q, minlength=n_brokers)
+        self.cap_q = _INF if cfg.max_request_rate is None else float(cfg.max_request_rate)
+        self.tol_q = max(float(self.Q.sum()) / max(1, n_brokers) * 1e-9, 1e-12)
+        self._init_racks(cluster, cfg, n_brokers)
         self.idx = np.arange(n_brokers)
         self.passes = 0
         self.moves_by_goal: dict[str, int] = {}
+        # per-broker partition lists sorted by a key (one per load resource, one for counts),
+        # built once and kept sorted by every move: rebuilding them per phase was most of the
+        # planning time at 10^6 partitions
+        self._lists: dict[str, tuple[np.ndarray, list[list[tuple[float, int]]]]] = {}
+
+    def _init_racks(self, cluster: ClusterLoad, cfg: PlannerConfig, n_brokers: int) -> None:
+        """Per topic and rack the partition count, and each topic's cap ceil(P_t / racks)."""
+        self.use_racks = bool(cfg.racks)
+        if not self.use_racks:
+            return
+        rack_of_id = dict(cfg.racks)
+        names = sorted({rack_of_id[b] for b in self.broker_ids})
+        self.rack_of = np.array([names.index(rack_of_id[b]) for b in self.broker_ids], dtype=np.int64)
+        usable = {int(self.rack_of[b]) for b in range(n_brokers) if self.dest_ok[b] and self.balanced[b]}
+        _, self.topic_idx = np.unique(cluster.topics.astype(str), return_inverse=True)
+        n_topics = int(self.topic_idx.max()) + 1
+        self.rack_count = np.zeros((n_topics, len(names)), dtype=np.int64)
+        np.add.at(self.rack_count, (self.topic_idx, self.rack_of[self.owner]), 1)
+        per_topic = np.bincount(self.topic_idx, minlength=n_topics)
+        self.rack_cap = -(-per_topic // max(1, len(usable)))
+
+    def rack_violations(self) -> int:
+        """Partitions above their topic's per-rack cap, summed over topics and racks."""
+        if not self.use_racks:
+            return 0
+        return int(np.maximum(0, self.rack_count - self.rack_cap[:, None]).sum())
+
+    def _rack_worse(self, i: int, s: int, d: int) -> int:
+        """+1 if moving i from s to d adds a rack violation, -1 if it removes one, else 0."""
+        if not self.use_racks:
+            return 0
+        a, b = int(self.rack_of[s]), int(self.rack_of[d])
+        if a == b:
+            return 0
+        t = int(self.topic_idx[i])
+        cap = self.rack_cap[t]
+        return int(self.rack_count[t, b] >= cap) - int(self.rack_count[t, a] > cap)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -161,7 +222,9 @@ class _Search:
         for _ in range(self.cfg.max_passes):
             self.passes += 1
             moved = 0
-            if np.isfinite(self.cap).any():
+            if self.use_racks:
+                moved += self._rack_phase()
+            if np.isfinite(self.cap).any() or np.isfinite(self.cap_q):
                 moved += self._capacity_phase()
             for r in range(len(RESOURCES)):
                 if self.mean[r] <= 0:
@@ -175,7 +238,9 @@ class _Search:
     def unmet_goals(self) -> list[str]:
         unmet = []
         live = self.balanced
-        if np.any(self.L[live] > self.cap + self.tol):
+        if self.rack_violations() > 0:
+            unmet.append("rack")
+        if np.any(self.L[live] > self.cap + self.tol) or np.any(self.LQ[live] > self.cap_q + self.tol_q):
             unmet.append("capacity")
         for r, name in enumerate(RESOURCES):
             if any(self._viol(self.L[b, r], self._upper(b, r), r) > self.tol[r] for b in self.idx[live].tolist()):
@@ -219,6 +284,10 @@ class _Search:
             x = X[i, q]
             if x > 0 and L[d, q] + x > self.cap[q] + self.tol[q]:
                 return False
+        if self.Q[i] > 0 and self.LQ[d] + self.Q[i] > self.cap_q + self.tol_q:
+            return False
+        if self.use_racks and self._rack_worse(i, s, d) > 0:
+            return False
         if r is not None and self._delta(i, s, d, r) >= -self.tol[r]:
             return False
         return all(self._delta(i, s, d, q) <= self.tol[q] for q in protect)
@@ -240,6 +309,12 @@ class _Search:
                     return i, d
         return None
 
+    def _lists_for(self, name: str, key: np.ndarray) -> list[list[tuple[float, int]]]:
+        """The maintained sorted lists for ``key`` (built on first use)."""
+        if name not in self._lists:
+            self._lists[name] = (key, self._sorted_lists(key))
+        return self._lists[name][1]
+
     def _sorted_lists(self, key: np.ndarray) -> list[list[tuple[float, int]]]:
         """Per broker: its partitions as (key, index), ascending; ties by canonical index."""
         order = np.lexsort((np.arange(self.n), key, self.owner))
@@ -249,10 +324,15 @@ class _Search:
         ids = order.tolist()
         return [list(zip(keys[bounds[b]:bounds[b + 1]], ids[bounds[b]:bounds[b + 1]])) for b in range(len(self.idx))]
 
-    def _apply(self, i: int, s: int, d: int, goal: str, lists: list[list[tuple[float, int]]] | None,
-               key: np.ndarray | None) -> None:
+    def _apply(self, i: int, s: int, d: int, goal: str) -> None:
         self.L[s] -= self.X[i]
         self.L[d] += self.X[i]
+        self.LQ[s] -= self.Q[i]
+        self.LQ[d] += self.Q[i]
+        if self.use_racks:
+            t = int(self.topic_idx[i])
+            self.rack_count[t, self.rack_of[s]] -= 1
+            self.rack_count[t, self.rack_of[d]] += 1
         self.C[s] -= 1
         self.C[d] += 1
         self.owner[i] = d
@@ -262,7 +342,7 @@ class _Search:
                 self.giants_of[r][s].remove(x)
                 self.giants_of[r].setdefault(d, []).append(x)
         self.moves_by_goal[goal] = self.moves_by_goal.get(goal, 0) + 1
-        if lists is not None and key is not None:
+        for key, lists in self._lists.values():
             entry = (float(key[i]), i)
             src = lists[s]
             pos = bisect_right(src, entry) - 1
@@ -332,7 +412,7 @@ class _Search:
     def _over_phase(self, r: int) -> int:
         """Over-loaded brokers shed their largest fitting partitions onto the least loaded ones."""
         key = self.X[:, r]
-        lists = self._sorted_lists(key)
+        lists = self._lists_for(RESOURCES[r], key)
         stuck = np.zeros(len(self.idx), dtype=bool)
         moved = 0
         while True:
@@ -363,13 +443,13 @@ class _Search:
             if found is None:
                 stuck[s] = True
                 continue
-            self._apply(found[0], s, found[1], RESOURCES[r], lists, key)
+            self._apply(found[0], s, found[1], RESOURCES[r])
             moved += 1
 
     def _under_phase(self, r: int) -> int:
         """Under-loaded brokers take the largest fitting partitions of the most loaded ones."""
         key = self.X[:, r]
-        lists = self._sorted_lists(key)
+        lists = self._lists_for(RESOURCES[r], key)
         stuck = np.zeros(len(self.idx), dtype=bool)
         moved = 0
         while True:
@@ -398,14 +478,14 @@ class _Search:
             if found is None:
                 stuck[d] = True
                 continue
-            self._apply(found[0], found[1], d, RESOURCES[r], lists, key)
+            self._apply(found[0], found[1], d, RESOURCES[r])
             moved += 1
 
     def _count_phase(self) -> int:
         """Even out partition counts by moving the coldest partitions, keeping every load goal."""
         safe_mean = np.where(self.mean > 0, self.mean, 1.0)
         key = (self.X / safe_mean).sum(axis=1)
-        lists = self._sorted_lists(key)
+        lists = self._lists_for("count", key)
         stuck = np.zeros(len(self.idx), dtype=bool)
         protect = tuple(range(len(RESOURCES)))
         k = self.cfg.candidate_brokers
@@ -443,25 +523,26 @@ class _Search:
             if found is None:
                 stuck[blame] = True
                 continue
-            self._apply(found[0], found[1], found[2], "partition_count", lists, key)
+            self._apply(found[0], found[1], found[2], "partition_count")
             moved += 1
 
     def _capacity_phase(self) -> int:
         """Brokers above a capacity limit shed their hottest partitions to brokers with room."""
         moved = 0
         stuck = np.zeros(len(self.idx), dtype=bool)
-        safe_cap = np.where(np.isfinite(self.cap), self.cap, _INF)
+        safe_cap = np.append(np.where(np.isfinite(self.cap), self.cap, _INF), self.cap_q)
         while True:
-            ratio = (self.L / safe_cap).max(axis=1)
+            usage = np.column_stack([self.L, self.LQ]) / safe_cap
+            ratio = usage.max(axis=1)
             over = (ratio > 1 + 1e-9) & self.balanced & ~stuck
             if not over.any():
                 return moved
             s = int(np.argmax(np.where(over, ratio, -_INF)))
-            q = int(np.argmax(self.L[s] / safe_cap))
+            q = int(np.argmax(usage[s]))
+            column = self.Q if q == len(RESOURCES) else self.X[:, q]
             mine = np.nonzero(self.owner == s)[0]
-            mine = mine[np.lexsort((mine, -self.X[mine, q]))][: self.cfg.candidate_partitions]
-            dests = self._ranked(self.dest_ok & (self.idx != s), (self.L / safe_cap).max(axis=1), False,
-                                 self.cfg.candidate_brokers)
+            mine = mine[np.lexsort((mine, -column[mine]))][: self.cfg.candidate_partitions]
+            dests = self._ranked(self.dest_ok & (self.idx != s), ratio, False, self.cfg.candidate_brokers)
             found = None
             for i in mine.tolist():
                 for d in dests:
@@ -473,8 +554,39 @@ class _Search:
             if found is None:
                 stuck[s] = True
                 continue
-            self._apply(found[0], s, found[1], "capacity", None, None)
+            self._apply(found[0], s, found[1], "capacity")
             moved += 1
+
+    def _rack_phase(self) -> int:
+        """Topics crowded on a rack move partitions (coldest first) to racks under their cap,
+        onto the least loaded broker there that keeps capacity."""
+        moved = 0
+        safe_mean = np.where(self.mean > 0, self.mean, 1.0)
+        heat = (self.X / safe_mean).sum(axis=1)
+        while True:
+            excess = self.rack_count - self.rack_cap[:, None]
+            crowded = np.argwhere(excess > 0)
+            if crowded.size == 0:
+                return moved
+            progress = False
+            for t, rack in crowded.tolist():
+                members = np.nonzero((self.topic_idx == t) & (self.rack_of[self.owner] == rack)
+                                     & self.balanced[self.owner])[0]
+                members = members[np.lexsort((members, heat[members]))]
+                roomy = [k for k in range(self.rack_count.shape[1]) if self.rack_count[t, k] < self.rack_cap[t]]
+                dests = self._ranked(self.dest_ok & self.balanced & np.isin(self.rack_of, roomy),
+                                     (self.L / safe_mean).sum(axis=1), False, len(self.idx))
+                for i in members.tolist()[: max(1, int(excess[t, rack]))]:
+                    s = int(self.owner[i])
+                    d = next((d for d in dests if self._acceptable(i, s, d, None, ())), None)
+                    if d is None:
+                        continue
+                    self._apply(i, s, d, "rack")
+                    moved += 1
+                    progress = True
+                    break
+            if not progress:
+                return moved
 
     def _evacuate(self) -> None:
         """Move every partition off the removed brokers, hottest first, each to the best-fitting broker."""
@@ -489,4 +601,4 @@ class _Search:
             over_cap = np.any(after > self.cap + self.tol, axis=1)
             score = np.where(over_cap, score + 1e6, score)
             order = np.lexsort((dest_idx, self.C[dest_idx], score))
-            self._apply(i, int(self.owner[i]), int(dest_idx[order[0]]), "remove_brokers", None, None)
+            self._apply(i, int(self.owner[i]), int(dest_idx[order[0]]), "remove_brokers")

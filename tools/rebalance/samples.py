@@ -4,7 +4,7 @@ The format itself (the object keys, ``PartitionSample``, the JSON-lines encoding
 ``broker/load_samples.py`` with its writer, the broker's load sampler; it is re-exported here so
 that the rebalancer's modules and tests have one import. This module adds what only readers and
 test writers need: picking a window by key, local directories laid out like the bucket, and a
-boto3 source.
+boto3 source (listing on the driver; executors read the objects, tools/rebalance/aggregate.py).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from broker.load_samples import (
 from metadata_quorum.errors import ErrorCode, FerryError
 
 __all__ = ["METRICS_PREFIX", "SAMPLE_COLUMNS", "PartitionSample", "S3SampleSource", "SampleStore", "decode_samples",
-           "download_window", "encode_samples", "keys_in_window", "local_sample_files", "parse_sample_key",
+           "encode_samples", "keys_in_window", "local_sample_files", "parse_sample_key",
            "sample_key", "write_samples", "write_samples_dir"]
 
 
@@ -97,16 +97,3 @@ class S3SampleSource:
 
     def put(self, key: str, data: bytes) -> None:
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)
-
-
-def download_window(source: SampleStore, dest_dir: str | os.PathLike[str], window_ms: int,
-                    end_ms: int | None = None) -> tuple[list[str], int | None]:
-    """Copy the window's sample objects into ``dest_dir`` (same layout) for Spark's JSON reader."""
-    keys, end = keys_in_window(source.list(METRICS_PREFIX), window_ms, end_ms)
-    paths = []
-    for key in keys:
-        path = Path(dest_dir) / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(source.get(key))
-        paths.append(str(path))
-    return paths, end

@@ -67,6 +67,75 @@ def summarize(cluster: ClusterLoad, owners_after: np.ndarray, brokers_before: Se
     }
 
 
+def rack_violations(cluster: ClusterLoad, owners: np.ndarray, racks: dict[int, str],
+                    usable_brokers: Sequence[int]) -> int:
+    """Partitions above their topic's per-rack cap ceil(P_t / racks), summed (0 without racks)."""
+    if not racks:
+        return 0
+    usable = sorted({racks[b] for b in usable_brokers if b in racks})
+    counts: dict[tuple[str, str], int] = {}
+    per_topic: dict[str, int] = {}
+    for topic, owner in zip(cluster.topics.tolist(), owners.tolist()):
+        rack = racks.get(int(owner), "")
+        counts[(topic, rack)] = counts.get((topic, rack), 0) + 1
+        per_topic[topic] = per_topic.get(topic, 0) + 1
+    return sum(max(0, n - -(-per_topic[t] // max(1, len(usable)))) for (t, _r), n in counts.items())
+
+
+def capacity_violations(cluster: ClusterLoad, owners: np.ndarray, brokers: Sequence[int],
+                        capacity: Sequence[float | None], max_request_rate: float | None) -> dict[str, int]:
+    """Brokers above each configured capacity (network in/out, request rate)."""
+    totals = broker_totals(cluster, owners, brokers)
+    out = {}
+    for r, name in enumerate(RESOURCES):
+        limit = capacity[r]
+        if limit is not None:
+            out[name] = int((totals[name] > float(limit) * (1 + 1e-9)).sum())
+    if max_request_rate is not None:
+        index = {int(b): k for k, b in enumerate(brokers)}
+        pos = np.array([index[int(b)] for b in owners], dtype=np.int64)
+        per = np.bincount(pos, weights=cluster.request_rates, minlength=len(brokers))
+        out["request_rate"] = int((per > max_request_rate * (1 + 1e-9)).sum())
+    return out
+
+
+def goals_report(cluster: ClusterLoad, owners_after: np.ndarray, brokers_before: Sequence[int],
+                 brokers_after: Sequence[int], racks: dict[int, str], capacity: Sequence[float | None],
+                 max_request_rate: float | None, log_dirs: Any | None) -> dict[str, dict[str, Any]]:
+    """Each goal before and after the plan, in priority order (violations, or max/mean)."""
+    before = broker_totals(cluster, cluster.owners, brokers_before)
+    after = broker_totals(cluster, owners_after, brokers_after)
+    goals: dict[str, dict[str, Any]] = {}
+    if racks:
+        goals["rack"] = {"measure": "partitions above their topic's per-rack cap",
+                         "before": rack_violations(cluster, cluster.owners, racks, brokers_after),
+                         "after": rack_violations(cluster, owners_after, racks, brokers_after)}
+    if any(c is not None for c in capacity) or max_request_rate is not None:
+        goals["capacity"] = {"measure": "brokers above a capacity",
+                             "before": capacity_violations(cluster, cluster.owners, brokers_before, capacity,
+                                                           max_request_rate),
+                             "after": capacity_violations(cluster, owners_after, brokers_after, capacity,
+                                                          max_request_rate)}
+    for name in (*RESOURCES, "partition_count"):
+        goals[name] = {"measure": "max/mean over brokers",
+                       "before": resource_stats(before[name])["max_over_mean"],
+                       "after": resource_stats(after[name])["max_over_mean"]}
+    requests_before = np.bincount([list(brokers_before).index(int(b)) for b in cluster.owners.tolist()],
+                                  weights=cluster.request_rates, minlength=len(brokers_before))
+    requests_after = np.bincount([list(brokers_after).index(int(b)) for b in owners_after.tolist()],
+                                 weights=cluster.request_rates, minlength=len(brokers_after))
+    goals["request_rate"] = {"measure": "max/mean over brokers (records in + out per second)",
+                             "before": resource_stats(requests_before)["max_over_mean"],
+                             "after": resource_stats(requests_after)["max_over_mean"]}
+    if log_dirs is not None:
+        goals["log_dirs"] = {"measure": "worst max/mean of network-in over a broker's log dirs",
+                             "before": log_dirs.before["max_over_mean"], "after": log_dirs.after["max_over_mean"],
+                             "dirs_over_band_before": int(log_dirs.before["dirs_over_band"]),
+                             "dirs_over_band_after": int(log_dirs.after["dirs_over_band"]),
+                             "intra_broker_moves": len(log_dirs.intra_moves)}
+    return goals
+
+
 def render_summary(summary: dict[str, Any]) -> str:
     """The summary as a plain-text table (what `ferry rebalance` prints)."""
     lines = [f"partitions {summary['partitions']}, brokers {len(summary['brokers_before'])} -> "
@@ -80,6 +149,14 @@ def render_summary(summary: dict[str, Any]) -> str:
             floor = f"{res['floor']:.3f}" if "floor" in res and when == "after" else ""
             lines.append(f"{name if when == 'before' else '':<16}{when:>7}{st['avg']:>14.1f}{st['max']:>14.1f}"
                          f"{st['min']:>14.1f}{st['stddev']:>14.1f}{st['max_over_mean']:>10.3f}{floor:>8}")
+    if summary.get("goals"):
+        lines.append(f"{'goal':<16}{'before':>12}{'after':>12}  measure")
+        for name, goal in summary["goals"].items():
+            def fmt(v: Any) -> str:
+                if isinstance(v, dict):
+                    return str(sum(v.values()))
+                return f"{v:.3f}" if isinstance(v, float) else str(v)
+            lines.append(f"{name:<16}{fmt(goal['before']):>12}{fmt(goal['after']):>12}  {goal['measure']}")
     share = ", ".join(f"{k} {v:.1%}" for k, v in summary["moved_share"].items())
     lines.append(f"load moved: {share}")
     if summary.get("unmet_goals"):

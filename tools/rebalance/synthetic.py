@@ -53,7 +53,7 @@ def synthetic_cluster(spec: SyntheticSpec) -> ClusterLoad:
     topics = np.array([f"t{t:05d}" for t in range(n_topics)], dtype=object)[topic_of]
     size_bytes = (net_in * rng.uniform(600, 3600, n)).astype(np.int64)  # ~10 min to 1 h retained
     return make_cluster_load(topics, partition_of, owners, net_in, net_out, size_bytes,
-                             brokers=range(n_brokers))
+                             brokers=range(n_brokers), requests=(net_in + net_out) / 1024.0)
 
 
 def _skewed_owners(rng: np.random.Generator, hot: np.ndarray, topic_of: np.ndarray, partition_of: np.ndarray,

@@ -1,4 +1,5 @@
-"""One Spark session for the whole test run (start-up costs seconds and ~1 GB)."""
+"""One Spark session for the whole test run (start-up costs seconds and ~1 GB): the planner's
+tests and the data source's share it."""
 from __future__ import annotations
 
 import warnings

@@ -1,0 +1,150 @@
+"""The data source's pure parts: offset options as Spark's Kafka source takes them, input
+partitions, and the batch decoder against the strict one."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from metadata_quorum.errors import ErrorCode, FerryError
+from stream_storage.batches import Record, assign_offsets, build_batch, read_records
+from stream_storage.compression import Codec
+from tools.spark_read.offsets import (
+    EARLIEST, LATEST, ObjectSpan, PartitionStream, parse_offsets, parse_stream, plan_read_tasks, resolve_ranges,
+)
+from tools.spark_read.records import Columns, decode_batches, to_arrow
+
+
+def stream(topic: str, partition: int, start: int, bounds: list[int]) -> PartitionStream:
+    objects = tuple(ObjectSpan(f"o-{topic}-{partition}-{a}", a, b, 1000) for a, b in zip(bounds, bounds[1:]))
+    return PartitionStream(topic, partition, 100 + partition, start, bounds[-1], objects)
+
+
+STREAMS = [stream("t", 0, 0, [0, 40, 100]), stream("t", 1, 10, [0, 50])]
+
+
+def test_offset_options_parse_like_sparks_kafka_source():
+    assert parse_offsets(None, "startingOffsets", EARLIEST) == EARLIEST
+    assert parse_offsets("latest", "endingOffsets", LATEST) == LATEST
+    assert parse_offsets(" EARLIEST ", "startingOffsets", LATEST) == EARLIEST
+    assert parse_offsets('{"t": {"0": 23, "1": -2}}', "startingOffsets", EARLIEST) == {"t": {0: 23, 1: -2}}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("soonest", "must be earliest, latest or JSON"),
+    ("[1]", "must be an object of topics"),
+    ('{"t": 5}', "must map partitions to offsets"),
+    ('{"t": {"x": 5}}', "partition 'x' of topic 't' is not an integer"),
+    ('{"t": {"0": -3}}', "must be an integer >= -2"),
+    ('{"t": {"0": true}}', "must be an integer >= -2"),
+])
+def test_bad_offset_options_are_clear_errors(text, message):
+    with pytest.raises(FerryError) as err:
+        parse_offsets(text, "startingOffsets", EARLIEST)
+    assert err.value.error == ErrorCode.INVALID_REQUEST and message in err.value.message
+
+
+def test_ranges_resolve_earliest_latest_and_specific_offsets():
+    got = [(s.partition, a, b) for s, a, b in resolve_ranges(STREAMS, EARLIEST, LATEST)]
+    assert got == [(0, 0, 100), (1, 10, 50)]
+    spec = parse_offsets('{"t": {"0": 30, "1": -2}}', "startingOffsets", EARLIEST)
+    end = parse_offsets('{"t": {"0": -1, "1": 20}}', "endingOffsets", LATEST)
+    assert [(s.partition, a, b) for s, a, b in resolve_ranges(STREAMS, spec, end)] == [(0, 30, 100), (1, 10, 20)]
+
+
+@pytest.mark.parametrize("starting, ending, error, message", [
+    (LATEST, LATEST, ErrorCode.INVALID_REQUEST, "startingOffsets for t-0 is latest (-1): not allowed"),
+    (EARLIEST, EARLIEST, ErrorCode.INVALID_REQUEST, "endingOffsets for t-0 is earliest (-2)"),
+    ({"t": {0: 5}}, LATEST, ErrorCode.INVALID_REQUEST, "must specify every partition read; missing t-1"),
+    ({"t": {0: 5, 1: 10, 2: 0}}, LATEST, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "not read: t-2"),
+    ({"t": {0: 0, 1: 5}}, LATEST, ErrorCode.OFFSET_OUT_OF_RANGE, "t-1: offsets 5..50 are outside"),
+    (EARLIEST, {"t": {0: 101, 1: 50}}, ErrorCode.OFFSET_OUT_OF_RANGE, "end of the committed objects"),
+    ({"t": {0: 60, 1: 10}}, {"t": {0: 50, 1: 50}}, ErrorCode.INVALID_REQUEST, "starting offset 60 is after"),
+])
+def test_ranges_refuse_what_spark_refuses_and_data_not_stored(starting, ending, error, message):
+    with pytest.raises(FerryError) as err:
+        resolve_ranges(STREAMS, starting, ending)
+    assert err.value.error == error and message in err.value.message
+
+
+def test_fail_on_data_loss_off_clamps_to_what_is_stored():
+    got = resolve_ranges(STREAMS, {"t": {0: 0, 1: 5}}, {"t": {0: 500, 1: 50}}, fail_on_data_loss=False)
+    assert [(s.partition, a, b) for s, a, b in got] == [(0, 0, 100), (1, 10, 50)]
+
+
+def test_input_partitions_one_per_partition_then_split_at_object_boundaries():
+    ranges = resolve_ranges(STREAMS, EARLIEST, LATEST)
+    tasks = plan_read_tasks(ranges)
+    assert [(t.partition, t.start_offset, t.end_offset, len(t.objects)) for t in tasks] == [(0, 0, 100, 2),
+                                                                                           (1, 10, 50, 1)]
+    split = plan_read_tasks(ranges, min_partitions=3)
+    # partition 0 (100 offsets) is split at its object boundary 40 (ideal 50, within a quarter piece)
+    assert [(t.partition, t.start_offset, t.end_offset) for t in split] == [(0, 0, 40), (0, 40, 100), (1, 10, 50)]
+    assert [o.start_offset for o in split[1].objects] == [40]
+    many = plan_read_tasks(ranges, min_partitions=10)
+    assert len(many) >= 10
+    for partition, lo, hi in ((0, 0, 100), (1, 10, 50)):  # the pieces tile each range exactly
+        pieces = sorted((t.start_offset, t.end_offset) for t in many if t.partition == partition)
+        assert pieces[0][0] == lo and pieces[-1][1] == hi
+        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+    assert plan_read_tasks(resolve_ranges(STREAMS, EARLIEST, {"t": {0: 0, 1: 10}})) == []
+
+
+def test_stream_parsed_from_describe_stream_ends_at_its_committed_objects():
+    described = {"start_offset": 5, "end_offset": 999, "objects": [
+        {"object_key": "b", "start_offset": 40, "end_offset": 90, "size": 10},
+        {"object_key": "a", "start_offset": 0, "end_offset": 40, "size": 20}]}
+    s = parse_stream("t", 0, 7, described)
+    assert s.start_offset == 5 and s.end_offset == 90 and [o.object_key for o in s.objects] == ["a", "b"]
+
+
+def batches(codec: Codec = Codec.NONE, headers: bool = False) -> bytes:
+    buf = bytearray()
+    for b in range(5):
+        recs = [Record(0, 1_700_000_000_000 + b * 10 + i, None if i == 3 else f"k{i % 4}".encode(),
+                       None if i == 5 else os.urandom(100 + 200 * (i % 3)),
+                       (("h", f"{b}".encode()),) if headers else ()) for i in range(20)]
+        data = build_batch(recs)
+        if codec != Codec.NONE:
+            from kafka.record.default_records import DefaultRecordBatchBuilder
+
+            builder = DefaultRecordBatchBuilder(2, int(codec), False, -1, -1, -1, batch_size=1 << 20)
+            for i, r in enumerate(recs):
+                builder.append(i, r.timestamp_ms, r.key, r.value, list(r.headers))
+            data = bytes(builder.build())
+        buf += data
+    assign_offsets(buf, 1000)
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("codec, headers", [(Codec.NONE, False), (Codec.GZIP, False), (Codec.NONE, True),
+                                            (Codec.LZ4, True)])
+def test_decoder_matches_the_strict_reader(codec, headers):
+    data = batches(codec, headers)
+    expected = read_records(data)
+    out = Columns(include_headers=headers)
+    assert decode_batches(data, 0, 10**9, out) == 1100
+    assert out.offsets == [r.offset for r in expected] == list(range(1000, 1100))
+    assert out.keys == [r.key for r in expected] and out.values == [r.value for r in expected]
+    assert out.timestamps_ms == [r.timestamp_ms for r in expected] and set(out.timestamp_types) == {0}
+    if headers:
+        assert out.headers == [[{"key": k, "value": v} for k, v in r.headers] for r in expected]
+    window = Columns(include_headers=headers)
+    decode_batches(data, 1015, 1047, window)
+    assert window.offsets == list(range(1015, 1047))
+    batch = to_arrow(out, "t", 3)
+    assert batch.schema.names == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"] + (
+        ["headers"] if headers else [])
+    assert batch.column("partition").to_pylist() == [3] * 100
+
+
+def test_decoder_reports_a_damaged_batch_as_corrupt_message():
+    sound = batches()
+    data = bytearray(sound)
+    data[200] ^= 0xFF
+    with pytest.raises(FerryError) as err:
+        decode_batches(bytes(data), 0, 10**9, Columns(), "t-0")
+    assert err.value.error == ErrorCode.CORRUPT_MESSAGE and "CRC mismatch" in err.value.message
+    with pytest.raises(FerryError) as err:
+        decode_batches(sound[:-10], 0, 10**9, Columns(), "t-0")
+    assert err.value.error == ErrorCode.CORRUPT_MESSAGE and "bad framing" in err.value.message

@@ -1,0 +1,206 @@
+"""`ferry perf spark-read`: Spark reading a topic straight from S3 through the ``ferry`` data source,
+against a raw parallel S3 GET of the same objects in the same run.
+
+A local cluster (moto S3, 3 controllers, 3 brokers) takes ``--size-mb`` of 1 KiB records from a
+librdkafka producer over ``--partitions`` partitions; once the last record is committed (the
+freshness lag, measured too), the topic's objects are
+
+1. **raw**: GET whole, 16 at a time, by one process with boto3 (the ceiling: bytes off the endpoint);
+2. **data source**: ``spark.read.format("ferry")`` on ``local[2]``, ``count`` and ``sum(length(value))``,
+   which decodes every record into the Kafka source's columns and hands them to the JVM.
+
+MB/s is object bytes over wall time for both, so the ratio compares like with like. Spark's
+start-up and a first full read (JVM and Python worker warm-up) are measured apart, and so is the
+fixed cost of a query (a one-record-per-partition read: Spark starts Python workers to create
+the source and plan the read), with the rate once it is taken out.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tools.admin import Admin
+from tools.client import TopicPartition
+from tools.cluster import LocalCluster
+from tools.spark_read.offsets import PartitionStream
+from tools.spark_read.source import ReadOptions, describe_streams
+
+MiB = 1024 * 1024
+RECORD_BYTES = 1024
+TOPIC = "spark-read"
+TARGET_RATIO = 0.5
+RAW_GET_THREADS = 16
+
+
+def produce(bootstrap: str, partitions: int, total_bytes: int, record_bytes: int) -> tuple[int, float, float]:
+    """Records produced, MB/s, and the monotonic time the last acknowledgement arrived."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "batch.size": 256 * 1024, "linger.ms": 5, "compression.type": "none",
+                         "queue.buffering.max.kbytes": 64 * 1024, "socket.nagle.disable": True})
+    value = os.urandom(record_bytes)
+    count = total_bytes // record_bytes
+    failures: list[str] = []
+    last_ack = [0.0]
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+        last_ack[0] = time.monotonic()
+
+    started = time.monotonic()
+    for i in range(count):
+        key = f"key-{i % 1000}".encode()
+        while True:
+            try:
+                producer.produce(TOPIC, value=value, key=key, partition=i % partitions, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if i % 256 == 0:
+            producer.poll(0)
+    producer.flush(600)
+    if failures:
+        raise RuntimeError(f"{len(failures)} records failed: {failures[0]}")
+    return count, count * record_bytes / MiB / (time.monotonic() - started), last_ack[0]
+
+
+async def wait_committed(options: ReadOptions, records: int, timeout_s: float = 120.0) -> list[PartitionStream]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        streams = await describe_streams(options)
+        if sum(s.end_offset - s.start_offset for s in streams) >= records:
+            return streams
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {sum(s.end_offset for s in streams)} of {records} records committed")
+        await asyncio.sleep(0.02)
+
+
+def raw_get_mb_s(options: ReadOptions, keys: dict[str, int]) -> tuple[float, int]:
+    """Every object GET whole, RAW_GET_THREADS at a time: MB/s and bytes."""
+    from stream_storage.s3_store import make_s3_client
+
+    client = make_s3_client(options.s3)
+
+    def get(key: str) -> int:
+        return len(client.get_object(Bucket=options.s3.bucket, Key=key)["Body"].read())
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(RAW_GET_THREADS) as pool:
+        total = sum(pool.map(get, sorted(keys)))
+    return total / MiB / (time.perf_counter() - started), total
+
+
+def spark_read(spark: Any, opts: dict[str, str]) -> tuple[float, int, int]:
+    """Seconds, records and value bytes of one full read through the data source."""
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    row = (spark.read.format("ferry").options(**opts).load()
+           .agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0])
+    return time.perf_counter() - started, int(row["n"]), int(row["bytes"] or 0)
+
+
+def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: int) -> dict[str, Any]:
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    from tools.rebalance.spark_session import spark_session
+    from tools.spark_read import register
+
+    with LocalCluster(brokers=3) as cluster:
+        async def create() -> None:
+            async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+                await admin.create_topic(TOPIC, partitions)
+                for p in range(partitions):
+                    await admin.wait_for_leader(TopicPartition(TOPIC, p), timeout_s=30)
+
+        asyncio.run(create())
+        opts = {"topic": TOPIC, "bootstrap.controller": ",".join(cluster.controller_bootstrap),
+                "s3.endpoint": str(cluster.s3_endpoint), "s3.bucket": cluster.bucket}
+        options = ReadOptions.parse(opts)
+        records, produce_mb_s, last_ack = produce(cluster.kafka_bootstrap, partitions, size_mb * MiB, record_bytes)
+        streams = asyncio.run(wait_committed(options, records))
+        freshness_s = time.monotonic() - last_ack
+        objects = {o.object_key: o.size for s in streams for o in s.objects}
+        started = time.perf_counter()
+        spark = spark_session(master, app_name="ferry-perf-spark-read")
+        register(spark)
+        startup_s = time.perf_counter() - started
+        # one untimed full read: every Python worker imports, builds its S3 client and loads Arrow
+        warm_s, _n, _b = spark_read(spark, opts)
+        # the fixed cost of a query: Spark starts Python workers to create the source and plan
+        # the read (imports, controller metadata) whatever the size; a one-record-per-partition read
+        tiny = dict(opts, endingOffsets=json.dumps({TOPIC: {str(s.partition): s.start_offset + 1 for s in streams}}))
+        overhead_s = min(spark_read(spark, tiny)[0] for _ in range(2))
+        raw, spark_runs = [], []
+        total_bytes = 0
+        for _ in range(rounds):
+            mb_s, total_bytes = raw_get_mb_s(options, objects)
+            raw.append(mb_s)
+            seconds, n, value_bytes = spark_read(spark, opts)
+            if n != records or value_bytes != records * record_bytes:
+                raise RuntimeError(f"the data source read {n} records ({value_bytes} value bytes), "
+                                   f"expected {records} ({records * record_bytes})")
+            spark_runs.append(total_bytes / MiB / seconds)
+        spark.stop()
+    best_raw, best_spark = max(raw), max(spark_runs)
+    best_s = total_bytes / MiB / best_spark
+    streaming_mb_s = total_bytes / MiB / max(1e-9, best_s - overhead_s)
+    return {
+        "size_mb": size_mb, "partitions": partitions, "record_bytes": record_bytes, "records": records,
+        "objects": len(objects), "object_bytes": total_bytes, "master": master,
+        "produce_mb_s": produce_mb_s, "freshness_s": freshness_s,
+        "spark_startup_s": startup_s, "spark_warmup_s": warm_s,
+        "raw_get_mb_s": best_raw, "spark_read_mb_s": best_spark, "ratio": best_spark / best_raw,
+        "spark_read_records_per_s": records * best_spark / (total_bytes / MiB),
+        "spark_query_overhead_s": overhead_s, "spark_read_mb_s_after_overhead": streaming_mb_s,
+        "ratio_after_overhead": streaming_mb_s / best_raw,
+        "raw_get_mb_s_runs": raw, "spark_read_mb_s_runs": spark_runs,
+        "target_ratio": TARGET_RATIO, "meets_target": best_spark / best_raw >= TARGET_RATIO,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ferry perf spark-read", description=__doc__.splitlines()[0])
+    p.add_argument("--size-mb", type=int, default=1024, help="topic size (default 1024 = 1 GiB)")
+    p.add_argument("--partitions", type=int, default=8)
+    p.add_argument("--record-bytes", type=int, default=RECORD_BYTES)
+    p.add_argument("--rounds", type=int, default=2, help="reads of each kind; the best is reported")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.size_mb <= 0 or args.partitions <= 0 or args.record_bytes <= 0 or args.rounds <= 0:
+        print("Error: INVALID_REQUEST: sizes, partitions and rounds must be positive", file=sys.stderr)
+        return 1
+    result = run(args.size_mb, args.partitions, args.record_bytes, args.master, args.rounds)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"spark-read: {result['size_mb']} MiB, {result['records']:,} records of "
+                        f"{result['record_bytes']} B, {result['partitions']} partitions, {result['objects']} objects")
+    for col in ("read", "MB/s", "vs raw"):
+        table.add_column(col)
+    table.add_row(f"raw S3 GET ({RAW_GET_THREADS} threads)", f"{result['raw_get_mb_s']:.1f}", "1.00")
+    table.add_row(f"data source ({result['master']})", f"{result['spark_read_mb_s']:.1f}",
+                  f"{result['ratio']:.2f} (target ≥ {TARGET_RATIO})")
+    Console().print(table)
+    print(f"fixed cost of a query (Python workers that create the source and plan the read): "
+          f"{result['spark_query_overhead_s']:.1f} s; without it {result['spark_read_mb_s_after_overhead']:.1f} MB/s "
+          f"({result['ratio_after_overhead']:.2f} x raw)")
+    print(f"produce {result['produce_mb_s']:.1f} MB/s; last record visible {result['freshness_s']:.2f} s after its "
+          f"acknowledgement; Spark start-up {result['spark_startup_s']:.1f} s, warm-up read {result['spark_warmup_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

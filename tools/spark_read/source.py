@@ -1,0 +1,274 @@
+"""The ``ferry`` Spark data source: a topic's committed records, read by the executors from S3.
+
+On the driver, ``partitions()`` asks the controllers (``bootstrap.controller``, or brokers'
+addresses in ``bootstrap.servers``) for each partition's data stream and its committed objects,
+resolves ``startingOffsets`` / ``endingOffsets`` and cuts the read into input partitions
+(``tools/spark_read/offsets.py``). On the executors, ``read()`` GETs each object's tail (footer and
+index), then one ranged GET of the stream's blocks, checks the CRCs and decodes the batches into
+Arrow (``records.py``), while the next objects download in the background. Brokers are never
+involved, so a read does not load the cluster and sees only what was uploaded and committed.
+
+Options (case-insensitive, as Spark passes them):
+
+============================  =====================================================================
+``topic`` / ``subscribe``      topic name, or several separated by commas (required)
+``bootstrap.controller``       controller address(es) ``host:port[,host:port]`` (or ``bootstrap.servers``)
+``s3.endpoint``                S3 endpoint URL (default: boto3's, i.e. AWS)
+``s3.bucket``                  bucket of the stream objects (default ``ferry``)
+``s3.region``                  region (default ``us-east-1``)
+``startingOffsets``            ``earliest`` (default) or JSON, as Spark's Kafka source
+``endingOffsets``              ``latest`` (default: the end of the committed objects) or JSON
+``failOnDataLoss``             ``true`` (default): offsets outside what is stored are an error
+``minPartitions``              at least this many input partitions (default: one per topic-partition)
+``includeHeaders``             ``true`` adds the ``headers`` column (as Spark's Kafka source)
+``maxRowsPerBatch``            rows per Arrow batch handed to Spark (default 10000)
+============================  =====================================================================
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from metadata_quorum.errors import ErrorCode, FerryError
+from stream_storage.config import S3Config
+from stream_storage.object_format import TAIL_READ_BYTES, ObjectIndex, check_block, parse_index, parse_tail
+from tools.spark_read import FORMAT_NAME
+from tools.spark_read.offsets import (
+    EARLIEST, LATEST, ObjectSpan, OffsetSpec, PartitionStream, ReadTask, parse_offsets, parse_stream,
+    plan_read_tasks,
+    resolve_ranges,
+)
+from tools.spark_read.records import Columns, decode_batches, to_arrow
+
+KAFKA_SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, "
+                    "timestampType INT")
+HEADERS_DDL = ", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+PREFETCH_OBJECTS = 4
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    """Option ``name`` (spelled as documented; looked up lower-case, as Spark passes options)."""
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    if text.strip().lower() not in ("true", "false"):
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"option {name} must be true or false, got {text!r}")
+    return text.strip().lower() == "true"
+
+
+def _positive_int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"option {name} must be a positive integer, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The data source's options, parsed and checked on the driver."""
+
+    topics: tuple[str, ...]
+    bootstrap_controllers: str | None
+    bootstrap_servers: str | None
+    s3: S3Config
+    starting: OffsetSpec
+    ending: OffsetSpec
+    fail_on_data_loss: bool
+    min_partitions: int | None
+    include_headers: bool
+    max_rows_per_batch: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
+        lower = {str(k).lower(): str(v) for k, v in options.items()}
+        names = lower.get("topic") or lower.get("subscribe") or ""
+        topics = tuple(t.strip() for t in names.split(",") if t.strip())
+        if not topics:
+            raise FerryError(ErrorCode.INVALID_REQUEST, "option topic is required: .option(\"topic\", \"name\")")
+        controllers, servers = lower.get("bootstrap.controller"), lower.get("bootstrap.servers")
+        if not (controllers or servers):
+            raise FerryError(ErrorCode.INVALID_REQUEST, "option bootstrap.controller (or bootstrap.servers) is "
+                             "required: where to find the topic's streams")
+        s3 = S3Config(endpoint_url=lower.get("s3.endpoint"), bucket=lower.get("s3.bucket", "ferry"),
+                      region=lower.get("s3.region", "us-east-1"))
+        return cls(topics, controllers, servers, s3,
+                   parse_offsets(lower.get("startingoffsets"), "startingOffsets", EARLIEST),
+                   parse_offsets(lower.get("endingoffsets"), "endingOffsets", LATEST),
+                   _bool(lower, "failOnDataLoss", True), _positive_int(lower, "minPartitions", None),
+                   _bool(lower, "includeHeaders", False),
+                   _positive_int(lower, "maxRowsPerBatch", 10_000) or 10_000)
+
+
+async def describe_streams(options: ReadOptions) -> list[PartitionStream]:
+    """Each partition's data stream and committed objects, from the active controller's image."""
+    from tools.admin import Admin
+
+    async with Admin(options.bootstrap_servers, options.bootstrap_controllers) as admin:
+        reply = await admin.read("describe_topics", {"names": list(options.topics)})
+        wanted: list[tuple[str, int, int]] = []
+        for topic in reply["topics"]:
+            if topic.get("error"):
+                raise FerryError(ErrorCode[topic["error"]], str(topic.get("message", "")))
+            if topic.get("storage", "s3") != "s3":
+                raise FerryError(ErrorCode.INVALID_REQUEST, f"topic {topic['name']!r} is stored on local disks, "
+                                 "not in S3: the ferry data source reads storage=s3 topics only")
+            for part in topic["partitions"]:
+                stream_id = part.get("streams", {}).get("data")
+                if stream_id is None:
+                    raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                     f"{topic['name']}-{part['partition']} has no data stream")
+                wanted.append((topic["name"], int(part["partition"]), int(stream_id)))
+        described = await asyncio.gather(*(admin.read("describe_stream", {"stream_id": sid})
+                                           for _t, _p, sid in wanted))
+    return [parse_stream(t, p, sid, d) for (t, p, sid), d in zip(wanted, described)]
+
+
+@dataclass(frozen=True)
+class FerryInputPartition(InputPartition):  # type: ignore[misc]
+    task: ReadTask
+
+
+class FerryReader(DataSourceReader):  # type: ignore[misc]
+    """Plans on the driver (``partitions``), reads on the executors (``read``)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        streams = asyncio.run(describe_streams(self.options))
+        ranges = resolve_ranges(streams, self.options.starting, self.options.ending, self.options.fail_on_data_loss)
+        return [FerryInputPartition(t) for t in plan_read_tasks(ranges, self.options.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, FerryInputPartition)
+        yield from read_task(self.options.s3, partition.task, self.options.include_headers,
+                             self.options.max_rows_per_batch)
+
+
+class FerryDataSource(DataSource):  # type: ignore[misc]
+    """``spark.read.format("ferry")``: a batch read of committed records with the Kafka source's columns."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> str:
+        include = _bool({str(k).lower(): str(v) for k, v in self.options.items()}, "includeHeaders", False)
+        return KAFKA_SCHEMA_DDL + (HEADERS_DDL if include else "")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return FerryReader(ReadOptions.parse(self.options))
+
+
+_SPARK_WRAPPED = re.compile(r"FerryError: ([A-Z_]+): (.*)")
+
+
+def unwrap_spark_error(exc: BaseException) -> FerryError | None:
+    """The FerryError a data source raised, out of the Spark exception that carries it as text
+    (Spark re-raises a Python data source's errors as AnalysisException / PythonException)."""
+    if isinstance(exc, FerryError):
+        return exc
+    match = _SPARK_WRAPPED.search(str(exc))
+    if match is None or match.group(1) not in ErrorCode.__members__:
+        return None
+    return FerryError(ErrorCode[match.group(1)], match.group(2).strip())
+
+
+# -- executor side ----------------------------------------------------------------------------------
+
+
+def _get(client: Any, bucket: str, key: str, first: int, last: int) -> bytes:
+    body: bytes = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={first}-{last}")["Body"].read()
+    return body
+
+
+def fetch_stream_blocks(client: Any, s3: S3Config, obj: ObjectSpan, stream_id: int, start: int, end: int) -> bytes:
+    """The stream's blocks of one object holding offsets ``[start, end)``, CRC-checked: two GETs
+    (the tail with the index, then the run of blocks), three when the index is over 64 KiB."""
+    tail_start = max(0, obj.size - TAIL_READ_BYTES)
+    tail = _get(client, s3.bucket, obj.object_key, tail_start, obj.size - 1)
+    parsed = parse_tail(tail, tail_start, obj.object_key)
+    if isinstance(parsed, ObjectIndex):
+        index = parsed
+    else:
+        first, stop = parsed
+        body = _get(client, s3.bucket, obj.object_key, first, stop - 1)
+        index = parse_index(body, first, _index_crc(tail), obj.object_key)
+    blocks = [b for b in index.blocks_for(stream_id, start, 1 << 62) if b.start_offset < end]
+    if not blocks:
+        raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"object {obj.object_key!r} holds no block of stream "
+                         f"{stream_id} at offset {start}, though the controllers list it there")
+    first, last = blocks[0].position, blocks[-1].position + blocks[-1].size
+    data = _get(client, s3.bucket, obj.object_key, first, last - 1)
+    view = memoryview(data)
+    for block in blocks:
+        check_block(view[block.position - first: block.position - first + block.size], block, obj.object_key)
+    return data
+
+
+def _index_crc(tail: bytes) -> int:
+    from stream_storage.object_format import FOOTER_BYTES, parse_footer
+
+    return parse_footer(tail[-FOOTER_BYTES:])[2]
+
+
+_CLIENTS: dict[S3Config, Any] = {}
+
+
+def s3_client(s3: S3Config) -> Any:
+    """One boto3 client per configuration per Python worker: building one loads botocore's service
+    models (~0.1 s of JSON parsing), and Spark reuses its Python workers across tasks."""
+    client = _CLIENTS.get(s3)
+    if client is None:
+        from stream_storage.s3_store import make_s3_client
+
+        client = _CLIENTS[s3] = make_s3_client(s3)
+    return client
+
+
+def read_task(s3: S3Config, task: ReadTask, include_headers: bool, max_rows: int) -> Iterator[Any]:
+    """One input partition's rows as Arrow batches, objects downloading ahead of the decoder."""
+    client = s3_client(s3)
+    name = f"{task.topic}-{task.partition} (stream {task.stream_id})"
+    columns = Columns(include_headers)
+    with ThreadPoolExecutor(PREFETCH_OBJECTS, thread_name_prefix="ferry-spark-read") as pool:
+        pending: list[Future[bytes]] = []
+        objects = iter(task.objects)
+
+        def top_up() -> None:
+            while len(pending) < PREFETCH_OBJECTS:
+                obj = next(objects, None)
+                if obj is None:
+                    return
+                pending.append(pool.submit(fetch_stream_blocks, client, s3, obj, task.stream_id,
+                                           max(task.start_offset, obj.start_offset), task.end_offset))
+
+        top_up()
+        expected = task.start_offset
+        while pending:
+            data = pending.pop(0).result()
+            top_up()
+            # the blocks' CRCs matched: the bytes are those the broker uploaded, whose batches were
+            # checked when produced, so the batch CRCs need not be computed a second time
+            expected = max(expected, decode_batches(data, task.start_offset, task.end_offset, columns, name,
+                                                    check_batch_crc=False))
+            if len(columns) >= max_rows:
+                yield to_arrow(columns, task.topic, task.partition)
+                columns = Columns(include_headers)
+    if len(columns):
+        yield to_arrow(columns, task.topic, task.partition)
+    if expected < task.end_offset:
+        raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"{name}: the objects end at offset {expected}, before "
+                         f"{task.end_offset}")
