@@ -562,10 +562,10 @@ class Broker:
         body = await read_json_object(request)
         parsed = []
         for raw in as_list(body.get("partitions"), "partitions", ALTER_LOG_DIRS_MAX_ENTRIES):
-            entry = as_mapping(raw, "partitions[]")
-            parsed.append((as_str(entry.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
-                           as_int(entry.get("partition"), "partitions[].partition", 0, INT32_MAX),
-                           as_str(entry.get("log_dir"), "partitions[].log_dir", LOG_DIR_MAX_CHARS)))
+            item = as_mapping(raw, "partitions[]")
+            parsed.append((as_str(item.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
+                           as_int(item.get("partition"), "partitions[].partition", 0, INT32_MAX),
+                           as_str(item.get("log_dir"), "partitions[].log_dir", LOG_DIR_MAX_CHARS)))
         assert self.manager is not None
         results = []
         for (topic, partition, path), exc in zip(parsed, await self.alter_replica_log_dirs(parsed)):

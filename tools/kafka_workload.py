@@ -107,8 +107,12 @@ class KafkaLoad:
                 msg = consumer.poll(0.2)
                 if msg is None or msg.error() is not None:
                     continue
+                value = msg.value()
                 with self._lock:
-                    self.consumed.add(msg.value())
+                    if value is None:  # every record this workload produces has a value
+                        self.errors.append(f"consumer: a record without a value at offset {msg.offset()}")
+                    else:
+                        self.consumed.add(value)
         except KafkaException as exc:
             with self._lock:
                 self.errors.append(f"consumer: {exc}")
