@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.auth import NodeSecurity
 from metadata_quorum.strict_config import NonNegativeInt, Port, PositiveInt, build, invalid, load_json
 from stream_storage.config import S3Config, StreamStorageConfig
 
@@ -52,6 +52,8 @@ class BrokerConfig:
     alter_log_dirs_max_bytes_per_second: NonNegativeInt = 0  # replica.alter.log.dirs.io.max.bytes.per.second; 0 = unlimited
     shutdown_timeout_ms: PositiveInt = 30000
     log_level: str = "INFO"
+    # When set: clients need a bearer token, and the broker sends internal_token to the controllers.
+    security: NodeSecurity | None = None
 
     @property
     def advertised_url(self) -> str:
@@ -119,6 +121,8 @@ def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> Brok
         raise invalid("broker setting 'heartbeat_interval_ms' must be below 'session_timeout_ms'")
     if cfg.log_level.upper() not in _LOG_LEVELS:
         raise invalid(f"broker setting 'log_level' must be one of {', '.join(_LOG_LEVELS)}, got {cfg.log_level!r}")
+    if cfg.security is not None:
+        cfg.security.check("broker")
     # The nested stream-storage settings are checked now, not when storage starts.
     build(S3Config, cfg.s3, "broker", prefix="s3.")
     if "wal_dir" in cfg.storage:

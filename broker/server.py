@@ -35,6 +35,7 @@ from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
 from broker.kafka.listener import KafkaListener
 from broker.kafka.sasl import Users
+from metadata_quorum.auth_middleware import broker_auth_middleware
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
@@ -95,7 +96,9 @@ class Broker:
         self.broker_id = config.broker_id
         self.metrics = BrokerMetrics(config.broker_id)
         self.state = "STARTING"
-        self.client = ControllerClient(list(config.controllers), timeout_ms=config.controller_timeout_ms)
+        internal_token = config.security.internal_token if config.security is not None else None
+        self.client = ControllerClient(list(config.controllers), timeout_ms=config.controller_timeout_ms,
+                                       token=internal_token)
         # Stream operations and elections of many partitions go out together (write_batcher.py).
         self.batcher = WriteBatcher(self.client.write_many, timeout_ms=config.controller_timeout_ms)
         # Heartbeats and the metadata log get connections of their own: queued behind thousands of
@@ -103,7 +106,8 @@ class Broker:
         # A heartbeat gives up before the next one is due, so a slow answer never delays renewal.
         self.session_client = ControllerClient(
             list(config.controllers), timeout_ms=max(config.heartbeat_interval_ms, config.session_timeout_ms // 3),
-            attempt_timeout_ms=max(config.heartbeat_interval_ms, config.session_timeout_ms // 3))
+            attempt_timeout_ms=max(config.heartbeat_interval_ms, config.session_timeout_ms // 3),
+            token=internal_token)
         self.log_dirs = LogDirsManager(list(config.log_dirs), config.log_dir_reserved_bytes,
                                        config.alter_log_dirs_max_bytes_per_second)
         self.storage: Any = None
@@ -165,7 +169,10 @@ class Broker:
 
     # ------------------------------------------------------------------ lifecycle
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[errors_middleware("docs/broker-api.md")],
+        middlewares = [errors_middleware("docs/broker-api.md")]
+        if self.config.security is not None:  # bearer tokens (metadata_quorum/auth.py)
+            middlewares.append(broker_auth_middleware(self.config.security))
+        app = web.Application(middlewares=middlewares,
                               client_max_size=self.config.max_batch_bytes + 1)
         app.router.add_post("/v1/produce/{topic}/{partition}", self.produce)
         app.router.add_get("/v1/fetch/{topic}/{partition}", self.fetch)

@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 
+from metadata_quorum.auth_middleware import auth_headers
 from metadata_quorum.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.records import (
@@ -56,7 +57,7 @@ class ControllerClient:
     def __init__(self, bootstrap: list[str] | str, timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  session: aiohttp.ClientSession | None = None,
                  attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS,
-                 unreachable_timeout_ms: int | None = None) -> None:
+                 unreachable_timeout_ms: int | None = None, token: str | None = None) -> None:
         if isinstance(bootstrap, str):
             bootstrap = [b for b in bootstrap.split(",") if b.strip()]
         if not bootstrap:
@@ -75,6 +76,8 @@ class ControllerClient:
         self._leader_url: str | None = None
         self._next = 0
         self.backoff = CONTROLLER_BACKOFF
+        # Sent as a bearer token on every request (a secure cluster's admin or inter-node token).
+        self._auth = auth_headers(token)
 
     async def __aenter__(self) -> "ControllerClient":
         return self
@@ -110,7 +113,7 @@ class ControllerClient:
                       timeout_s: float = 10.0, params: dict[str, Any] | None = None) -> Any:
         """One HTTP call; raises FerryError (from the error body) or OSError-like aiohttp errors."""
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else None
+        headers = {"Content-Type": "application/json", **self._auth} if data is not None else dict(self._auth)
         async with self.session.request(method, url + path, data=data, headers=headers, params=params,
                                         timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             self._answered = True

@@ -24,6 +24,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from metadata_quorum.auth import ControllerSecurity
 from metadata_quorum.errors import FerryError
 from metadata_quorum.strict_config import PositiveFloat, PositiveInt, build, invalid, load_json
 
@@ -92,6 +93,8 @@ class ControllerConfig:
     long_poll_max_wait_ms: PositiveInt = 30_000
     max_partitions_per_request: PositiveInt = 10_000
     raft: RaftSettings = field(default_factory=RaftSettings)
+    # When set: bearer tokens on the HTTP API and pysyncobj's password on Raft (metadata_quorum/auth.py).
+    security: ControllerSecurity | None = None
 
     @property
     def me(self) -> PeerAddress:
@@ -167,6 +170,8 @@ def parse_config(data: dict[str, Any], node_id: int) -> ControllerConfig:
     config = build(ControllerConfig, raw, "controller", given={"node_id": node_id, "controllers": peers})
     if config.raft.raft_min_timeout_s <= 3 * config.raft.append_entries_period_s:
         raise _bad("controller setting 'raft.raft_min_timeout_s' must exceed 3 × 'raft.append_entries_period_s'")
+    if config.security is not None:
+        config.security.check("controller")
     if config.raft.raft_max_timeout_s < config.raft.raft_min_timeout_s:
         raise _bad("controller setting 'raft.raft_max_timeout_s' must not be below 'raft.raft_min_timeout_s'")
     return config
