@@ -25,6 +25,7 @@ class KafkaLoad:
     per_s: float = 200.0
     group: str = "ferry-demo"
     members: int = 2
+    client_config: dict[str, Any] = field(default_factory=dict)  # extra librdkafka settings (a logger, ...)
     acks_mono_s: dict[int, list[float]] = field(default_factory=dict)
     acked: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
     consumed: set[bytes] = field(default_factory=set)
@@ -85,7 +86,7 @@ class KafkaLoad:
 
     def _produce(self) -> None:
         producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 0})
+                             "linger.ms": 0, **self.client_config})
         started, n = time.monotonic(), 0
         while not self._stop_producing.is_set():
             producer.produce(self.topic, value=b"k%09d" % n, partition=n % self.partitions,
@@ -100,7 +101,7 @@ class KafkaLoad:
     def _member(self) -> None:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
                              "auto.offset.reset": "earliest", "enable.auto.commit": True,
-                             "session.timeout.ms": 6000})
+                             "session.timeout.ms": 6000, **self.client_config})
         consumer.subscribe([self.topic])
         try:
             while not self._stop.is_set():

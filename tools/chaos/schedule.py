@@ -55,16 +55,18 @@ class FaultEvent:
     after_fraction: float = 0.0
     latency_ms: int = 0
 
-    def describe(self) -> str:
-        what = {"broker_kill": f"kill -9 broker {self.target}",
+    def what(self) -> str:
+        return {"broker_kill": f"kill -9 broker {self.target}",
                 "controller_kill": "kill -9 the active controller",
                 "owner_pause": f"SIGSTOP the owner of partition {self.partition}",
                 "disk_full": f"fill broker {self.target}'s log dir",
                 "s3_errors": f"S3 errors {self.rate:.0%} ({self.after_fraction:.0%} after applying)",
                 "s3_latency": f"S3 latency {self.latency_ms} ms",
                 "reassign": f"move partition {self.partition} to broker {self.target}"}[self.kind]
+
+    def describe(self) -> str:
         span = f"{self.start_s:6.2f}s" if self.end_s == self.start_s else f"{self.start_s:6.2f}–{self.end_s:.2f}s"
-        return f"{span}  {what}"
+        return f"{span}  {self.what()}"
 
 
 @dataclass(frozen=True)
