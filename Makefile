@@ -33,6 +33,10 @@ perf: $(STAMP)
 	$(VENV)/bin/ferry perf kafka
 	$(VENV)/bin/ferry perf scale
 
+# 20 seeded fault campaigns of 120 s each (about 45 min); reports and timelines in chaos-out/
+soak: $(STAMP)
+	$(VENV)/bin/ferry chaos run --seed 1-20 --duration 120 --out chaos-out
+
 autoscale: $(STAMP)
 	$(VENV)/bin/ferry autoscale run
 
