@@ -45,7 +45,6 @@ def bearer_auth_middleware(admin_token: str, internal_token: str, policy: RouteP
             if exc.error is ErrorCode.SASL_AUTHENTICATION_FAILED:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="ferry"'
             return response
-        request["ferry_principal"] = principal
         return await handler(request)
 
     return middleware

@@ -77,3 +77,37 @@ def test_security_settings_are_parsed() -> None:
     with pytest.raises(FerryError, match="unknown broker setting 'security.raft_password'"):
         config_from_dict({"broker_id": 1, "controllers": ["h:1"], "log_dirs": ["/d"], "security": {
             "admin_token": ADMIN, "internal_token": INTERNAL, "raft_password": "p" * 20}})
+
+
+async def test_the_middleware_refuses_before_the_handler_runs() -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from metadata_quorum.auth import ControllerSecurity
+    from metadata_quorum.auth_middleware import controller_auth_middleware
+    from metadata_quorum.http_parsing import errors_middleware
+
+    calls: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        calls.append(request.path)
+        return web.json_response({"ok": True})
+
+    security = ControllerSecurity(admin_token=ADMIN, internal_token=INTERNAL, raft_password="p" * 20)
+    app = web.Application(middlewares=[errors_middleware("docs"), controller_auth_middleware(security)])
+    app.router.add_post("/v1/write/{op}", handler)
+    app.router.add_get("/v1/health", handler)
+    async with TestClient(TestServer(app)) as client:
+        for headers in ({}, {"Authorization": "Bearer nope-nope-nope-nope"}, {"Authorization": f"Basic {ADMIN}"}):
+            resp = await client.post("/v1/write/create_topics", json={}, headers=headers)
+            body = await resp.json()
+            assert resp.status == 401 and body["error"] == "SASL_AUTHENTICATION_FAILED"
+            assert resp.headers["WWW-Authenticate"].startswith("Bearer") and ADMIN not in await resp.text()
+        resp = await client.post("/v1/write/broker_heartbeat", json={}, headers={"Authorization": f"Bearer {ADMIN}"})
+        assert resp.status == 403 and (await resp.json())["error"] == "CLUSTER_AUTHORIZATION_FAILED"
+        assert calls == []  # nothing refused reached a handler
+        assert (await client.get("/v1/health")).status == 200
+        for token, op in ((ADMIN, "create_topics"), (INTERNAL, "create_topics"), (INTERNAL, "broker_heartbeat")):
+            resp = await client.post(f"/v1/write/{op}", json={}, headers={"Authorization": f"Bearer {token}"})
+            assert resp.status == 200
+    assert calls == ["/v1/health", "/v1/write/create_topics", "/v1/write/create_topics", "/v1/write/broker_heartbeat"]
