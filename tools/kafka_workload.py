@@ -27,7 +27,8 @@ class KafkaLoad:
     members: int = 2
     client_config: dict[str, Any] = field(default_factory=dict)  # extra librdkafka settings (a logger, ...)
     acks_mono_s: dict[int, list[float]] = field(default_factory=dict)
-    acked: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    # (offset, value) per partition; offset None when librdkafka reported the delivery without one
+    acked: dict[int, list[tuple[int | None, bytes]]] = field(default_factory=dict)
     consumed: set[bytes] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)

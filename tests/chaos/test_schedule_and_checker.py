@@ -62,6 +62,10 @@ def test_records_read_back_once_in_order_at_their_offsets() -> None:
     reordered = check_records({"t-0": acked((0, 1), (1, 0))}, {"t-0": [(0, b"v1"), (1, b"v0")]})
     assert any("out of send order" in v.message for v in reordered)
     assert "could not be read back" in check_records(good, {})[0].message
+    unknown = {"t-0": [Acked(0, None, b"v0"), Acked(1, None, b"v1")]}  # delivered without an offset
+    assert check_records(unknown, {"t-0": [(0, b"v0"), (1, b"v1")]}) == []
+    assert any("out of send order" in v.message for v in check_records(unknown, {"t-0": [(0, b"v1"), (1, b"v0")]}))
+    assert any("missing" in v.message for v in check_records(unknown, {"t-0": [(0, b"v1")]}))
 
 
 def rec(kind: str, **fields: Any) -> dict[str, Any]:

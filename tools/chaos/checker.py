@@ -18,10 +18,12 @@ from typing import Any, Mapping, Sequence
 
 @dataclass(frozen=True)
 class Acked:
-    """One acknowledged record: its producer's send order, the offset it was acknowledged at."""
+    """One acknowledged record: its producer's send order, the offset it was acknowledged at
+    (None when the client was told of the delivery without an offset: then only "once" and
+    "in order" can be checked)."""
 
     send_seq: int
-    offset: int
+    offset: int | None
     value: bytes
 
 
@@ -65,6 +67,7 @@ def check_records(acked: Mapping[str, Sequence[Acked]], read: Mapping[str, Seque
             add(f"{partition}: the log's offsets are not increasing")
         at_offset = {o: v for o, v in log}
         counts = Counter(v for _o, v in log if v is not None)
+        offset_of = {v: o for o, v in log if v is not None}
         ordered = sorted(acked[partition], key=lambda a: a.send_seq)
         for a in ordered:
             n = counts.get(a.value, 0)
@@ -72,12 +75,15 @@ def check_records(acked: Mapping[str, Sequence[Acked]], read: Mapping[str, Seque
                 add(f"{partition}: acknowledged record #{a.send_seq} at offset {a.offset} is missing")
             elif n > 1:
                 add(f"{partition}: acknowledged record #{a.send_seq} is in the log {n} times")
-            elif at_offset.get(a.offset) != a.value:
-                add(f"{partition}: acknowledged record #{a.send_seq} is not at its acknowledged offset {a.offset}")
-        for x, y in zip(ordered, ordered[1:]):
-            if y.offset <= x.offset:
-                add(f"{partition}: record #{y.send_seq} acknowledged at offset {y.offset}, not after "
-                    f"#{x.send_seq} at {x.offset} (out of send order)")
+            elif a.offset is not None and at_offset.get(a.offset) != a.value:
+                add(f"{partition}: acknowledged record #{a.send_seq} is not at its acknowledged offset {a.offset} "
+                    f"(found at {offset_of[a.value]})")
+        # In order: in the log, each acknowledged record sits after those its producer sent before it.
+        placed = [(a, offset_of[a.value]) for a in ordered if counts.get(a.value) == 1]
+        for (x, ox), (y, oy) in zip(placed, placed[1:]):
+            if oy <= ox:
+                add(f"{partition}: record #{y.send_seq} is at offset {oy}, before #{x.send_seq} at {ox} "
+                    f"(out of send order)")
                 break
     return out
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 from typing import Any
 
 from tools.chaos.schedule import ALL_FAULTS, parse_faults
@@ -68,7 +70,18 @@ def main(argv: list[str] | None = None) -> int:
 
     failed = 0
     for seed in seeds:
-        result = run_chaos(ChaosOptions(seed=seed, duration_s=args.duration, faults=faults, out_dir=args.out))
+        options = ChaosOptions(seed=seed, duration_s=args.duration, faults=faults, out_dir=args.out)
+        try:
+            result = run_chaos(options)
+        except Exception as exc:  # noqa: BLE001 - one broken run must not end a campaign of many seeds
+            failed += 1
+            error = f"{type(exc).__name__}: {exc}"
+            print(json.dumps({"seed": seed, "verdict": "ERROR", "error": error, "replay": options.replay_command()})
+                  if args.json else f"seed {seed}: ERROR — the run itself failed: {error}\n  replay: "
+                  f"{options.replay_command()}", flush=True)
+            if os.environ.get("FERRY_DEBUG"):
+                traceback.print_exc()
+            continue
         failed += result["verdict"] != "PASS"
         print(json.dumps(result) if args.json else summary(result), flush=True)
     if len(seeds) > 1 and not args.json:
