@@ -14,13 +14,13 @@ brokers' dirs are side by side; in production it is a shared volume.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.auth import NodeSecurity
+from metadata_quorum.strict_config import NonNegativeInt, Port, PositiveInt, build, invalid, load_json
+from stream_storage.config import S3Config, StreamStorageConfig
 
 
 @dataclass(frozen=True)
@@ -29,32 +29,34 @@ class BrokerConfig:
     controllers: tuple[str, ...]
     log_dirs: tuple[str, ...]
     host: str = "127.0.0.1"
-    port: int = 0
-    kafka_port: int | None = None  # the Kafka listener's port (0: any free port); None: no listener
-    kafka_max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+    port: Port = 0
+    kafka_port: Port | None = None  # the Kafka listener's port (0: any free port); None: no listener
+    kafka_max_request_bytes: PositiveInt = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
     cluster_id: str = "ferry-local"
     sasl_users_file: str | None = None  # JSON {"users": {name: password}}: the Kafka listener requires SASL
     rack: str | None = None
     wal_root: str | None = None
     wal_dir: str | None = None
-    s3: dict[str, Any] = field(default_factory=dict)
+    s3: dict[str, Any] = field(default_factory=dict)  # S3Config, checked at load
     storage: dict[str, Any] = field(default_factory=dict)  # StreamStorageConfig overrides (upload thresholds, …)
-    heartbeat_interval_ms: int = 2000
-    session_timeout_ms: int = 9000
-    metrics_interval_ms: int = 10000
-    meta_checkpoint_interval_ms: int = 30000
-    metadata_poll_wait_ms: int = 5000
-    controller_timeout_ms: int = 10000
-    max_batch_bytes: int = 8 * 1024 * 1024
-    fetch_max_wait_ms_limit: int = 30000
-    log_dir_reserved_bytes: int = 0
-    log_dir_check_interval_ms: int = 5000
-    retention_check_interval_ms: int = 300000  # Kafka's log.retention.check.interval.ms
-    gc_interval_ms: int = 300000  # how often the lowest live broker collects unnamed objects from S3
-    gc_grace_ms: int = 600000  # an unnamed object younger than this is left alone (an upload about to commit)
-    alter_log_dirs_max_bytes_per_second: int = 0  # replica.alter.log.dirs.io.max.bytes.per.second; 0 = unlimited
-    shutdown_timeout_ms: int = 30000
+    heartbeat_interval_ms: PositiveInt = 2000
+    session_timeout_ms: PositiveInt = 9000
+    metrics_interval_ms: PositiveInt = 10000
+    meta_checkpoint_interval_ms: NonNegativeInt = 30000  # 0 = only on close
+    metadata_poll_wait_ms: PositiveInt = 5000
+    controller_timeout_ms: PositiveInt = 10000
+    max_batch_bytes: PositiveInt = 8 * 1024 * 1024
+    fetch_max_wait_ms_limit: PositiveInt = 30000
+    log_dir_reserved_bytes: NonNegativeInt = 0
+    log_dir_check_interval_ms: PositiveInt = 5000
+    retention_check_interval_ms: PositiveInt = 300000  # Kafka's log.retention.check.interval.ms
+    gc_interval_ms: PositiveInt = 300000  # how often the lowest live broker collects unnamed objects from S3
+    gc_grace_ms: NonNegativeInt = 600000  # an unnamed object younger than this is left alone (an upload about to commit)
+    alter_log_dirs_max_bytes_per_second: NonNegativeInt = 0  # replica.alter.log.dirs.io.max.bytes.per.second; 0 = unlimited
+    shutdown_timeout_ms: PositiveInt = 30000
     log_level: str = "INFO"
+    # When set: clients need a bearer token, and the broker sends internal_token to the controllers.
+    security: NodeSecurity | None = None
 
     @property
     def advertised_url(self) -> str:
@@ -87,54 +89,50 @@ def wal_dirs_of(wal_root: str, broker_id: int) -> list[str]:
     return [root] + subdirs
 
 
+_LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+
+
 def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> BrokerConfig:
-    """Validate and build; a wrong setting is INVALID_CONFIG with the setting's name."""
+    """Validate and build (metadata_quorum/strict_config.py); a wrong setting, here or in ``s3`` /
+    ``storage``, is INVALID_CONFIG naming the setting."""
     if not isinstance(data, dict):
-        raise FerryError(ErrorCode.INVALID_CONFIG, "the broker config must be a JSON object")
-    names = {f.name for f in dataclasses.fields(BrokerConfig)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise FerryError(ErrorCode.INVALID_CONFIG, f"unknown broker setting(s): {', '.join(unknown)}")
+        raise invalid("the broker config must be a JSON object")
     values = dict(data)
     if broker_id is not None:
-        if "broker_id" in values and int(values["broker_id"]) != broker_id:
-            raise FerryError(ErrorCode.INVALID_CONFIG,
-                             f"--id {broker_id} does not match broker_id {values['broker_id']} in the config")
+        if "broker_id" in values and values["broker_id"] != broker_id:
+            raise invalid(f"--id {broker_id} does not match broker_id {values['broker_id']!r} in the config")
         values["broker_id"] = broker_id
     if "broker_id" not in values:
-        raise FerryError(ErrorCode.INVALID_CONFIG, "broker_id is required (in the config or as --id)")
+        raise invalid("broker setting 'broker_id' is required (in the config or as --id)")
     controllers = values.get("controllers")
-    if not controllers or not isinstance(controllers, list):
-        raise FerryError(ErrorCode.INVALID_CONFIG, "controllers must be a non-empty list of controller URLs")
-    values["controllers"] = tuple(str(c) if str(c).startswith("http") else f"http://{c}" for c in controllers)
+    if not controllers or not isinstance(controllers, list) or not all(isinstance(c, str) for c in controllers):
+        raise invalid("broker setting 'controllers' must be a non-empty list of controller URLs")
+    values["controllers"] = [c if c.startswith("http") else f"http://{c}" for c in controllers]
     dirs = values.get("log_dirs")
     if not dirs or not isinstance(dirs, list):
-        raise FerryError(ErrorCode.INVALID_CONFIG, "log_dirs must be a non-empty list of absolute paths")
+        raise invalid("broker setting 'log_dirs' must be a non-empty list of absolute paths")
     for d in dirs:
         if not isinstance(d, str) or not os.path.isabs(d):
-            raise FerryError(ErrorCode.INVALID_CONFIG, f"log dir {d!r} is not an absolute path")
+            raise invalid(f"broker setting 'log_dirs': {d!r} is not an absolute path")
     if len(set(os.path.normpath(d) for d in dirs)) != len(dirs):
-        raise FerryError(ErrorCode.INVALID_CONFIG, "log_dirs has duplicate entries")
-    values["log_dirs"] = tuple(os.path.normpath(d) for d in dirs)
-    for name in ("heartbeat_interval_ms", "session_timeout_ms", "metrics_interval_ms"):
-        if name in values and int(values[name]) <= 0:
-            raise FerryError(ErrorCode.INVALID_CONFIG, f"{name} must be positive")
-    kafka_port = values.get("kafka_port")
-    if kafka_port is not None and (not isinstance(kafka_port, int) or isinstance(kafka_port, bool)
-                                   or not 0 <= kafka_port <= 65535):
-        raise FerryError(ErrorCode.INVALID_CONFIG, f"kafka_port {kafka_port!r} must be an integer in 0..65535")
-    cfg = BrokerConfig(**values)
+        raise invalid("broker setting 'log_dirs' has duplicate entries")
+    values["log_dirs"] = [os.path.normpath(d) for d in dirs]
+    cfg = build(BrokerConfig, values, "broker")
+    if cfg.broker_id < 0:
+        raise invalid(f"broker setting 'broker_id' must be >= 0, got {cfg.broker_id}")
     if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
-        raise FerryError(ErrorCode.INVALID_CONFIG, "heartbeat_interval_ms must be below session_timeout_ms")
+        raise invalid("broker setting 'heartbeat_interval_ms' must be below 'session_timeout_ms'")
+    if cfg.log_level.upper() not in _LOG_LEVELS:
+        raise invalid(f"broker setting 'log_level' must be one of {', '.join(_LOG_LEVELS)}, got {cfg.log_level!r}")
+    if cfg.security is not None:
+        cfg.security.check("broker")
+    # The nested stream-storage settings are checked now, not when storage starts.
+    build(S3Config, cfg.s3, "broker", prefix="s3.")
+    if "wal_dir" in cfg.storage:
+        raise invalid("broker setting 'storage.wal_dir' is not allowed: set 'wal_dir' or 'wal_root' at the top level")
+    build(StreamStorageConfig, dict(cfg.storage), "broker", prefix="storage.", given={"wal_dir": "/"})
     return cfg
 
 
 def load_config(path: str, broker_id: int | None = None) -> BrokerConfig:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise FerryError(ErrorCode.INVALID_CONFIG, f"cannot read broker config {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise FerryError(ErrorCode.INVALID_CONFIG, f"broker config {path} is not valid JSON: {exc}") from exc
-    return config_from_dict(data, broker_id)
+    return config_from_dict(load_json(path, "broker"), broker_id)

@@ -39,6 +39,7 @@ from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
 from broker.kafka.listener import KafkaListener
 from broker.kafka.sasl import Users
+from metadata_quorum.auth_middleware import broker_auth_middleware
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
@@ -99,7 +100,9 @@ class Broker:
         self.broker_id = config.broker_id
         self.metrics = BrokerMetrics(config.broker_id)
         self.state = "STARTING"
-        self.client = ControllerClient(list(config.controllers), timeout_ms=config.controller_timeout_ms)
+        internal_token = config.security.internal_token if config.security is not None else None
+        self.client = ControllerClient(list(config.controllers), timeout_ms=config.controller_timeout_ms,
+                                       token=internal_token)
         # Stream operations and elections of many partitions go out together (write_batcher.py).
         self.batcher = WriteBatcher(self.client.write_many, timeout_ms=config.controller_timeout_ms)
         # Heartbeats and the metadata log get connections of their own: queued behind thousands of
@@ -107,7 +110,8 @@ class Broker:
         # A heartbeat gives up before the next one is due, so a slow answer never delays renewal.
         self.session_client = ControllerClient(
             list(config.controllers), timeout_ms=max(config.heartbeat_interval_ms, config.session_timeout_ms // 3),
-            attempt_timeout_ms=max(config.heartbeat_interval_ms, config.session_timeout_ms // 3))
+            attempt_timeout_ms=max(config.heartbeat_interval_ms, config.session_timeout_ms // 3),
+            token=internal_token)
         self.log_dirs = LogDirsManager(list(config.log_dirs), config.log_dir_reserved_bytes,
                                        config.alter_log_dirs_max_bytes_per_second)
         self.storage: Any = None
@@ -169,7 +173,10 @@ class Broker:
 
     # ------------------------------------------------------------------ lifecycle
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[errors_middleware("docs/broker-api.md")],
+        middlewares = [errors_middleware("docs/broker-api.md")]
+        if self.config.security is not None:  # bearer tokens (metadata_quorum/auth.py)
+            middlewares.append(broker_auth_middleware(self.config.security))
+        app = web.Application(middlewares=middlewares,
                               client_max_size=self.config.max_batch_bytes + 1)
         app.router.add_post("/v1/produce/{topic}/{partition}", self.produce)
         app.router.add_get("/v1/fetch/{topic}/{partition}", self.fetch)
@@ -605,10 +612,10 @@ class Broker:
         body = await read_json_object(request)
         parsed = []
         for raw in as_list(body.get("partitions"), "partitions", ALTER_LOG_DIRS_MAX_ENTRIES):
-            entry = as_mapping(raw, "partitions[]")
-            parsed.append((as_str(entry.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
-                           as_int(entry.get("partition"), "partitions[].partition", 0, INT32_MAX),
-                           as_str(entry.get("log_dir"), "partitions[].log_dir", LOG_DIR_MAX_CHARS)))
+            item = as_mapping(raw, "partitions[]")
+            parsed.append((as_str(item.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
+                           as_int(item.get("partition"), "partitions[].partition", 0, INT32_MAX),
+                           as_str(item.get("log_dir"), "partitions[].log_dir", LOG_DIR_MAX_CHARS)))
         assert self.manager is not None
         results = []
         for (topic, partition, path), exc in zip(parsed, await self.alter_replica_log_dirs(parsed)):
@@ -633,14 +640,14 @@ class Broker:
         outcomes = await asyncio.gather(*(self.delete_records(t, p, o) for t, p, o in parsed), return_exceptions=True)
         results = []
         for (topic, partition, _offset), outcome in zip(parsed, outcomes):
-            entry: dict[str, Any] = {"topic": topic, "partition": partition}
+            result: dict[str, Any] = {"topic": topic, "partition": partition}
             if isinstance(outcome, FerryError):
-                entry.update(low_watermark=-1, error=outcome.error.name, message=outcome.message)
+                result.update(low_watermark=-1, error=outcome.error.name, message=outcome.message)
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:
-                entry.update(low_watermark=outcome, error=None)
-            results.append(entry)
+                result.update(low_watermark=outcome, error=None)
+            results.append(result)
         return web.json_response({"partitions": results})
 
     # ------------------------------------------------------------------ moves, health, metrics

@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 
+from metadata_quorum.auth_middleware import auth_headers
 from metadata_quorum.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
 from metadata_quorum.backpressure import TIMEOUT_HEADER
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -57,7 +58,7 @@ class ControllerClient:
     def __init__(self, bootstrap: list[str] | str, timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  session: aiohttp.ClientSession | None = None,
                  attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS,
-                 unreachable_timeout_ms: int | None = None) -> None:
+                 unreachable_timeout_ms: int | None = None, token: str | None = None) -> None:
         if isinstance(bootstrap, str):
             bootstrap = [b for b in bootstrap.split(",") if b.strip()]
         if not bootstrap:
@@ -76,6 +77,8 @@ class ControllerClient:
         self._leader_url: str | None = None
         self._next = 0
         self.backoff = CONTROLLER_BACKOFF
+        # Sent as a bearer token on every request (a secure cluster's admin or inter-node token).
+        self._auth = auth_headers(token)
 
     async def __aenter__(self) -> "ControllerClient":
         return self
@@ -113,7 +116,7 @@ class ControllerClient:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         # The controller answers before this attempt gives up (backpressure.py), so a retry never
         # meets its first copy still queued there.
-        headers = {TIMEOUT_HEADER: str(max(1, int(timeout_s * 1000)))}
+        headers = {TIMEOUT_HEADER: str(max(1, int(timeout_s * 1000))), **self._auth}
         if data is not None:
             headers["Content-Type"] = "application/json"
         async with self.session.request(method, url + path, data=data, headers=headers, params=params,

@@ -19,13 +19,14 @@ key has a default tuned for loopback latency (see docs/controller-api.md).
 from __future__ import annotations
 
 import base64
-import json
 import os
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.auth import ControllerSecurity
+from metadata_quorum.errors import FerryError
+from metadata_quorum.strict_config import PositiveFloat, PositiveInt, build, invalid, load_json
 
 
 @dataclass(frozen=True)
@@ -58,17 +59,17 @@ class RaftSettings:
     """
 
     append_entries_use_batch: bool = False
-    raft_min_timeout_s: float = 0.5
-    raft_max_timeout_s: float = 0.8
-    append_entries_period_s: float = 0.05
-    connection_retry_time_s: float = 0.2
-    connection_timeout_s: float = 3.5
-    auto_tick_period_s: float = 0.05
-    log_compaction_min_entries: int = 5000
-    log_compaction_min_time_s: float = 300.0
-    leader_fallback_timeout_s: float = 5.0
-    append_entries_batch_size_bytes: int = 256 * 1024 * 1024
-    socket_buffer_bytes: int = 4 * 1024 * 1024
+    raft_min_timeout_s: PositiveFloat = 0.5
+    raft_max_timeout_s: PositiveFloat = 0.8
+    append_entries_period_s: PositiveFloat = 0.05
+    connection_retry_time_s: PositiveFloat = 0.2
+    connection_timeout_s: PositiveFloat = 3.5
+    auto_tick_period_s: PositiveFloat = 0.05
+    log_compaction_min_entries: PositiveInt = 5000
+    log_compaction_min_time_s: PositiveFloat = 300.0
+    leader_fallback_timeout_s: PositiveFloat = 5.0
+    append_entries_batch_size_bytes: PositiveInt = 256 * 1024 * 1024
+    socket_buffer_bytes: PositiveInt = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -79,20 +80,22 @@ class ControllerConfig:
     controllers: dict[int, PeerAddress]
     data_dir: str
     cluster_id: str = "ferry-local"
-    session_timeout_ms: int = 9000
-    reelection_timeout_ms: int = 2000
-    tick_interval_ms: int = 200
-    commit_timeout_ms: int = 5000
-    request_timeout_ms: int = 10000
-    max_inflight_commands: int = 256
-    max_group_ops: int = 1000
-    max_group_records: int = 20000
-    max_queued_ops: int = 20000
-    write_slice_ms: int = 50
-    log_retention_records: int = 100_000
-    long_poll_max_wait_ms: int = 30_000
-    max_partitions_per_request: int = 10_000
+    session_timeout_ms: PositiveInt = 9000
+    reelection_timeout_ms: PositiveInt = 2000
+    tick_interval_ms: PositiveInt = 200
+    commit_timeout_ms: PositiveInt = 5000
+    request_timeout_ms: PositiveInt = 10000
+    max_inflight_commands: PositiveInt = 256
+    max_group_ops: PositiveInt = 1000
+    max_group_records: PositiveInt = 20000
+    max_queued_ops: PositiveInt = 20000
+    write_slice_ms: PositiveInt = 50
+    log_retention_records: PositiveInt = 100_000
+    long_poll_max_wait_ms: PositiveInt = 30_000
+    max_partitions_per_request: PositiveInt = 10_000
     raft: RaftSettings = field(default_factory=RaftSettings)
+    # When set: bearer tokens on the HTTP API and pysyncobj's password on Raft (metadata_quorum/auth.py).
+    security: ControllerSecurity | None = None
 
     @property
     def me(self) -> PeerAddress:
@@ -127,11 +130,12 @@ class ControllerConfig:
 
 
 def _bad(message: str) -> FerryError:
-    return FerryError(ErrorCode.INVALID_CONFIG, message)
+    return invalid(message)
 
 
 def parse_config(data: dict[str, Any], node_id: int) -> ControllerConfig:
-    """Build and check a config from its JSON form; raises INVALID_CONFIG with a clear message."""
+    """Build and check a config from its JSON form (metadata_quorum/strict_config.py: an unknown
+    key or a bad value is INVALID_CONFIG naming the key)."""
     if not isinstance(data, dict):
         raise _bad("the controller config must be a JSON object")
     raw_peers = data.get("controllers")
@@ -145,44 +149,37 @@ def parse_config(data: dict[str, Any], node_id: int) -> ControllerConfig:
             raise _bad(f"controller id {key!r} is not an integer") from None
         if not isinstance(value, dict) or "raft" not in value or "http" not in value:
             raise _bad(f"controller {nid} needs both 'raft' and 'http' addresses")
+        extra_keys = sorted(set(value) - {"raft", "http"})
+        if extra_keys:
+            raise _bad(f"unknown controller setting 'controllers.{key}.{extra_keys[0]}'; known: http, raft")
         for kind in ("raft", "http"):
-            addr = str(value[kind])
-            host, _, port = addr.rpartition(":")
+            addr = value[kind]
+            host, _, port = addr.rpartition(":") if isinstance(addr, str) else ("", "", "")
             if not host or not port.isdigit():
                 raise _bad(f"controller {nid} {kind} address {addr!r} is not host:port")
-        peers[nid] = PeerAddress(raft=str(value["raft"]), http=str(value["http"]))
+        peers[nid] = PeerAddress(raft=value["raft"], http=value["http"])
     if node_id not in peers:
         raise _bad(f"controller id {node_id} is not in 'controllers' ({sorted(peers)})")
     if "data_dir" not in data:
         raise _bad("'data_dir' is required")
-    known = {f.name for f in fields(ControllerConfig)} - {"node_id", "controllers", "raft", "data_dir"}
-    extra = {k: data[k] for k in known if k in data}
-    for k, v in extra.items():
-        if k != "cluster_id" and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
-            raise _bad(f"'{k}' must be a positive integer, got {v!r}")
-    raft_raw = data.get("raft", {})
-    raft_known = {f.name for f in fields(RaftSettings)}
-    unknown = set(raft_raw) - raft_known
-    if unknown:
-        raise _bad(f"unknown raft settings {sorted(unknown)}; known: {sorted(raft_known)}")
-    if len(peers) == 1 and "auto_tick_period_s" not in raft_raw:
-        # Alone, a node sees its own commit only on its next tick (no follower reply wakes it).
-        raft_raw = {**raft_raw, "auto_tick_period_s": 0.005}
-    raft = RaftSettings(**raft_raw)
-    if raft.raft_min_timeout_s <= 3 * raft.append_entries_period_s:
-        raise _bad("raft_min_timeout_s must exceed 3 × append_entries_period_s")
-    return ControllerConfig(node_id=node_id, controllers=peers, data_dir=str(data["data_dir"]), raft=raft, **extra)
+    raw = {k: v for k, v in data.items() if k != "controllers"}
+    if len(peers) == 1:
+        raft_raw = raw.get("raft", {})
+        if isinstance(raft_raw, dict) and "auto_tick_period_s" not in raft_raw:
+            # Alone, a node sees its own commit only on its next tick (no follower reply wakes it).
+            raw["raft"] = {**raft_raw, "auto_tick_period_s": 0.005}
+    config = build(ControllerConfig, raw, "controller", given={"node_id": node_id, "controllers": peers})
+    if config.raft.raft_min_timeout_s <= 3 * config.raft.append_entries_period_s:
+        raise _bad("controller setting 'raft.raft_min_timeout_s' must exceed 3 × 'raft.append_entries_period_s'")
+    if config.security is not None:
+        config.security.check("controller")
+    if config.raft.raft_max_timeout_s < config.raft.raft_min_timeout_s:
+        raise _bad("controller setting 'raft.raft_max_timeout_s' must not be below 'raft.raft_min_timeout_s'")
+    return config
 
 
 def load_config(path: str, node_id: int) -> ControllerConfig:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise _bad(f"cannot read controller config {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise _bad(f"controller config {path} is not valid JSON: {e}") from None
-    return parse_config(data, node_id)
+    return parse_config(load_json(path, "controller"), node_id)
 
 
 def quorum_config_json(

@@ -431,6 +431,8 @@ def make_syncobj_conf(config: ControllerConfig, on_state_changed: Callable[[int,
         onReady=on_ready,
         commandsWaitLeader=False,
         dynamicMembershipChange=False,
+        # Encrypts and authenticates every Raft message (Fernet); None: plain pickles, open to anyone.
+        password=config.security.raft_password if config.security is not None else None,
     )
 
 

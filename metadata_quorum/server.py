@@ -20,6 +20,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from metadata_quorum.auth_middleware import controller_auth_middleware
 from metadata_quorum.backpressure import TIMEOUT_HEADER, answer_within_ms, parse_timeout_header
 from metadata_quorum.config import ControllerConfig, load_config
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -99,8 +100,10 @@ class ControllerServer:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES,
-                              middlewares=[errors_middleware("docs/controller-api.md", self._count_error)])
+        middlewares = [errors_middleware("docs/controller-api.md", self._count_error)]
+        if self.config.security is not None:  # bearer tokens (metadata_quorum/auth.py)
+            middlewares.append(controller_auth_middleware(self.config.security, self._count_error))
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
         app.router.add_post("/v1/write/{op}", self.handle_write)
         app.router.add_post("/v1/write", self.handle_write_batch)
         app.router.add_post("/v1/read/{op}", self.handle_read)

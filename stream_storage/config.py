@@ -1,13 +1,15 @@
 """Configuration of the stream storage layer: the S3 endpoint, the WAL and the uploader.
 
-Plain dataclasses with ``from_dict`` so that broker JSON configs map onto them one to one.
+Plain dataclasses so that broker JSON configs map onto them one to one; ``*_from_dict`` build
+them with the strict loader (an unknown key or a bad value is INVALID_CONFIG naming the key).
 Defaults follow AutoMQ's S3 WAL (upload at 8 MiB or 250 ms) and moto's measured costs.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+from metadata_quorum.strict_config import NonNegativeInt, PositiveInt, Secret, build
 
 MIB = 1024 * 1024
 
@@ -16,9 +18,9 @@ MIB = 1024 * 1024
 class RetryPolicy:
     """Bounded exponential backoff for retriable object-store failures (5xx, SlowDown, timeouts)."""
 
-    max_attempts: int = 6
-    base_backoff_ms: int = 20
-    max_backoff_ms: int = 1000
+    max_attempts: PositiveInt = 6
+    base_backoff_ms: NonNegativeInt = 20
+    max_backoff_ms: NonNegativeInt = 1000
 
     def backoff_ms(self, attempt: int) -> int:
         """Backoff before retry number ``attempt`` (1-based), capped."""
@@ -34,16 +36,16 @@ class S3Config:
     bucket: str = "ferry"
     region: str = "us-east-1"
     access_key_id: str | None = None
-    secret_access_key: str | None = None
+    secret_access_key: Secret | None = field(default=None, repr=False)
     path_style: bool = True
-    connect_timeout_ms: int = 2000
-    read_timeout_ms: int = 10000
+    connect_timeout_ms: PositiveInt = 2000
+    read_timeout_ms: PositiveInt = 10000
     # SHA-256 of every PUT body in its signature: boto3 does it on http endpoints unless told not
     # to (a large share of a broker's CPU). Objects carry their own CRCs (blocks, index, footer),
     # checked on every read, so the signature need not cover the bytes.
     sign_payload: bool = False
-    max_pool_connections: int = 16
-    io_threads: int = 8
+    max_pool_connections: PositiveInt = 16
+    io_threads: PositiveInt = 8
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
@@ -52,16 +54,16 @@ class StreamStorageConfig:
     """One broker's stream storage: its WAL dir and upload thresholds."""
 
     wal_dir: str
-    wal_segment_bytes: int = 64 * MIB
+    wal_segment_bytes: PositiveInt = 64 * MIB
     wal_fsync: bool = True
-    upload_bytes: int = 8 * MIB
-    upload_interval_ms: int = 250
-    max_inflight_uploads: int = 2
-    object_block_bytes: int = 1 * MIB
+    upload_bytes: PositiveInt = 8 * MIB
+    upload_interval_ms: PositiveInt = 250
+    max_inflight_uploads: PositiveInt = 2
+    object_block_bytes: PositiveInt = 1 * MIB
     object_key_prefix: str = "streams"
-    cache_bytes: int = 64 * MIB
-    index_cache_entries: int = 1024
-    max_append_bytes: int = 8 * MIB
+    cache_bytes: NonNegativeInt = 64 * MIB
+    index_cache_entries: NonNegativeInt = 1024
+    max_append_bytes: PositiveInt = 8 * MIB
     controller_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=8))
     # object compaction (compaction.py): runs of small settled objects become one object each
     readahead_bytes: int = 16 * MIB  # a cold or sequential read GETs this much of a stream at once
@@ -72,21 +74,9 @@ class StreamStorageConfig:
     compaction_delete_delay_ms: int = 10_000  # replaced objects are deleted this long after the commit
 
 
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    kwargs: dict[str, Any] = {}
-    names = {f.name for f in dataclasses.fields(cls)}
-    for key, value in data.items():
-        if key not in names:
-            raise ValueError(f"unknown {cls.__name__} setting {key!r}")
-        if key in ("retry", "controller_retry") and isinstance(value, dict):
-            value = _build(RetryPolicy, value)
-        kwargs[key] = value
-    return cls(**kwargs)
-
-
 def s3_config_from_dict(data: dict[str, Any]) -> S3Config:
-    return _build(S3Config, data)  # type: ignore[no-any-return]
+    return build(S3Config, data, "s3")
 
 
 def storage_config_from_dict(data: dict[str, Any]) -> StreamStorageConfig:
-    return _build(StreamStorageConfig, data)  # type: ignore[no-any-return]
+    return build(StreamStorageConfig, data, "storage")

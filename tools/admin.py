@@ -14,7 +14,9 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from metadata_quorum.auth_middleware import auth_headers
 from metadata_quorum.errors import ErrorCode, FerryError
+from tools.credentials import resolve_token
 from tools.client import (
     RETRIABLE_CONNECTION_ERRORS,
     ClusterMetadata,
@@ -31,7 +33,7 @@ UNREACHABLE_CONTROLLERS_TIMEOUT_MS = 1_000
 
 class ControllerApi(Protocol):
     async def write(self, op: str, args: dict[str, Any]) -> Any: ...
-    async def read(self, op: str, args: dict[str, Any], leader: bool = True) -> Any: ...
+    async def read(self, op: str, args: dict[str, Any], *, leader: bool = True) -> Any: ...
 
 
 @dataclass
@@ -125,7 +127,9 @@ class Admin:
         bootstrap_controllers: str | list[str] | None = None,
         timeout_ms: int = 30_000,
         controller: ControllerApi | None = None,
+        token: str | None = None,
     ) -> None:
+        self._token = resolve_token(token)  # a secure cluster's admin token (tools/credentials.py)
         self.bootstrap_servers = parse_bootstrap(bootstrap_servers) if bootstrap_servers else []
         self.bootstrap_controllers = parse_bootstrap(bootstrap_controllers) if bootstrap_controllers else []
         self.timeout_ms = timeout_ms
@@ -133,7 +137,7 @@ class Admin:
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> "Admin":
-        self._session = aiohttp.ClientSession()
+        self._session = aiohttp.ClientSession(headers=auth_headers(self._token))
         if self._controller is None:
             try:
                 controllers = self.bootstrap_controllers or await self.controllers_from_brokers()
@@ -145,7 +149,8 @@ class Admin:
 
             self.bootstrap_controllers = list(controllers)  # the ones in use, also when brokers named them
             self._controller = ControllerClient(controllers, timeout_ms=min(self.timeout_ms, 15_000),
-                                                unreachable_timeout_ms=UNREACHABLE_CONTROLLERS_TIMEOUT_MS)
+                                                unreachable_timeout_ms=UNREACHABLE_CONTROLLERS_TIMEOUT_MS,
+                                                token=self._token)
         return self
 
     async def __aenter__(self) -> "Admin":

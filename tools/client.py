@@ -21,8 +21,10 @@ from kafka.partitioner.default import murmur2
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from metadata_quorum.auth_middleware import auth_headers
 from metadata_quorum.backoff import Backoff, retry_after_ms_of
 from metadata_quorum.errors import ErrorCode, FerryError
+from tools.credentials import resolve_token
 
 RETRIABLE_CONNECTION_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError, ConnectionError)
 PRODUCER_BACKOFF_MAX_MS = 250.0  # a move makes a partition unavailable for ~0.1 s: retry soon after it
@@ -269,8 +271,10 @@ class Producer:
         request_timeout_ms: int = 10_000,
         retry_backoff_ms: int = 10,
         idempotent: bool = True,
+        token: str | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self._auth = auth_headers(resolve_token(token))  # a secure cluster's bearer token (tools/credentials.py)
         self.acks = acks
         self.linger_s = linger_ms / 1000
         self.batch_size_bytes = batch_size_bytes
@@ -288,7 +292,7 @@ class Producer:
         self.retries = 0
 
     async def start(self) -> "Producer":
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=self._auth)
         self.metadata = MetadataCache(self._session, self.bootstrap, self.request_timeout_ms)
         try:
             await self.metadata.refresh()
@@ -471,8 +475,10 @@ class Consumer:
         retry_backoff_ms: int = 20,
         api_timeout_ms: int = 60_000,
         skip_corrupt: bool = False,
+        token: str | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self._auth = auth_headers(resolve_token(token))  # a secure cluster's bearer token (tools/credentials.py)
         # A corrupt stored batch (CORRUPT_MESSAGE, see broker/fetch_guard.py) stops the consumer at
         # its offset, as Kafka's does, unless the user chose to skip such batches: then the
         # position moves past it and the batch is listed in ``skipped``.
@@ -492,7 +498,7 @@ class Consumer:
         self.metadata: MetadataCache | None = None
 
     async def start(self) -> "Consumer":
-        self._session = aiohttp.ClientSession()
+        self._session = aiohttp.ClientSession(headers=self._auth)
         self.metadata = MetadataCache(self._session, self.bootstrap, self.request_timeout_ms)
         try:
             await self.metadata.refresh()
@@ -619,10 +625,10 @@ class Consumer:
 
 
 async def read_all(bootstrap: str | list[str], tps: Iterable[TopicPartition], timeout_s: float = 30.0,
-                   max_bytes: int = 8 * 1024 * 1024) -> dict[TopicPartition, list[ConsumerRecord]]:
+                   max_bytes: int = 8 * 1024 * 1024, token: str | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
     """Everything from the log start to the high watermark of each partition (bounded by `timeout_s`)."""
     out: dict[TopicPartition, list[ConsumerRecord]] = {}
-    async with Consumer(bootstrap, max_bytes=max_bytes, max_wait_ms=0) as consumer:
+    async with Consumer(bootstrap, max_bytes=max_bytes, max_wait_ms=0, token=token) as consumer:
         tps = list(tps)
         consumer.assign(tps)
         deadline = time.monotonic() + timeout_s

@@ -13,6 +13,7 @@ state dir alone, live in tools/cluster_procs.py.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fcntl
 import json
 import os
@@ -27,11 +28,13 @@ import urllib.request
 from typing import Any
 
 from stream_storage.s3_profile import LOCAL, parse_profile
+from metadata_quorum.auth import ControllerSecurity, generate_secrets
 from stream_storage.s3_server import S3Server
 from tools.cluster_procs import STATE_FILE, cmd_down, cmd_status, load_state, running_processes
 from tools.cluster_procs import alive as _alive  # noqa: F401 - imported from here by callers
 from tools.cluster_procs import is_ferry_process as _is_ferry_process  # noqa: F401 - imported from here by callers
-from tools.proc import LOOPBACK, Quorum, free_ports, http_get_json, kill_process, start_quorum, stop_process
+from tools.proc import (LOOPBACK, Quorum, free_ports, http_get_json, kill_process, start_quorum, stop_process,
+                        write_private)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCK_FILE = "cluster.lock"
@@ -50,9 +53,9 @@ def _spawn(args: list[str], log_path: str) -> subprocess.Popen[bytes]:
                                 stdin=subprocess.DEVNULL, cwd=ROOT, env=env, start_new_session=True)
 
 
-def http_post_json(url: str, body: Any, timeout_s: float = 5.0) -> Any:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+def http_post_json(url: str, body: Any, timeout_s: float = 5.0, token: str | None = None) -> Any:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return json.loads(resp.read())
@@ -67,7 +70,7 @@ class LocalCluster:
                  s3_endpoint: str | None = None, bucket: str = "ferry", log_dirs_per_broker: int = 1,
                  broker_overrides: dict[str, Any] | None = None,
                  controller_overrides: dict[str, Any] | None = None, s3_profile: str = "local",
-                 s3_seed: int = 1) -> None:
+                 s3_seed: int = 1, secure: bool = False) -> None:
         """``s3_profile`` (``local``, ``aws-standard``, ``fixed:MS``, ``latency:P50,P99[,RATE]``) puts
         the latency proxy in front of the S3 endpoint, embedded or external."""
         self._own_dir = state_dir is None
@@ -88,6 +91,17 @@ class LocalCluster:
         self.broker_ports: dict[int, int] = {}
         self.kafka_ports: dict[int, int] = {}
         self.stopped_brokers: set[int] = set()
+        # --secure: fresh secrets; Raft is encrypted, every API but /v1/health needs a bearer token.
+        self.security: ControllerSecurity | None = generate_secrets() if secure else None
+
+    @property
+    def admin_token(self) -> str | None:
+        """The token operators and clients use (None: an open cluster)."""
+        return self.security.admin_token if self.security is not None else None
+
+    @property
+    def admin_token_path(self) -> str:
+        return os.path.join(self.state_dir, "admin.token")
 
     # -- addresses
     @property
@@ -133,8 +147,12 @@ class LocalCluster:
                                        seed=self.s3_seed, upstream=self.s3_upstream).start()
                     self.s3_endpoint = self.s3.endpoint_url
             self.write_state("starting")
+            overrides = dict(self.controller_overrides)
+            if self.security is not None:
+                overrides["security"] = dataclasses.asdict(self.security)
+                write_private(self.admin_token_path, self.security.admin_token + "\n")
             self.quorum = start_quorum(os.path.join(self.state_dir, "controllers"), self.num_controllers,
-                                       wait=False, **self.controller_overrides)
+                                       wait=False, **overrides)
             self.write_state("starting")  # every pid is on disk before anything is waited for
             self.quorum.wait_leader()
             ports = free_ports(2 * self.num_brokers)
@@ -172,8 +190,10 @@ class LocalCluster:
                "controllers": self.controller_bootstrap, "log_dirs": dirs,
                "wal_root": os.path.join(self.state_dir, "wal"),
                "s3": {"endpoint_url": self.s3_endpoint, "bucket": self.bucket}, **self.broker_overrides}
-        with open(self.broker_config_path(bid), "w", encoding="utf-8") as f:
-            json.dump(cfg, f, indent=2)
+        if self.security is not None:
+            cfg["security"] = {"admin_token": self.security.admin_token,
+                               "internal_token": self.security.internal_token}
+        write_private(self.broker_config_path(bid), json.dumps(cfg, indent=2))
 
     def start_broker(self, broker_id: int, wait: bool = True, timeout_s: float = 30.0) -> None:
         self.broker_procs[broker_id] = _spawn(["broker", "--id", str(broker_id), "--config",
@@ -195,7 +215,7 @@ class LocalCluster:
         last: Exception | None = None
         for nid in self.quorum.running():
             try:
-                answer = http_post_json(f"{self.quorum.url(nid)}/v1/read/{op}", args or {})
+                answer = http_post_json(f"{self.quorum.url(nid)}/v1/read/{op}", args or {}, token=self.admin_token)
                 if isinstance(answer, dict) and "reply" in answer:
                     return answer["reply"]
                 last = RuntimeError(str(answer))
@@ -358,6 +378,9 @@ class LocalCluster:
         return {
             "status": status,
             "state_dir": self.state_dir,
+            # The path of the admin token, never a secret itself (cluster.json is world-readable).
+            "secure": self.security is not None,
+            "admin_token_file": self.admin_token_path if self.security is not None else None,
             "s3": {"endpoint_url": self.s3_endpoint, "bucket": self.bucket,
                    "pid": self.s3.process.pid if self.s3 and self.s3.process else None,
                    "log": os.path.join(self.state_dir, "s3.log") if self.s3 else None,
@@ -387,7 +410,7 @@ class LocalCluster:
 
 
 # What `up` creates in a state dir; a new `up` removes it first (see the module docstring).
-_CLUSTER_DATA = ("controllers", "wal", "s3.log")
+_CLUSTER_DATA = ("controllers", "wal", "s3.log", "admin.token")
 
 
 def _remove_previous_data(state_dir: str) -> bool:
@@ -420,8 +443,12 @@ def summary(state: dict[str, Any], elapsed_s: float) -> str:
     d = state["state_dir"]
     lines += ["", f"  --bootstrap-server {state['bootstrap_server']}",
               f"  bootstrap.servers={state.get('bootstrap.servers', '')}  (Kafka clients)",
-              f"  --bootstrap-controller {state['bootstrap_controller']}", "",
-              f"Try: ferry topics --bootstrap-server {state['bootstrap_server'].split(',')[0]} --create --topic t --partitions 3",
+              f"  --bootstrap-controller {state['bootstrap_controller']}", ""]
+    if state.get("secure"):
+        lines += ["Secure: Raft is encrypted and every API but /v1/health needs a bearer token; Ferry's tools",
+                  f"read the admin token from the file FERRY_TOKEN_FILE names: export FERRY_TOKEN_FILE={state['admin_token_file']}",
+                  ""]
+    lines += [f"Try: ferry topics --bootstrap-server {state['bootstrap_server'].split(',')[0]} --create --topic t --partitions 3",
               f"Stop it with: ferry cluster down --state-dir {d}"]
     return "\n".join(lines)
 
@@ -454,7 +481,8 @@ def cmd_up(args: argparse.Namespace, state_dir: str) -> int:
         print(f"Error: {exc} (INVALID_REQUEST)", file=sys.stderr)
         return 2
     cluster = LocalCluster(state_dir, args.controllers, args.brokers, args.s3_endpoint, bucket=args.bucket,
-                           log_dirs_per_broker=args.log_dirs_per_broker, s3_profile=args.s3_profile)
+                           log_dirs_per_broker=args.log_dirs_per_broker, s3_profile=args.s3_profile,
+                           secure=args.secure)
     try:
         cluster.start()
     except (RuntimeError, TimeoutError, OSError) as exc:
@@ -485,6 +513,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--state-dir", default=os.path.join(os.getcwd(), ".ferry", "cluster"),
                         help="where pids, configs, data and logs live (default ./.ferry/cluster)")
     parser.add_argument("--json", action="store_true", help="up: print the cluster as JSON (as cluster.json holds it)")
+    parser.add_argument("--secure", action="store_true",
+                        help="up: generate secrets; Raft traffic is encrypted and authenticated, the controller and "
+                             "broker APIs require a bearer token (the admin token goes to <state dir>/admin.token)")
     args = parser.parse_args(argv)
     state_dir = os.path.abspath(args.state_dir)
     if args.action == "down":

@@ -25,8 +25,10 @@ class KafkaLoad:
     per_s: float = 200.0
     group: str = "ferry-demo"
     members: int = 2
+    client_config: dict[str, Any] = field(default_factory=dict)  # extra librdkafka settings (a logger, ...)
     acks_mono_s: dict[int, list[float]] = field(default_factory=dict)
-    acked: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    # (offset, value) per partition; offset None when librdkafka reported the delivery without one
+    acked: dict[int, list[tuple[int | None, bytes]]] = field(default_factory=dict)
     consumed: set[bytes] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -85,7 +87,7 @@ class KafkaLoad:
 
     def _produce(self) -> None:
         producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 0})
+                             "linger.ms": 0, **self.client_config})
         started, n = time.monotonic(), 0
         while not self._stop_producing.is_set():
             producer.produce(self.topic, value=b"k%09d" % n, partition=n % self.partitions,
@@ -100,15 +102,19 @@ class KafkaLoad:
     def _member(self) -> None:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
                              "auto.offset.reset": "earliest", "enable.auto.commit": True,
-                             "session.timeout.ms": 6000})
+                             "session.timeout.ms": 6000, **self.client_config})
         consumer.subscribe([self.topic])
         try:
             while not self._stop.is_set():
                 msg = consumer.poll(0.2)
                 if msg is None or msg.error() is not None:
                     continue
+                value = msg.value()
                 with self._lock:
-                    self.consumed.add(msg.value())
+                    if value is None:  # every record this workload produces has a value
+                        self.errors.append(f"consumer: a record without a value at offset {msg.offset()}")
+                    else:
+                        self.consumed.add(value)
         except KafkaException as exc:
             with self._lock:
                 self.errors.append(f"consumer: {exc}")

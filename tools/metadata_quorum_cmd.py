@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from metadata_quorum.client import ControllerClient
+from tools.credentials import default_token
 from metadata_quorum.errors import FerryError
 from tools.admin import UNREACHABLE_CONTROLLERS_TIMEOUT_MS, Admin
 
@@ -84,7 +85,8 @@ async def _controllers(args: argparse.Namespace) -> str | list[str]:
 
 async def _run(args: argparse.Namespace) -> str:
     async with ControllerClient(await _controllers(args), timeout_ms=args.timeout_ms,
-                                unreachable_timeout_ms=UNREACHABLE_CONTROLLERS_TIMEOUT_MS) as client:
+                                unreachable_timeout_ms=UNREACHABLE_CONTROLLERS_TIMEOUT_MS,
+                                token=default_token()) as client:
         if args.status:
             return format_status(await client.quorum_status())
         return format_replication(await client.quorum_replication(), args.human_readable)

@@ -61,10 +61,11 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def http_get_json(url: str, timeout_s: float = 2.0) -> Any:
+def http_get_json(url: str, timeout_s: float = 2.0, token: str | None = None) -> Any:
     """GET a JSON document; error bodies (4xx/5xx) are returned too, as Ferry sends them."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
         return json.loads(e.read() or b"{}")
@@ -101,9 +102,16 @@ def write_quorum_config(directory: str, size: int = 3, **overrides: Any) -> tupl
              for i in range(size)}
     path = os.path.join(directory, "controllers.json")
     body = quorum_config_json(peers, os.path.join(directory, "data"), **overrides)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(body, f, indent=2)
+    write_private(path, json.dumps(body, indent=2))  # it may hold the quorum's secrets
     return path, peers
+
+
+def write_private(path: str, text: str) -> None:
+    """Write a file only its owner may read (configs holding secrets, token files)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also when the file existed with wider permissions
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def start_controller(config_path: str, node_id: int, log_path: str | None = None,

@@ -54,24 +54,31 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 
+def _top_level_request(value: object) -> type[ApiMessage] | None:
+    """``value`` when it is a generated request class of no fixed version, else None."""
+    if not (isinstance(value, type) and issubclass(value, ApiMessage) and value is not ApiMessage):
+        return None
+    spec = getattr(value, "_json", None)
+    if not spec or spec["type"] != "request" or getattr(value, "_class_version", None) is not None:
+        return None
+    return value
+
+
 @lru_cache(maxsize=None)
 def _request_classes() -> dict[int, type[ApiMessage]]:
     import kafka.protocol as root
     found: dict[int, type[ApiMessage]] = {}
+    modules = []
     for pkg in ("admin", "consumer", "producer", "metadata"):
         package = importlib.import_module(f"{root.__name__}.{pkg}")
-        for info in pkgutil.iter_modules(package.__path__):
-            module = importlib.import_module(f"{package.__name__}.{info.name}")
-            for value in vars(module).values():
-                if isinstance(value, type) and issubclass(value, ApiMessage) and value is not ApiMessage \
-                        and getattr(value, "_json", None) and value._json["type"] == "request" \
-                        and value._class_version is None:
-                    found[value.API_KEY] = value
-    sasl = importlib.import_module(f"{root.__name__}.sasl")
-    for value in vars(sasl).values():
-        if isinstance(value, type) and issubclass(value, ApiMessage) and getattr(value, "_json", None) \
-                and value._json["type"] == "request" and value._class_version is None:
-            found[value.API_KEY] = value
+        modules += [importlib.import_module(f"{package.__name__}.{info.name}")
+                    for info in pkgutil.iter_modules(package.__path__)]
+    modules.append(importlib.import_module(f"{root.__name__}.sasl"))
+    for module in modules:
+        for value in vars(module).values():
+            cls = _top_level_request(value)
+            if cls is not None:
+                found[int(getattr(cls, "API_KEY"))] = cls
     return found
 
 

@@ -46,18 +46,29 @@ class KafkaEndpoint:
 
 
 class AppendOutcome(Protocol):
-    base_offset: int
-    last_offset: int
-    leader_epoch: int
-    log_start_offset: int
-    log_append_time_ms: int
+    """Read-only, so that a frozen dataclass satisfies it."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def leader_epoch(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def log_append_time_ms(self) -> int: ...
 
 
 class ReadOutcome(Protocol):
-    data: bytes
-    high_watermark: int
-    log_start_offset: int
-    leader_epoch: int
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def high_watermark(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def leader_epoch(self) -> int: ...
 
 
 class BrokerCore(Protocol):

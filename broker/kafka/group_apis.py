@@ -447,7 +447,7 @@ class GroupApis:
         for group_id in body.groups_names:
             try:
                 partition, hosted = await self._coordinator(group_id)
-                (d,) = await self._run(partition, hosted, lambda c, now, gid=group_id: c.delete_groups([gid], now))
+                (d,) = await self._run(partition, hosted, _delete_group_call(group_id))
                 out.append(R_(group_id=group_id, error_code=d.error.code))
             except NotCoordinator as exc:
                 out.append(R_(group_id=group_id, error_code=exc.error.code))
@@ -462,3 +462,10 @@ def _next_offset(data: bytes) -> int:
 
 
 __all__ = ["GroupApis", "OFFSETS_TOPIC", "kafka_error"]
+
+
+def _delete_group_call(group_id: str) -> Callable[[g.GroupCoordinator, int], g.Effects[tuple[g.DeletedGroup, ...]]]:
+    """The coordinator call deleting one group (a closure per group: the loop variable is not shared)."""
+    def call(coordinator: g.GroupCoordinator, now_ms: int) -> g.Effects[tuple[g.DeletedGroup, ...]]:
+        return coordinator.delete_groups([group_id], now_ms)
+    return call

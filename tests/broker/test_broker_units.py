@@ -28,7 +28,16 @@ def test_config_defaults_are_kafkas() -> None:
     ({"controllers": []}, "controllers"),
     ({"surprise": 1}, "surprise"),
     ({"heartbeat_interval_ms": 9000}, "below"),
-    ({"session_timeout_ms": 0}, "positive"),
+    ({"session_timeout_ms": 0}, "'session_timeout_ms' must be >= 1"),
+    ({"session_timeout_ms": "9000"}, "'session_timeout_ms' must be an integer"),
+    ({"kafka_port": 70000}, "'kafka_port' must be >= 0 and <= 65535"),
+    ({"wal_fsync": False}, "unknown broker setting 'wal_fsync'"),
+    ({"s3": {"bucket": "b", "endpoint": "http://x"}}, "unknown broker setting 's3.endpoint'"),
+    ({"s3": {"retry": {"max_attempts": 0}}}, "'s3.retry.max_attempts' must be >= 1"),
+    ({"storage": {"upload_bytes": -1}}, "'storage.upload_bytes' must be >= 1"),
+    ({"storage": {"wal_fsync": "yes"}}, "'storage.wal_fsync' must be true or false"),
+    ({"storage": {"wal_dir": "/x"}}, "'storage.wal_dir' is not allowed"),
+    ({"log_level": "LOUD"}, "'log_level' must be one of"),
     ({"log_dirs": ["/a", "/a/"]}, "duplicate"),
 ])
 def test_bad_config_is_invalid_config(change: dict, needle: str) -> None:

@@ -41,8 +41,13 @@ def test_a_single_controller_ticks_often() -> None:
     ({"controllers": {"x": PEERS["1"]}, "data_dir": "/d"}, 1, "is not an integer"),
     ({"controllers": {"1": {"raft": "nohost"}}, "data_dir": "/d"}, 1, "needs both 'raft' and 'http'"),
     ({"controllers": {"1": {"raft": "h:1", "http": "h:port"}}, "data_dir": "/d"}, 1, "is not host:port"),
-    ({"controllers": PEERS, "data_dir": "/d", "session_timeout_ms": 0}, 1, "must be a positive integer"),
-    ({"controllers": PEERS, "data_dir": "/d", "raft": {"speed": 1}}, 1, "unknown raft settings"),
+    ({"controllers": PEERS, "data_dir": "/d", "session_timeout_ms": 0}, 1, "'session_timeout_ms' must be >= 1"),
+    ({"controllers": PEERS, "data_dir": "/d", "raft": {"speed": 1}}, 1, "unknown controller setting 'raft.speed'"),
+    ({"controllers": PEERS, "data_dir": "/d", "sesion_timeout_ms": 9000}, 1, "unknown controller setting 'sesion_timeout_ms'"),
+    ({"controllers": PEERS, "data_dir": "/d", "tick_interval_ms": "200"}, 1, "'tick_interval_ms' must be an integer"),
+    ({"controllers": PEERS, "data_dir": "/d", "raft": {"raft_min_timeout_s": "fast"}}, 1, "'raft.raft_min_timeout_s' must be a number"),
+    ({"controllers": PEERS, "data_dir": 7}, 1, "'data_dir' must be a string"),
+    ({"controllers": {"1": dict(PEERS["1"], port=1)}, "data_dir": "/d"}, 1, "'controllers.1.port'"),
     ({"controllers": PEERS, "data_dir": "/d", "raft": {"append_entries_period_s": 0.2}}, 1, "must exceed 3"),
 ])
 def test_bad_configs_are_invalid_config_with_a_reason(data: dict[str, Any], node_id: int, words: str) -> None:

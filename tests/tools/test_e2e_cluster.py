@@ -52,7 +52,8 @@ def test_cluster_with_an_external_s3_endpoint_leaves_it_running(tmp_path):
         try:
             assert up.returncode == 0, up.stderr
             state = json.loads(up.stdout)
-            assert state["s3"] == {"endpoint_url": s3.endpoint_url, "bucket": "ferry-ext", "pid": None, "log": None}
+            assert state["s3"] == {"endpoint_url": s3.endpoint_url, "bucket": "ferry-ext", "pid": None, "log": None,
+                                   "s3_profile": "local", "upstream": None}
             status = ferry("cluster", "status", "--state-dir", state_dir)
             assert status.returncode == 0 and status.stdout.count(" up") == 2, status.stdout
         finally:

@@ -129,9 +129,10 @@ def end_to_end(bootstrap: str, topic: str, seconds: float, per_s: float) -> dict
         try:
             while not done.is_set():
                 msg = consumer.poll(0.1)
-                if msg is None or msg.error() is not None:
+                value = msg.value() if msg is not None and msg.error() is None else None
+                if value is None:
                     continue
-                sent = float(msg.value()[:20])
+                sent = float(value[:20])
                 latencies_ms.append((time.time() - sent) * 1000)
         finally:
             consumer.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import statistics
@@ -25,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from metadata_quorum.auth import generate_secrets
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.config import RaftSettings
 from tools.proc import LOOPBACK, Quorum, free_ports, start_quorum, stop_process
@@ -157,10 +159,12 @@ async def commit_latency(client: ControllerClient, writes: int) -> list[float]:
     return latencies
 
 
-def server_commit_seconds(quorum: Quorum) -> tuple[float, float]:
+def server_commit_seconds(quorum: Quorum, token: str | None = None) -> tuple[float, float]:
     """(sum, count) of the active controller's commit-latency histogram (append → applied)."""
     leader = quorum.wait_leader()
-    with urllib.request.urlopen(f"{quorum.url(leader)}/metrics", timeout=10) as resp:
+    request = urllib.request.Request(f"{quorum.url(leader)}/metrics",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(request, timeout=10) as resp:
         text = resp.read().decode()
     values = {}
     for line in text.splitlines():
@@ -203,13 +207,13 @@ def controllers_cpu_s(quorum: Quorum) -> dict[int, float | None]:
     return {nid: process_cpu_s(proc.pid) for nid, proc in quorum.procs.items()}
 
 
-async def failover_trials(quorum: Quorum, trials: int) -> list[float]:
+async def failover_trials(quorum: Quorum, trials: int, token: str | None = None) -> list[float]:
     times = []
     for trial in range(trials):
         leader = quorum.wait_leader(timeout_s=30)
         for nid in quorum.running():
             quorum.wait_ready(nid, timeout_s=30)
-        async with ControllerClient(quorum.bootstrap, timeout_ms=30_000) as client:
+        async with ControllerClient(quorum.bootstrap, timeout_ms=30_000, token=token) as client:
             await client.write("put_kv", {"key": "perf/failover", "value": f"before-{trial}"})
             t0 = time.perf_counter()
             quorum.kill(leader)
@@ -226,13 +230,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ferry-perf-quorum-") as workdir:
         http_lat = await raw_http_baseline(args.writes)
         sync_lat = raw_syncobj_baseline(args.writes, workdir)
-        quorum = start_quorum(os.path.join(workdir, "quorum"))
+        # --secure: Raft under pysyncobj's password (Fernet on every message) and bearer tokens.
+        security = generate_secrets() if args.secure else None
+        token = security.internal_token if security is not None else None
+        overrides: dict[str, Any] = {"security": dataclasses.asdict(security)} if security is not None else {}
+        quorum = start_quorum(os.path.join(workdir, "quorum"), **overrides)
         try:
-            async with ControllerClient(quorum.bootstrap, timeout_ms=30_000) as client:
+            async with ControllerClient(quorum.bootstrap, timeout_ms=30_000, token=token) as client:
                 await client.write("put_kv", {"key": "perf/start", "value": "x"})
-                sum0, count0 = server_commit_seconds(quorum)
+                sum0, count0 = server_commit_seconds(quorum, token)
                 lat = await commit_latency(client, args.writes)
-                sum1, count1 = server_commit_seconds(quorum)
+                sum1, count1 = server_commit_seconds(quorum, token)
                 leader = quorum.wait_leader()
                 cpu0 = controllers_cpu_s(quorum)
                 records, elapsed = await throughput(client, args.writers, args.batch, args.duration)
@@ -240,7 +248,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for nid in quorum.running():
                     quorum.wait_ready(nid, timeout_s=60, min_high_watermark=hw)  # followers applied it all
                 cpu1 = controllers_cpu_s(quorum)
-            fail = await failover_trials(quorum, args.trials)
+            fail = await failover_trials(quorum, args.trials, token)
         finally:
             quorum.stop_all()
     ms = 1000.0
@@ -251,6 +259,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "failover_median_s": round(statistics.median(fail), 3),
         "failover_s": [round(t, 3) for t in fail],
         "writes": args.writes,
+        "secure": bool(args.secure),
         "writers": args.writers,
         "batch_ops": args.batch,
         "cpu_us_per_record": {
@@ -302,7 +311,8 @@ def print_table(r: dict[str, Any]) -> None:
          f"≤ {TARGETS['failover_median_s']} s", "trials: " + ", ".join(f"{t:.2f}" for t in r["failover_s"])),
     ]
     width = [max(len(row[i]) for row in rows) for i in range(4)]
-    print("ferry perf quorum — 3 controller processes on 127.0.0.1")
+    print("ferry perf quorum — 3 controller processes on 127.0.0.1"
+          + (" (secure: encrypted Raft, bearer tokens)" if r.get("secure") else ""))
     for row in rows:
         print("  ".join(cell.ljust(width[i]) for i, cell in enumerate(row)))
     print(f"load average (1 min) before/after: {r['load_avg_1m_before']} / {r['load_avg_1m_after']} "
@@ -324,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=500, help="writes per request for records/s")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of the throughput run")
     parser.add_argument("--trials", type=int, default=5, help="failover trials (median reported)")
+    parser.add_argument("--secure", action="store_true",
+                        help="run the quorum with security: Raft encrypted with a password, HTTP with bearer tokens")
     args = parser.parse_args(argv)
     if args.trials < 1 or args.writes < 1 or args.writers < 1 or args.batch < 1 or args.duration <= 0:
         parser.error("counts and duration must be positive")

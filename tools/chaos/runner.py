@@ -1,0 +1,482 @@
+"""One chaos run: a local cluster behind an S3 fault proxy, workloads, the seeded schedule, the verdict.
+
+The run, in order:
+
+1. the embedded S3 (moto server) and the fault proxy in front of it (seeded like the schedule);
+   with ``disk_full`` in the faults, each broker's log dir is a small tmpfs (where the machine
+   allows ``mount``; otherwise the fault is dropped and the report says so);
+2. a ``LocalCluster`` (3 controllers, 3 brokers) whose brokers use the proxy as their S3;
+3. workloads: Ferry's HTTP producer on one topic (each acknowledgement kept with its offset),
+   librdkafka's idempotent producer (acks=all) and a consumer group of two on another;
+4. the schedule (``schedule.py``): each fault applied at its time and healed at its end; process
+   faults one at a time, each waiting until the previous one's process serves again;
+5. after the run: every broker serving again, producers stopped, the group drained; then every
+   partition is read back, the metadata log fetched from a controller, every process's health
+   read, and ``checker.py`` decides. The report (JSON), a timeline PNG and the logs stay in the
+   output dir, with the command that replays the seed.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from metadata_quorum.client import ControllerClient
+from metadata_quorum.errors import FerryError
+from stream_storage.s3_server import S3Server
+from tools.admin import Admin
+from tools.chaos.checker import Acked, Verdict, Violation, check_health, check_metadata, check_records, verdict
+from tools.chaos.fault_proxy import FaultProxy, FaultSettings
+from tools.chaos.schedule import ALL_FAULTS, FaultEvent, ScheduleSpec, make_schedule
+from tools.chaos.timeline import draw
+from tools.client import TopicPartition, read_all
+from tools.cluster import LocalCluster
+from tools.kafka_workload import KafkaLoad
+from tools.move_workload import ProduceLoad
+
+HTTP_TOPIC = "chaos-http"
+KAFKA_TOPIC = "chaos-kafka"
+TMPFS_BYTES = 64 * 1024 * 1024
+RESERVED_BYTES = 4 * 1024 * 1024  # the log dirs' KIP-928 reserve: below it a dir is saturated
+FILLER = "chaos-filler"
+
+
+@dataclass
+class ChaosOptions:
+    seed: int
+    duration_s: float
+    faults: frozenset[str] = frozenset(ALL_FAULTS)
+    out_dir: str = "chaos-out"
+    brokers: int = 3
+    http_partitions: int = 6
+    kafka_partitions: int = 3
+    http_rate_per_s: float = 40.0  # per partition
+    kafka_rate_per_s: float = 150.0
+    heal_timeout_s: float = 60.0
+
+    def replay_command(self) -> str:
+        faults = "" if self.faults == frozenset(ALL_FAULTS) else f" --faults {','.join(sorted(self.faults))}"
+        return f"ferry chaos run --seed {self.seed} --duration {self.duration_s:g}{faults}"
+
+
+@dataclass
+class Applied:
+    """What the runner did for one scheduled event (times in seconds since the workload started)."""
+
+    kind: str
+    planned_s: float
+    start_s: float
+    end_s: float
+    what: str
+    error: str | None = None
+    healed_s: float | None = None  # when the process served again (process faults)
+
+
+@dataclass
+class RunState:
+    t0: float = 0.0
+    applied: list[Applied] = field(default_factory=list)
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+    tmpfs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+
+def mount_tmpfs(path: str, size_bytes: int) -> str | None:
+    """Mount a tmpfs at ``path``; the reason it could not, else None."""
+    os.makedirs(path, exist_ok=True)
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", path],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if done.returncode == 0 else (done.stderr.strip() or f"mount exited with {done.returncode}")
+
+
+def unmount(path: str) -> None:
+    subprocess.run(["umount", "-l", path], capture_output=True, timeout=10)
+
+
+class ChaosRun:
+    def __init__(self, options: ChaosOptions) -> None:
+        self.o = options
+        self.out = os.path.abspath(os.path.join(options.out_dir, f"seed-{options.seed}"))
+        self.state = RunState()
+        self.s3: S3Server | None = None
+        self.proxy: FaultProxy | None = None
+        self.cluster: LocalCluster | None = None
+        self.admin: Admin | None = None
+        self.http: ProduceLoad | None = None
+        self.kafka: KafkaLoad | None = None
+        self._process_lock = asyncio.Lock()
+        self.faults = options.faults
+
+    # ------------------------------------------------------------------ set-up
+    def _prepare(self) -> None:
+        shutil.rmtree(self.out, ignore_errors=True)
+        os.makedirs(self.out)
+        self.s3 = S3Server(bucket="ferry", log_path=os.path.join(self.out, "s3.log")).start()
+        self.proxy = FaultProxy(self.s3.endpoint_url, self.o.seed, os.path.join(self.out, "s3-proxy.log")).start()
+        state_dir = os.path.join(self.out, "cluster")
+        overrides: dict[str, Any] = {"log_dir_check_interval_ms": 500}
+        if "disk_full" in self.faults:
+            for bid in range(1, self.o.brokers + 1):
+                path = os.path.join(state_dir, f"broker-{bid}", "d0")
+                reason = mount_tmpfs(path, TMPFS_BYTES)
+                if reason is not None:
+                    self.state.notes.append(f"disk_full dropped: cannot mount a tmpfs here ({reason})")
+                    self.faults = self.faults - {"disk_full"}
+                    break
+                self.state.tmpfs.append(path)
+            if "disk_full" in self.faults:
+                overrides["log_dir_reserved_bytes"] = RESERVED_BYTES
+        self.cluster = LocalCluster(state_dir, brokers=self.o.brokers, s3_endpoint=self.proxy.endpoint_url,
+                                    broker_overrides=overrides)
+        self.cluster.start()
+
+    def schedule(self) -> list[FaultEvent]:
+        return make_schedule(ScheduleSpec(seed=self.o.seed, duration_s=self.o.duration_s, faults=self.faults,
+                                          brokers=self.o.brokers, partitions=self.o.http_partitions))
+
+    # ------------------------------------------------------------------ the run
+    async def run(self) -> dict[str, Any]:
+        started = time.time()
+        try:
+            await asyncio.to_thread(self._prepare)
+            assert self.cluster is not None
+            self.admin = await Admin(bootstrap_controllers=self.cluster.controller_bootstrap, timeout_ms=60_000).start()
+            await self.admin.create_topic(HTTP_TOPIC, self.o.http_partitions)
+            await self.admin.create_topic(KAFKA_TOPIC, self.o.kafka_partitions)
+            for topic, n in ((HTTP_TOPIC, self.o.http_partitions), (KAFKA_TOPIC, self.o.kafka_partitions)):
+                for p in range(n):
+                    await self.admin.wait_for_leader(TopicPartition(topic, p))
+            events = self.schedule()
+            tps = [TopicPartition(HTTP_TOPIC, p) for p in range(self.o.http_partitions)]
+            self.http = await ProduceLoad(self.cluster.bootstrap_servers, tps, rate_per_s=self.o.http_rate_per_s,
+                                          delivery_timeout_ms=60_000).start()
+            self.kafka = KafkaLoad(self.cluster.kafka_bootstrap, KAFKA_TOPIC, self.o.kafka_partitions,
+                                   per_s=self.o.kafka_rate_per_s, group=f"chaos-{self.o.seed}",
+                                   client_config={"logger": self._kafka_logger()}).start()
+            self.state.t0 = time.monotonic()
+            sampler = asyncio.create_task(self._sample())
+            await asyncio.gather(*(self._apply(e) for e in events))
+            await asyncio.sleep(max(0.0, self.o.duration_s - self.state.now()))
+            await self._heal_everything()
+            await self.http.stop()
+            group_complete = await asyncio.to_thread(self.kafka.stop, 60.0)
+            sampler.cancel()
+            self._sample_once()
+            result = await self._check(events, group_complete)
+        finally:
+            await self._tear_down()
+        result["wall_s"] = round(time.time() - started, 1)
+        with open(os.path.join(self.out, "report.json"), "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+        return result
+
+    def _kafka_logger(self) -> logging.Logger:
+        """librdkafka's own log (every disconnect of a fault) goes to a file, not the terminal."""
+        logger = logging.getLogger(f"ferry.chaos.kafka.{self.o.seed}")
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+            old.close()
+        logger.addHandler(logging.FileHandler(os.path.join(self.out, "kafka-clients.log")))
+        return logger
+
+    async def _sample(self) -> None:
+        while True:
+            self._sample_once()
+            await asyncio.sleep(0.5)
+
+    def _sample_once(self) -> None:
+        http = sum(len(a) for a in self.http.acks.values()) if self.http else 0
+        kafka = self.kafka.acknowledged() if self.kafka else 0
+        self.state.samples.append((round(self.state.now(), 3), http, kafka))
+
+    async def _sleep_until(self, at_s: float) -> None:
+        await asyncio.sleep(max(0.0, at_s - self.state.now()))
+
+    async def _apply(self, e: FaultEvent) -> None:
+        await self._sleep_until(e.start_s)
+        if e.kind in ("s3_errors", "s3_latency"):
+            assert self.proxy is not None
+            start = self.state.now()
+            settings = FaultSettings(e.rate, e.after_fraction) if e.kind == "s3_errors" else \
+                FaultSettings(latency_ms=e.latency_ms)
+            await asyncio.to_thread(self.proxy.set_faults, settings)
+            await self._sleep_until(e.end_s)
+            await asyncio.to_thread(self.proxy.set_faults, FaultSettings())
+            self.state.applied.append(Applied(e.kind, e.start_s, start, self.state.now(), e.what()))
+            return
+        if e.kind == "reassign":
+            await self._reassign(e)
+            return
+        async with self._process_lock:  # one process fault at a time, the previous one healed
+            start = self.state.now()
+            record = Applied(e.kind, e.start_s, start, start, "")
+            try:
+                heal = await self._inject(e, record)
+                await self._sleep_until(max(e.end_s, start + (e.end_s - e.start_s) / 2))
+                record.end_s = self.state.now()
+                await heal()
+                record.healed_s = self.state.now()
+            except Exception as exc:  # noqa: BLE001 - a fault that could not be applied is reported, not fatal
+                record.error = f"{type(exc).__name__}: {exc}"[:300]
+                record.end_s = max(record.end_s, self.state.now())
+            self.state.applied.append(record)
+
+    async def _inject(self, e: FaultEvent, record: Applied) -> Any:
+        c = self.cluster
+        assert c is not None and self.admin is not None
+        if e.kind == "broker_kill":
+            bid = int(e.target or 1)
+            record.what = f"kill -9 broker {bid}"
+            await asyncio.to_thread(c.kill_broker, bid)
+
+            async def heal_kill() -> None:
+                await asyncio.to_thread(c.start_broker, bid, False)
+                await asyncio.to_thread(c.wait_brokers, [bid], self.o.heal_timeout_s)
+            return heal_kill
+        if e.kind == "controller_kill":
+            leader = await asyncio.to_thread(c.controller_leader, 20.0)
+            record.what = f"kill -9 controller {leader} (the active one)"
+            await asyncio.to_thread(c.kill_controller, leader)
+
+            async def heal_controller() -> None:
+                assert c.quorum is not None
+                await asyncio.to_thread(c.start_controller, leader)
+                await asyncio.to_thread(c.quorum.wait_ready, leader, self.o.heal_timeout_s)
+            return heal_controller
+        if e.kind == "owner_pause":
+            owner = await self._owner(TopicPartition(HTTP_TOPIC, int(e.partition or 0)))
+            record.what = f"SIGSTOP broker {owner} (owner of {HTTP_TOPIC}-{e.partition})"
+            await asyncio.to_thread(c.pause_broker, owner)
+
+            async def heal_pause() -> None:
+                await asyncio.to_thread(c.resume_broker, owner)
+                await asyncio.to_thread(c.wait_brokers, [owner], self.o.heal_timeout_s)
+            return heal_pause
+        if e.kind == "disk_full":
+            bid = int(e.target or 1)
+            path = os.path.join(c.state_dir, f"broker-{bid}", "d0")
+            filler = os.path.join(path, FILLER)
+            free = shutil.disk_usage(path).free
+            size = max(0, free - 64 * 1024)
+            record.what = f"fill broker {bid}'s log dir ({size // (1024 * 1024)} MiB, leaving 64 KiB)"
+            await asyncio.to_thread(_fill, filler, size)
+
+            async def heal_disk() -> None:
+                os.remove(filler)
+            return heal_disk
+        raise ValueError(f"unknown process fault {e.kind}")
+
+    async def _owner(self, tp: TopicPartition) -> int:
+        assert self.admin is not None
+        state = await self.admin.wait_for_leader(tp, timeout_s=20.0)
+        return state.leader
+
+    async def _reassign(self, e: FaultEvent) -> None:
+        assert self.admin is not None and self.cluster is not None
+        tp = TopicPartition(HTTP_TOPIC, int(e.partition or 0))
+        start = self.state.now()
+        record = Applied(e.kind, e.start_s, start, start, f"move {tp}")
+        try:
+            owner = await self._owner(tp)
+            running = sorted(set(self.cluster.broker_procs) - self.cluster.stopped_brokers)
+            candidates = [b for b in running if b != owner]
+            target = int(e.target or 1)
+            if target not in candidates:
+                target = candidates[(target - 1) % len(candidates)] if candidates else owner
+            record.what = f"move {tp} from broker {owner} to {target}"
+            await self.admin.move_partition(tp, [target])
+        except Exception as exc:  # noqa: BLE001 - a refused move (the cluster is mid-fault) is not a violation
+            record.error = f"{type(exc).__name__}: {exc}"[:300]
+        self.state.applied.append(record)
+
+    async def _heal_everything(self) -> None:
+        """Whatever is still broken (nothing, normally): S3 faults off, every process back."""
+        assert self.cluster is not None and self.proxy is not None
+        await asyncio.to_thread(self.proxy.set_faults, FaultSettings())
+        async with self._process_lock:
+            for bid in sorted(self.cluster.stopped_brokers):
+                await asyncio.to_thread(self.cluster.resume_broker, bid)
+            for bid in range(1, self.o.brokers + 1):
+                if bid not in self.cluster.broker_procs:
+                    await asyncio.to_thread(self.cluster.start_broker, bid, False)
+            assert self.cluster.quorum is not None
+            for nid in self.cluster.quorum.peers:
+                if nid not in self.cluster.quorum.procs:
+                    await asyncio.to_thread(self.cluster.start_controller, nid)
+            try:
+                await asyncio.to_thread(self.cluster.wait_brokers, None, self.o.heal_timeout_s)
+            except (TimeoutError, RuntimeError) as exc:
+                self.state.notes.append(f"not every broker served again after the run: {exc}"[:400])
+
+    # ------------------------------------------------------------------ the verdict
+    async def _check(self, events: list[FaultEvent], group_complete: bool) -> dict[str, Any]:
+        assert self.cluster is not None and self.http is not None and self.kafka is not None
+        bootstrap = self.cluster.bootstrap_servers
+        http_tps = [TopicPartition(HTTP_TOPIC, p) for p in range(self.o.http_partitions)]
+        kafka_tps = [TopicPartition(KAFKA_TOPIC, p) for p in range(self.o.kafka_partitions)]
+        read: dict[str, list[tuple[int, bytes | None]]] = {}
+        for tp in http_tps + kafka_tps:  # one at a time: a partition that cannot be read hides no other
+            try:
+                logs = await read_all(bootstrap, [tp], timeout_s=60.0)
+                read[str(tp)] = [(r.offset, r.value) for r in logs[tp]]
+            except (FerryError, OSError) as exc:
+                self.state.notes.append(f"reading {tp} back failed: {exc}"[:400])
+        acked: dict[str, list[Acked]] = {}
+        for tp in http_tps:
+            acked[str(tp)] = [Acked(a.seq, a.offset, self.http.value(tp, a.seq)) for a in self.http.acks[tp]]
+        no_offset: list[str] = []
+        for p, recs in self.kafka.acked.items():
+            acked[str(TopicPartition(KAFKA_TOPIC, p))] = [Acked(int(v[1:]), off, v) for off, v in recs]
+            no_offset += [f"{KAFKA_TOPIC}-{p}:{v.decode()}" for off, v in recs if off is None]
+        if no_offset:  # a delivery report without an offset: the client cannot know where its record is
+            self.state.notes.append(f"{len(no_offset)} Kafka deliveries were reported without an offset "
+                                    f"(checked once and in order only), e.g. {', '.join(no_offset[:5])}")
+        record_violations = check_records(acked, read)
+        if not group_complete:
+            missing = len({v for recs in self.kafka.acked.values() for _o, v in recs} - self.kafka.consumed)
+            record_violations.append(Violation("records", f"the consumer group did not read {missing} "
+                                                          f"acknowledged Kafka records"))
+        metadata, meta_from = await self._metadata_log()
+        metadata_violations = check_metadata(metadata)
+        controllers, brokers = await asyncio.to_thread(self._health)
+        down = [] if self.proxy is not None and self.proxy.alive() else ["the S3 fault proxy"]
+        if self.s3 is None or self.s3.process is None or self.s3.process.poll() is not None:
+            down.append("the S3 server")
+        health_violations = check_health(controllers, brokers, down)
+        proxy_stats = await asyncio.to_thread(self.proxy.stats) if self.proxy and self.proxy.alive() else {}
+        stats = {
+            "acked_http": sum(len(a) for a in self.http.acks.values()),
+            "failed_http": sum(self.http.failed.values()),
+            "acked_kafka": self.kafka.acknowledged(),
+            "kafka_errors": len(self.kafka.errors),
+            "kafka_group_read_all": group_complete,
+            "kafka_acks_without_offset": len(no_offset),
+            "metadata_records": len(metadata),
+            "metadata_checked_from_offset": meta_from,
+            "faults_applied": len([a for a in self.state.applied if a.error is None]),
+            "faults_failed_to_apply": len([a for a in self.state.applied if a.error is not None]),
+            "s3_proxy": proxy_stats,
+        }
+        result_verdict: Verdict = verdict(record_violations, metadata_violations, health_violations, stats)
+        applied = sorted((dataclasses.asdict(a) for a in self.state.applied), key=lambda a: a["start_s"])
+        png = os.path.join(self.out, "timeline.png")
+        status = "PASS" if result_verdict.ok else "FAIL"
+        try:
+            draw(png, f"ferry chaos run --seed {self.o.seed}: {status}", self.state.samples, applied)
+        except Exception as exc:  # noqa: BLE001 - a missing picture does not change the verdict
+            self.state.notes.append(f"timeline not drawn: {exc}")
+            png = ""
+        return {
+            "seed": self.o.seed,
+            "duration_s": self.o.duration_s,
+            "faults": sorted(self.faults),
+            "verdict": status,
+            "violations": [dataclasses.asdict(v) for v in result_verdict.violations],
+            "violations_by_check": result_verdict.by_check(),
+            "stats": stats,
+            "schedule": [e.describe() for e in events],
+            "applied": applied,
+            "notes": self.state.notes,
+            "timeline_png": png,
+            "out_dir": self.out,
+            "replay": self.o.replay_command(),
+        }
+
+    async def _metadata_log(self) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+        """The committed metadata log from the controller that keeps the longest history."""
+        assert self.cluster is not None and self.cluster.quorum is not None
+        best: tuple[list[tuple[int, dict[str, Any]]], int] = ([], -1)
+        async with ControllerClient(self.cluster.controller_bootstrap, timeout_ms=30_000) as client:
+            for nid in self.cluster.quorum.running():
+                url = self.cluster.quorum.url(nid)
+                records: list[tuple[int, dict[str, Any]]] = []
+                offset, start = 0, 0
+                try:
+                    while True:
+                        piece = await client.fetch_log(offset, 0, 10_000, url=url)
+                        if "snapshot" in piece:
+                            snap = piece["snapshot"]
+                            start = offset = int(snap["offset"])
+                            records = [(offset, r) for r in snap["records"]]
+                        got = piece.get("records", [])
+                        records += [(int(r["offset"]), r["record"]) for r in got]
+                        if got:
+                            offset = int(got[-1]["offset"]) + 1
+                        if offset >= int(piece.get("high_watermark", 0)) or (not got and "snapshot" not in piece):
+                            break
+                except (FerryError, OSError) as exc:
+                    self.state.notes.append(f"controller {nid}'s metadata log could not be read: {exc}"[:300])
+                    continue
+                if best[1] < 0 or start < best[1] or (start == best[1] and len(records) > len(best[0])):
+                    best = (records, start)
+        return best
+
+    def _health(self) -> tuple[dict[int, dict[str, Any] | None], dict[int, dict[str, Any] | None]]:
+        """Every process's /v1/health once the controllers agree on the committed log (or 20 s)."""
+        c = self.cluster
+        assert c is not None and c.quorum is not None
+        deadline = time.monotonic() + 20
+        while True:
+            controllers = {nid: c.quorum.health(nid) for nid in sorted(c.quorum.peers)}
+            marks = {h.get("high_watermark") for h in controllers.values() if h}
+            if (len(marks) == 1 and all(controllers.values())) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        brokers = {bid: c.broker_health(bid) for bid in range(1, self.o.brokers + 1)}
+        return controllers, brokers
+
+    async def _tear_down(self) -> None:
+        if self.admin is not None:
+            await self.admin.close()
+        if self.http is not None:
+            await self.http.stop()
+        if self.kafka is not None:
+            self.kafka._stop_producing.set()
+            self.kafka._stop.set()
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.stop)
+        for path in self.state.tmpfs:
+            await asyncio.to_thread(_save_and_unmount, path)
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.s3 is not None:
+            self.s3.stop()
+
+
+def _fill(path: str, size: int) -> None:
+    """A file of ``size`` bytes (allocated, so the dir's free space really drops)."""
+    with open(path, "wb") as f:
+        if size > 0:
+            try:
+                os.posix_fallocate(f.fileno(), 0, size)
+            except OSError:
+                f.write(b"\0" * size)
+
+
+def _save_and_unmount(path: str) -> None:
+    """Keep what the tmpfs held (meta.properties, partition dirs) beside it, then unmount it."""
+    keep = path + ".tmpfs-copy"
+    try:
+        shutil.copytree(path, keep, ignore=shutil.ignore_patterns(FILLER, ".ferry-reserved"), dirs_exist_ok=True)
+    except OSError:
+        pass
+    unmount(path)
+
+
+def run_chaos(options: ChaosOptions) -> dict[str, Any]:
+    return asyncio.run(ChaosRun(options).run())

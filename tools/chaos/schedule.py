@@ -1,0 +1,145 @@
+"""The seeded fault schedule of a chaos run (pure: the same seed gives the same schedule).
+
+Three tracks, each a sequence of non-overlapping events:
+
+- **process** faults, one at a time so the cluster stays within what it promises to survive (one
+  controller of three, one broker at a time): ``broker_kill`` (kill -9, restart at the end),
+  ``controller_kill`` (kill -9 of the active controller, restart at the end), ``owner_pause``
+  (SIGSTOP of a partition's owner, SIGCONT at the end: longer than the session timeout it is
+  fenced while paused and must not acknowledge after it resumes) and ``disk_full`` (a broker's
+  log dir filled to below its reserve);
+- **s3** faults, which may overlap the process ones: ``s3_errors`` (a fraction of requests fail
+  with 503 SlowDown before reaching S3, or with 500 after S3 applied them) and ``s3_latency``;
+- **reassign**: instant moves of one partition to another broker.
+
+Targets that depend on the cluster's state at the time (the active controller, a partition's
+owner) are resolved by the runner; the schedule names the partition or broker by index. A seed
+replays the schedule and the fault proxy's choices, not the machine's thread timings.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+PROCESS_FAULTS = ("broker_kill", "controller_kill", "owner_pause", "disk_full")
+S3_FAULTS = ("s3_errors", "s3_latency")
+REASSIGN = "reassign"
+ALL_FAULTS = PROCESS_FAULTS + S3_FAULTS + (REASSIGN,)
+
+# (shortest, longest) seconds a fault lasts; pauses straddle the local cluster's 4 s session.
+DURATION_S: dict[str, tuple[float, float]] = {
+    "broker_kill": (1.0, 5.0),
+    "controller_kill": (0.5, 4.0),
+    "owner_pause": (1.0, 6.0),
+    "disk_full": (2.0, 6.0),
+    "s3_errors": (2.0, 8.0),
+    "s3_latency": (2.0, 8.0),
+}
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """One fault from ``start_s`` to ``end_s`` (equal for an instant event), seconds from the run's start.
+
+    ``target`` is a broker id (``broker_kill``, ``disk_full``, ``reassign``'s destination) or a
+    partition index (``owner_pause``, ``reassign``'s partition is ``partition``); ``rate`` and
+    ``latency_ms`` parameterise the S3 faults.
+    """
+
+    start_s: float
+    end_s: float
+    kind: str
+    target: int | None = None
+    partition: int | None = None
+    rate: float = 0.0
+    after_fraction: float = 0.0
+    latency_ms: int = 0
+
+    def what(self) -> str:
+        return {"broker_kill": f"kill -9 broker {self.target}",
+                "controller_kill": "kill -9 the active controller",
+                "owner_pause": f"SIGSTOP the owner of partition {self.partition}",
+                "disk_full": f"fill broker {self.target}'s log dir",
+                "s3_errors": f"S3 errors {self.rate:.0%} ({self.after_fraction:.0%} after applying)",
+                "s3_latency": f"S3 latency {self.latency_ms} ms",
+                "reassign": f"move partition {self.partition} to broker {self.target}"}[self.kind]
+
+    def describe(self) -> str:
+        span = f"{self.start_s:6.2f}s" if self.end_s == self.start_s else f"{self.start_s:6.2f}–{self.end_s:.2f}s"
+        return f"{span}  {self.what()}"
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    seed: int
+    duration_s: float
+    faults: frozenset[str] = field(default_factory=lambda: frozenset(ALL_FAULTS))
+    brokers: int = 3
+    partitions: int = 6
+    warmup_s: float = 3.0
+    settle_s: float = 6.0  # no fault starts in the last settle_s (healing and catching up)
+    process_gap_s: tuple[float, float] = (1.0, 3.0)
+    s3_gap_s: tuple[float, float] = (1.0, 4.0)
+    reassign_gap_s: tuple[float, float] = (1.0, 4.0)
+
+
+def parse_faults(text: str | None) -> frozenset[str]:
+    """``--faults a,b`` (default: all); an unknown name is a ValueError naming it and the known ones."""
+    if text is None or text.strip() in ("", "all"):
+        return frozenset(ALL_FAULTS)
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = sorted(names - set(ALL_FAULTS))
+    if unknown:
+        raise ValueError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(ALL_FAULTS)}")
+    return frozenset(names)
+
+
+def make_schedule(spec: ScheduleSpec) -> list[FaultEvent]:
+    """Every event of the run, ordered by start time."""
+    if spec.duration_s <= 0 or spec.brokers < 2 or spec.partitions < 1:
+        raise ValueError("a chaos run needs a positive duration, at least 2 brokers and 1 partition")
+    rng = random.Random(spec.seed)
+    last_start = spec.duration_s - spec.settle_s
+    events: list[FaultEvent] = []
+    events += _track(rng, spec, [k for k in PROCESS_FAULTS if k in spec.faults], spec.process_gap_s, last_start)
+    events += _track(rng, spec, [k for k in S3_FAULTS if k in spec.faults], spec.s3_gap_s, last_start)
+    if REASSIGN in spec.faults:
+        t = spec.warmup_s + rng.uniform(*spec.reassign_gap_s)
+        while t < last_start:
+            events.append(FaultEvent(round(t, 3), round(t, 3), REASSIGN, target=rng.randrange(1, spec.brokers + 1),
+                                     partition=rng.randrange(spec.partitions)))
+            t += rng.uniform(*spec.reassign_gap_s)
+    return sorted(events, key=lambda e: (e.start_s, e.kind))
+
+
+def _track(rng: random.Random, spec: ScheduleSpec, kinds: list[str], gap_s: tuple[float, float],
+           last_start: float) -> list[FaultEvent]:
+    """Back-to-back events of ``kinds`` separated by a random gap; each ends before the settle time."""
+    out: list[FaultEvent] = []
+    t = spec.warmup_s + rng.uniform(*gap_s)
+    while kinds and t < last_start:
+        kind = rng.choice(kinds)
+        low, high = DURATION_S[kind]
+        length = min(rng.uniform(low, high), spec.duration_s - spec.settle_s / 2 - t)
+        if length < low / 2:
+            break
+        start, end = round(t, 3), round(t + length, 3)
+        if kind == "broker_kill" or kind == "disk_full":
+            out.append(FaultEvent(start, end, kind, target=rng.randrange(1, spec.brokers + 1)))
+        elif kind == "owner_pause":
+            out.append(FaultEvent(start, end, kind, partition=rng.randrange(spec.partitions)))
+        elif kind == "s3_errors":
+            out.append(FaultEvent(start, end, kind, rate=round(rng.uniform(0.05, 0.5), 3),
+                                  after_fraction=round(rng.uniform(0.0, 0.5), 3)))
+        elif kind == "s3_latency":
+            out.append(FaultEvent(start, end, kind, latency_ms=rng.randrange(20, 400)))
+        else:
+            out.append(FaultEvent(start, end, kind))
+        t = end + rng.uniform(*gap_s)
+    return out
+
+
+def overlapping(events: list[FaultEvent], kinds: tuple[str, ...]) -> list[tuple[FaultEvent, FaultEvent]]:
+    """Pairs of events of ``kinds`` whose spans overlap (none, for one track)."""
+    chosen = sorted((e for e in events if e.kind in kinds), key=lambda e: e.start_s)
+    return [(a, b) for a, b in zip(chosen, chosen[1:]) if b.start_s < a.end_s]
