@@ -88,6 +88,15 @@ def test_a_clean_metadata_log_passes() -> None:
     assert check_metadata(list(enumerate(log))) == []
 
 
+def test_a_compacted_object_replacing_its_predecessors_passes_and_a_stray_one_does_not() -> None:
+    head = [stream(1, 0, "OPENED", 1), obj("a", 1, 0, 10, 0), obj("b", 1, 10, 20, 0), obj("c", 1, 20, 25, 0)]
+    compacted = [rec("RemoveStreamObject", object_key="a", stream_id=1),
+                 rec("RemoveStreamObject", object_key="b", stream_id=1), obj("ab", 1, 0, 20, 0), obj("d", 1, 25, 30, 0)]
+    assert check_metadata(list(enumerate(head + compacted))) == []
+    stray = head + [rec("RemoveStreamObject", object_key="a", stream_id=1), obj("ab", 1, 0, 20, 0)]
+    assert any("overlap" in v.message for v in check_metadata(list(enumerate(stray))))  # b still holds [10, 20)
+
+
 @pytest.mark.parametrize("log, words", [
     ([stream(1, 0, "OPENED", 1), stream(1, 0, "OPENED", 2)], "two owners in one epoch"),
     ([stream(1, 2, "OPENED", 1), stream(1, 1, "OPENED", 2)], "went back from epoch 2 to 1"),

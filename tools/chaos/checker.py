@@ -129,11 +129,15 @@ def check_metadata(records: Sequence[tuple[int, Mapping[str, Any]]], max_example
             if end < start:
                 add(f"offset {offset}: object {f['object_key']} of stream {sid} ends before it starts")
             objects = live.setdefault(sid, {})
+            overlapping = False
             for key, (s, e) in objects.items():
                 if key != f["object_key"] and start < e and s < end:
+                    overlapping = True
                     add(f"offset {offset}: stream {sid} objects {key} [{s}, {e}) and {f['object_key']} "
                         f"[{start}, {end}) overlap")
-            if sid in end_of and start != end_of[sid]:
+            # a compacted object fills exactly the range its removed predecessors held, below the end
+            refills = not overlapping and end <= end_of.get(sid, end)
+            if sid in end_of and start != end_of[sid] and not refills:
                 add(f"offset {offset}: object {f['object_key']} of stream {sid} starts at {start}, "
                     f"not at the stream's end offset {end_of[sid]} (a gap or an overlap)")
             end_of[sid] = max(end, end_of.get(sid, end))
