@@ -108,7 +108,7 @@ def test_compare_two_policies_on_the_same_load(tmp_path, capsys):
         assert r["lost"] == "0" and r["duplicated"] == "0"
         # more than one broker at some point (whether the sampled load crossed the band first
         # depends on how fast the machine lets the load generator go: overloads may be 0)
-        assert int(r["broker_seconds"]) > 24 and int(r["overloads"]) >= 0
+        assert int(r["broker_seconds"]) > 24
     markdown = (out / "comparison.md").read_text()
     assert "| broker_seconds |" in markdown and "short-target" in markdown and "short-step" in markdown
     assert (out / "comparison.png").stat().st_size > 10_000
