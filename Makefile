@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install test test-fast demo perf perf-s3 soak clean
+.PHONY: install test test-fast chaos demo perf perf-s3 soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,11 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider -m "not chaos" tests
+
+# Three seeded fault campaigns of 30 s against a live cluster, as one test (about 2.5 min).
+chaos: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not integration and not spark" tests
