@@ -82,11 +82,12 @@ class Experiment:
                                     broker_overrides={"metrics_interval_ms": self.scn.metrics_interval_ms})
         if self.s3_endpoint:
             await asyncio.to_thread(_ensure_bucket, self.s3_endpoint, self.bucket)
-        spark = asyncio.create_task(asyncio.to_thread(_warm_spark, str(self.out_dir / "spark-warm-up")))
         try:
             self.on_progress(0.0, "starting the cluster and Spark")
+            # One after the other: two threads spawning processes at once (the cluster's and Spark's
+            # JVM) once failed the exec with EFAULT.
             await asyncio.to_thread(self.cluster.start)
-            await spark
+            await asyncio.to_thread(_warm_spark, str(self.out_dir / "spark-warm-up"))
             verification = await self._run_load()
         finally:
             await self._close_clients()
