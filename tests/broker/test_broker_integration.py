@@ -16,6 +16,7 @@ import pytest
 from tests.broker.conftest import FAST
 from tests.broker.helpers import (batch, create_topic, fetch_all, leader_of, produce, reassign, wait_running,
                                   wait_serving)
+from stream_storage.batches import build_batch
 from stream_storage.config import S3Config
 from stream_storage.s3_store import S3ObjectStore
 from tools.cluster import LocalCluster
@@ -25,7 +26,15 @@ pytestmark = pytest.mark.integration
 
 
 class Writer:
-    """Produces one numbered record per request to whoever leads; remembers every acknowledgement."""
+    """Produces one numbered record per request to whoever leads; remembers every acknowledgement.
+
+    It is an idempotent producer (one producer id, sequence = record number), as a Kafka client
+    with ``enable.idempotence`` is: a request cut by a kill -9 may have been written and made
+    durable without its answer arriving, and the retry of the same sequence must then be answered
+    with the first copy's offsets instead of being written again.
+    """
+
+    PRODUCER_ID = 7001
 
     def __init__(self, session: aiohttp.ClientSession, c: LocalCluster, topic: str, partition: int = 0) -> None:
         self.session, self.c, self.topic, self.partition = session, c, topic, partition
@@ -57,7 +66,9 @@ class Writer:
                 url = await self._leader_url()
                 continue
             try:
-                status, body = await produce(self.session, url, self.topic, self.partition, batch([value]))
+                body_bytes = build_batch([(None, value)], timestamp_ms=int(time.time() * 1000),
+                                         producer_id=self.PRODUCER_ID, producer_epoch=0, base_sequence=self.n)
+                status, body = await produce(self.session, url, self.topic, self.partition, body_bytes)
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 status, body = 0, {"error": "CONNECTION"}
             if status == 200:

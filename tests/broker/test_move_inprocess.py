@@ -219,6 +219,32 @@ async def test_idempotent_retries_are_not_written_twice(cluster: InProcessCluste
     assert [r.value for r in await read_all(moved)] == [b"a", b"b", b"c"]
 
 
+async def test_idempotent_retry_after_the_owner_died_is_answered_from_its_recovered_wal(
+        cluster: InProcessCluster) -> None:
+    """A kill -9 can land after a batch is durable and before its answer leaves: the client retries
+    the same sequence on the new owner, which must know it from the dead owner's WAL tail."""
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "k", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    old = await c.serving(1, "k", 0)
+    sent = []
+    for seq in range(6):
+        body = batches.build_batch([(None, b"v%d" % seq)], timestamp_ms=1, producer_id=77, producer_epoch=0,
+                                   base_sequence=seq)
+        sent.append(body)
+        assert await old.replica.append(body, batches.validate_batches(body)) == (seq, seq)
+    c.controller.listeners.remove(c.listeners[1])  # broker 1 is gone; broker 2 keeps heartbeating
+    c.skew_ms += 5000
+    epoch2 = c.controller.image.cluster.brokers[2].broker_epoch
+    c.controller.write("broker_heartbeat", {"broker_id": 2, "broker_epoch": epoch2, "metadata_offset": 10**9})
+    c.controller.tick()
+    new = await c.serving(2, "k", 0)
+    assert c.managers[2].moves("k", 0)[0].clean is False
+    retry = sent[-1]
+    assert await new.replica.append(retry, batches.validate_batches(retry)) == (5, 5)
+    assert [r.value for r in await read_all(new)] == [b"v%d" % i for i in range(6)]
+
+
 async def test_deleted_topic_is_dropped_without_uploading(cluster: InProcessCluster) -> None:
     c = cluster
     c.controller.write("create_topics", {"topics": [{"name": "d", "num_partitions": 1, "replication_factor": 1,
