@@ -87,6 +87,8 @@ class ControllerConfig:
     max_inflight_commands: int = 256
     max_group_ops: int = 1000
     max_group_records: int = 20000
+    max_command_records: int = 4000
+    write_slice_ms: int = 50
     max_queued_ops: int = 20000
     log_retention_records: int = 100_000
     long_poll_max_wait_ms: int = 30_000

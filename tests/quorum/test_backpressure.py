@@ -113,8 +113,26 @@ def test_a_follower_applies_a_large_command_without_replaying_it_and_replays_on_
     raw = pickle.dumps(command)
     assert len(raw) < 2_000_000 and pickle.loads(raw) == command  # bytes: unpickles in microseconds
     follower = CommittedLog(1_000_000)
-    follower.append(command, _doApply=True)
+    follower.apply_committed(command)
     assert follower.high_watermark == 20_000 and follower.pending_records == 20_000
     assert follower.read(19_999, 1).records[-1][1]["fields"]["key"] == "key-19999"  # the log is readable at once
     image = follower.materialize()
     assert follower.pending_records == 0 and image.offset == 19_999 and image.kv["key-123"] == "v" * 20
+
+
+async def test_a_group_that_holds_the_loop_credits_that_time_to_broker_sessions() -> None:
+    import time
+
+    from metadata_quorum.controller_result import ControllerResult
+
+    def slow(image: Any, args: dict[str, Any], ctx: Any) -> ControllerResult:
+        time.sleep(0.15)  # a huge create_topics, say: no heartbeat is read meanwhile
+        return ControllerResult((KVRecord("slow", "1"),), {})
+
+    controller, node, _state = make(asyncio.get_running_loop())
+    controller.operations = {**controller.operations, "slow": slow}
+    await become_leader(controller, node)
+    controller.last_heartbeat_ms[7] = 1_000
+    await controller.write("slow", {}, 2.0)
+    assert controller.last_heartbeat_ms[7] >= 1_000 + 150
+    await controller.stop()
