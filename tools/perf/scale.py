@@ -244,7 +244,7 @@ async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, par
         "all_serving_s": round(all_serving_s, 2),
         "elections_during_create": term1 - term0,
         "elections": term2 - term1,
-        "fenced": records.get("fenced", 0),
+        "fenced": fenced_count(records),
         "records_per_move": round(moved_records / partitions, 2),
         "records_by_type": {k: v for k, v in sorted(records.items()) if k != "fenced"},
         "peak_queue_depth": peak,
@@ -255,6 +255,13 @@ async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, par
         "phase": "done",
     })
     return row
+
+
+def fenced_count(records: Counter[str]) -> int | None:
+    """Fencings among the records read; None (unknown) when the log had already dropped some of them."""
+    if any(k.startswith("(snapshot") for k in records):
+        return None
+    return records.get("fenced", 0)
 
 
 async def finish_failed_row(probe: ClusterProbe, row: dict[str, Any], error: BaseException) -> dict[str, Any]:
@@ -270,7 +277,7 @@ async def finish_failed_row(probe: ClusterProbe, row: dict[str, Any], error: Bas
         else:
             row["elections_during_create"] = term - start_term
         records = await probe.records_between(int(row.get("offset_start", offset)), offset)
-        row["fenced"] = records.get("fenced", 0)
+        row["fenced"] = fenced_count(records)
         row["raft_tick_gap_max_ms"] = await probe.tick_gap_max_ms()
     except Exception as e:  # the cluster may be gone: keep what the round measured
         row["probe_error"] = repr(e)
