@@ -88,6 +88,7 @@ class ControllerConfig:
     max_inflight_commands: PositiveInt = 256
     max_group_ops: PositiveInt = 1000
     max_group_records: PositiveInt = 20000
+    max_command_records: PositiveInt = 4000
     max_queued_ops: PositiveInt = 20000
     write_slice_ms: PositiveInt = 50
     log_retention_records: PositiveInt = 100_000

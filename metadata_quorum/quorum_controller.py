@@ -17,6 +17,8 @@ import asyncio
 import heapq
 import itertools
 import logging
+import queue
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -27,7 +29,8 @@ from metadata_quorum.backpressure import admit, retry_after_ms as queue_retry_af
 from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.raft import AppliedCommand, Command, CommittedLog, RaftNode, advance_image
+from metadata_quorum.raft import (AppliedCommand, Command, CommandPlan, CommittedLog, RaftPeer, advance_image,
+                                  encode_batch, split_commands)
 from metadata_quorum.records import NoOpRecord, Record
 
 log = logging.getLogger(__name__)
@@ -86,7 +89,7 @@ class QuorumController:
         self.state = state
         self.operations = operations
         self.loop = loop
-        self.node: RaftNode | None = None
+        self.node: RaftPeer | None = None
         self.on_commit_latency = on_commit_latency
         self.is_leader = False
         self.active = False
@@ -113,15 +116,14 @@ class QuorumController:
         self.observers: dict[int, ObserverState] = {}
         self.voter_caught_up_ms: dict[int, int] = {}
         self._writer: asyncio.Task[None] | None = None
+        self._encoder = CommandEncoder(loop, self._submit_encoded)
 
-    # -- wiring with the tick thread -------------------------------------------------------------
+    # -- wiring with the Raft node's reader -----------------------------------------------------------
 
     def on_applied_threadsafe(self, applied: AppliedCommand) -> None:
-        """Called on the Raft thread after each applied command; wakes the event loop only when
-        someone waits (the leader's writes, long-polls), and once for a run of commands.
-
-        Waking a follower's loop for nothing would make its Raft thread share the GIL just when it
-        must answer the leader. A long-poll registers in ``log_waiters`` before it reads the high
+        """Called on the thread reading the Raft process after each applied command; wakes the
+        event loop only when someone waits (the leader's writes, long-polls), and once for a run of
+        commands (a follower's loop has nothing to do for a commit nobody waits for). A long-poll registers in ``log_waiters`` before it reads the high
         watermark, and this reads ``log_waiters`` after the state changed, so no wake-up is lost.
         """
         if not self.is_leader and not self.log_waiters:
@@ -139,7 +141,7 @@ class QuorumController:
     def on_state_changed_threadsafe(self, old_state: int, new_state: int) -> None:
         self.loop.call_soon_threadsafe(self._on_state_changed)
 
-    def start(self, node: RaftNode) -> None:
+    def start(self, node: RaftPeer) -> None:
         self.node = node
         self._writer = self.loop.create_task(self._write_loop())
 
@@ -151,6 +153,7 @@ class QuorumController:
             except asyncio.CancelledError:
                 pass
         self._resign("the controller is shutting down")
+        self._encoder.stop()
 
     # -- public API --------------------------------------------------------------------------------
 
@@ -397,13 +400,13 @@ class QuorumController:
             if not op.future.done():
                 op.future.set_exception(err)
 
-    def _on_raft_callback(self, command_id: str, result: Any, fail_reason: int) -> None:
+    def _on_raft_callback(self, command_id: str, result: Any, fail_reason: int, why: str = "") -> None:
         if fail_reason == 0:
             return  # answered by _on_applied
         inflight = self._inflight.pop(command_id, None)
         if inflight is None:
             return
-        self._fail_inflight(inflight, f"Raft did not commit the command (pysyncobj reason {fail_reason})")
+        self._fail_inflight(inflight, why or f"Raft did not commit the command (pysyncobj reason {fail_reason})")
         if inflight.is_noop:
             self._noop_pending = True
         self._needs_reset = True
@@ -450,6 +453,8 @@ class QuorumController:
         for a busy controller.
         """
         while self.is_leader:
+            if time.perf_counter() >= deadline_s:
+                return True
             if self._needs_reset:
                 if self._inflight:
                     return False  # wait until every command in flight is answered
@@ -463,8 +468,6 @@ class QuorumController:
                 continue
             if not self.active:
                 return False
-            if time.perf_counter() >= deadline_s:
-                return bool(self._priority or self._queue)
             if self._priority and \
                     len(self._inflight) < self.config.max_inflight_commands + PRIORITY_EXTRA_INFLIGHT:
                 self._run_group(priority_only=len(self._inflight) >= self.config.max_inflight_commands,
@@ -581,19 +584,39 @@ class QuorumController:
         heapq.heappush(self._commit_waiters, (offset, next(self._waiter_ids), waiter))
 
     def _submit(self, batches: list[tuple[Record, ...]], inflight: _Inflight) -> None:
+        """Send a group's batches as one command, or as a chain of bounded ones (``split_commands``).
+
+        Every command of a chain names the one before it, so they apply in order or not at all
+        past a gap; the answers and the leader's image ride on the last one. The records are
+        encoded on the encoder thread (tens of thousands take seconds), which hands each command
+        back to the loop, in order, to be submitted.
+        """
         assert self.node is not None
-        command_id = f"{self.config.node_id}.{self.epoch}.{next(self._ids)}"
-        payload = Command.of(command_id, self._view_last_id, self.epoch, batches)
-        self.state.expect(command_id, self._view)
-        self._view_last_id = command_id
-        self._inflight[command_id] = inflight
+        plans = split_commands(batches, self.config.max_command_records)
+        for i, plan in enumerate(plans):
+            last = i == len(plans) - 1
+            command_id = f"{self.config.node_id}.{self.epoch}.{next(self._ids)}"
+            if last:
+                self.state.expect(command_id, self._view)
+            self._encoder.put(command_id, self._view_last_id, self.epoch, plan)
+            self._view_last_id = command_id
+            self._inflight[command_id] = inflight if last else _Inflight([], inflight.submitted_s)
+
+    def _submit_encoded(self, command: Command | None, command_id: str, error: str) -> None:
+        """On the loop, in the order commands were planned: hand one to Raft (or fail it)."""
+        assert self.node is not None
+        if command is None:
+            self._on_raft_callback(command_id, None, -1, error)
+            return
+        if command_id not in self._inflight:
+            return  # planned in a term this controller no longer leads (its answers already failed)
         loop = self.loop
 
         def callback(result: Any, fail_reason: int) -> None:
             if fail_reason != 0:
                 loop.call_soon_threadsafe(self._on_raft_callback, command_id, result, fail_reason)
 
-        self.node.submit(payload, callback)
+        self.node.submit(command, callback)
 
     # -- replication status -------------------------------------------------------------------------
 
@@ -605,12 +628,7 @@ class QuorumController:
         out: dict[int, dict[str, int]] = {}
         status: dict[str, Any] = {}
         if self.is_leader:
-            for _attempt in range(3):  # pysyncobj's status reads its tick thread's dicts unlocked
-                try:
-                    status = self.node.status()
-                    break
-                except RuntimeError:
-                    continue
+            status = self.node.status()
         responses = self.node.last_response_monotonic() if self.is_leader else {}
         mono_now = time.monotonic()
         for nid, peer in sorted(self.config.controllers.items()):
@@ -628,6 +646,48 @@ class QuorumController:
             out[nid] = {"log_end_offset": leo, "last_fetch_ms": fetch_ms,
                         "last_caught_up_ms": self.voter_caught_up_ms.get(nid, -1)}
         return out
+
+
+class CommandEncoder:
+    """Encodes planned commands on a thread of its own and hands them back to the loop in order.
+
+    Encoding is the costliest step of a large operation (60,000 records: about 2 s here); on the
+    loop it would hold up every request, heartbeats included. On a thread the interpreter still
+    switches to the loop every few hundred microseconds, so requests keep being read and answered.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 deliver: Callable[[Command | None, str, str], None]) -> None:
+        self._loop = loop
+        self._deliver = deliver
+        self._queue: queue.SimpleQueue[tuple[str, str, int, CommandPlan] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="command-encoder", daemon=True)
+        self._thread.start()
+
+    def put(self, command_id: str, prev: str, epoch: int, plan: CommandPlan) -> None:
+        self._queue.put((command_id, prev, epoch, plan))
+
+    def stop(self) -> None:
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            command_id, prev, epoch, plan = item
+            command: Command | None = None
+            error = ""
+            try:
+                command = Command(command_id, prev, epoch, tuple(encode_batch(b) for b in plan.batches if b),
+                                  continues=plan.continues, open_last=plan.open_last)
+            except Exception as e:
+                log.exception("could not encode command %s", command_id)
+                error = f"could not encode the command: {e!r}"
+            try:
+                self._loop.call_soon_threadsafe(self._deliver, command, command_id, error)
+            except RuntimeError:
+                return  # the loop is closed
 
 
 def _log_internal_failure(fut: asyncio.Future[Any]) -> None:

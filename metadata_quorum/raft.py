@@ -1,19 +1,22 @@
-"""The pysyncobj adapter: the replicated, committed metadata log and the image built from it.
+"""The replicated metadata log: its commands, the log they build, and the image built from it.
 
 The replicated state is the committed metadata log: a list of record batches, each one
-controller operation's records, with contiguous offsets starting at 0. Every controller applies
-committed commands in Raft order, on pysyncobj's tick thread, to its copy of the log and to its
-``MetadataImage``; offsets are therefore identical on every node.
+controller operation's records, with contiguous offsets starting at 0. The Raft node (pysyncobj,
+in a process of its own: ``raft_process.py``) orders commands and keeps them as encoded bytes;
+every controller applies the committed commands, in Raft order, to its copy of the log
+(``CommittedLog``) and to its ``MetadataImage``; offsets are therefore identical on every node.
 
 A command is a group of operation batches computed by the active controller against its view
-of the log *including* commands not yet committed. It names the batch it was computed after
-(``prev``); applying it checks that this is still the last applied batch, so a command that was
+of the log *including* commands not yet committed. It names the command it was computed after
+(``prev``); applying it checks that this is still the last applied command, so a command that was
 computed against a view that never committed (a deposed leader, a call pysyncobj forwarded to
 another node, a timed-out call applied late, a duplicate) is rejected, deterministically, on every
-node. Application is thus idempotent and never mixes views.
+node (``LogCore.apply``, the one rule both processes run). Application is thus idempotent and
+never mixes views.
 
 Old batches are dropped once more than ``retention_records`` are kept; a reader asking for a
-dropped offset gets a snapshot of the image instead (Kafka's metadata snapshots).
+dropped offset gets a snapshot of the image instead (Kafka's metadata snapshots). The Raft process
+drops its copy of them once the controller hands it that snapshot (``on_compacted``).
 """
 from __future__ import annotations
 
@@ -21,21 +24,15 @@ import bisect
 import dataclasses
 import json
 import logging
-import os
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
-from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
-
-from metadata_quorum.config import ControllerConfig
 from metadata_quorum.records import Record, decode_record, encode_record
 
 log = logging.getLogger(__name__)
-
-RAFT_LEADER_STATE = 2
 
 
 def empty_image() -> Any:
@@ -79,6 +76,11 @@ def decode_batch(batch: EncodedBatch) -> list[dict[str, Any]]:
     return encoded
 
 
+def encode_snapshot(image: Any) -> EncodedBatch:
+    """The image as records, encoded as one batch (what the Raft process keeps for dropped batches)."""
+    return encode_batch(image_records(image))
+
+
 @dataclass(frozen=True)
 class Command:
     """One replicated command: operation batches computed after command ``prev``, in term ``epoch``.
@@ -88,22 +90,79 @@ class Command:
     unpickling tens of thousands of record objects there stalls the Raft heartbeats for seconds
     (measured: 60,000 records took 1.3 s). A byte string unpickles in microseconds, and the
     encoding is the one ``/v1/log`` serves anyway.
+
+    One operation's batch larger than a command may carry is split over consecutive commands
+    (``split_commands``): ``open_last`` says the last batch goes on in the next command,
+    ``continues`` that the first batch is the rest of the previous command's open one. The log
+    holds the pieces aside and appends the batch only with its last piece, so an operation's
+    records still become visible all at once, at the offsets the leader computed.
     """
 
     command_id: str
     prev: str
     epoch: int
     batches: tuple[EncodedBatch, ...]
+    continues: bool = False
+    open_last: bool = False
 
     @classmethod
     def of(cls, command_id: str, prev: str, epoch: int,
            record_batches: tuple[tuple[Record, ...], ...] | list[tuple[Record, ...]]) -> "Command":
         return cls(command_id, prev, epoch, tuple(encode_batch(b) for b in record_batches if b))
 
+    @property
+    def record_count(self) -> int:
+        return sum(b[0] for b in self.batches)
+
+
+@dataclass(frozen=True)
+class CommandPlan:
+    """The shape of one command of a split group: its batches' records, and how it joins the next."""
+
+    batches: tuple[tuple[Record, ...], ...]
+    continues: bool
+    open_last: bool
+
+
+def split_commands(record_batches: list[tuple[Record, ...]], max_records: int) -> list[CommandPlan]:
+    """Pack operation batches into commands of at most ``max_records`` records each.
+
+    Small batches share a command (group commit); a batch that does not fit in what is left of
+    the current command is cut, and its pieces fill the following commands. Bounding a command
+    bounds the work every node's Raft thread does for it (pickling, the journal write, the send)
+    and the time one JSON encoding holds the interpreter on the leader.
+    """
+    limit = max(1, max_records)
+    plans: list[CommandPlan] = []
+    current: list[tuple[Record, ...]] = []
+    room = limit
+    continues = False
+    for batch in record_batches:
+        rest = tuple(batch)
+        while rest:
+            piece, rest = rest[:room], rest[room:]
+            current.append(piece)
+            room -= len(piece)
+            if room == 0:
+                plans.append(CommandPlan(tuple(current), continues, open_last=bool(rest)))
+                continues = bool(rest)
+                current, room = [], limit
+    if current:
+        plans.append(CommandPlan(tuple(current), continues, open_last=False))
+    return plans
+
+
+def join_batches(pieces: list[EncodedBatch]) -> EncodedBatch:
+    """Join the encoded pieces of one batch (JSON arrays) into one array, without decoding them."""
+    if len(pieces) == 1:
+        return pieces[0]
+    inner = [raw[1:-1] for _count, raw in pieces if _count > 0]
+    return sum(c for c, _raw in pieces), b"[" + b",".join(inner) + b"]"
+
 
 @dataclass(frozen=True)
 class AppliedCommand:
-    """What applying one command did, handed to the listener (on the tick thread)."""
+    """What applying one command did, handed to the listener (on the thread reading the Raft process)."""
 
     command_id: str
     accepted: bool
@@ -122,117 +181,172 @@ class LogSlice:
     snapshot_records: list[dict[str, Any]] | None = None
 
 
-class CommittedLog(SyncObjConsumer):
-    """The replicated state machine. Only attributes assigned after ``super().__init__()`` replicate.
+class LogCore:
+    """The log of encoded batches and the rule that applies a command to it (pure, no I/O).
 
-    Applying a command (pysyncobj's tick thread) only appends its encoded batches: the tick thread
-    also answers Raft heartbeats, and pysyncobj checks a follower's election deadline *before* it
-    reads the messages waiting on its sockets, so any long apply starts an election. The image is
-    brought up to date elsewhere: on the leader it is the image the leader computed for the
-    command (``expect``); on other nodes ``materialize`` replays the pending batches, from the
-    controller's own loop or on the first read that needs the image.
+    Both processes hold one and apply the same committed commands in the same order: the Raft
+    process so that its dump and the snapshots it sends lagging followers hold the log, the
+    controller so that it can serve the log and build its image. ``snapshot`` is the image at
+    ``snapshot_offset`` encoded as one batch (``None`` where the holder keeps the image itself).
+
+    A kept batch is ``[base_offset, epoch, EncodedBatch, its decoded JSON or None]``; the last slot
+    is a read cache of the controller's and never leaves the process.
+    """
+
+    def __init__(self) -> None:
+        self.snapshot_offset = -1
+        self.snapshot_epoch = 0
+        self.snapshot: EncodedBatch | None = (0, b"[]")
+        self.batches: list[list[Any]] = []
+        self.bases: list[int] = []
+        self.last_command_id = ""
+        self.next_offset = 0
+        self.epoch = 0
+        # Pieces of a batch split over commands whose last piece has not been applied yet.
+        self.open_pieces: list[EncodedBatch] = []
+
+    def apply(self, command: Command) -> tuple[bool, int, list[list[Any]]]:
+        """Apply one command: (accepted, the offset its records start at, the batches it completed).
+
+        Rejected unless ``command.prev`` is the last applied command's id; a continuation also
+        needs the pieces it continues, and any other accepted command drops them (the leader that
+        was splitting an operation lost its term before the last piece: the operation never happened).
+        """
+        first = self.next_offset
+        accepted = command.prev == self.last_command_id and (bool(self.open_pieces) or not command.continues)
+        if not accepted:
+            return False, first, []
+        epoch = int(command.epoch)
+        batches = list(command.batches)
+        pieces, self.open_pieces = self.open_pieces, []
+        if command.continues and command.open_last and len(batches) == 1:
+            self.open_pieces, batches = pieces + batches, []  # a middle piece: joined with the last
+        elif command.continues and batches:
+            batches[0] = join_batches(pieces + [batches[0]])
+        elif pieces:
+            log.warning("dropping %d records of an operation whose last piece never came",
+                        sum(p[0] for p in pieces))
+        if command.open_last and batches:
+            self.open_pieces = [batches.pop()]
+        new_batches: list[list[Any]] = []
+        count = 0
+        for batch in batches:
+            if batch[0] > 0:
+                new_batches.append([first + count, epoch, batch, None])
+                count += batch[0]
+        self.batches.extend(new_batches)
+        self.bases.extend(b[0] for b in new_batches)
+        self.next_offset = first + count
+        self.epoch = epoch
+        self.last_command_id = command.command_id
+        return True, first, new_batches
+
+    def drop_before(self, keep_from: int, snapshot_offset: int, epoch: int, snapshot: EncodedBatch | None) -> bool:
+        """Drop the batches that start before ``keep_from``, covered by a snapshot at ``snapshot_offset``.
+
+        The snapshot is an image, so its offset ends a batch, and every batch starting at or before
+        it ends there too: what is dropped is covered. Batches between ``keep_from`` and the
+        snapshot stay readable. A snapshot older than the one held is ignored.
+        """
+        if snapshot_offset <= self.snapshot_offset or snapshot_offset >= self.next_offset \
+                or keep_from > snapshot_offset + 1:
+            return False
+        cut = bisect.bisect_left(self.bases, keep_from)
+        del self.batches[:cut]
+        del self.bases[:cut]
+        self.snapshot_offset, self.snapshot_epoch, self.snapshot = snapshot_offset, epoch, snapshot
+        return True
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.batches[0][0] if self.batches else self.next_offset
+
+    def to_dict(self) -> dict[str, Any]:
+        """The state as plain data (pysyncobj's dump, a reset sent to the controller)."""
+        return {
+            "snapshot_offset": self.snapshot_offset,
+            "snapshot_epoch": self.snapshot_epoch,
+            "snapshot": self.snapshot,
+            "batches": [[b[0], b[1], b[2], None] for b in self.batches],
+            "last_command_id": self.last_command_id,
+            "next_offset": self.next_offset,
+            "epoch": self.epoch,
+            "open_pieces": list(self.open_pieces),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LogCore":
+        core = cls()
+        core.snapshot_offset = int(data["snapshot_offset"])
+        core.snapshot_epoch = int(data["snapshot_epoch"])
+        snapshot = data.get("snapshot")
+        if snapshot is None and data.get("snapshot_records") is not None:  # a dump of the older layout
+            snapshot = encode_batch(list(data["snapshot_records"]))
+        core.snapshot = tuple(snapshot) if snapshot is not None else None  # type: ignore[assignment]
+        core.batches = [list(b) for b in data["batches"]]
+        core.bases = [b[0] for b in core.batches]
+        core.last_command_id = str(data["last_command_id"])
+        core.next_offset = int(data["next_offset"])
+        core.epoch = int(data["epoch"])
+        core.open_pieces = [tuple(p) for p in data.get("open_pieces", [])]  # type: ignore[misc]
+        return core
+
+
+class CommittedLog:
+    """The controller's copy of the committed log and the image built from it.
+
+    Commands arrive from the Raft process (``apply_committed``, on the thread reading its pipe)
+    in commit order; applying one only appends its encoded batches, so the next commit is not
+    held up. The image is brought up to date elsewhere: on the leader it is the image the leader
+    computed for the command (``expect``); on other nodes ``materialize`` replays the pending
+    batches, from the controller's own loop or on the first read that needs the image.
     """
 
     def __init__(self, retention_records: int, on_applied: Callable[[AppliedCommand], None] | None = None) -> None:
-        # Local, derived state (not part of the dump): rebuilt from the replicated state.
         self._lock = threading.RLock()
         self._materialize_lock = threading.Lock()
         self._retention_records = max(2, retention_records)
         self._on_applied = on_applied
-        self._bases: list[int] = []
+        self.on_compacted: Callable[[int, int, int, Any], None] | None = None  # (keep_from, offset, epoch, image)
+        self.core = LogCore()
         self._image: Any = empty_image()
         self._pending: deque[list[Any]] = deque()  # batch entries applied but not yet in _image
         self._snapshot_cache: tuple[int, list[dict[str, Any]]] | None = None
-        self._snapshot_image: Any = None
         self._expected: dict[str, Any] = {}  # command id -> image after it, as the leader computed it
         self.applied_at_raft_index: deque[tuple[int, int]] = deque(maxlen=4096)
         self.last_apply_monotonic = 0.0
-        super().__init__()
-        # Replicated state.
-        self.snapshot_offset = -1
-        self.snapshot_epoch = 0
-        # The image at snapshot_offset as records; computed from _snapshot_image only when a dump needs it.
-        self.snapshot_records: list[Record] | None = []
-        # [base_offset, epoch, EncodedBatch, its decoded JSON (filled on first read, then kept)]
-        self.batches: list[list[Any]] = []
-        self.last_command_id = ""
-        self.next_offset = 0
-        self.epoch = 0
 
-    # -- dump / restore -------------------------------------------------------------------------
+    @property
+    def last_command_id(self) -> str:
+        return self.core.last_command_id
 
-    def _serialize(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "snapshot_offset": self.snapshot_offset,
-                "snapshot_epoch": self.snapshot_epoch,
-                "snapshot_records": self._snapshot_records(),
-                "batches": [[b[0], b[1], b[2], None] for b in self.batches],  # not the read cache
-                "last_command_id": self.last_command_id,
-                "next_offset": self.next_offset,
-                "epoch": self.epoch,
-            }
+    # -- what the Raft process reports ---------------------------------------------------------------
 
-    def _deserialize(self, data: dict[str, Any]) -> None:
-        with self._lock:
-            self.snapshot_offset = int(data["snapshot_offset"])
-            self.snapshot_epoch = int(data["snapshot_epoch"])
-            self.snapshot_records = list(data["snapshot_records"])
-            self._snapshot_image = None
-            self.batches = list(data["batches"])
-            self.last_command_id = str(data["last_command_id"])
-            self.next_offset = int(data["next_offset"])
-            self.epoch = int(data["epoch"])
-            self._rebuild()
-
-    def _snapshot_records(self) -> list[Record]:
-        if self.snapshot_records is None:
-            self.snapshot_records = image_records(self._snapshot_image)
-        return self.snapshot_records
-
-    def _rebuild(self) -> None:
-        """Rebuild the image from the snapshot and the kept batches (after a restart)."""
+    def reset(self, data: dict[str, Any]) -> None:
+        """Take the Raft process's whole log (its dump at start-up, or a snapshot from the leader)."""
+        core = LogCore.from_dict(data)
         image = empty_image()
-        if self.snapshot_offset >= 0:
-            records = self._snapshot_records()
-            image = advance_image(image, records, self.snapshot_offset - len(records) + 1, self.snapshot_epoch,
-                                  last_offset=self.snapshot_offset)
-        for entry in self.batches:
-            if entry[0] > self.snapshot_offset:
+        if core.snapshot_offset >= 0 and core.snapshot is not None:
+            records = [decode_record(r) for r in decode_batch(core.snapshot)]
+            image = advance_image(image, records, core.snapshot_offset - len(records) + 1, core.snapshot_epoch,
+                                  last_offset=core.snapshot_offset)
+        for entry in core.batches:
+            if entry[0] > core.snapshot_offset:
                 image = _replay_entry(image, entry)
-        self._image = image
-        self._pending.clear()
-        self._bases = [b[0] for b in self.batches]
-        self._snapshot_cache = None
-
-    # -- the replicated command -----------------------------------------------------------------
-
-    @replicated
-    def append(self, command: Command) -> tuple[bool, int, int]:
-        """Apply one command; rejected unless ``command.prev`` is the last applied command's id.
-
-        The check is the same on every node, so a command computed against a view that never
-        committed is rejected everywhere. Its records were replayed by the leader that computed
-        it (that is how it got its view), so they replay on every node.
-        """
         with self._lock:
-            accepted = command.prev == self.last_command_id
-            first = self.next_offset
+            self.core = core
+            self._image = image
+            self._pending.clear()
+            self._expected.clear()
+            self._snapshot_cache = None
+
+    def apply_committed(self, command: Command, raft_index: int = 0) -> AppliedCommand:
+        """Apply one committed command (the same rule as the Raft process: ``LogCore.apply``)."""
+        with self._lock:
+            accepted, first, new_batches = self.core.apply(command)
             if accepted:
-                epoch = int(command.epoch)
-                new_batches: list[list[Any]] = []
-                count = 0
-                for batch in command.batches:
-                    if batch[0] > 0:
-                        new_batches.append([first + count, epoch, batch, None])
-                        count += batch[0]
-                self.batches.extend(new_batches)
-                self._bases.extend(b[0] for b in new_batches)
-                self.next_offset = first + count
-                self.epoch = epoch
-                self.last_command_id = command.command_id
                 image = self._expected.pop(command.command_id, None)
-                if image is not None and image.offset == self.next_offset - 1 and image.epoch == epoch:
+                if image is not None and image.offset == self.core.next_offset - 1 and image.epoch == self.core.epoch:
                     # the leader's view when it computed the command was the committed image plus
                     # what is pending here, since its ``prev`` matched: its image is the replay
                     self._image = image
@@ -241,35 +355,31 @@ class CommittedLog(SyncObjConsumer):
                     self._pending.extend(new_batches)
                 self._maybe_drop_old_batches()
             self._expected.pop(command.command_id, None)
-            raft_index = self._syncObj.raftLastApplied + 1 if self._syncObj is not None else 0
-            self.applied_at_raft_index.append((raft_index, self.next_offset))
+            self.applied_at_raft_index.append((raft_index, self.core.next_offset))
             self.last_apply_monotonic = time.monotonic()
-            result = AppliedCommand(command.command_id, accepted, first, self.next_offset, self.epoch)
+            result = AppliedCommand(command.command_id, accepted, first, self.core.next_offset, self.core.epoch)
         if self._on_applied is not None:
             try:
                 self._on_applied(result)
-            except Exception:  # a listener must never stop the state machine
+            except Exception:  # a listener must never stop the log
                 log.exception("metadata log listener failed")
-        return accepted, first, result.next_offset
+        return result
 
     def _maybe_drop_old_batches(self) -> None:
         """Snapshot at the materialised image and drop the batches it covers, keeping the newest half."""
-        kept_from = self.batches[0][0] if self.batches else self.next_offset
-        if self.next_offset - kept_from <= self._retention_records:
+        core = self.core
+        if core.next_offset - core.log_start_offset <= self._retention_records:
             return
-        keep_from_offset = min(self.next_offset - self._retention_records // 2, self._image.offset + 1)
-        cut = bisect.bisect_left(self._bases, keep_from_offset)
-        if cut == 0:
+        keep_from_offset = min(core.next_offset - self._retention_records // 2, self._image.offset + 1)
+        if bisect.bisect_left(core.bases, keep_from_offset) == 0:
             return
-        # Only a reference here: the image is immutable, and turning it into records on the Raft
-        # thread could stall heartbeats on a large cluster. Dumps and restarts materialise it.
-        self._snapshot_image = self._image
-        self.snapshot_records = None
-        self.snapshot_offset = self._image.offset
-        self.snapshot_epoch = self._image.epoch
-        del self.batches[:cut]
-        del self._bases[:cut]
-        self._snapshot_cache = None
+        # Only a reference here: the image is immutable, and turning it into records here would
+        # hold up the next commit on a large cluster. Readers and the Raft process encode it.
+        image = self._image
+        if core.drop_before(keep_from_offset, image.offset, image.epoch, None):
+            self._snapshot_cache = None
+            if self.on_compacted is not None:
+                self.on_compacted(keep_from_offset, image.offset, image.epoch, image)
 
     def expect(self, command_id: str, image: Any) -> None:
         """The leader hands over the image it computed after ``command_id``, sparing the replay.
@@ -289,10 +399,15 @@ class CommittedLog(SyncObjConsumer):
     def pending_records(self) -> int:
         """Committed records not yet replayed into the image."""
         with self._lock:
-            return self.next_offset - 1 - self._image.offset
+            return self.core.next_offset - 1 - self._image.offset
+
+    @property
+    def materialized_offset(self) -> int:
+        """The offset of the image as replayed so far (never replays: cheap enough for health checks)."""
+        return int(self._image.offset)
 
     def materialize(self) -> Any:
-        """Replay the pending batches into the image, outside the lock the tick thread takes."""
+        """Replay the pending batches into the image, outside the lock the pipe reader takes."""
         with self._materialize_lock:
             with self._lock:
                 base = self._image
@@ -325,17 +440,17 @@ class CommittedLog(SyncObjConsumer):
             image = self.materialize()
             with self._lock:
                 if not self._pending and self._image is image:
-                    return self._image, self.last_command_id
+                    return self._image, self.core.last_command_id
 
     @property
     def high_watermark(self) -> int:
         """Kafka's high watermark: the offset the next committed record will get."""
-        return self.next_offset
+        return self.core.next_offset
 
     @property
     def log_start_offset(self) -> int:
         with self._lock:
-            return self.batches[0][0] if self.batches else self.next_offset
+            return self.core.log_start_offset
 
     def snapshot(self) -> tuple[int, list[dict[str, Any]]]:
         """The committed image as records, with its offset (cached per offset)."""
@@ -353,18 +468,19 @@ class CommittedLog(SyncObjConsumer):
     def read(self, offset: int, max_records: int) -> LogSlice:
         """Whole batches starting at ``offset`` (at least one if any), or a snapshot if dropped.
 
-        Batches are decoded on their first read (not on the Raft thread), outside the lock.
+        Batches are decoded on their first read, outside the lock.
         """
         entries: list[list[Any]] = []
         with self._lock:
-            hw = self.next_offset
-            start = self.batches[0][0] if self.batches else hw
+            core = self.core
+            hw = core.next_offset
+            start = core.log_start_offset
             dropped = offset < start
             if not dropped:
-                i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+                i = max(0, bisect.bisect_right(core.bases, offset) - 1)
                 count = 0
-                while i < len(self.batches):
-                    entry = self.batches[i]
+                while i < len(core.batches):
+                    entry = core.batches[i]
                     i += 1
                     size = entry[2][0]
                     if entry[0] + size <= offset:
@@ -397,7 +513,7 @@ class CommittedLog(SyncObjConsumer):
             else:
                 break
         if best < 0:
-            return self.next_offset if not applied else 0
+            return self.core.next_offset if not applied else 0
         return best
 
 
@@ -407,154 +523,16 @@ def _replay_entry(image: Any, entry: list[Any]) -> Any:
     return advance_image(image, [decode_record(r) for r in encoded], entry[0], entry[1])
 
 
-def make_syncobj_conf(config: ControllerConfig, on_state_changed: Callable[[int, int], None],
-                      on_ready: Callable[[], None]) -> SyncObjConf:
-    raft = config.raft
-    os.makedirs(config.node_data_dir, exist_ok=True)
-    return SyncObjConf(
-        appendEntriesUseBatch=raft.append_entries_use_batch,
-        raftMinTimeout=raft.raft_min_timeout_s,
-        raftMaxTimeout=raft.raft_max_timeout_s,
-        appendEntriesPeriod=raft.append_entries_period_s,
-        connectionRetryTime=raft.connection_retry_time_s,
-        connectionTimeout=raft.connection_timeout_s,
-        autoTickPeriod=raft.auto_tick_period_s,
-        leaderFallbackTimeout=raft.leader_fallback_timeout_s,
-        appendEntriesBatchSizeBytes=raft.append_entries_batch_size_bytes,
-        sendBufferSize=raft.socket_buffer_bytes,
-        recvBufferSize=raft.socket_buffer_bytes,
-        logCompactionMinEntries=raft.log_compaction_min_entries,
-        logCompactionMinTime=raft.log_compaction_min_time_s,
-        journalFile=os.path.join(config.node_data_dir, "raft.journal"),
-        fullDumpFile=os.path.join(config.node_data_dir, "raft.dump"),
-        onStateChanged=on_state_changed,
-        onReady=on_ready,
-        commandsWaitLeader=False,
-        dynamicMembershipChange=False,
-        # Encrypts and authenticates every Raft message (Fernet); None: plain pickles, open to anyone.
-        password=config.security.raft_password if config.security is not None else None,
-    )
+class RaftPeer(Protocol):
+    """What the active controller needs of its Raft node (``raft_node.RaftNode``, or a test's fake)."""
 
+    is_leader: bool
+    term: int
 
-def align_journal_with_dump(journal_path: str, dump_path: str) -> None:
-    """Drop journal entries the dump already covers, so a restart keeps the entries after it.
+    def submit(self, command: Command, callback: Callable[[Any, int], None]) -> None: ...
 
-    pysyncobj trims the journal only on the tick after a dump is written; a node stopped in
-    between restarts with a journal that does not start at the dump's last two entries, and
-    pysyncobj then clears the whole journal, losing every committed entry after the dump.
-    """
-    if not (os.path.exists(journal_path) and os.path.exists(dump_path)):
-        return
-    import gzip
-    import pickle
-    from pysyncobj.journal import createJournal
-    try:
-        with open(dump_path, "rb") as f, gzip.GzipFile(fileobj=f) as g:
-            data = pickle.load(g)
-        before, last = tuple(data[2]), tuple(data[1])
-    except Exception:
-        log.exception("cannot read %s to align the journal", dump_path)
-        return
-    journal = createJournal(journal_path)
-    try:
-        for pos in range(len(journal) - 1):
-            if tuple(journal[pos]) == before and tuple(journal[pos + 1]) == last:
-                if pos > 0:
-                    journal.deleteEntriesTo(pos)
-                    journal.flush()
-                break
-    finally:
-        journal._destroy()
+    def leader_id(self) -> int | None: ...
 
+    def status(self) -> dict[str, Any]: ...
 
-class _ReadFirstSyncObj(SyncObj):  # type: ignore[misc]
-    """pysyncobj's node, reading its sockets before each tick's election check.
-
-    pysyncobj checks a follower's election deadline at the start of a tick and reads the messages
-    waiting on its sockets only at the end. A tick thread held up longer than the election timeout
-    (CPU starvation on a busy machine, a long apply) therefore starts an election although the
-    leader's heartbeats are sitting in its socket buffer, and the quorum churns under load. Reading
-    first lets those heartbeats reset the deadline; a leader that is really gone sends none.
-    """
-
-    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802, N803 - pysyncobj's names
-        if self._SyncObj__transport.ready:
-            self._poller.poll(0)
-        super()._onTick(timeToWait)
-
-
-class TickGaps:
-    """How late pysyncobj's tick thread runs: the longest gap between two ticks, and the stalls.
-
-    A follower whose tick thread is held up past the election timeout starts an election, whatever
-    its sockets hold; so a gap near ``raft_min_timeout_s`` is the warning sign of leadership churn
-    (CPU starvation, a long apply, a long GIL hold on the other thread).
-    """
-
-    def __init__(self, stall_ms: int) -> None:
-        self.stall_ms = stall_ms
-        self.last_mono_s = 0.0
-        self.max_gap_ms = 0.0
-        self.stalls = 0
-
-    def on_tick(self) -> None:
-        now = time.monotonic()
-        if self.last_mono_s:
-            gap_ms = (now - self.last_mono_s) * 1000
-            if gap_ms > self.max_gap_ms:
-                self.max_gap_ms = gap_ms
-            if gap_ms > self.stall_ms:
-                self.stalls += 1
-                log.warning("raft tick thread stalled %.0f ms (elections start at %d ms)", gap_ms, 2 * self.stall_ms)
-        self.last_mono_s = now
-
-
-class RaftNode:
-    """One pysyncobj node holding a :class:`CommittedLog`; thin accessors over its status."""
-
-    def __init__(self, config: ControllerConfig, state: CommittedLog,
-                 on_state_changed: Callable[[int, int], None], on_ready: Callable[[], None]) -> None:
-        self.config = config
-        self.state = state
-        conf = make_syncobj_conf(config, on_state_changed, on_ready)
-        align_journal_with_dump(conf.journalFile, conf.fullDumpFile)
-        self.sync = _ReadFirstSyncObj(config.me.raft, config.peer_raft_addresses(), conf=conf, consumers=[state])
-        self.tick_gaps = TickGaps(stall_ms=int(config.raft.raft_min_timeout_s * 1000 / 2))
-        self.sync.addOnTickCallback(self.tick_gaps.on_tick)
-
-    def submit(self, command: Command, callback: Callable[[Any, int], None]) -> None:
-        """Hand one command to pysyncobj (non-blocking); ``callback(result, fail_reason)`` on its thread."""
-        self.state.append(command, callback=callback)
-
-    @property
-    def is_leader(self) -> bool:
-        return bool(self.sync._isLeader())
-
-    @property
-    def term(self) -> int:
-        return int(self.sync.raftCurrentTerm)
-
-    @property
-    def is_ready(self) -> bool:
-        return bool(self.sync.isReady())
-
-    def leader_id(self) -> int | None:
-        leader = self.sync._getLeader()
-        if leader is None:
-            return None
-        return self.config.node_id_for_raft(getattr(leader, "id", str(leader)))
-
-    def status(self) -> dict[str, Any]:
-        return dict(self.sync.getStatus())
-
-    def last_response_monotonic(self) -> dict[str, float]:
-        """When the leader last heard from each peer (pysyncobj keeps it privately)."""
-        times = getattr(self.sync, "_SyncObj__lastResponseTime", {})
-        return {getattr(node, "id", str(node)): float(t) for node, t in dict(times).items()}
-
-    def destroy(self, timeout_s: float = 5.0) -> None:
-        """Stop the tick thread and close the journal and sockets (blocks until done)."""
-        self.sync.destroy()
-        thread = getattr(self.sync, "_SyncObj__thread", None)
-        if thread is not None:
-            thread.join(timeout_s)
+    def last_response_monotonic(self) -> dict[str, float]: ...

@@ -1,4 +1,7 @@
-"""The controller process: one pysyncobj node and the aiohttp API (docs/controller-api.md).
+"""The controller process: the aiohttp API over one Raft node (docs/controller-api.md).
+
+The Raft node (pysyncobj) runs in a child process of its own (``raft_process.py``), so that
+computing operations and serving requests here never starves its elections and heartbeats.
 
 ``ferry controller --id N --config FILE``. Writes go to the active controller (any other answers
 ``NOT_CONTROLLER`` with the leader's id and URL); reads, the committed log (long-poll) and
@@ -28,13 +31,15 @@ from metadata_quorum.http_parsing import check_query_names, errors_middleware, q
     read_json_object
 from metadata_quorum.ops.validation import as_list, as_mapping, as_str
 from metadata_quorum.quorum_controller import SESSION_CREDIT_MIN_MS, QuorumController, now_ms
-from metadata_quorum.raft import CommittedLog, RaftNode
+from metadata_quorum.raft import CommittedLog
+from metadata_quorum.raft_node import RaftNode
 
 log = logging.getLogger("ferry.controller")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_BATCH_OPS = 10_000
 OBSERVER_EXPIRY_MS = 5 * 60 * 1000
+LOOP_LAG_WARN_MS = 1000
 MAX_LOG_RECORDS = 100_000  # per /v1/log answer (whole batches may go slightly past it)
 KNOWN_KINDS = frozenset({"write", "read", "log", "snapshot", "quorum", "health"})  # bounded metric labels
 
@@ -83,16 +88,20 @@ class ControllerServer:
         self.state = CommittedLog(config.log_retention_records, on_applied=self._on_applied)
         self.controller = QuorumController(config, self.state, self.write_ops, self.loop,
                                            on_commit_latency=self.metrics.commit_latency.observe)
+        self.lost = asyncio.Event()
         self.node = RaftNode(config, self.state, on_state_changed=self.controller.on_state_changed_threadsafe,
-                             on_ready=self._on_ready)
+                             on_ready=self._on_ready, on_lost=self._on_lost)
         self.controller.start(self.node)
         self.started_ms = now_ms()
-        self.loop_lag_max_ms = 0.0  # the longest the event loop was late for the tick (health)
         self.closing = False
+        self.loop_lag_max_ms = 0.0  # the longest the event loop was late for the ticker (requests wait as long)
         self._ticker: asyncio.Task[None] | None = None
 
     def _on_ready(self) -> None:
         self.loop.call_soon_threadsafe(self.ready.set)
+
+    def _on_lost(self) -> None:
+        self.loop.call_soon_threadsafe(self.lost.set)
 
     def _on_applied(self, applied: Any) -> None:
         self.controller.on_applied_threadsafe(applied)
@@ -132,6 +141,8 @@ class ControllerServer:
             await asyncio.sleep(interval_s)
             late_ms = (time.monotonic() - slept_from - interval_s) * 1000
             self.loop_lag_max_ms = max(self.loop_lag_max_ms, late_ms)
+            if late_ms > LOOP_LAG_WARN_MS:
+                log.warning("controller event loop held up %.0f ms", late_ms)
             try:
                 if late_ms >= SESSION_CREDIT_MIN_MS:
                     # the loop was held (a long request, a busy machine): heartbeats waited unread
@@ -156,6 +167,16 @@ class ControllerServer:
     def _count_error(self, request: web.Request, error: FerryError) -> None:
         kind = request.path.split("/")[2] if request.path.count("/") > 1 else "other"
         self.metrics.requests.labels(kind if kind in KNOWN_KINDS else "other", error.error.name).inc()
+
+    async def committed_image(self) -> Any:
+        """The committed image, replaying what a follower has pending on a worker thread.
+
+        Replaying the records of a large operation takes a second or more; on the loop it would
+        hold up every request this controller serves.
+        """
+        if self.state.pending_records > 0:
+            return await self.loop.run_in_executor(None, self.state.materialize)
+        return self.state.image
 
     def _require_ready(self) -> None:
         if not self.ready.is_set():
@@ -245,7 +266,7 @@ class ControllerServer:
         if fn is None:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown read operation {op!r}; known: {sorted(self.read_ops)}")
         args = await read_json_object(request)
-        image = self.state.image
+        image = await self.committed_image()
         reply = fn(image, args)
         return _json({"reply": reply, "offset": image.offset})
 
@@ -366,7 +387,7 @@ class ControllerServer:
             "term": self.node.term,
             "high_watermark": self.state.high_watermark,
             "log_start_offset": self.state.log_start_offset,
-            "image_offset": self.state.image.offset,
+            "image_offset": self.state.materialized_offset,
             "queue_depth": self.controller.queue_depth,
             "shed_ops": self.controller.shed_ops,
             "raft_tick_gap_max_ms": round(self.node.tick_gaps.max_gap_ms, 1),
@@ -397,9 +418,14 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
     await site.start()
     server.start_ticker()
     log.info("controller %d serving http://%s (raft %s)", config.node_id, config.me.http, config.me.raft)
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(server.lost.wait())]
     try:
-        await stop.wait()
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if server.lost.is_set():
+            log.error("controller %d stops: its Raft process is gone", config.node_id)
     finally:
+        for waiter in waiters:
+            waiter.cancel()
         server.closing = True
         server.controller.log_changed.set()  # long-polls answer now instead of at their deadline
         await runner.cleanup()
@@ -415,8 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pysyncobj").setLevel(logging.WARNING)
-    # Raft runs on pysyncobj's thread beside the event loop: hand the GIL over sooner than the
-    # default 5 ms so that neither waits long for the other (commit latency).
+    # Commits arrive on the thread reading the Raft process: hand the interpreter over to it sooner
+    # than the default 5 ms so that a busy event loop does not delay them (commit latency).
     sys.setswitchinterval(0.0005)
     try:
         config = load_config(args.config, args.id)

@@ -113,7 +113,7 @@ def test_a_follower_applies_a_large_command_without_replaying_it_and_replays_on_
     raw = pickle.dumps(command)
     assert len(raw) < 2_000_000 and pickle.loads(raw) == command  # bytes: unpickles in microseconds
     follower = CommittedLog(1_000_000)
-    follower.append(command, _doApply=True)
+    follower.apply_committed(command)
     assert follower.high_watermark == 20_000 and follower.pending_records == 20_000
     assert follower.read(19_999, 1).records[-1][1]["fields"]["key"] == "key-19999"  # the log is readable at once
     image = follower.materialize()

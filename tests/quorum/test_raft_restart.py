@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pysyncobj.journal import createJournal
 
-from metadata_quorum.raft import align_journal_with_dump
+from metadata_quorum.raft_process import align_journal_with_dump
 
 
 def _entry(idx: int) -> tuple[bytes, int, int]:

@@ -57,7 +57,7 @@ class FakeNode:
             self.loop.call_soon(self.apply, command)
 
     def apply(self, command: Command) -> None:
-        self.state.append(command, _doApply=True)  # what pysyncobj does once the entry commits
+        self.state.apply_committed(command)  # what pysyncobj does once the entry commits
 
     def release(self) -> None:
         held, self.held = self.held, []
@@ -223,10 +223,10 @@ def test_an_expected_image_is_used_only_for_an_accepted_command_at_that_offset()
     log = CommittedLog(1000)
     stale = MetadataDelta(EMPTY_IMAGE).replay_all([KVRecord("wrong", "1")]).apply()
     log.expect("a", stale)  # offset 0 and epoch -1: does not match the command below, so it is replayed
-    log.append(Command.of("a", "", 1, ((KVRecord("x", "1"),),)), _doApply=True)
+    log.apply_committed(Command.of("a", "", 1, ((KVRecord("x", "1"),),)))
     assert dict(log.image.kv) == {"x": "1"}
     log.expect("b", stale)
-    assert log.append(Command.of("b", "zzz", 1, ((KVRecord("y", "1"),),)), _doApply=True)[0] is False
+    assert log.apply_committed(Command.of("b", "zzz", 1, ((KVRecord("y", "1"),),))).accepted is False
     assert dict(log.image.kv) == {"x": "1"} and log._expected == {}
 
 
@@ -240,8 +240,8 @@ def test_log_rejects_stale_and_duplicate_commands_the_same_way_everywhere() -> N
         Command.of("e", "b", 2, ((KVRecord("x", "2"),),)),
     ]
     for log in logs:
-        results = [log.append(c, _doApply=True) for c in commands]
-        assert [r[0] for r in results] == [True, True, False, False, True]
+        results = [log.apply_committed(c) for c in commands]
+        assert [r.accepted for r in results] == [True, True, False, False, True]
         assert log.high_watermark == 5
         assert dict(log.image.kv) == {"x": "2", "y": "1", "z": "1", "w": "1"}
         assert (log.image.offset, log.image.epoch) == (4, 2)
@@ -251,10 +251,17 @@ def test_log_rejects_stale_and_duplicate_commands_the_same_way_everywhere() -> N
 
 
 def test_log_keeps_recent_batches_and_snapshots_older_offsets_and_survives_a_dump() -> None:
+    from metadata_quorum.raft import LogCore, encode_snapshot
+
     log = CommittedLog(10)
+    raft_side = LogCore()  # what the Raft process keeps: the same log, compacted when the controller says
+    log.on_compacted = lambda keep, offset, epoch, image: raft_side.drop_before(keep, offset, epoch,
+                                                                                encode_snapshot(image))
     prev = ""
     for i in range(30):
-        log.append(Command.of(f"c{i}", prev, 1, ((KVRecord(f"k{i % 4}", str(i)),),)), _doApply=True)
+        command = Command.of(f"c{i}", prev, 1, ((KVRecord(f"k{i % 4}", str(i)),),))
+        raft_side.apply(command)
+        log.apply_committed(command)
         prev = f"c{i}"
         if i % 3 == 0:
             log.materialize()  # as a follower's controller loop does, off the Raft thread
@@ -264,11 +271,12 @@ def test_log_keeps_recent_batches_and_snapshots_older_offsets_and_survives_a_dum
     assert {r["fields"]["key"] for r in old.snapshot_records or []} == {"k0", "k1", "k2", "k3"}
     recent = log.read(log.log_start_offset, 100)
     assert [o for o, _ in recent.records] == list(range(log.log_start_offset, 30))
+    assert raft_side.log_start_offset == log.log_start_offset and raft_side.snapshot_offset > 0
     restored = CommittedLog(10)
-    restored._deserialize(log._serialize())
+    restored.reset(raft_side.to_dict())  # the Raft process's dump after a restart
     assert dict(restored.image.kv) == dict(log.image.kv) and restored.image.offset == 29
     assert restored.read(log.log_start_offset, 100) == recent
-    restored.append(Command.of("c30", "c29", 1, ((KVRecord("k9", "x"),),)), _doApply=True)
+    restored.apply_committed(Command.of("c30", "c29", 1, ((KVRecord("k9", "x"),),)))
     assert restored.image.kv["k9"] == "x" and restored.high_watermark == 31
 
 
@@ -330,7 +338,7 @@ async def test_a_group_mixing_operations_sees_each_others_records() -> None:
     # The leader's log took the images it had computed; a node replaying the same commands agrees.
     replayed = CommittedLog(1000)
     for command in node.submitted:
-        replayed.append(command, _doApply=True)
+        replayed.apply_committed(command)
     assert replayed.image.same_content(state.image)
     assert (replayed.image.offset, replayed.image.epoch) == (state.image.offset, state.image.epoch)
     assert replayed.read(0, 1000) == state.read(0, 1000)
@@ -355,4 +363,86 @@ async def test_only_accepted_heartbeats_extend_a_broker_session() -> None:
                                                 "metadata_offset": offset}, 2.0)
     assert 5 in controller.last_heartbeat_ms
     assert controller.observers[5].metadata_offset == offset
+    await controller.stop()
+
+
+def test_split_commands_packs_small_batches_and_cuts_large_ones_into_bounded_pieces() -> None:
+    from metadata_quorum.raft import split_commands
+
+    a = tuple(KVRecord(f"a{i}", "1") for i in range(2))
+    b = tuple(KVRecord(f"b{i}", "1") for i in range(7))
+    c = (KVRecord("c", "1"),)
+    plans = split_commands([a, b, c], 3)
+    assert [[len(x) for x in p.batches] for p in plans] == [[2, 1], [3], [3], [1]]
+    assert [(p.continues, p.open_last) for p in plans] == [(False, True), (True, True), (True, False),
+                                                            (False, False)]
+    assert [r for p in plans for batch in p.batches for r in batch] == list(a + b + c)
+    assert [(p.continues, p.open_last) for p in split_commands([a, c], 3)] == [(False, False)]
+
+
+def _chain(records: tuple[Any, ...], prev: str, size: int, prefix: str) -> list[Command]:
+    from metadata_quorum.raft import encode_batch, split_commands
+
+    commands = []
+    for i, plan in enumerate(split_commands([records], size)):
+        command_id = f"{prefix}{i}"
+        commands.append(Command(command_id, prev, 1, tuple(encode_batch(b) for b in plan.batches),
+                                continues=plan.continues, open_last=plan.open_last))
+        prev = command_id
+    return commands
+
+
+def test_an_operation_split_over_commands_becomes_visible_only_with_its_last_piece() -> None:
+    log = CommittedLog(1000)
+    log.apply_committed(Command.of("a", "", 1, ((KVRecord("x", "1"),),)))
+    records = tuple(KVRecord(f"k{i}", str(i)) for i in range(10))
+    chain = _chain(records, "a", 4, "big")
+    assert len(chain) == 3
+    for command in chain[:-1]:
+        assert log.apply_committed(command).accepted is True
+        assert log.high_watermark == 1 and "k0" not in log.image.kv  # nothing of it is visible yet
+    log.apply_committed(chain[-1])
+    assert log.high_watermark == 11 and log.image.kv["k9"] == "9"
+    assert [o for o, _ in log.read(1, 1).records] == list(range(1, 11))  # one batch, as the leader computed
+    restored = CommittedLog(1000)  # the pieces are part of the replicated state (dump / restore)
+    source = CommittedLog(1000)
+    source.apply_committed(Command.of("a", "", 1, ((KVRecord("x", "1"),),)))
+    source.apply_committed(chain[0])
+    restored.reset(source.core.to_dict())
+    for command in chain[1:]:
+        restored.apply_committed(command)
+    assert dict(restored.image.kv) == dict(log.image.kv) and restored.read(0, 100) == log.read(0, 100)
+
+
+def test_a_split_operation_cut_short_by_a_new_leader_leaves_no_trace() -> None:
+    log = CommittedLog(1000)
+    log.apply_committed(Command.of("a", "", 1, ((KVRecord("x", "1"),),)))
+    chain = _chain(tuple(KVRecord(f"k{i}", "v") for i in range(10)), "a", 4, "big")
+    log.apply_committed(chain[0])
+    # the leader lost its term; the next leader's first command follows the last applied one
+    assert log.apply_committed(Command.of("new.2.0", chain[0].command_id, 2, ((NoOpRecord(2, 2),),))).accepted
+    assert log.apply_committed(chain[1]).accepted is False  # the rest of the chain is rejected
+    orphan = Command("orphan", "new.2.0", 2, chain[2].batches, continues=True)
+    assert log.apply_committed(orphan).accepted is False  # nothing to continue
+    assert log.high_watermark == 2 and not any(k.startswith("k") for k in log.image.kv)
+
+
+async def test_the_leader_splits_a_large_operation_and_answers_after_its_last_piece() -> None:
+    def many(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+        return ControllerResult(tuple(KVRecord(f"m{i}", "1") for i in range(int(args["n"]))), {"ok": True})
+
+    controller, node, state = make(asyncio.get_running_loop(), max_command_records=3)
+    controller.operations = {**OPS, "many": many}
+    await become_leader(controller, node)
+    before = len(node.submitted)
+    w1 = asyncio.ensure_future(controller.write("put", {"key": "p", "value": "1"}, 2.0))
+    w2 = asyncio.ensure_future(controller.write("many", {"n": 8}, 2.0))
+    (_r1, o1), (r2, o2) = await w1, await w2
+    assert r2 == {"ok": True} and (o1, o2) == (1, 9)
+    assert len(node.submitted) - before == 3
+    assert all(c.record_count <= 3 for c in node.submitted[before:])
+    replayed = CommittedLog(1000)
+    for command in node.submitted:
+        replayed.apply_committed(command)
+    assert replayed.image.same_content(state.image) and replayed.read(0, 100) == state.read(0, 100)
     await controller.stop()

@@ -63,6 +63,10 @@ class ClusterProbe:
                 continue
         return out
 
+    async def tick_gap_max_ms(self) -> float:
+        """The longest Raft tick gap any controller saw since it started."""
+        return max((float(h.get("raft_tick_gap_max_ms", 0.0)) for h in await self.health()), default=0.0)
+
     async def term_and_offset(self) -> tuple[int, int]:
         rows = await self.health()
         return max(int(h["term"]) for h in rows), max(int(h["high_watermark"]) for h in rows)
@@ -166,37 +170,53 @@ async def produce_keyed(bootstrap: list[str], topic: str, partitions: int, per_p
 
 
 async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, partitions: int,
-                   per_partition: int, console: Console) -> dict[str, Any]:
+                   per_partition: int, console: Console, row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One round; fills ``row`` as it goes, so a caller that catches a failure still has what was measured."""
+    row = {} if row is None else row
+    row["partitions"] = partitions
     topic = f"scale-{partitions}"
     brokers = {bid: cluster.broker_url(bid) for bid in sorted(cluster.broker_ports)}
     ids = sorted(brokers)
     placed = {p: ids[p % len(ids)] for p in range(partitions)}
     targets = {p: ids[(ids.index(b) + 1) % len(ids)] for p, b in placed.items()}
-    term0, _ = await probe.term_and_offset()
+    term0, offset0 = await probe.term_and_offset()
+    row.update(phase="create", term_start=term0, offset_start=offset0)
+    probe.start_sampling()
     started = time.monotonic()
-    await admin.create_topic(topic, partitions, assignments={p: [b] for p, b in placed.items()})
-    created_s = time.monotonic() - started
-    await wait_all_at(admin, brokers, topic, placed, timeout_s=300)
-    create_s = time.monotonic() - started
+    try:
+        await admin.create_topic(topic, partitions, assignments={p: [b] for p, b in placed.items()})
+        created_s = time.monotonic() - started
+        row["create_write_s"] = round(created_s, 2)
+        await wait_all_at(admin, brokers, topic, placed, timeout_s=300)
+        create_s = time.monotonic() - started
+        row["create_s"] = round(create_s, 2)
+    finally:
+        row["peak_queue_depth_create"] = await probe.stop_sampling()
     console.print(f"  {partitions}: created in {created_s:.1f} s, all serving after {create_s:.1f} s")
+    row["phase"] = "produce"
     acked = await produce_keyed(cluster.bootstrap_servers, topic, partitions, per_partition, "a")
     term1, offset1 = await probe.term_and_offset()
+    row.update(phase="move", elections_during_create=term1 - term0, term_move=term1, offset_move=offset1)
     probe.start_sampling()
     started = time.monotonic()
     try:
         result = await admin.alter_partition_reassignments(
             [{"topic": topic, "partition": p, "replicas": [b]} for p, b in targets.items()])
         accept_s = time.monotonic() - started
+        row["reassign_write_s"] = round(accept_s, 3)
         refused = {tp: e for tp, e in result.items() if e is not None}
         if refused:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"reassignment refused for {len(refused)} partitions: "
                              f"{next(iter(refused.values()))}")
         await wait_all_at(admin, brokers, topic, targets, timeout_s=600)
         all_serving_s = time.monotonic() - started
+        row["all_serving_s"] = round(all_serving_s, 2)
     finally:
-        peak = await probe.stop_sampling()
+        row["peak_queue_depth"] = await probe.stop_sampling()
+    peak = row["peak_queue_depth"]
     term2, offset2 = await probe.term_and_offset()
     console.print(f"  {partitions}: all at their targets {all_serving_s:.1f} s after the reassignment")
+    row["phase"] = "verify"
     records = await probe.records_between(offset1, offset2)
     after = await produce_keyed(cluster.bootstrap_servers, topic, partitions, 1, "b")
     wrong_broker = 0  # an acknowledgement's offset says nothing of the broker: ask the leader instead
@@ -218,7 +238,7 @@ async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, par
             elif by_offset.get(offset) != value:
                 misplaced += 1
     moved_records = sum(n for k, n in records.items() if k != "fenced" and not k.startswith("("))
-    return {
+    row.update({
         "partitions": partitions,
         "create_s": round(create_s, 2),
         "create_write_s": round(created_s, 2),
@@ -226,14 +246,44 @@ async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, par
         "all_serving_s": round(all_serving_s, 2),
         "elections_during_create": term1 - term0,
         "elections": term2 - term1,
-        "fenced": records.get("fenced", 0),
+        "fenced": fenced_count(records),
         "records_per_move": round(moved_records / partitions, 2),
         "records_by_type": {k: v for k, v in sorted(records.items()) if k != "fenced"},
         "peak_queue_depth": peak,
+        "raft_tick_gap_max_ms": await probe.tick_gap_max_ms(),
         "acknowledged": sum(len(v) for v in acked.values()) + sum(len(v) for v in after.values()),
         "missing": missing, "duplicated": duplicated, "misplaced": misplaced,
         "not_led_by_target": wrong_broker,
-    }
+        "phase": "done",
+    })
+    return row
+
+
+def fenced_count(records: Counter[str]) -> int | None:
+    """Fencings among the records read; None (unknown) when the log had already dropped some of them."""
+    if any(k.startswith("(snapshot") for k in records):
+        return None
+    return records.get("fenced", 0)
+
+
+async def finish_failed_row(probe: ClusterProbe, row: dict[str, Any], error: BaseException) -> dict[str, Any]:
+    """What a failed round still tells: where it failed and why, elections and fencings so far."""
+    row["error"] = f"{type(error).__name__}: {error}"
+    row["failed_in"] = row.get("phase", "start")
+    try:
+        term, offset = await probe.term_and_offset()
+        start_term = int(row.get("term_start", term))
+        row["elections_total"] = term - start_term
+        if "term_move" in row:
+            row["elections"] = term - int(row["term_move"])
+        else:
+            row["elections_during_create"] = term - start_term
+        records = await probe.records_between(int(row.get("offset_start", offset)), offset)
+        row["fenced"] = fenced_count(records)
+        row["raft_tick_gap_max_ms"] = await probe.tick_gap_max_ms()
+    except Exception as e:  # the cluster may be gone: keep what the round measured
+        row["probe_error"] = repr(e)
+    return row
 
 
 async def delete_and_wait(admin: Admin, cluster: LocalCluster, topic: str, timeout_s: float = 300) -> None:
@@ -248,25 +298,39 @@ async def delete_and_wait(admin: Admin, cluster: LocalCluster, topic: str, timeo
 
 
 async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, console: Console) -> dict[str, Any]:
-    rounds = []
+    """Every size in turn; a size that fails gives a partial row (with ``error``) and ends the curve."""
+    rounds: list[dict[str, Any]] = []
     async with Admin(bootstrap_controllers=cluster.controller_bootstrap, timeout_ms=120_000) as admin, \
             aiohttp.ClientSession() as session:
         probe = ClusterProbe(session, cluster.controller_bootstrap)
         for n in sizes:
-            rounds.append(await one_size(cluster, admin, probe, n, per_partition, console))
+            row: dict[str, Any] = {}
+            try:
+                rounds.append(await one_size(cluster, admin, probe, n, per_partition, console, row))
+            except Exception as e:
+                rounds.append(await finish_failed_row(probe, row, e))
+                console.print(f"  {n}: failed while in {row['failed_in']}: {row['error']}")
+                break
             await delete_and_wait(admin, cluster, f"scale-{n}")
     by = {str(r["partitions"]): r for r in rounds}
+
+    def column(key: str) -> dict[str, Any]:
+        return {k: r.get(key) for k, r in by.items()}
+
     return {
         "sizes": sizes,
-        "all_serving_s_by_partitions": {k: r["all_serving_s"] for k, r in by.items()},
-        "create_s_by_partitions": {k: r["create_s"] for k, r in by.items()},
-        "elections_by_partitions": {k: r["elections"] for k, r in by.items()},
-        "fenced_by_partitions": {k: r["fenced"] for k, r in by.items()},
-        "records_per_move_by_partitions": {k: r["records_per_move"] for k, r in by.items()},
-        "peak_queue_depth_by_partitions": {k: r["peak_queue_depth"] for k, r in by.items()},
-        "reassign_write_s_by_partitions": {k: r["reassign_write_s"] for k, r in by.items()},
-        "lost_by_partitions": {k: r["missing"] + r["misplaced"] for k, r in by.items()},
-        "duplicated_by_partitions": {k: r["duplicated"] for k, r in by.items()},
+        "all_serving_s_by_partitions": column("all_serving_s"),
+        "create_s_by_partitions": column("create_s"),
+        "elections_by_partitions": {k: (r.get("elections") or 0) + (r.get("elections_during_create") or 0)
+                                    for k, r in by.items()},
+        "fenced_by_partitions": column("fenced"),
+        "records_per_move_by_partitions": column("records_per_move"),
+        "peak_queue_depth_by_partitions": column("peak_queue_depth"),
+        "raft_tick_gap_max_ms_by_partitions": column("raft_tick_gap_max_ms"),
+        "reassign_write_s_by_partitions": column("reassign_write_s"),
+        "lost_by_partitions": {k: (r["missing"] + r["misplaced"]) if "missing" in r else None for k, r in by.items()},
+        "duplicated_by_partitions": column("duplicated"),
+        "errors_by_partitions": {k: r["error"] for k, r in by.items() if "error" in r},
         "rounds": rounds,
         "targets": TARGETS,
     }
@@ -275,14 +339,23 @@ async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, conso
 def render(result: dict[str, Any], console: Console) -> None:
     table = Table(title="Every partition moved at once (3 brokers, 3 controllers)", title_justify="left")
     for col in ("partitions", "create s", "reassign write s", "all serving s", "elections", "fenced",
-                "records/move", "peak queue", "acked", "lost", "dup"):
+                "records/move", "peak queue", "tick gap ms", "acked", "lost", "dup"):
         table.add_column(col, justify="right", no_wrap=True)
+
+    def cell(r: dict[str, Any], key: str, fmt: str = "{}") -> str:
+        return "-" if r.get(key) is None else fmt.format(r[key])
+
     for r in result["rounds"]:
-        table.add_row(str(r["partitions"]), f"{r['create_s']:.1f}", f"{r['reassign_write_s']:.2f}",
-                      f"{r['all_serving_s']:.1f}", str(r["elections"]), str(r["fenced"]),
-                      f"{r['records_per_move']:.1f}", str(r["peak_queue_depth"]), str(r["acknowledged"]),
-                      str(r["missing"] + r["misplaced"]), str(r["duplicated"]))
+        elections = (r.get("elections") or 0) + (r.get("elections_during_create") or 0)
+        lost = str(r["missing"] + r["misplaced"]) if "missing" in r else "-"
+        table.add_row(str(r["partitions"]), cell(r, "create_s", "{:.1f}"), cell(r, "reassign_write_s", "{:.2f}"),
+                      cell(r, "all_serving_s", "{:.1f}"), str(elections), cell(r, "fenced"),
+                      cell(r, "records_per_move", "{:.1f}"), cell(r, "peak_queue_depth"),
+                      cell(r, "raft_tick_gap_max_ms", "{:.0f}"), cell(r, "acknowledged"), lost, cell(r, "duplicated"))
     console.print(table)
+    for r in result["rounds"]:
+        if "error" in r:
+            console.print(f"{r['partitions']} partitions failed in {r['failed_in']}: {r['error']}")
     console.print(f"targets: 10,000 partitions all serving ≤ {TARGETS['all_serving_s_10000']:.0f} s, created ≤ "
                   f"{TARGETS['create_s_10000']:.0f} s; 0 elections and 0 fencings at every size; "
                   f"≤ {TARGETS['records_per_move']:.0f} records per moved partition. "
@@ -319,7 +392,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps(result, indent=2))
     else:
         render(result, console)
-    return 0
+    return 1 if result.get("errors_by_partitions") else 0
 
 
 if __name__ == "__main__":
