@@ -155,19 +155,42 @@ class RaftLog(SyncObjConsumer):  # type: ignore[misc]
             self.core.drop_before(c.keep_from, c.offset, c.epoch, c.snapshot)
 
 
+KEEPALIVE = {"type": "ferry_keepalive"}  # a message type pysyncobj ignores; reading it is the point
+
+
 class _ReadFirstSyncObj(SyncObj):  # type: ignore[misc]
-    """pysyncobj's node, reading its sockets before each tick's election check.
+    """pysyncobj's node, reading its sockets before each tick's election check, and keeping its
+    connections to every peer alive.
 
     pysyncobj checks a follower's election deadline at the start of a tick and reads the messages
     waiting on its sockets only at the end. A tick thread held up longer than the election timeout
     (CPU starvation on a busy machine) would therefore start an election although the leader's
     heartbeats are sitting in its socket buffer. Reading first lets those heartbeats reset the
     deadline; a leader that is really gone sends none.
+
+    pysyncobj drops a connection that has read nothing for ``connectionTimeout``, and checks that
+    only when the connection is used. Two followers exchange nothing while a leader lives, so the
+    first thing one sends the other after the leader dies, its vote request, found the connection
+    stale and was dropped with it: every failover after a quiet spell took a second election round
+    (about 1.2-1.5 s instead of 0.5-0.8 s). A keepalive to every peer each ``keepalive_interval_s``
+    keeps all connections read from.
     """
 
+    def __init__(self, self_address: str, peers: list[str], conf: SyncObjConf, consumers: list[Any],
+                 keepalive_interval_s: float) -> None:
+        self._keepalive_interval_s = keepalive_interval_s
+        self._next_keepalive_s = 0.0
+        super().__init__(self_address, peers, conf=conf, consumers=consumers)
+
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802, N803 - pysyncobj's names
-        if self._SyncObj__transport.ready:
+        transport = self._SyncObj__transport
+        if transport.ready:
             self._poller.poll(0)
+            now = time.monotonic()
+            if now >= self._next_keepalive_s:
+                self._next_keepalive_s = now + self._keepalive_interval_s
+                for node in self._SyncObj__otherNodes:
+                    transport.send(node, KEEPALIVE)
         super()._onTick(timeToWait)
 
 
@@ -266,7 +289,8 @@ class RaftHost:
         self.tick_gaps = TickGaps(stall_ms=int(config.raft.raft_min_timeout_s * 1000 / 2))
         self._last_state: State | None = None
         self._next_status_s = 0.0
-        self.sync = _ReadFirstSyncObj(config.me.raft, config.peer_raft_addresses(), conf=conf, consumers=[self.log])
+        self.sync = _ReadFirstSyncObj(config.me.raft, config.peer_raft_addresses(), conf=conf, consumers=[self.log],
+                                      keepalive_interval_s=config.raft.connection_timeout_s / 4)
         self.sync.addOnTickCallback(self._on_tick)
 
     def _on_ready(self) -> None:
@@ -280,6 +304,8 @@ class RaftHost:
         state = State(bool(self.sync._isLeader()), int(self.sync.raftCurrentTerm),
                       None if leader is None else str(getattr(leader, "id", leader)), self.ready)
         if state != self._last_state:
+            log.info("raft state: leader=%s term=%d leader=%s ready=%s raftState=%s", state.is_leader, state.term,
+                     state.leader_raft, state.ready, getattr(self.sync, "_SyncObj__raftState", "?"))
             self._last_state = state
             self.emit(state)
         if now >= self._next_status_s:

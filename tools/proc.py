@@ -217,6 +217,21 @@ class Quorum:
             time.sleep(0.02)
         raise TimeoutError(f"controller {node_id} not ready within {timeout_s} s; log {self.log_path(node_id)}")
 
+    def wait_image(self, node_id: int, offset: int, timeout_s: float = 60.0) -> None:
+        """Wait until a controller has replayed its image up to ``offset``: a hot standby.
+
+        A controller restarted seconds ago has the log but may still be replaying it; were it to
+        win an election then, its first commit would wait for that replay.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            h = self.health(node_id)
+            if h and int(h.get("image_offset", -1)) >= offset:
+                return
+            self._check_alive()
+            time.sleep(0.02)
+        raise TimeoutError(f"controller {node_id} did not replay to offset {offset} within {timeout_s} s")
+
     def _check_alive(self) -> None:
         for nid, proc in self.procs.items():
             if proc.poll() is not None and proc.returncode not in (0, -signal.SIGKILL, -signal.SIGTERM):

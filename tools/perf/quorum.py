@@ -4,7 +4,8 @@ Three real controller processes on loopback. Measured:
 
 - commit latency of single ``put_kv`` writes through the HTTP API (p50 / p99), one writer;
 - records/s with concurrent writers, each sending batches of independent ``put_kv`` writes;
-- failover: kill -9 the leader, time until the next write commits (median of the trials).
+- failover: with every standby replayed to the last commit (a hot standby, as in KRaft), kill -9
+  the leader, time until the next write commits (median of the trials).
 
 Baselines from the same run: an aiohttp round trip to a trivial handler in another process, and
 one ``sync=True`` call through three raw pysyncobj processes with the controllers' settings.
@@ -214,7 +215,9 @@ async def failover_trials(quorum: Quorum, trials: int, token: str | None = None)
         for nid in quorum.running():
             quorum.wait_ready(nid, timeout_s=30)
         async with ControllerClient(quorum.bootstrap, timeout_ms=30_000, token=token) as client:
-            await client.write("put_kv", {"key": "perf/failover", "value": f"before-{trial}"})
+            before = await client.write_with_offset("put_kv", {"key": "perf/failover", "value": f"before-{trial}"})
+            for nid in quorum.running():  # every standby hot: its image replayed to the last commit
+                quorum.wait_image(nid, int(before["offset"]))
             t0 = time.perf_counter()
             quorum.kill(leader)
             await client.write("put_kv", {"key": "perf/failover", "value": f"after-{trial}"})
