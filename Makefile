@@ -43,6 +43,8 @@ perf-s3: $(STAMP)
 	$(VENV)/bin/ferry perf move --quick --moves-only --s3-profile fixed:30
 	$(VENV)/bin/ferry perf move --quick --moves-only --s3-profile aws-standard
 	$(VENV)/bin/ferry perf streams --cost-mib 1024 --s3-profile aws-standard
+	$(VENV)/bin/ferry perf streams --wal s3 --s3-profile fixed:30
+	$(VENV)/bin/ferry perf streams --wal s3 --s3-profile aws-standard
 
 # 20 seeded fault campaigns of 120 s each (about 45 min); reports and timelines in chaos-out/
 soak: $(STAMP)

@@ -10,7 +10,9 @@ Example::
 
 The WAL of broker N lives in ``<wal_root>/broker-<N>`` (or ``wal_dir``). ``wal_root`` is where a
 broker finds the WAL of a dead peer to recover what it had not uploaded: on one machine the
-brokers' dirs are side by side; in production it is a shared volume.
+brokers' dirs are side by side; in production it is a shared volume. With
+``"storage": {"wal": {"mode": "s3"}}`` the WAL is objects in the bucket instead
+(``<wal.key_prefix>/broker-<N>/...``) and no directory of a peer is needed.
 """
 from __future__ import annotations
 
@@ -130,7 +132,12 @@ def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> Brok
     build(S3Config, cfg.s3, "broker", prefix="s3.")
     if "wal_dir" in cfg.storage:
         raise invalid("broker setting 'storage.wal_dir' is not allowed: set 'wal_dir' or 'wal_root' at the top level")
-    build(StreamStorageConfig, dict(cfg.storage), "broker", prefix="storage.", given={"wal_dir": "/"})
+    storage = build(StreamStorageConfig, dict(cfg.storage), "broker", prefix="storage.", given={"wal_dir": "/"})
+    wal_keys, object_keys = storage.wal.key_prefix.strip("/") + "/", storage.object_key_prefix.strip("/") + "/"
+    if wal_keys == "/" or wal_keys.startswith(object_keys) or object_keys.startswith(wal_keys):
+        # the garbage collector deletes what no stream names under the object prefix
+        raise invalid(f"broker setting 'storage.wal.key_prefix' ({storage.wal.key_prefix!r}) must be non-empty "
+                      f"and apart from 'storage.object_key_prefix' ({storage.object_key_prefix!r})")
     return cfg
 
 

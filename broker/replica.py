@@ -160,7 +160,14 @@ class Replica:
 
     async def _recover_from_peer(self, plan: StreamPlan) -> int:
         """The previous owner did not close the stream: bring back its WAL tail (nothing it
-        acknowledged is lost while its WALs are reachable; one per log dir it had)."""
+        acknowledged is lost while its WALs are reachable; one per log dir it had). With
+        ``wal.mode = s3`` its WAL objects are in the bucket: nothing of that broker is needed."""
+        if self.storage.config.wal.mode == "s3":
+            n = int(await self.storage.recover_from_peer_wal(plan.previous_owner, plan.stream_id, plan.previous_epoch))
+            if n:
+                log.info("%s-%d: recovered %d offsets of stream %d from broker %d's WAL objects", self.topic,
+                         self.partition, n, plan.stream_id, plan.previous_owner)
+            return n
         wal_dirs = [d for d in self._wal_dirs_of(plan.previous_owner) if os.path.isdir(d)]
         if not wal_dirs:
             self._wal_unreachable = True

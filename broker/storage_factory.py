@@ -32,7 +32,9 @@ async def open_storage(config: BrokerConfig, store: Any, client: Any, broker_id:
     settings["wal_dir"] = wal_dir
     control = HttpStreamControl(client) if write is None else \
         OpStreamControl(write, lambda op, args: _read_reply(client, op, args))
-    storage = StreamStorage(storage_config_from_dict(settings), store, control, broker_id, broker_epoch())
+    # in S3 each of the broker's WALs (one per log dir) has a name: "main", or the log dir's id
+    wal_name = "main" if len(config.log_dirs) == 1 else os.path.basename(os.path.normpath(wal_dir))
+    storage = StreamStorage(storage_config_from_dict(settings), store, control, broker_id, broker_epoch(), wal_name)
     replay = await storage.start()
     if replay.entries:
         log.info("WAL %s holds %d entries from before the restart (%d torn bytes cut)", wal_dir,

@@ -7,7 +7,7 @@ Defaults follow AutoMQ's S3 WAL (upload at 8 MiB or 250 ms) and moto's measured 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from metadata_quorum.strict_config import NonNegativeInt, PositiveInt, Secret, build
 
@@ -50,6 +50,24 @@ class S3Config:
 
 
 @dataclass(frozen=True)
+class WalConfig:
+    """Where appends are made durable before they are acknowledged (``storage.wal`` of a broker).
+
+    ``local``: a WAL file per log dir, fsynced (fast; a dead broker's tail is recovered only where
+    its disk can be read). ``s3``: WAL objects in the bucket under ``key_prefix`` (an append is
+    acknowledged once the object holding it is stored; any broker recovers a dead one's tail from
+    S3 alone). An object is sealed when ``object_bytes`` wait or the oldest waiting append is
+    ``object_interval_ms`` old, with at most ``max_inflight_puts`` PUTs at once.
+    """
+
+    mode: Literal["local", "s3"] = "local"
+    object_interval_ms: NonNegativeInt = 250
+    object_bytes: PositiveInt = 8 * MIB
+    max_inflight_puts: PositiveInt = 4
+    key_prefix: str = "wal"
+
+
+@dataclass(frozen=True)
 class StreamStorageConfig:
     """One broker's stream storage: its WAL dir and upload thresholds."""
 
@@ -65,6 +83,7 @@ class StreamStorageConfig:
     index_cache_entries: NonNegativeInt = 1024
     max_append_bytes: PositiveInt = 8 * MIB
     controller_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=8))
+    wal: WalConfig = field(default_factory=WalConfig)
     # object compaction (compaction.py): runs of small settled objects become one object each
     readahead_bytes: int = 16 * MIB  # a cold or sequential read GETs this much of a stream at once
     compaction_target_bytes: int = 64 * MIB

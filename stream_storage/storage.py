@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,6 +34,9 @@ from stream_storage.stream import CLOSED, CLOSING, FAILED, FENCED, OPEN, StreamH
 from stream_storage.uploader import Uploader
 from stream_storage.recovery import ForeignWals, recoverable_tail
 from stream_storage.wal import KIND_VOID, ReplayResult, WalEntry, WriteAheadLog
+from stream_storage.wal_api import WalLog
+from stream_storage.s3_wal import PeerWalReader, S3WriteAheadLog
+from stream_storage.wal_objects import recovery_plan
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +63,17 @@ class StreamStorage:
     """One per broker. Call :meth:`start` first and :meth:`close` (or :meth:`abort`) last."""
 
     def __init__(self, config: StreamStorageConfig, store: ObjectStore, control: StreamControl,
-                 broker_id: int, broker_epoch: int = 0) -> None:
+                 broker_id: int, broker_epoch: int = 0, wal_name: str = "main") -> None:
+        """``wal_name`` names this storage's WAL among the broker's (one per log dir) in S3."""
         self.config = config
         self.store = store
         self.control = control
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
-        self.wal = WriteAheadLog(config.wal_dir, config.wal_segment_bytes, config.wal_fsync)
+        self.wal: WalLog = S3WriteAheadLog(store, config.wal, broker_id, wal_name, lambda: self.broker_epoch,
+                                           config.controller_retry) if config.wal.mode == "s3" else \
+            WriteAheadLog(config.wal_dir, config.wal_segment_bytes, config.wal_fsync)
+        self.peer_wals = PeerWalReader(store, config.wal.key_prefix)
         self.cache = LogCache(config.cache_bytes)
         self.index_cache = IndexCache(config.index_cache_entries)
         # room for a few sequential readers' readahead runs at once
@@ -90,8 +98,7 @@ class StreamStorage:
 
     async def start(self) -> ReplayResult:
         """Open the WAL (cutting a torn tail) and keep its entries for streams re-opened here."""
-        loop = asyncio.get_running_loop()
-        self.replay = await loop.run_in_executor(None, self.wal.open)
+        self.replay = await self.wal.start()
         self._replayed = self.replay.entries
         await self._release_committed_replay()
         self.uploader.start()
@@ -236,6 +243,23 @@ class StreamStorage:
         if tail:
             await self.force_upload(stream_id)
         self.foreign_wals.done(wal_dir, stream_id)
+        return tail[-1].end_offset - tail[0].start_offset if tail else 0
+
+    async def recover_from_peer_wal(self, broker_id: int, stream_id: int, previous_epoch: int | None = None) -> int:
+        """After opening ``stream_id``, bring back its uncommitted tail from broker ``broker_id``'s
+        WAL objects in S3 (``wal.mode = s3``; nothing of that broker but the bucket is needed).
+        ``previous_epoch`` is the epoch that broker held the stream with: entries of later epochs
+        are not its tail. Returns how many offsets were recovered; they are durable here and
+        committed in S3 when this returns."""
+        opened_mono = time.monotonic()  # the stream is opened: a listing from now on is complete
+        handle = self._writable(stream_id)
+        objects = await self.peer_wals.objects(broker_id, opened_mono)
+        handle = self._writable(stream_id)
+        runs = recovery_plan(objects, stream_id, handle.next_offset, previous_epoch)
+        tail = [e for run in runs for e in run]
+        await asyncio.gather(*(self._append_entry(handle, e.start_offset, e.end_offset, e.payload) for e in tail))
+        if tail:
+            await self.force_upload(stream_id)
         return tail[-1].end_offset - tail[0].start_offset if tail else 0
 
     def fence(self, stream_id: int, reason: str = "a newer epoch owns it") -> None:
@@ -634,6 +658,7 @@ class StreamStorage:
             "wal_extending_syncs_total": self.wal.extending_syncs,
             "wal_preallocated_bytes_total": self.wal.preallocated_bytes,
             "wal_sync_seconds_total": self.wal.sync_seconds,
+            "wal_s3_mode": 1 if self.config.wal.mode == "s3" else 0,
             "append_admit_waits_total": self.uploader.admit_waits,
             "uploaded_objects_total": up.objects,
             "uploaded_bytes_total": up.bytes,

@@ -26,7 +26,7 @@ from stream_storage.control import ObjectRef, StreamControl, is_fenced
 from stream_storage.object_format import BuiltObject, Chunk, build_object
 from stream_storage.object_store import ObjectStore, ObjectStoreError
 from stream_storage.stream import CLOSED, FAILED, FENCED, StreamHandle
-from stream_storage.wal import WriteAheadLog
+from stream_storage.wal_api import WalLog
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class UploadStats:
 
 class Uploader:
     def __init__(self, config: StreamStorageConfig, store: ObjectStore, control: StreamControl, cache: LogCache,
-                 index_cache: IndexCache, wal: WriteAheadLog, broker: Callable[[], tuple[int, int]]) -> None:
+                 index_cache: IndexCache, wal: WalLog, broker: Callable[[], tuple[int, int]]) -> None:
         self.config = config
         self.store = store
         self.control = control

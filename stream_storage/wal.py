@@ -236,6 +236,10 @@ class WriteAheadLog:
             self._alloc_end = last.size  # _scan cut any zeros or torn bytes past the valid data
         return result
 
+    async def start(self) -> ReplayResult:
+        """:meth:`open` on a thread (it reads and may repair segment files)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.open)
+
     def _new_segment(self, base: int) -> None:
         path = os.path.join(self.directory, segment_name(base))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)

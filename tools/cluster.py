@@ -43,6 +43,7 @@ LOCK_FILE = "cluster.lock"
 # see a dead broker fenced in seconds; every value can be overridden.
 LOCAL_BROKER_DEFAULTS: dict[str, Any] = {"heartbeat_interval_ms": 500, "session_timeout_ms": 4000}
 LOCAL_CONTROLLER_DEFAULTS: dict[str, Any] = {"session_timeout_ms": 4000}  # the controllers fence on their own setting
+WAL_MODES = ("local", "s3")
 
 
 def _spawn(args: list[str], log_path: str) -> subprocess.Popen[bytes]:
@@ -70,9 +71,14 @@ class LocalCluster:
                  s3_endpoint: str | None = None, bucket: str = "ferry", log_dirs_per_broker: int = 1,
                  broker_overrides: dict[str, Any] | None = None,
                  controller_overrides: dict[str, Any] | None = None, s3_profile: str = "local",
-                 s3_seed: int = 1, secure: bool = False) -> None:
+                 s3_seed: int = 1, secure: bool = False, wal_mode: str = "local") -> None:
         """``s3_profile`` (``local``, ``aws-standard``, ``fixed:MS``, ``latency:P50,P99[,RATE]``) puts
-        the latency proxy in front of the S3 endpoint, embedded or external."""
+        the latency proxy in front of the S3 endpoint, embedded or external. ``wal_mode``: every
+        broker's ``storage.wal.mode`` (``local``: a WAL file per log dir; ``s3``: WAL objects in the
+        bucket, so a broker's disk holds nothing a failover needs)."""
+        if wal_mode not in WAL_MODES:
+            raise ValueError(f"WAL mode must be one of {', '.join(WAL_MODES)}, got {wal_mode!r}")
+        self.wal_mode = wal_mode
         self._own_dir = state_dir is None
         self.s3_profile = s3_profile
         self.s3_seed = s3_seed
@@ -190,6 +196,10 @@ class LocalCluster:
                "controllers": self.controller_bootstrap, "log_dirs": dirs,
                "wal_root": os.path.join(self.state_dir, "wal"),
                "s3": {"endpoint_url": self.s3_endpoint, "bucket": self.bucket}, **self.broker_overrides}
+        if self.wal_mode != "local":
+            storage = dict(cfg.get("storage") or {})
+            storage["wal"] = {**dict(storage.get("wal") or {}), "mode": self.wal_mode}
+            cfg["storage"] = storage
         if self.security is not None:
             cfg["security"] = {"admin_token": self.security.admin_token,
                                "internal_token": self.security.internal_token}
@@ -380,6 +390,7 @@ class LocalCluster:
             "state_dir": self.state_dir,
             # The path of the admin token, never a secret itself (cluster.json is world-readable).
             "secure": self.security is not None,
+            "wal_mode": self.wal_mode,
             "admin_token_file": self.admin_token_path if self.security is not None else None,
             "s3": {"endpoint_url": self.s3_endpoint, "bucket": self.bucket,
                    "pid": self.s3.process.pid if self.s3 and self.s3.process else None,
@@ -432,6 +443,8 @@ def summary(state: dict[str, Any], elapsed_s: float) -> str:
     if profile != "local":
         lines.append(f"  s3 profile    {profile} (latency proxy in front of "
                      f"{s3.get('upstream') or 'the embedded moto server'})")
+    if state.get("wal_mode", "local") != "local":
+        lines.append(f"  wal           {state['wal_mode']} (brokers acknowledge produce once the WAL object is in S3)")
     if s3.get("pid"):
         lines.append(f"  s3            {s3['endpoint_url']:<24}  pid {s3['pid']:<7}  log {s3['log']}")
     else:
@@ -482,7 +495,7 @@ def cmd_up(args: argparse.Namespace, state_dir: str) -> int:
         return 2
     cluster = LocalCluster(state_dir, args.controllers, args.brokers, args.s3_endpoint, bucket=args.bucket,
                            log_dirs_per_broker=args.log_dirs_per_broker, s3_profile=args.s3_profile,
-                           secure=args.secure)
+                           secure=args.secure, wal_mode=args.wal)
     try:
         cluster.start()
     except (RuntimeError, TimeoutError, OSError) as exc:
@@ -507,6 +520,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--log-dirs-per-broker", type=int, default=1, help="log dirs per broker (up; default 1)")
     parser.add_argument("--s3-endpoint", help="use this S3 endpoint instead of starting the embedded moto server")
     parser.add_argument("--bucket", default="ferry", help="S3 bucket (created when absent)")
+    parser.add_argument("--wal", choices=WAL_MODES, default="local",
+                        help="where brokers make produce durable before acknowledging (up): local = a WAL file per "
+                             "log dir (default), s3 = WAL objects in the bucket (a lost broker disk loses nothing)")
     parser.add_argument("--s3-profile", default="local",
                         help="latency and errors added in front of S3: local (none), aws-standard, fixed:MS, "
                              "latency:P50,P99[,ERROR_RATE] (up; default local)")

@@ -237,6 +237,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--moves", type=int, default=10, help="partition moves to make (default 10)")
     parser.add_argument("--partitions", type=int, default=3, help="partitions of the demo topic (default 3)")
     parser.add_argument("--state-dir", help="keep the cluster's state and logs here (default: a temporary dir)")
+    parser.add_argument("--wal", choices=("local", "s3"), default="local",
+                        help="the brokers' WAL: a file per log dir (default) or WAL objects in S3")
     args = parser.parse_args(argv)
     if args.moves < 1 or args.partitions < 1:
         print("Error: --moves and --partitions must be at least 1 (INVALID_REQUEST)", file=sys.stderr)
@@ -247,7 +249,7 @@ def main(argv: list[str]) -> int:
     console.print("[bold]Ferry demo[/]: moving partitions between stateless brokers under load")
     started = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    cluster = LocalCluster(state_dir)
+    cluster = LocalCluster(state_dir, wal_mode=args.wal)
     outcome = Outcome()
     ok = False
     pids: list[int] = []

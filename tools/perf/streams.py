@@ -14,6 +14,13 @@ endpoint (a ``ferry s3 serve`` process started here unless ``--endpoint`` is giv
 
 ``--s3-profile aws-standard|fixed:MS`` puts the latency proxy in front of the endpoint.
 
+``--wal s3`` (or ``local``) measures produce latency instead: 8 streams appended to at a steady
+rate (16 KiB batches, 25 per stream per second, default upload settings), each append timed from
+call to acknowledgement, with the local WAL and with the S3 WAL at each ``--wal-windows`` batching
+window, beside raw PUT latencies of a WAL object's size in the same run; PUTs per GiB produced count
+WAL objects and stream objects both. The top-level ``produce_p50_ms`` / ``produce_p99_ms`` /
+``puts_per_gib`` are the chosen mode's at its default window (250 ms).
+
 The controller is the in-process LocalController, so the figures are stream storage's own cost.
 """
 from __future__ import annotations
@@ -32,7 +39,7 @@ from typing import Any
 
 from metadata_quorum.local_controller import LocalController
 from stream_storage.batches import build_batch
-from stream_storage.config import MIB, S3Config, StreamStorageConfig
+from stream_storage.config import MIB, S3Config, StreamStorageConfig, WalConfig
 from stream_storage.control import LocalStreamControl
 from stream_storage.compaction import CompactionPolicy
 from stream_storage.s3_cost import (
@@ -50,6 +57,8 @@ from stream_storage.storage import StreamStorage
 
 TARGET_RATIO = 0.70
 CLOSE_TARGET_MS = 100.0
+PRODUCE_P99_TARGET_MS = 400.0  # with the S3 WAL at fixed:30 and the default window (WarpStream's ~400 ms p99)
+DEFAULT_WAL_WINDOW_MS = 250
 
 
 def _now_ms() -> int:
@@ -100,6 +109,12 @@ def raw_puts(client: Any, bucket: str, body: bytes, count: int, threads: int) ->
     return time.perf_counter() - start, latencies
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) by nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
+
+
 def raw_ranged_gets(client: Any, bucket: str, key: str, size: int, chunk: int) -> tuple[float, int]:
     start, got = time.perf_counter(), 0
     for pos in range(0, size, chunk):
@@ -127,6 +142,55 @@ class Bench:
         cfg = StreamStorageConfig(wal_dir=wal_dir, **overrides)
         store = open_s3_store(S3Config(endpoint_url=self.endpoint, bucket=self.bucket), observer=self.tally)
         return StreamStorage(cfg, store, LocalStreamControl(self.controller), self._broker, epoch)
+
+    async def produce_latency(self, wal: WalConfig, seconds: float, streams: int = 8, rate_per_stream: int = 25,
+                              batch_bytes: int = 16 * 1024) -> dict[str, Any]:
+        """Appends at a steady rate (open loop: an append starts on time whether or not the one
+        before it was acknowledged, as a producer with several requests in flight sends), each
+        timed from call to acknowledgement; PUTs of every kind per GiB produced."""
+        st = self.storage(wal=wal)
+        await st.start()
+        sids = []
+        for _ in range(streams):
+            sid = await st.create_stream()
+            await st.open_stream(sid, 0)
+            sids.append(sid)
+        batch = build_batch([(None, os.urandom(batch_bytes))], timestamp_ms=_now_ms())
+        latencies: list[float] = []
+        errors = 0
+        before = self.tally.snapshot()
+
+        async def one(sid: int) -> None:
+            nonlocal errors
+            t0 = time.perf_counter()
+            try:
+                await st.append(sid, batch)
+            except Exception:  # noqa: BLE001 - counted: a failed append is reported, not timed
+                errors += 1
+                return
+            latencies.append((time.perf_counter() - t0) * 1000)
+
+        tasks: list[asyncio.Task[None]] = []
+        tick_s = 1.0 / rate_per_stream
+        started = time.perf_counter()
+        ticks = int(seconds * rate_per_stream)
+        for i in range(ticks):
+            tasks += [asyncio.ensure_future(one(sid)) for sid in sids]
+            await asyncio.sleep(max(0.0, started + (i + 1) * tick_s - time.perf_counter()))
+        await asyncio.gather(*tasks)
+        for sid in sids:
+            await st.close_stream(sid)
+        produced = len(latencies) * len(batch)
+        requests = requests_since(before, self.tally.snapshot())
+        wal_puts = st.wal.fsyncs if wal.mode == "s3" else 0
+        await st.close()
+        return {"wal_mode": wal.mode, "window_ms": wal.object_interval_ms if wal.mode == "s3" else None,
+                "appends": len(latencies), "errors": errors, "append_bytes": len(batch),
+                "produce_mb_s": round(produced / (time.perf_counter() - started) / 1e6, 2),
+                "produce_p50_ms": round(percentile(latencies, 50), 1) if latencies else None,
+                "produce_p99_ms": round(percentile(latencies, 99), 1) if latencies else None,
+                "produce_max_ms": round(max(latencies), 1) if latencies else None,
+                "wal_puts": wal_puts, "puts_per_gib": round(requests.get("PUT", 0) * GIB / max(1, produced), 1)}
 
     async def request_cost(self, total_mib: int, streams: int = 4, rounds: int = 8) -> None:
         """Requests per GiB produced and consumed, and their list price. ``streams`` are appended to
@@ -365,6 +429,36 @@ def ratios(r: dict[str, Any]) -> list[tuple[str, float, float, float, str]]:
     return rows
 
 
+async def produce_figures(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """Produce latency and PUTs per GiB: the local WAL, then the S3 WAL at each window; a raw
+    PUT of a WAL object's typical size before each (the endpoint's speed drifts)."""
+    loop = asyncio.get_running_loop()
+    rows: list[dict[str, Any]] = []
+    raw_ms: list[float] = []
+    body = os.urandom(64 * 1024)
+    configs = [WalConfig(mode="local")] + [WalConfig(mode="s3", object_interval_ms=w) for w in args.wal_windows]
+    for wal in configs:
+        _s, lat = await loop.run_in_executor(None, raw_puts, bench.client, bench.bucket, body, 20, 1)
+        raw_ms += [x * 1000 for x in lat]
+        rows.append(await bench.produce_latency(wal, args.produce_seconds))
+    chosen = next((r for r in rows if r["wal_mode"] == args.wal and
+                   (args.wal == "local" or r["window_ms"] == DEFAULT_WAL_WINDOW_MS)), None)
+    if chosen is None:  # the default window was not asked for: the largest one measured
+        chosen = [r for r in rows if r["wal_mode"] == args.wal][-1]
+    raw_p50, raw_p99 = round(percentile(raw_ms, 50), 1), round(percentile(raw_ms, 99), 1)
+    return {
+        "wal_mode": args.wal, "s3_profile": args.s3_profile,
+        "produce_p50_ms": chosen["produce_p50_ms"], "produce_p99_ms": chosen["produce_p99_ms"],
+        "puts_per_gib": chosen["puts_per_gib"], "window_ms": chosen["window_ms"],
+        "raw_put_64kib_p50_ms": raw_p50, "raw_put_64kib_p99_ms": raw_p99,
+        "produce_p99_over_raw_put_p99": round(chosen["produce_p99_ms"] / raw_p99, 2) if raw_p99 else None,
+        "produce_p99_target_ms": PRODUCE_P99_TARGET_MS,
+        "produce_p99_within_target": chosen["produce_p99_ms"] is not None and
+        chosen["produce_p99_ms"] <= PRODUCE_P99_TARGET_MS,
+        "by_wal": rows,
+    }
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     server: S3Server | None = None
     work_dir = tempfile.mkdtemp(prefix="ferry-perf-streams-", dir=args.dir)
@@ -379,6 +473,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             server = S3Server(bucket=args.bucket, s3_profile=args.s3_profile).start()
             endpoint, bucket = server.endpoint_url, server.bucket
         bench = Bench(endpoint, bucket, work_dir, args.mib)
+        if args.wal is not None:
+            out = await produce_figures(bench, args)
+            out["endpoint"] = endpoint
+            return out
         await bench.append(args.rounds)
         await bench.upload_and_fetch(args.rounds)
         await bench.close_latency(args.repeats)
@@ -395,6 +493,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if server is not None:
             server.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def print_produce_table(out: dict[str, Any]) -> None:
+    print(f"produce latency by WAL (S3 profile {out['s3_profile']}, endpoint {out['endpoint']}); "
+          f"raw 64 KiB PUT p50 {out['raw_put_64kib_p50_ms']} ms, p99 {out['raw_put_64kib_p99_ms']} ms")
+    print(f"{'WAL':6} {'window ms':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'appends':>8} {'MB/s':>6} "
+          f"{'WAL PUTs':>8} {'PUTs/GiB':>9}")
+    for r in out["by_wal"]:
+        print(f"{r['wal_mode']:6} {r['window_ms'] if r['window_ms'] is not None else '-':>9} {r['produce_p50_ms']:>8} "
+              f"{r['produce_p99_ms']:>8} {r['produce_max_ms']:>8} {r['appends']:>8} {r['produce_mb_s']:>6} "
+              f"{r['wal_puts']:>8} {r['puts_per_gib']:>9}")
+    verdict = "ok" if out["produce_p99_within_target"] else "missed"
+    print(f"{out['wal_mode']} WAL (window {out['window_ms']} ms): produce p99 {out['produce_p99_ms']} ms, target ≤ "
+          f"{out['produce_p99_target_ms']:.0f} ms at fixed:30: {verdict}; "
+          f"p99 over raw PUT p99: {out['produce_p99_over_raw_put_p99']}")
 
 
 def print_table(out: dict[str, Any]) -> None:
@@ -438,12 +551,21 @@ def main(argv: list[str]) -> int:
                         help="MiB produced for the request-cost figures (bounded: 16..4096)")
     parser.add_argument("--s3-profile", default="local",
                         help="latency added in front of S3: local, aws-standard, fixed:MS, latency:P50,P99[,RATE]")
+    parser.add_argument("--wal", choices=("local", "s3"), default=None,
+                        help="measure produce latency and PUTs per GiB (both WAL modes; this one's figures on top)")
+    parser.add_argument("--wal-windows", default="10,50,250",
+                        help="S3 WAL batching windows in ms to measure (comma-separated; with --wal)")
+    parser.add_argument("--produce-seconds", type=float, default=4.0, help="seconds of produce per WAL setting")
     args = parser.parse_args(argv)
     try:
         parse_profile(args.s3_profile)
+        args.wal_windows = [int(w) for w in str(args.wal_windows).split(",") if w.strip()]
+        if not args.wal_windows or any(w < 0 or w > 60_000 for w in args.wal_windows):
+            raise ValueError(f"--wal-windows must be milliseconds within 0..60000, got {args.wal_windows}")
     except ValueError as exc:
         print(f"Error: {exc} (INVALID_REQUEST)", file=sys.stderr)
         return 2
+    args.produce_seconds = max(1.0, min(60.0, args.produce_seconds))
     args.mib = max(8, min(256, args.mib))
     args.repeats = max(1, min(50, args.repeats))
     args.rounds = max(1, min(9, args.rounds))
@@ -451,6 +573,8 @@ def main(argv: list[str]) -> int:
     out = asyncio.run(run(args))
     if args.json:
         print(json.dumps(out, sort_keys=True))
+    elif args.wal is not None:
+        print_produce_table(out)
     else:
         print_table(out)
     return 0
