@@ -12,6 +12,7 @@ the object is rebuilt without them.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 import uuid
@@ -58,6 +59,7 @@ class Uploader:
         self._kick = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
+        self._admit_queue: collections.deque[asyncio.Future[None]] = collections.deque()  # waiting appends, in order
         self._slots = asyncio.Semaphore(max(1, config.max_inflight_uploads))
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -81,14 +83,31 @@ class Uploader:
         else:
             self._room.clear()
 
+    def _fits(self, size_bytes: int) -> bool:
+        buffered = self.pending_bytes + self.admitted_bytes
+        return buffered == 0 or buffered + size_bytes <= self.buffered_limit_bytes
+
     async def admit(self, size_bytes: int) -> None:
         """Backpressure: an append waits while four uploads' worth of bytes are buffered or on
-        their way to the WAL (one append is always admitted when nothing is buffered)."""
-        while self.pending_bytes + self.admitted_bytes > 0 and \
-                self.pending_bytes + self.admitted_bytes + size_bytes > self.buffered_limit_bytes:
-            self.admit_waits += 1
-            self._room.clear()
-            await self._room.wait()
+        their way to the WAL (one append is always admitted when nothing is buffered).
+
+        Appends are admitted in the order they asked (a small one never passes a large one that
+        waits): appends reach the WAL in call order, which a pipelining idempotent producer's
+        sequence check relies on."""
+        if not self._admit_queue and self._fits(size_bytes):
+            self.admitted_bytes += size_bytes
+            self._update_room()
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._admit_queue.append(turn)
+        try:
+            while self._admit_queue[0] is not turn or not self._fits(size_bytes):
+                self.admit_waits += 1
+                self._room.clear()
+                await self._room.wait()
+        finally:
+            self._admit_queue.remove(turn)
+            self._room.set()  # the next in line looks again
         self.admitted_bytes += size_bytes
         self._update_room()
 
