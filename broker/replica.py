@@ -467,6 +467,15 @@ class Replica:
                 return True
         return False
 
+    def unfenced_stream_ids(self) -> list[int]:
+        """The streams this broker still holds open: not fenced, not closed (their handles remain)."""
+        out = []
+        for sid in (self.data_stream_id, self.meta_stream_id):
+            handle = self.storage.stream(sid) if sid >= 0 else None
+            if handle is not None and handle.state != STREAM_HANDLE_FENCED:
+                out.append(sid)
+        return out
+
     def abandon(self) -> None:
         """Fenced: forget the partition without touching its streams again."""
         self.fenced = True

@@ -298,7 +298,13 @@ class Uploader:
                     if ambiguous and await self._committed_already(key, parts):
                         self._on_committed(key, built, parts)
                         return
-                    await self._find_fenced(parts, exc)
+                    if not await self._find_fenced(parts, exc):
+                        # no stream of the upload could be named fenced (the controller did not
+                        # answer): try again, a bounded number of times
+                        attempt += 1
+                        if attempt > self.config.controller_retry.max_attempts:
+                            raise
+                        await asyncio.sleep(self.config.controller_retry.backoff_ms(attempt) / 1000)
                     close_ids = frozenset()  # a rebuilt upload leaves the close to close_stream
                     if not ambiguous:  # never delete what an unanswered attempt may have committed
                         await self._discard(key)
@@ -356,20 +362,28 @@ class Uploader:
             return False
         return any(o.object_key == key for o in desc.objects)
 
-    async def _find_fenced(self, parts: list[tuple[StreamHandle, list[Chunk]]], exc: FerryError) -> None:
+    async def _find_fenced(self, parts: list[tuple[StreamHandle, list[Chunk]]], exc: FerryError) -> bool:
+        """Fence the streams of a refused commit whose own epoch or owner changed; returns whether
+        any was. A stream whose description cannot be read is left as it is: fencing it would
+        make this broker give up a stream it may still own (nobody else could close it)."""
         if len(parts) == 1 or exc.error == ErrorCode.STALE_BROKER_EPOCH:
             for h, _c in parts:
                 h.fence(str(exc))
-            return
+            return True
         broker_id, _ = self.broker()
+        found = False
         for h, _c in parts:
             try:
                 desc = await self.control.describe_stream(h.stream_id)
             except FerryError as err:
-                h.fence(str(err))
+                log.warning("commit of stream %d refused (%s) and its description unreadable: %s", h.stream_id,
+                            exc, err)
                 continue
             if desc.owner != broker_id or desc.epoch != h.epoch:
-                h.fence(str(exc))
+                h.fence(f"stream {h.stream_id} is at epoch {desc.epoch} owned by broker {desc.owner} "
+                        f"(this broker held epoch {h.epoch})")
+                found = True
+        return found
 
     def _on_committed(self, key: str, built: BuiltObject, parts: list[tuple[StreamHandle, list[Chunk]]]) -> None:
         self.stats.objects += 1

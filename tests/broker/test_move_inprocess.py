@@ -313,6 +313,48 @@ def test_a_checkpoint_covers_only_batches_observed_without_a_gap() -> None:
     assert replica.meta_snapshot(clean=False).end_offset == 2
 
 
+async def test_a_fenced_close_still_closes_the_streams_it_owns(cluster: InProcessCluster) -> None:
+    """Chaos seed 19: broker 1 was paused past its session; the new owner opened x-1's data stream,
+    then broker 1 came back before it opened the meta stream (STREAM_NOT_CLOSED: broker 1 is alive).
+    Broker 1 closes x-0 and x-1 together: the shared upload is fenced for x-1's data stream only.
+    x-0 closes normally, and x-1's meta stream, still broker 1's, is closed too instead of being
+    abandoned open (the new owner would wait for it forever)."""
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "x", "num_partitions": 2, "replication_factor": 1,
+                                                     "assignments": {"0": [1], "1": [1]}}]})
+    kept, half_taken = await c.serving(1, "x", 0), await c.serving(1, "x", 1)
+    for i in range(5):  # buffered in broker 1's uploader: the close uploads them in one object
+        await append(kept, b"a%d" % i)
+        await append(half_taken, b"b%d" % i)
+    data_sid, meta_sid = half_taken.replica.data_stream_id, half_taken.replica.meta_stream_id
+    streams = c.controller.image.streams.streams
+    # broker 1 silent past its session: broker 2 takes over x-1's data stream, not yet its meta stream
+    c.skew_ms += 5000
+    epoch1, epoch2 = (c.controller.image.cluster.brokers[b].broker_epoch for b in (1, 2))
+    c.controller.write("broker_heartbeat", {"broker_id": 2, "broker_epoch": epoch2, "metadata_offset": 10**9})
+    c.controller.write("open_stream", {"stream_id": data_sid, "epoch": streams[data_sid].epoch + 1,
+                                       "broker_id": 2, "broker_epoch": epoch2})
+    c.controller.write("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch1, "metadata_offset": 10**9})
+    meta_epoch = c.controller.image.streams.streams[meta_sid].epoch
+    with pytest.raises(FerryError) as waiting:  # broker 1 is back: the meta stream is still its
+        c.controller.write("open_stream", {"stream_id": meta_sid, "epoch": meta_epoch + 1,
+                                           "broker_id": 2, "broker_epoch": epoch2})
+    assert waiting.value.error is ErrorCode.STREAM_NOT_CLOSED
+    c.controller.write("alter_partition_reassignments", {"reassignments": [
+        {"topic": "x", "partition": 0, "replicas": [2]}, {"topic": "x", "partition": 1, "replicas": [2]}]})
+    moved = await c.serving(2, "x", 0)
+    assert [r.value for r in await read_all(moved)] == [b"a%d" % i for i in range(5)]
+    deadline = time.monotonic() + 10
+    while half_taken.status.state is not PartitionState.FENCED and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert half_taken.status.state is PartitionState.FENCED
+    meta = c.controller.image.streams.streams[meta_sid]
+    assert (meta.state, meta.owner) == ("CLOSED", 1)
+    # so the new owner gets the meta stream now
+    c.controller.write("open_stream", {"stream_id": meta_sid, "epoch": meta_epoch + 1,
+                                       "broker_id": 2, "broker_epoch": epoch2})
+
+
 async def test_deleted_topic_is_dropped_without_uploading(cluster: InProcessCluster) -> None:
     c = cluster
     c.controller.write("create_topics", {"topics": [{"name": "d", "num_partitions": 1, "replication_factor": 1,
