@@ -381,12 +381,20 @@ class PartitionManager:
             raise
         except Exception as exc:  # noqa: BLE001
             if isinstance(exc, FerryError) and exc.error in FENCED_ERRORS:
-                log.warning("close %s-%d fenced: %s (another broker owns it now)", slot.topic, tp.partition, exc)
-                self.metrics.stream_fenced.inc()
-                slot.close_phase = 0
-                slot.status, actions = sm.on_fenced(slot.status)
-                self._run(slot, actions)
-                return
+                # only the streams whose own epoch was refused belong to another broker now; the
+                # partition's other stream is still ours (the new owner may have opened one of the
+                # two before this broker's lease came back): close it, or the new owner waits on
+                # STREAM_NOT_CLOSED for a stream nobody will ever close
+                held = await self._release_unfenced(slot, replica) if replica is not None else None
+                if held is None:
+                    log.warning("close %s-%d fenced: %s (another broker owns it now)", slot.topic, tp.partition,
+                                exc)
+                    self.metrics.stream_fenced.inc()
+                    slot.close_phase = 0
+                    slot.status, actions = sm.on_fenced(slot.status)
+                    self._run(slot, actions)
+                    return
+                exc = held  # a stream still ours did not close: retried below, like any failed close
             if replica is not None and self._closed_here(replica):
                 # an earlier attempt's close was applied after its answer was lost: nothing is left
                 # to upload (the close follows the upload), so this close is done
@@ -421,6 +429,23 @@ class PartitionManager:
             slot.source = None
             self._finish_half(half)
         self._run(slot, actions)
+
+    async def _release_unfenced(self, slot: Slot, replica: Replica) -> Exception | None:
+        """After a fenced close: close (upload and release) each of the replica's streams that this
+        broker still owns. Returns the error of one that did not close for another reason than
+        being fenced itself (the close is then retried), else None."""
+        for sid in replica.unfenced_stream_ids():
+            try:
+                await replica.storage.close_stream(sid)
+                log.info("close %s-%d: stream %d was still ours and is closed", slot.topic, slot.tp.partition, sid)
+            except asyncio.CancelledError:
+                raise
+            except FerryError as exc:
+                if exc.error not in FENCED_ERRORS:
+                    return exc
+            except Exception as exc:  # noqa: BLE001 - retried by the caller's bounded loop
+                return exc
+        return None
 
     def _closed_here(self, replica: Replica) -> bool:
         """Both of the replica's streams are CLOSED in the image, last owned by this broker at the

@@ -12,8 +12,48 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from metadata_quorum.errors import ErrorCode, FerryError
+
 PRODUCER_BATCHES_KEPT = 5  # Kafka keeps the last 5 batches per producer for duplicate detection
+SEQUENCE_MAX = 2 ** 31 - 1  # a producer's sequence is an int32 that wraps to 0 after this
 TIME_INDEX_MAX_ENTRIES = 4096
+
+
+def sequence_after(sequence: int, count: int = 1) -> int:
+    """The sequence ``count`` records after ``sequence`` (Kafka's wrap at Int32.MAX_VALUE)."""
+    return (sequence + count) % (SEQUENCE_MAX + 1)
+
+
+def sequence_error(known: tuple[int, int] | None, producer_id: int, producer_epoch: int, base_sequence: int,
+                   where: str) -> FerryError | None:
+    """Kafka's sequence check of an idempotent batch that is not a duplicate (pure).
+
+    ``known`` is (epoch, last sequence) of the producer's latest batch in this partition, written
+    or in flight, or None when the partition knows nothing of the producer (then any sequence is
+    accepted, as Kafka does after a producer's state expired). A batch must follow the last one
+    exactly: a client that pipelines requests takes a later batch's success to mean that every
+    earlier one was written (librdkafka then reports the earlier records delivered without an
+    offset), so accepting a batch after a gap would acknowledge records that are not there.
+    """
+    if producer_id < 0 or base_sequence < 0 or known is None:
+        return None
+    known_epoch, last_sequence = known
+    if producer_epoch < known_epoch:
+        return FerryError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                          f"producer {producer_id} epoch {producer_epoch} is older than its epoch {known_epoch} "
+                          f"in {where}")
+    if producer_epoch > known_epoch:
+        if base_sequence != 0:
+            return FerryError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                              f"producer {producer_id}'s new epoch {producer_epoch} starts at sequence "
+                              f"{base_sequence} in {where}, not at 0")
+        return None
+    expected = sequence_after(last_sequence)
+    if base_sequence != expected:
+        return FerryError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                          f"producer {producer_id} epoch {producer_epoch} sent sequence {base_sequence} to {where}; "
+                          f"the next expected is {expected}")
+    return None
 
 
 @dataclass
@@ -23,7 +63,8 @@ class ProducerEntry:
 
 
 class ProducerState:
-    """Idempotent-producer duplicate detection: the last batches of each producer id."""
+    """Idempotent-producer state: the last batches of each producer id, for duplicate detection
+    and the sequence check."""
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
@@ -40,8 +81,18 @@ class ProducerState:
                 return base_off, last_off
         return None
 
+    def last_sequence(self, producer_id: int) -> tuple[int, int] | None:
+        """(epoch, last sequence) of the producer's latest written batch here, if any is known."""
+        entry = self.producers.get(producer_id)
+        if entry is None or not entry.batches:
+            return None
+        latest = max(entry.batches, key=lambda b: b[2])
+        return entry.producer_epoch, latest[1]
+
     def record(self, producer_id: int, producer_epoch: int, base_sequence: int, count: int,
                base_offset: int, last_offset: int) -> None:
+        """Note a written batch. Recording the same batch twice (a rebuild that re-reads batches
+        a checkpoint already held) changes nothing."""
         if producer_id < 0 or base_sequence < 0:
             return
         entry = self.producers.get(producer_id)
@@ -49,7 +100,11 @@ class ProducerState:
             entry = self.producers[producer_id] = ProducerEntry(producer_epoch)
         elif producer_epoch < entry.producer_epoch:
             return
-        entry.batches.append((base_sequence, base_sequence + max(0, count - 1), base_offset, last_offset))
+        if any(b[2] == base_offset for b in entry.batches):
+            return
+        entry.batches.append((base_sequence, sequence_after(base_sequence, max(0, count - 1)), base_offset,
+                              last_offset))
+        entry.batches.sort(key=lambda b: b[2])
         del entry.batches[:-PRODUCER_BATCHES_KEPT]
 
     def to_json(self) -> dict[str, Any]:

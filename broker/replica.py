@@ -93,6 +93,13 @@ class Replica:
         self._checkpointed_end = -1
         self._wal_unreachable = False
         self._pending_sequences: dict[tuple[int, int, int], asyncio.Future[tuple[int, int]]] = {}
+        # producer id -> [epoch, last sequence, appends in flight] of its latest batch on its way to
+        # the WAL: the sequence check of a pipelined batch follows the batch sent just before it
+        self._inflight_tail: dict[int, list[int]] = {}
+        # every batch below this offset is in the producer state, time index and size (a
+        # checkpoint records this end, so a rebuild after a crash re-reads what it lacks)
+        self._observed_through = 0
+        self._observed_ahead: dict[int, int] = {}  # base -> next offset of batches observed past a gap
 
     # ------------------------------------------------------------------ open (step 6)
     async def open(self, data: StreamPlan, meta: StreamPlan, leader_epoch: int) -> OpenResult:
@@ -140,10 +147,20 @@ class Replica:
         self.size_bytes = self.meta.size_bytes
         self.producers = pm.ProducerState.from_json(self.meta.producers)
         self.time_index = pm.TimeIndex(self.meta.time_index)
+        self._observed_through = end
         if not clean:
             rebuild_from = self.meta.end_offset if self.log_start_offset <= self.meta.end_offset <= end \
                 else self.log_start_offset
-            await self._rebuild_indexes(rebuild_from, end)
+            self._observed_through = rebuild_from
+            complete = await self._rebuild_indexes(rebuild_from, end)
+            self._observed_through, self._observed_ahead = end, {}
+            if not complete:
+                # a producer's latest batch may lie in the part not read: forget every producer, so
+                # that each is accepted at any sequence (as Kafka does for one it has no state of)
+                # rather than refused against a stale last sequence
+                self.producers = pm.ProducerState()
+                log.warning("%s-%d: producer state rebuilt from part of [%d, %d) only; idempotent producers "
+                            "start afresh here", self.topic, self.partition, rebuild_from, end)
         self.meta.leader_epochs = pm.add_leader_epoch(self.meta.leader_epochs, leader_epoch, end)
         self.meta.end_offset = end
         self.meta.clean_shutdown = False
@@ -183,8 +200,9 @@ class Replica:
                      n, plan.stream_id, plan.previous_owner)
         return n
 
-    async def _rebuild_indexes(self, start: int, end: int) -> None:
-        """After an unclean shutdown: producer state, time index and size from the unrecorded tail."""
+    async def _rebuild_indexes(self, start: int, end: int) -> bool:
+        """After an unclean shutdown: producer state, time index and size from the unrecorded tail.
+        Returns whether every batch up to ``end`` was read."""
         offset = start
         scanned = 0
         while offset < end and scanned < REBUILD_SCAN_BYTES:
@@ -194,9 +212,10 @@ class Replica:
             for info in batches.iter_batches(result.data):
                 if info.next_offset <= offset:
                     continue
-                self._observe(info, info.base_offset)
+                self._observe(info, info.base_offset, info.offset_count)
                 offset = info.next_offset
             scanned += len(result.data)
+        return offset >= end
 
     async def _compact_meta(self) -> None:
         """Rewrite the meta stream as one snapshot and trim what precedes it, so that the next
@@ -234,11 +253,18 @@ class Replica:
             await self.meta_stream.flush()
         return True
 
-    def _observe(self, info: batches.BatchInfo, base_offset: int) -> None:
+    def _observe(self, info: batches.BatchInfo, base_offset: int, offset_count: int) -> None:
         self.size_bytes += info.size_bytes
         self.time_index.observe(info.max_timestamp_ms, base_offset)
         self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.records_count,
                               base_offset, base_offset + info.last_offset_delta)
+        end = base_offset + offset_count
+        if base_offset != self._observed_through:  # an append that finished before an earlier one
+            self._observed_ahead[base_offset] = end
+            return
+        self._observed_through = end
+        while self._observed_through in self._observed_ahead:
+            self._observed_through = self._observed_ahead.pop(self._observed_through)
 
     # ------------------------------------------------------------------ produce
     async def append(self, body: bytes | bytearray, infos: list[batches.BatchInfo]) -> tuple[int, int]:
@@ -252,10 +278,12 @@ class Replica:
             return dup
         key = (info.producer_id, info.producer_epoch, info.base_sequence)
         pending: asyncio.Future[tuple[int, int]] | None = None
-        if info.producer_id >= 0 and info.base_sequence >= 0:
+        idempotent = info.producer_id >= 0 and info.base_sequence >= 0
+        if idempotent:
             first = self._pending_sequences.get(key)
             if first is not None:  # a retry of a batch still in flight: answer with its offsets
                 return await asyncio.shield(first)
+            self._check_sequence(info)
             pending = asyncio.get_running_loop().create_future()
             self._pending_sequences[key] = pending
         self._inflight += 1
@@ -273,9 +301,10 @@ class Replica:
                 self._drained.set()
             if pending is not None:
                 self._pending_sequences.pop(key, None)
+                self._release_tail(info.producer_id)
         if pending is not None:
             pending.set_result((base, base + info.last_offset_delta))
-        self._observe(info, base)
+        self._observe(info, base, sum(i.offset_count for i in infos))
         self.counters.bytes_in += len(body)
         self.counters.records_in += info.offset_count
         handle = self.storage.stream(self.data_stream_id)
@@ -284,6 +313,27 @@ class Replica:
         async with self._data_arrived:
             self._data_arrived.notify_all()
         return base, base + info.last_offset_delta
+
+    def _check_sequence(self, info: batches.BatchInfo) -> None:
+        """Refuse a batch that does not follow the producer's previous one (written or in flight);
+        otherwise it becomes the producer's in-flight tail. Synchronous: appends reach the WAL in
+        the order they pass here."""
+        pid = info.producer_id
+        tail = self._inflight_tail.get(pid)
+        known = (tail[0], tail[1]) if tail is not None else self.producers.last_sequence(pid)
+        error = pm.sequence_error(known, pid, info.producer_epoch, info.base_sequence, f"{self.topic}-{self.partition}")
+        if error is not None:
+            raise error
+        last = pm.sequence_after(info.base_sequence, max(0, info.records_count - 1))
+        self._inflight_tail[pid] = [info.producer_epoch, last, (tail[2] if tail is not None else 0) + 1]
+
+    def _release_tail(self, producer_id: int) -> None:
+        """An append of the producer finished: once none is in flight, the written state decides."""
+        tail = self._inflight_tail.get(producer_id)
+        if tail is not None:
+            tail[2] -= 1
+            if tail[2] <= 0:
+                del self._inflight_tail[producer_id]
 
     # ------------------------------------------------------------------ fetch
     async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int) -> bytes:
@@ -377,7 +427,9 @@ class Replica:
         m = self.meta
         m.clean_shutdown = clean
         m.start_offset = self.log_start_offset
-        m.end_offset = self.high_watermark
+        # the end of what the producer state, time index and size describe (an append still
+        # finishing may be durable already): a rebuild after a crash starts here
+        m.end_offset = min(self.high_watermark, self._observed_through)
         m.size_bytes = self.size_bytes
         m.producers = self.producers.to_json()
         m.time_index = list(self.time_index.entries)
@@ -421,6 +473,15 @@ class Replica:
             if handle is not None and handle.state == STREAM_HANDLE_FENCED:
                 return True
         return False
+
+    def unfenced_stream_ids(self) -> list[int]:
+        """The streams this broker still holds open: not fenced, not closed (their handles remain)."""
+        out = []
+        for sid in (self.data_stream_id, self.meta_stream_id):
+            handle = self.storage.stream(sid) if sid >= 0 else None
+            if handle is not None and handle.state != STREAM_HANDLE_FENCED:
+                out.append(sid)
+        return out
 
     def abandon(self) -> None:
         """Fenced: forget the partition without touching its streams again."""

@@ -12,6 +12,7 @@ the object is rebuilt without them.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 import uuid
@@ -58,6 +59,7 @@ class Uploader:
         self._kick = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
+        self._admit_queue: collections.deque[asyncio.Future[None]] = collections.deque()  # waiting appends, in order
         self._slots = asyncio.Semaphore(max(1, config.max_inflight_uploads))
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -81,14 +83,31 @@ class Uploader:
         else:
             self._room.clear()
 
+    def _fits(self, size_bytes: int) -> bool:
+        buffered = self.pending_bytes + self.admitted_bytes
+        return buffered == 0 or buffered + size_bytes <= self.buffered_limit_bytes
+
     async def admit(self, size_bytes: int) -> None:
         """Backpressure: an append waits while four uploads' worth of bytes are buffered or on
-        their way to the WAL (one append is always admitted when nothing is buffered)."""
-        while self.pending_bytes + self.admitted_bytes > 0 and \
-                self.pending_bytes + self.admitted_bytes + size_bytes > self.buffered_limit_bytes:
-            self.admit_waits += 1
-            self._room.clear()
-            await self._room.wait()
+        their way to the WAL (one append is always admitted when nothing is buffered).
+
+        Appends are admitted in the order they asked (a small one never passes a large one that
+        waits): appends reach the WAL in call order, which a pipelining idempotent producer's
+        sequence check relies on."""
+        if not self._admit_queue and self._fits(size_bytes):
+            self.admitted_bytes += size_bytes
+            self._update_room()
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._admit_queue.append(turn)
+        try:
+            while self._admit_queue[0] is not turn or not self._fits(size_bytes):
+                self.admit_waits += 1
+                self._room.clear()
+                await self._room.wait()
+        finally:
+            self._admit_queue.remove(turn)
+            self._room.set()  # the next in line looks again
         self.admitted_bytes += size_bytes
         self._update_room()
 
@@ -279,7 +298,13 @@ class Uploader:
                     if ambiguous and await self._committed_already(key, parts):
                         self._on_committed(key, built, parts)
                         return
-                    await self._find_fenced(parts, exc)
+                    if not await self._find_fenced(parts, exc):
+                        # no stream of the upload could be named fenced (the controller did not
+                        # answer): try again, a bounded number of times
+                        attempt += 1
+                        if attempt > self.config.controller_retry.max_attempts:
+                            raise
+                        await asyncio.sleep(self.config.controller_retry.backoff_ms(attempt) / 1000)
                     close_ids = frozenset()  # a rebuilt upload leaves the close to close_stream
                     if not ambiguous:  # never delete what an unanswered attempt may have committed
                         await self._discard(key)
@@ -337,20 +362,28 @@ class Uploader:
             return False
         return any(o.object_key == key for o in desc.objects)
 
-    async def _find_fenced(self, parts: list[tuple[StreamHandle, list[Chunk]]], exc: FerryError) -> None:
+    async def _find_fenced(self, parts: list[tuple[StreamHandle, list[Chunk]]], exc: FerryError) -> bool:
+        """Fence the streams of a refused commit whose own epoch or owner changed; returns whether
+        any was. A stream whose description cannot be read is left as it is: fencing it would
+        make this broker give up a stream it may still own (nobody else could close it)."""
         if len(parts) == 1 or exc.error == ErrorCode.STALE_BROKER_EPOCH:
             for h, _c in parts:
                 h.fence(str(exc))
-            return
+            return True
         broker_id, _ = self.broker()
+        found = False
         for h, _c in parts:
             try:
                 desc = await self.control.describe_stream(h.stream_id)
             except FerryError as err:
-                h.fence(str(err))
+                log.warning("commit of stream %d refused (%s) and its description unreadable: %s", h.stream_id,
+                            exc, err)
                 continue
             if desc.owner != broker_id or desc.epoch != h.epoch:
-                h.fence(str(exc))
+                h.fence(f"stream {h.stream_id} is at epoch {desc.epoch} owned by broker {desc.owner} "
+                        f"(this broker held epoch {h.epoch})")
+                found = True
+        return found
 
     def _on_committed(self, key: str, built: BuiltObject, parts: list[tuple[StreamHandle, list[Chunk]]]) -> None:
         self.stats.objects += 1

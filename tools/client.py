@@ -5,7 +5,10 @@ a batch that fails with a retriable error (`NOT_LEADER_OR_FOLLOWER`, `LEADER_NOT
 refused connection, ...) is re-sent unchanged to the leader named by fresh metadata, until the
 delivery timeout of its oldest record passes. Each batch carries a producer id and a per-partition
 sequence number, as Kafka's idempotent producer does, so that a broker can drop a re-sent batch it
-already appended.
+already appended and refuse one that does not follow the last (OUT_OF_ORDER_SEQUENCE_NUMBER). A
+batch given up on (delivery timeout, or an error that is not retriable) may or may not have been
+appended, so the partition's next batch starts a new producer epoch at sequence 0, as Kafka's
+producer bumps its epoch after an expired batch (KIP-360).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from tools.credentials import resolve_token
 
 RETRIABLE_CONNECTION_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError, ConnectionError)
+PRODUCER_EPOCH_MAX = 2 ** 15 - 1  # an int16 in the batch header
 PRODUCER_BACKOFF_MAX_MS = 250.0  # a move makes a partition unavailable for ~0.1 s: retry soon after it
 CONSUMER_BACKOFF_MAX_MS = 1000.0
 
@@ -251,7 +255,13 @@ class _PartitionQueue:
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.sequence = 0
+        self.epoch = 0  # this partition's producer epoch: a new one after a batch was given up on
         self.inflight: list[asyncio.Future[RecordMetadata]] = []
+
+    def give_up(self) -> None:
+        """A batch failed: whatever became of it, the next one starts a new epoch at sequence 0."""
+        self.epoch = (self.epoch + 1) % (PRODUCER_EPOCH_MAX + 1)
+        self.sequence = 0
 
 
 class Producer:
@@ -389,16 +399,15 @@ class Producer:
                 for p in batch:
                     if not p.future.done():
                         p.future.set_exception(exc)
+                queue.give_up()
             queue.inflight = []
 
     async def _deliver(self, tp: TopicPartition, queue: _PartitionQueue, batch: list[_Pending]) -> None:
         assert self._session is not None and self.metadata is not None
         seq = queue.sequence if self.producer_id >= 0 else -1
-        # Advance now, whatever the outcome: a batch given up on may still have been appended, and the
-        # next batch must never reuse its sequence (the broker would take it for a re-send).
         queue.sequence = (queue.sequence + len(batch)) % 2**31
         body = encode_batch(((p.key, p.value, p.headers, p.timestamp_ms) for p in batch),
-                            producer_id=self.producer_id, producer_epoch=0 if self.producer_id >= 0 else -1,
+                            producer_id=self.producer_id, producer_epoch=queue.epoch if self.producer_id >= 0 else -1,
                             base_sequence=seq)
         deadline = min(p.deadline_s for p in batch)
         timeout = aiohttp.ClientTimeout(total=self.request_timeout_ms / 1000)
@@ -413,6 +422,7 @@ class Producer:
                                  f" (last error: {last_error})")
                 for p in batch:
                     p.future.set_exception(err)
+                queue.give_up()
                 return
             if refresh:
                 try:
@@ -443,6 +453,7 @@ class Producer:
                 if not exc.retriable:
                     for p in batch:
                         p.future.set_exception(exc)
+                    queue.give_up()
                     return
             except RETRIABLE_CONNECTION_ERRORS as exc:
                 last_error = exc

@@ -15,7 +15,7 @@ from broker.metrics import BrokerMetrics
 from broker.partition import PartitionState
 from broker.partition_manager import PartitionManager
 from broker.partition_meta import PartitionMeta
-from broker.replica import META_COMPACT_FORCE_RECORDS
+from broker.replica import META_COMPACT_FORCE_RECORDS, Replica
 from metadata_quorum.delta import MetadataDelta
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE
@@ -243,6 +243,116 @@ async def test_idempotent_retry_after_the_owner_died_is_answered_from_its_recove
     retry = sent[-1]
     assert await new.replica.append(retry, batches.validate_batches(retry)) == (5, 5)
     assert [r.value for r in await read_all(new)] == [b"v%d" % i for i in range(6)]
+
+
+def idem(value: bytes, seq: int, producer_id: int = 55, epoch: int = 0) -> tuple[bytes, list[batches.BatchInfo]]:
+    body = batches.build_batch([(None, value)], timestamp_ms=1, producer_id=producer_id, producer_epoch=epoch,
+                               base_sequence=seq)
+    return body, batches.validate_batches(body)
+
+
+async def test_a_batch_after_a_refused_one_is_refused_not_written(cluster: InProcessCluster) -> None:
+    """The chaos finding: librdkafka pipelines batches R1, R2 of a partition; R1 reached the old
+    owner as it closed (NOT_LEADER_OR_FOLLOWER), R2 reached the new owner and was written. A
+    pipelining client takes R2's success to mean that R1 was written too (it reports R1's records
+    delivered, without an offset), so R2 must be refused until R1 is in, as Kafka does."""
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "q", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    old = await c.serving(1, "q", 0)
+    assert await old.replica.append(*idem(b"r0", 0)) == (0, 0)
+    c.controller.write("alter_partition_reassignments",
+                       {"reassignments": [{"topic": "q", "partition": 0, "replicas": [2]}]})
+    with pytest.raises(FerryError) as refused:
+        await old.replica.append(*idem(b"r1", 1))
+    assert refused.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    new = await c.serving(2, "q", 0)
+    with pytest.raises(FerryError) as gap:
+        await new.replica.append(*idem(b"r2", 2))
+    assert gap.value.error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert new.replica.high_watermark == 1  # nothing was written
+    # the client re-sends R1 then R2, as librdkafka does after the error: both land, in order
+    assert await new.replica.append(*idem(b"r1", 1)) == (1, 1)
+    assert await new.replica.append(*idem(b"r2", 2)) == (2, 2)
+    assert [r.value for r in await read_all(new)] == [b"r0", b"r1", b"r2"]
+
+
+async def test_pipelined_batches_follow_the_one_in_flight(cluster: InProcessCluster) -> None:
+    """Five batches of one producer in flight at once (librdkafka's max.in.flight): each follows
+    the one before it although none is written yet; one after a gap in flight is still refused."""
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "p", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    slot = await c.serving(1, "p", 0)
+    sends = [slot.replica.append(*idem(b"p%d" % i, i)) for i in range(5)]
+    sends.append(slot.replica.append(*idem(b"gap", 7)))
+    answers = await asyncio.gather(*sends, return_exceptions=True)
+    assert answers[:5] == [(i, i) for i in range(5)]
+    assert isinstance(answers[5], FerryError) and answers[5].error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    # a new producer epoch (KIP-360's bump after a failed batch) starts again at sequence 0
+    with pytest.raises(FerryError):
+        await slot.replica.append(*idem(b"e1", 3, epoch=1))
+    assert await slot.replica.append(*idem(b"e1", 0, epoch=1)) == (5, 5)
+    with pytest.raises(FerryError) as old_epoch:
+        await slot.replica.append(*idem(b"late", 5, epoch=0))
+    assert old_epoch.value.error is ErrorCode.INVALID_PRODUCER_EPOCH
+    assert [r.value for r in await read_all(slot)] == [b"p0", b"p1", b"p2", b"p3", b"p4", b"e1"]
+
+
+def test_a_checkpoint_covers_only_batches_observed_without_a_gap() -> None:
+    """An append can be durable (inside the high watermark) before its producer state is noted;
+    a checkpoint then must not claim it, or the next owner after a crash would not re-read it and
+    would refuse that producer's next batch as out of order."""
+    replica = Replica(None, "c", "id", 0, 1, lambda _b: [], "/nonexistent")
+    first, second = idem(b"a", 0)[1][0], idem(b"b", 1)[1][0]
+    replica.high_watermark = 2
+    replica._observe(second, 1, 1)  # the second append's continuation ran first
+    assert replica.meta_snapshot(clean=False).end_offset == 0
+    assert replica.producers.last_sequence(55) == (0, 1)
+    replica._observe(first, 0, 1)
+    assert replica.meta_snapshot(clean=False).end_offset == 2
+
+
+async def test_a_fenced_close_still_closes_the_streams_it_owns(cluster: InProcessCluster) -> None:
+    """Chaos seed 19: broker 1 was paused past its session; the new owner opened x-1's data stream,
+    then broker 1 came back before it opened the meta stream (STREAM_NOT_CLOSED: broker 1 is alive).
+    Broker 1 closes x-0 and x-1 together: the shared upload is fenced for x-1's data stream only.
+    x-0 closes normally, and x-1's meta stream, still broker 1's, is closed too instead of being
+    abandoned open (the new owner would wait for it forever)."""
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "x", "num_partitions": 2, "replication_factor": 1,
+                                                     "assignments": {"0": [1], "1": [1]}}]})
+    kept, half_taken = await c.serving(1, "x", 0), await c.serving(1, "x", 1)
+    for i in range(5):  # buffered in broker 1's uploader: the close uploads them in one object
+        await append(kept, b"a%d" % i)
+        await append(half_taken, b"b%d" % i)
+    data_sid, meta_sid = half_taken.replica.data_stream_id, half_taken.replica.meta_stream_id
+    streams = c.controller.image.streams.streams
+    # broker 1 silent past its session: broker 2 takes over x-1's data stream, not yet its meta stream
+    c.skew_ms += 5000
+    epoch1, epoch2 = (c.controller.image.cluster.brokers[b].broker_epoch for b in (1, 2))
+    c.controller.write("broker_heartbeat", {"broker_id": 2, "broker_epoch": epoch2, "metadata_offset": 10**9})
+    c.controller.write("open_stream", {"stream_id": data_sid, "epoch": streams[data_sid].epoch + 1,
+                                       "broker_id": 2, "broker_epoch": epoch2})
+    c.controller.write("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch1, "metadata_offset": 10**9})
+    meta_epoch = c.controller.image.streams.streams[meta_sid].epoch
+    with pytest.raises(FerryError) as waiting:  # broker 1 is back: the meta stream is still its
+        c.controller.write("open_stream", {"stream_id": meta_sid, "epoch": meta_epoch + 1,
+                                           "broker_id": 2, "broker_epoch": epoch2})
+    assert waiting.value.error is ErrorCode.STREAM_NOT_CLOSED
+    c.controller.write("alter_partition_reassignments", {"reassignments": [
+        {"topic": "x", "partition": 0, "replicas": [2]}, {"topic": "x", "partition": 1, "replicas": [2]}]})
+    moved = await c.serving(2, "x", 0)
+    assert [r.value for r in await read_all(moved)] == [b"a%d" % i for i in range(5)]
+    deadline = time.monotonic() + 10
+    while half_taken.status.state is not PartitionState.FENCED and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert half_taken.status.state is PartitionState.FENCED
+    meta = c.controller.image.streams.streams[meta_sid]
+    assert (meta.state, meta.owner) == ("CLOSED", 1)
+    # so the new owner gets the meta stream now
+    c.controller.write("open_stream", {"stream_id": meta_sid, "epoch": meta_epoch + 1,
+                                       "broker_id": 2, "broker_epoch": epoch2})
 
 
 async def test_deleted_topic_is_dropped_without_uploading(cluster: InProcessCluster) -> None:

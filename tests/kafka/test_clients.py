@@ -154,13 +154,30 @@ class ConfluentClient:
                     continue
                 seen.append(msg.value())
                 consumer.commit(message=msg, asynchronous=True)
-            try:
-                consumer.commit(asynchronous=False)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError._NO_OFFSET:  # nothing consumed since the last commit
-                    raise
+            self._final_commit(consumer, seen)
         finally:
             consumer.close()
+
+    @staticmethod
+    def _final_commit(consumer: Consumer, seen: list[bytes], timeout_s: float = 30.0) -> None:
+        """Commit what was consumed before leaving, as a Kafka application does: a commit refused
+        because the group rebalanced meanwhile (a coordinator failover, a member joining or
+        leaving) is retried once the member has rejoined (librdkafka rejoins on the next poll)."""
+        rebalanced = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                consumer.commit(asynchronous=False)
+                return
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if code == KafkaError._NO_OFFSET:  # nothing consumed since the last commit
+                    return
+                if code not in rebalanced or time.monotonic() > deadline:
+                    raise
+            msg = consumer.poll(0.5)  # rejoin; records it hands out now are consumed too
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value())
 
 
 class KafkaPythonClient:

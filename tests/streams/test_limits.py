@@ -66,3 +66,19 @@ async def test_full_disk_fails_the_append_and_the_stream_keeps_what_was_acknowle
 def test_s3_serve_refuses_a_bad_bucket_name(capsys) -> None:
     assert s3_server.main(["serve", "--bucket", "ab"]) == 2
     assert "3 to 63 characters" in capsys.readouterr().err
+
+
+async def test_appends_waiting_for_room_get_offsets_in_the_order_they_asked(make_storage) -> None:
+    """A small append never passes a larger one that waits for room: a pipelining idempotent
+    producer's batches must reach the log in the order it sent them."""
+    store = MemoryObjectStore(latency_ms=20)
+    a = make_storage(1, store, upload_bytes=4096, max_inflight_uploads=1)
+    await a.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 0)
+    large, small = batch_of("large", count=12, value_bytes=250), batch_of("small", count=1, value_bytes=10)
+    sizes = [large if i % 3 else small for i in range(90)]
+    bases = await asyncio.gather(*(a.append(sid, b) for b in sizes))
+    assert a.uploader.admit_waits > 0  # the appends did wait for room
+    assert bases == sorted(bases) and len(set(bases)) == len(bases), bases
+    await a.close()

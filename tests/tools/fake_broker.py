@@ -25,8 +25,8 @@ class FakeCluster:
     urls: dict[int, str] = field(default_factory=dict)
     produce_error: dict[int, ErrorCode] = field(default_factory=dict)  # broker id -> forced error
     produce_calls: int = 0
-    sequences: dict[tuple[int, int], int] = field(default_factory=dict)  # (producer id, partition) -> next seq
-    appended: dict[tuple[int, int, int], tuple[int, int]] = field(default_factory=dict)
+    sequences: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (producer id, epoch, partition) -> next seq
+    appended: dict[tuple[int, int, int, int], tuple[int, int]] = field(default_factory=dict)
     lose_next_answer: bool = False  # append, then drop the connection (the client must retry)
 
     def metadata(self) -> dict:
@@ -56,16 +56,16 @@ def make_app(cluster: FakeCluster, broker_id: int) -> web.Application:
             return error_response(FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {broker_id} does not lead"))
         body = bytearray(await req.read())
         infos = batches.validate_batches(body)
-        pid, seq = infos[0].producer_id, infos[0].base_sequence
+        pid, epoch, seq = infos[0].producer_id, infos[0].producer_epoch, infos[0].base_sequence
         base = cluster.next_offset.get(p, 0)
         if pid >= 0:
-            expected = cluster.sequences.get((pid, p), 0)
+            expected = cluster.sequences.get((pid, epoch, p), 0)
             if seq < expected:  # a re-sent batch already appended: acknowledge it again, do not append
-                base, last = cluster.appended[(pid, p, seq)]
+                base, last = cluster.appended[(pid, epoch, p, seq)]
                 return web.json_response({"base_offset": base, "last_offset": last,
                                           "leader_epoch": cluster.leader_epoch, "log_append_time_ms": -1})
-            cluster.sequences[(pid, p)] = seq + sum(i.offset_count for i in infos)
-            cluster.appended[(pid, p, seq)] = (base, base + sum(i.offset_count for i in infos) - 1)
+            cluster.sequences[(pid, epoch, p)] = seq + sum(i.offset_count for i in infos)
+            cluster.appended[(pid, epoch, p, seq)] = (base, base + sum(i.offset_count for i in infos) - 1)
         nxt = batches.assign_offsets(body, base, cluster.leader_epoch)
         cluster.logs.setdefault(p, bytearray()).extend(body)
         cluster.next_offset[p] = nxt
