@@ -53,6 +53,7 @@ class BrokerMetrics:
         self.broker_info = Gauge("ferry_broker_info", "Broker id", ["broker_id"], registry=r)
         self.broker_info.labels(str(broker_id)).set(1)
         self._produce_children: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
+        self._kafka_children: dict[str, Any] = {}
 
     def observe_s3(self, kind: str, requests: int, bytes_sent: int, bytes_received: int) -> None:
         """The object store's observer (called from its I/O threads; prometheus counters are thread-safe)."""
@@ -71,7 +72,11 @@ class BrokerMetrics:
         return child
 
     def observe_kafka(self, api: str, handling_s: float, queued_s: float) -> None:
-        self.kafka_request_seconds.labels(api).observe(handling_s)
+        """Called for every Kafka answer: the labelled child is cached, as for produce."""
+        child = self._kafka_children.get(api)
+        if child is None:
+            child = self._kafka_children[api] = self.kafka_request_seconds.labels(api)
+        child.observe(handling_s)
         self.kafka_queued_seconds.observe(queued_s)
 
     def observe_produce(self, topic: str, partition: int, size_bytes: int, records: int, latency_s: float) -> None:

@@ -193,22 +193,26 @@ class DataApis:
     async def produce(self, req: Request) -> ApiMessage | None:
         body: ProduceRequest = req.body  # type: ignore[assignment]
         acks = body.acks
-        jobs: list[tuple[str, int, asyncio.Future[AppendOutcome]]] = []
-        for topic in body.topic_data:
-            for part in topic.partition_data:
-                records = part.records
-                data = bytearray(records) if records else bytearray()
-                # the appends start here, in request order, before any await (see append_records)
-                jobs.append((topic.name, part.index, asyncio.ensure_future(
-                    self._append(topic.name, part.index, data, acks, body.transactional_id))))
-        results = await asyncio.gather(*(j[2] for j in jobs), return_exceptions=True)
+        targets = [(topic.name, part.index, part.records) for topic in body.topic_data for part in topic.partition_data]
+        # the appends start in request order, each in its own task: tasks run in the order they
+        # were created, so two pipelined requests reach the WAL in arrival order (see append_records)
+        appends = [asyncio.ensure_future(self._append(name, index, records, acks, body.transactional_id))
+                   for name, index, records in targets]
+        results: list[AppendOutcome | BaseException]
+        if len(appends) == 1:  # what librdkafka sends: one partition per request
+            try:
+                results = [await appends[0]]
+            except Exception as exc:  # noqa: BLE001 - reported per partition, as Kafka does
+                results = [exc]
+        else:
+            results = list(await asyncio.gather(*appends, return_exceptions=True))
         if acks == 0:
             return None
         PR = ProduceResponse.TopicProduceResponse
         PP = PR.PartitionProduceResponse
         by_topic: dict[str, list[object]] = {}
         leaders_named: set[int] = set()
-        for (name, index, _), result in zip(jobs, results):
+        for (name, index, _), result in zip(targets, results):
             if isinstance(result, BaseException):
                 code, message = kafka_error(result)
                 entry = PP(index=index, error_code=code.code, base_offset=-1, log_append_time_ms=-1,
@@ -223,19 +227,20 @@ class DataApis:
                            log_append_time_ms=result.log_append_time_ms,
                            log_start_offset=result.log_start_offset, record_errors=[], error_message=None)
             by_topic.setdefault(name, []).append(entry)
-        live = kafka_endpoints(self.core.image)
         endpoints = [ProduceResponse.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
-                     for bid, e in live.items() if bid in leaders_named] if req.api_version >= 10 else []
+                     for bid, e in kafka_endpoints(self.core.image).items() if bid in leaders_named] \
+            if leaders_named else []
         return ProduceResponse(responses=[PR(name=n, partition_responses=ps) for n, ps in by_topic.items()],
                                throttle_time_ms=0, node_endpoints=endpoints)
 
-    async def _append(self, topic: str, partition: int, data: bytearray, acks: int,
+    async def _append(self, topic: str, partition: int, records: bytes | None, acks: int,
                       transactional_id: str | None) -> AppendOutcome:
         if transactional_id is not None:
             raise FerryError(ErrorCode.INVALID_TXN_STATE, "transactions are not supported by this broker")
-        if not data:
+        if not records:
             raise FerryError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
-        return await self.core.append_records(topic, partition, data, acks)
+        # a copy the append may change in place (offsets, LogAppendTime) and the WAL holds until synced
+        return await self.core.append_records(topic, partition, bytearray(records), acks)
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, req: Request) -> ApiMessage:

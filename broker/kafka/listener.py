@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import lru_cache
 from typing import Any, Awaitable, Callable
 
 from kafka.protocol.api_key import ApiKey
@@ -138,7 +139,11 @@ class KafkaListener:
                 done.set_result(encode_unsupported(Unsupported(event.api_key, event.api_version, event.correlation_id)))
                 await answers.put(done)
                 continue
-            await answers.put(asyncio.ensure_future(self._handle(handler, event)))
+            answer = asyncio.ensure_future(self._handle(handler, event))
+            if answers.full():  # max_inflight reached: stop reading until an answer is sent
+                await answers.put(answer)
+            else:
+                answers.put_nowait(answer)
 
     @staticmethod
     def _sasl_step(sasl: SaslSession | None, event: Request) -> Step:
@@ -184,6 +189,7 @@ def _sasl_response(event: Request, step: Step) -> ApiMessage:
                                     auth_bytes=step.auth_bytes, session_lifetime_ms=0)
 
 
+@lru_cache(maxsize=None)
 def api_name(api_key: int) -> str:
     try:
         return ApiKey(api_key).name

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Mapping, Union
+from functools import lru_cache
+from typing import Any, Callable, Mapping, Union
 
+from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBuffer, EncodeBufferPool
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 
 from broker.kafka.apis import SUPPORTED_VERSIONS, request_class
@@ -95,7 +98,8 @@ class KafkaConnection:
             return self._violate(f"frame of {size} bytes (must be {_HEADER_START.size}..{self.max_request_bytes})")
         if len(self._buf) < 4 + size:
             return NEED_DATA
-        frame = bytes(self._buf[4:4 + size])
+        with memoryview(self._buf) as view:
+            frame = bytes(view[4:4 + size])  # one copy (slicing the bytearray would copy twice)
         del self._buf[:4 + size]
         return self._decode(frame)
 
@@ -112,67 +116,117 @@ class KafkaConnection:
                 # Kafka answers a newer ApiVersions at v0 so the client can pick a version it shares
                 return Request(api_key, api_version, correlation_id, None, ApiVersionsRequest[0](), len(frame))
             return Unsupported(api_key, api_version, correlation_id)
-        cls = request_class(api_key)
+        codec = _codec(api_key, api_version)
         try:
-            body, consumed = _decode_body(cls, frame, api_version)
+            body, consumed = codec.decode(frame)
         except Exception as exc:  # noqa: BLE001 - any decode failure of peer bytes is the peer's
-            return self._violate(f"{cls.name} v{api_version} does not decode: {type(exc).__name__}: {exc}")
-        null_field = _first_illegal_null(body, cls._struct.fields, api_version)
+            return self._violate(f"{codec.name} v{api_version} does not decode: {type(exc).__name__}: {exc}")
+        if consumed > len(frame):
+            # the generated decoder slices strings and bytes without bounds checks: a frame cut
+            # inside its last field would otherwise decode with that field shortened
+            return self._violate(f"{codec.name} v{api_version}: the frame ends {consumed - len(frame)} bytes "
+                                 "before the request does")
+        null_field = _first_null(body, codec.null_checks)
         if null_field is not None:
-            return self._violate(f"{cls.name} v{api_version}: {null_field} is null, which the version does not allow")
+            return self._violate(f"{codec.name} v{api_version}: {null_field} is null, which the version does not "
+                                 "allow")
         header = body.header
         return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame),
                        len(frame) - consumed)
 
 
-def _decode_body(cls: type[ApiMessage], frame: bytes, version: int) -> tuple[ApiMessage, int]:
-    """Decode header and body, returning how many bytes were used (the generated decoder's own
-    entry point discards that)."""
-    import io
+Decoder = Callable[[memoryview, int], "tuple[Any, int]"]
+Encoder = Callable[[Any, EncodeBuffer], None]
+
+
+@dataclass(frozen=True)
+class _NullCheck:
+    """One field a decoded request must be checked at: whether it may not be null at the version,
+    and the checks inside each element (arrays of structs) or inside it (a struct)."""
+
+    name: str
+    not_nullable: bool
+    elements: tuple[_NullCheck, ...] = ()
+    inner: tuple[_NullCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Codec:
+    """How one (api key, version) decodes, built once: the generated decoders of kafka-python for
+    the request header and body, and the null checks the version's spec calls for."""
+
+    name: str
+    header: Decoder
+    body: Decoder
+    null_checks: tuple[_NullCheck, ...]
+
+    def decode(self, frame: bytes) -> tuple[ApiMessage, int]:
+        """Header and body in one pass over the frame, returning how many bytes were used (the
+        generated decoder's own entry point discards that)."""
+        view = memoryview(frame)
+        header, pos = self.header(view, 0)
+        body, pos = self.body(view, pos)
+        body._header = header
+        return body, pos
+
+
+@lru_cache(maxsize=None)
+def _codec(api_key: int, version: int) -> _Codec:
+    cls = request_class(api_key)
     flexible = cls.flexible_version_q(version)
-    hdr_data = io.BytesIO(frame)
-    header = cls.parse_header(hdr_data, version=version)
-    pos = hdr_data.tell()
-    decode = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls[None])
-    body, pos = decode(memoryview(frame), pos)
-    body._header = header
-    body.API_VERSION = version
-    return body, pos
+    # RequestHeader v1, or v2 (tagged fields) for flexible versions; its client id is never compact
+    header_version = RequestHeader._flexible_versions[0] if flexible else RequestHeader._valid_versions[0]
+    header = RequestHeader._struct.compiled_decode_from(header_version, compact=False, tagged=flexible,
+                                                        data_class=RequestHeader)
+    body = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls[None])
+    return _Codec(cls.name, header, body, _null_checks(cls._struct.fields, version))
 
 
 def _in_range(versions: tuple[int, int] | None, version: int) -> bool:
     return versions is not None and versions[0] <= version <= versions[1]
 
 
-def _first_illegal_null(obj: object, fields: Mapping[str, Any], version: int, path: str = "") -> str | None:
-    """The first field decoded as null where the spec does not make it nullable at ``version``.
+def _null_checks(fields: Mapping[str, Any], version: int) -> tuple[_NullCheck, ...]:
+    """The checks :func:`_first_null` makes at ``version``: only fields that are arrays, strings or
+    bytes not nullable at that version, and the structs that hold such fields."""
+    checks = []
+    for name, field in fields.items():
+        if not _in_range(field._versions, version) or field._tag is not None:
+            continue
+        # uuids decode the zero id as None; only arrays, strings and bytes have a null
+        not_nullable = (field._type_str.startswith("[]") or field._type_str in ("string", "bytes")) and \
+            not _in_range(field._nullable_versions, version)
+        element = getattr(field, "array_of", None)
+        element_fields = getattr(element, "fields", None) if element is not None else None
+        elements = _null_checks(element_fields, version) if element_fields else ()
+        inner_fields = getattr(field, "fields", None) if element is None else None
+        inner = _null_checks(inner_fields, version) if inner_fields else ()
+        if not_nullable or elements or inner:
+            checks.append(_NullCheck(name, not_nullable, elements, inner))
+    return tuple(checks)
+
+
+def _first_null(obj: object, checks: tuple[_NullCheck, ...]) -> str | None:
+    """The first field decoded as null where the spec does not make it nullable at the version.
 
     The generated decoder reads a compact array or string of length 0 as null whatever the
     field's ``nullableVersions`` say; a handler would then fail on it. Refusing it here keeps the
     contract strict: a request that passes holds only what its version allows."""
-    for name, field in fields.items():
-        if not _in_range(field._versions, version) or field._tag is not None:
-            continue
-        value = getattr(obj, name, None)
-        where = f"{path}{name}"
+    for check in checks:
+        value = getattr(obj, check.name, None)
         if value is None:
-            # uuids decode the zero id as None; only arrays, strings and bytes have a null
-            if field._type_str.startswith("[]") or field._type_str in ("string", "bytes"):
-                if not _in_range(field._nullable_versions, version):
-                    return where
+            if check.not_nullable:
+                return check.name
             continue
-        element = getattr(field, "array_of", None)
-        element_fields = getattr(element, "fields", None) if element is not None else None
-        if element_fields:
+        if check.elements:
             for i, item in enumerate(value):
-                found = _first_illegal_null(item, element_fields, version, f"{where}[{i}].")
+                found = _first_null(item, check.elements)
                 if found is not None:
-                    return found
-        elif element is None and getattr(field, "fields", None) and \
-                not isinstance(value, (bytes, str, int, float, list)):
-            found = _first_illegal_null(value, field.fields, version, f"{where}.")
+                    return f"{check.name}[{i}].{found}"
+        elif check.inner and not isinstance(value, (bytes, str, int, float, list)):
+            found = _first_null(value, check.inner)
             if found is not None:
-                return found
+                return f"{check.name}.{found}"
     return None
 
 
@@ -182,8 +236,33 @@ def encode_response(request: Request, response: ApiMessage) -> bytes:
     version = 0 if isinstance(request.body, ApiVersionsRequest) and request.api_version > \
         SUPPORTED_VERSIONS[ApiVersionsRequest.API_KEY][1] else request.api_version
     response.API_VERSION = version
-    response.with_header(correlation_id=request.correlation_id)
-    return bytes(response.encode(header=True, framed=True))
+    encoders = _response_encoders(type(response), version)
+    if encoders is None:  # a class with its own encoding (ApiVersions' header is always v0)
+        response.with_header(correlation_id=request.correlation_id)
+        return bytes(response.encode(header=True, framed=True))
+    encode_header, encode_body = encoders
+    with EncodeBufferPool.acquire() as out:
+        out.ensure(_FRAME.size)
+        out.pos = _FRAME.size
+        encode_header(ResponseHeader(correlation_id=request.correlation_id), out)
+        encode_body(response, out)
+        _FRAME.pack_into(out.buf, 0, out.pos - _FRAME.size)
+        with memoryview(out.buf) as view:
+            return bytes(view[:out.pos])
+
+
+@lru_cache(maxsize=None)
+def _response_encoders(cls: type[ApiMessage], version: int) -> tuple[Encoder, Encoder] | None:
+    """kafka-python's generated encoders of the response header and of ``cls`` at ``version``,
+    the same ones ``ApiMessage.encode`` looks up on every call; None for a class that overrides
+    how it encodes."""
+    if cls.encode is not ApiMessage.encode or cls.encode_header is not ApiMessage.encode_header or \
+            cls.encode_header_into is not ApiMessage.encode_header_into:
+        return None
+    flexible = cls.flexible_version_q(version)
+    header_version = ResponseHeader._flexible_versions[0] if flexible else ResponseHeader._valid_versions[0]
+    return (ResponseHeader._struct.compiled_encode_into(header_version, compact=False, tagged=flexible),
+            cls._struct.compiled_encode_into(version, compact=flexible, tagged=flexible))
 
 
 def encode_unsupported(event: Unsupported) -> bytes:

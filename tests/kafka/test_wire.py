@@ -167,3 +167,42 @@ def test_a_null_where_the_version_allows_none_closes_the_connection() -> None:
     conn.receive_data(bad)
     event = conn.next_event()
     assert isinstance(event, Violation) and "partition_data is null" in event.reason
+
+
+def _reference_decode(event: Request, data: bytes) -> object:
+    """kafka-python's own entry point (header through its reference parser, then the body)."""
+    return request_class(event.api_key).decode(data[4:], version=event.api_version, header=True)
+
+
+def test_requests_decode_as_kafka_pythons_reference_decoder_does() -> None:
+    """The listener decodes header and body with the generated decoders in one pass; whatever it
+    accepts, valid or mutated, must equal what kafka-python's reference path makes of the bytes."""
+    rng = random.Random(7)
+    seeds = [metadata(v) for v in (0, 4, 9, 12)] + [produce(v) for v in (3, 8, 9, 11)] + \
+        [frame(FetchRequest[v](max_wait_ms=10, min_bytes=1, max_bytes=100, topics=[]), v, client_id=None)
+         for v in (4, 11, 12)] + \
+        [frame(ApiVersionsRequest[v](client_software_name="x", client_software_version="1"), v) for v in (0, 3)]
+    compared = 0
+    for data in seeds + [_mutations(rng, seeds) for _ in range(3000)]:
+        conn = KafkaConnection(max_request_bytes=1 << 20)
+        conn.receive_data(data)
+        event = conn.next_event()
+        if not isinstance(event, Request) or event.api_version > SUPPORTED_VERSIONS[event.api_key][1]:
+            continue
+        reference = _reference_decode(event, data)
+        assert reference == event.body, data
+        assert (reference.header.correlation_id, reference.header.client_id) == \
+            (event.correlation_id, event.client_id), data
+        compared += 1
+    assert compared > len(seeds)
+
+
+def test_a_frame_cut_inside_its_last_field_closes_the_connection() -> None:
+    """Produce v3-v8 end with the records bytes: a frame whose size prefix cuts them short must not
+    decode as a request holding fewer bytes than its length field says."""
+    whole = produce(8, records=b"r" * 100)
+    cut = struct.pack(">i", len(whole) - 4 - 10) + whole[4:-10]
+    conn = KafkaConnection()
+    conn.receive_data(cut)
+    event = conn.next_event()
+    assert isinstance(event, Violation) and "frame ends 10 bytes before" in event.reason

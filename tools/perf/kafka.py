@@ -47,9 +47,17 @@ PARTITIONS = 8
 
 
 def librdkafka_produce_mb_s(bootstrap: str, topic: str, total_bytes: int) -> float:
+    """MB/s of an idempotent acks=all librdkafka producer sending ``total_bytes`` in 1 KiB records.
+
+    Delivery reports come back for failed records only (``delivery.report.only.error``): a
+    callback into Python for each acknowledged 1 KiB record costs the client ~0.1 ms of CPU per
+    64 KiB (measured: 0.33 against 0.22 ms per request), on the same two cores as the broker,
+    while the HTTP client it is compared with does no per-record work at all. Success is still checked: no failure reported
+    and nothing left undelivered when ``flush`` returns."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "batch.size": BATCH_BYTES, "linger.ms": 5, "compression.type": "none",
-                         "queue.buffering.max.kbytes": 64 * 1024, **LOW_LATENCY})
+                         "queue.buffering.max.kbytes": 64 * 1024, "delivery.report.only.error": True,
+                         **LOW_LATENCY})
     value = os.urandom(RECORD_BYTES)
     count = total_bytes // RECORD_BYTES
     failures: list[str] = []
@@ -68,10 +76,12 @@ def librdkafka_produce_mb_s(bootstrap: str, topic: str, total_bytes: int) -> flo
                 producer.poll(0.005)
         if i % 256 == 0:
             producer.poll(0)
-    producer.flush(120)
+    undelivered = producer.flush(120)
     elapsed = time.monotonic() - started
     if failures:
         raise RuntimeError(f"{len(failures)} records failed: {failures[0]}")
+    if undelivered:
+        raise RuntimeError(f"{undelivered} records still undelivered after 120 s")
     return count * RECORD_BYTES / MiB / elapsed
 
 
