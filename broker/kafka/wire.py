@@ -236,7 +236,8 @@ def encode_response(request: Request, response: ApiMessage) -> bytes:
     version = 0 if isinstance(request.body, ApiVersionsRequest) and request.api_version > \
         SUPPORTED_VERSIONS[ApiVersionsRequest.API_KEY][1] else request.api_version
     response.API_VERSION = version
-    encoders = _response_encoders(type(response), version)
+    response_class: type = type(response)
+    encoders = _response_encoders(response_class, version)
     if encoders is None:  # a class with its own encoding (ApiVersions' header is always v0)
         response.with_header(correlation_id=request.correlation_id)
         return bytes(response.encode(header=True, framed=True))
