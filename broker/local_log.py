@@ -373,6 +373,16 @@ class LocalLog:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         return self.log_end_offset
 
+    def reset(self, offset: int) -> None:
+        """Delete every segment and start an empty log at ``offset``."""
+        for seg in self.segments:
+            self._delete_segment(seg)
+        self.segments = []
+        self._new_segment(max(offset, 0))
+        self.epochs = []
+        self._write_epochs()
+        self.recovery_point = self.log_end_offset
+
     def _position_of(self, seg: Segment, offset: int) -> int:
         position = lay.lookup_position(seg.index, offset - seg.base_offset)
         while position < seg.size_bytes:
