@@ -355,6 +355,13 @@ class LocalLog:
         """Remove everything at and after ``offset`` (a follower's divergent suffix; whole batches:
         a batch holding ``offset`` goes too). Returns the new log end offset."""
         if offset >= self.log_end_offset:
+            # Kafka's rule: a replica that led, recorded its epoch's start and appended nothing
+            # before losing leadership keeps that epoch entry at the log end; it conflicts with
+            # the new leader's epochs and goes, or the follower would report it forever
+            pruned = lay.truncate_epochs_from_end(self.epochs, self.log_end_offset)
+            if pruned != self.epochs:
+                self.epochs = pruned
+                self._write_epochs()
             return self.log_end_offset
         if offset <= self.log_start_offset:
             for seg in self.segments:

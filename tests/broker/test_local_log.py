@@ -207,3 +207,14 @@ def test_a_directory_of_another_topic_id_is_refused(tmp_path) -> None:
     with pytest.raises(FerryError) as e:
         LocalLog(d, "othertopic", lay.RollPolicy()).open()
     assert e.value.error is ErrorCode.KAFKA_STORAGE_ERROR
+
+
+def test_an_epoch_started_without_records_goes_on_truncation_at_the_end(tmp_path) -> None:
+    """A replica that became leader (recording epoch 5 at its end) and appended nothing before
+    losing leadership must not keep reporting epoch 5 as its last (Kafka's truncateTo rule)."""
+    log = open_log(str(tmp_path / "t-0"))
+    log.append_as_leader(batch(b"a"), 3)
+    log.assign_epoch(5, log.log_end_offset)
+    assert log.latest_epoch == 5
+    assert log.truncate_to(log.log_end_offset) == 1
+    assert log.epochs == [(3, 0)]

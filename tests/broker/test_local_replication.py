@@ -228,3 +228,30 @@ def test_a_follower_that_falls_behind_leaves_the_isr_and_rejoins(cluster: LocalC
             assert 2 in shrunk
             wait_for(lambda: 3 in partition_state(c, topic)["isr"], 15, "the follower back in the ISR")
     asyncio.run(run())
+
+
+def test_kafka_clients_produce_and_consume_a_local_topic(cluster: LocalCluster) -> None:
+    """librdkafka with acks=all through the Kafka listener, the same as for s3 topics."""
+    from confluent_kafka import Consumer, Producer
+
+    c = cluster
+    create_local_topic(c, "rep-kafka", [3, 1, 2])
+    wait_for(lambda: partition_state(c, "rep-kafka")["leader"] == 3, 10, "leader 3")
+    producer = Producer({"bootstrap.servers": c.kafka_bootstrap, "acks": "all", "enable.idempotence": True})
+    delivered: list[int] = []
+    for i in range(50):
+        producer.produce("rep-kafka", value=b"m%02d" % i, partition=0,
+                         on_delivery=lambda err, msg: delivered.append(msg.offset()) if err is None else None)
+    assert producer.flush(20) == 0
+    assert delivered == list(range(50))
+    consumer = Consumer({"bootstrap.servers": c.kafka_bootstrap, "group.id": "rep-kafka-g",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["rep-kafka"])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 50 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    consumer.close()
+    assert got == [b"m%02d" % i for i in range(50)]
