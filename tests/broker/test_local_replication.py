@@ -255,3 +255,29 @@ def test_kafka_clients_produce_and_consume_a_local_topic(cluster: LocalCluster) 
             got.append(msg.value())
     consumer.close()
     assert got == [b"m%02d" % i for i in range(50)]
+
+
+def test_copy_based_reassignment_adds_a_replica_then_drops_the_removed_one(cluster: LocalCluster) -> None:
+    """Kafka's reassignment: the adding replica fetches everything from the leader, the move
+    completes once it is in the ISR, and the removed replica's dir is deleted."""
+    c = cluster
+    topic = "rep-move"
+    create_local_topic(c, topic, [1, 2], min_isr=1)
+
+    async def run() -> None:
+        async with aiohttp.ClientSession() as s:
+            wait_for(lambda: partition_state(c, topic)["leader"] == 1, 10, "leader 1")
+            for i in range(200):
+                await produce_to_leader(s, c, topic, idempotent_batch(b"m%03d" % i + b"." * 500, i, 51))
+            reply = controller_write(c, "alter_partition_reassignments",
+                                     {"reassignments": [{"topic": topic, "partition": 0, "replicas": [3, 2]}]})
+            assert not reply["responses"][0].get("error"), reply
+            state = wait_for(lambda: (p := partition_state(c, topic)) and p["replicas"] == [3, 2] and
+                             not p.get("adding_replicas") and not p.get("removing_replicas") and p, 20,
+                             "the reassignment to complete")
+            assert sorted(state["isr"]) == [2, 3] and state["leader"] in (2, 3)
+            got = await fetch_all(s, c.broker_url(int(state["leader"])), topic, 0)
+            assert [r.value for r in got] == [b"m%03d" % i + b"." * 500 for i in range(200)]
+    asyncio.run(run())
+    wait_for(lambda: replica_log(c, 1, topic) == b"", 10, "broker 1's replica dir deleted")
+    assert replica_log(c, 3, topic) == replica_log(c, 2, topic)
