@@ -15,12 +15,14 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from broker import local_layout as lay
 from broker import partition as sm
+from broker import replication_throttle as thr
 from broker.local_log import LocalLog
 from broker.local_replica import ROLE_FOLLOWER, ROLE_LEADER, LocalReplica, ReplicaFetchResult, ReplicationSettings
 from broker.log_dirs import choose_log_dir, delete_dir_name, partition_dir_name
@@ -75,7 +77,8 @@ class LocalPartitions:
         self._fetchers: dict[TopicIdPartition, asyncio.Task[None]] = {}
         self._checkpoints: dict[str, tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]] = {}
         self._background: asyncio.Task[None] | None = None
-        self.throttle: Callable[[int], float] | None = None
+        self._leader_debt = thr.Debt()
+        self._follower_debt = thr.Debt()
 
     # ------------------------------------------------------------------ lookups
     def slot_by_name(self, topic: str, partition: int) -> LocalSlot | None:
@@ -147,7 +150,7 @@ class LocalPartitions:
             replica.become_follower(reg.leader, reg.leader_epoch, reg.partition_epoch, reg.replicas, reg.isr)
             if reg.leader >= 0:
                 self._fetchers[tp] = asyncio.get_running_loop().create_task(
-                    follow(replica, self._client, self._leader_url, self.fetch_wait_max_ms, throttle=self.throttle))
+                    follow(replica, self._client, self._leader_url, self.fetch_wait_max_ms, throttle=self))
         else:
             replica.update_registration(reg.partition_epoch, reg.replicas, reg.isr)
 
@@ -241,8 +244,42 @@ class LocalPartitions:
                                   max_wait_ms: int) -> ReplicaFetchResult:
         if not self.is_local(topic):
             raise FerryError(ErrorCode.INVALID_REQUEST, f"{topic} is not a storage=local topic")
-        return await self.replica(topic, partition).serve_replica_fetch(
-            replica_id, offset, last_fetched_epoch, leader_epoch, max_bytes, max_wait_ms)
+        replica = self.replica(topic, partition)
+        rate = self._throttle_rate(thr.LEADER_RATE, thr.LEADER_REPLICAS, replica, replica_id)
+        if rate is None:
+            return await replica.serve_replica_fetch(replica_id, offset, last_fetched_epoch, leader_epoch, max_bytes,
+                                                     max_wait_ms)
+        wait = thr.wait_ms(self._leader_debt, rate, _now_ms())
+        if wait > 0:  # KIP-73 on the leader: a throttled replica's data waits for the quota
+            await asyncio.sleep(min(wait, max_wait_ms) / 1000)
+        result = await replica.serve_replica_fetch(replica_id, offset, last_fetched_epoch, leader_epoch,
+                                                   thr.chunk_bytes(rate, max_bytes), 0)
+        self._leader_debt, _ = thr.charge(self._leader_debt, rate, len(result.data), _now_ms())
+        return result
+
+    # ------------------------------------------------------------------ KIP-73 on the follower
+    def _throttle_rate(self, rate_key: str, replicas_key: str, replica: LocalReplica, throttled_id: int) -> int | None:
+        """The rate that applies to ``throttled_id``'s copy of the partition, or None: throttled
+        only when the replica is listed and outside the ISR (Kafka's rule)."""
+        if throttled_id in replica.isr:
+            return None
+        listed_as = self.broker_id if rate_key == thr.LEADER_RATE else throttled_id
+        if not thr.throttled(self.image.configs.get("topic", replica.topic).get(replicas_key), replica.partition,
+                             listed_as):
+            return None
+        return thr.rate_of(self.image.configs.get("broker", str(self.broker_id)), self.image.configs.get("broker", ""),
+                           rate_key)
+
+    def fetch_bytes(self, replica: LocalReplica, max_bytes: int) -> int:
+        rate = self._throttle_rate(thr.FOLLOWER_RATE, thr.FOLLOWER_REPLICAS, replica, self.broker_id)
+        return max_bytes if rate is None else thr.chunk_bytes(rate, max_bytes)
+
+    def delay_s(self, replica: LocalReplica, nbytes: int) -> float:
+        rate = self._throttle_rate(thr.FOLLOWER_RATE, thr.FOLLOWER_REPLICAS, replica, self.broker_id)
+        if rate is None:
+            return 0.0
+        self._follower_debt, delay_ms = thr.charge(self._follower_debt, rate, nbytes, _now_ms())
+        return delay_ms / 1000
 
     # ------------------------------------------------------------------ background
     async def _maintain(self) -> None:
@@ -293,6 +330,10 @@ class LocalPartitions:
             if isinstance(slot.replica, LocalReplica):
                 slot.replica.stop()
                 slot.replica.log.close()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Callable, Protocol
 
 from broker.local_replica import ROLE_FOLLOWER, LocalReplica
 from broker.replica_fetch_http import ReplicaFetchClient
@@ -23,9 +23,17 @@ log = logging.getLogger("ferry.broker.replica_fetcher")
 FETCH_MAX_BYTES = 1024 * 1024
 
 
+class FollowerThrottle(Protocol):
+    """KIP-73 on the follower's side (replication_throttle.py)."""
+
+    def fetch_bytes(self, replica: LocalReplica, max_bytes: int) -> int: ...
+
+    def delay_s(self, replica: LocalReplica, nbytes: int) -> float: ...
+
+
 async def follow(replica: LocalReplica, client: ReplicaFetchClient, leader_url: Callable[[int], str | None],
                  max_wait_ms: int, max_bytes: int = FETCH_MAX_BYTES,
-                 throttle: Callable[[int], float] | None = None) -> None:
+                 throttle: FollowerThrottle | None = None) -> None:
     """Fetch from the leader while ``replica`` follows it at the same epoch."""
     leader, epoch = replica.leader_id, replica.leader_epoch
     failures = 0
@@ -34,8 +42,9 @@ async def follow(replica: LocalReplica, client: ReplicaFetchClient, leader_url: 
         try:
             if url is None:
                 raise FerryError(ErrorCode.LEADER_NOT_AVAILABLE, f"no endpoint for broker {leader}")
+            size = throttle.fetch_bytes(replica, max_bytes) if throttle is not None else max_bytes
             result = await client.fetch(url, replica.topic, replica.partition, replica.broker_id,
-                                        replica.log.log_end_offset, replica.log.latest_epoch, epoch, max_bytes,
+                                        replica.log.log_end_offset, replica.log.latest_epoch, epoch, size,
                                         max_wait_ms)
         except asyncio.CancelledError:
             raise
@@ -59,6 +68,6 @@ async def follow(replica: LocalReplica, client: ReplicaFetchClient, leader_url: 
             continue
         replica.append_from_leader(result.data, result.high_watermark)
         if throttle is not None and result.data:
-            delay_s = throttle(len(result.data))
+            delay_s = throttle.delay_s(replica, len(result.data))
             if delay_s > 0:
                 await asyncio.sleep(delay_s)

@@ -6,6 +6,9 @@ processes, 3 broker processes, raw HTTP. Each test takes seconds.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import os
 import time
 from typing import Any
@@ -281,3 +284,57 @@ def test_copy_based_reassignment_adds_a_replica_then_drops_the_removed_one(clust
     asyncio.run(run())
     wait_for(lambda: replica_log(c, 1, topic) == b"", 10, "broker 1's replica dir deleted")
     assert replica_log(c, 3, topic) == replica_log(c, 2, topic)
+
+
+def ferry_cli(*args: str) -> "subprocess.CompletedProcess[str]":
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.run([sys.executable, "-m", "tools.cli", *args], capture_output=True, text=True, cwd=root,
+                          env=dict(os.environ, PYTHONPATH=root), timeout=120)
+
+
+def test_a_throttled_move_takes_about_bytes_over_rate_and_verify_clears_the_throttle(
+        cluster: LocalCluster, tmp_path) -> None:
+    """``ferry reassign-partitions --throttle B`` (KIP-73): the new replica copies at about B."""
+    c = cluster
+    topic = "rep-throttle"
+    create_local_topic(c, topic, [1], min_isr=1)
+    rate_bps = 400_000
+
+    async def fill() -> int:
+        async with aiohttp.ClientSession() as s:
+            wait_for(lambda: partition_state(c, topic)["leader"] == 1, 10, "leader 1")
+            for i in range(100):
+                await produce_to_leader(s, c, topic, idempotent_batch(b"%04d" % i + os.urandom(10_000), i, 61),
+                                        acks="1")
+        return len(replica_log(c, 1, topic))
+    size = asyncio.run(fill())
+    plan = tmp_path / "move.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [2]}]}))
+    boot = ["--bootstrap-server", ",".join(u.removeprefix("http://") for u in c.bootstrap_servers)]
+    started = time.monotonic()
+    proc = ferry_cli("reassign-partitions", *boot, "--execute", "--reassignment-json-file", str(plan),
+                     "--throttle", str(rate_bps))
+    assert proc.returncode == 0, proc.stderr
+    assert f"The inter-broker throttle limit was set to {rate_bps} B/s" in proc.stdout
+    configs = c.controller_read("describe_topics", {"names": [topic]})["topics"][0]["configs"]
+    assert configs["leader.replication.throttled.replicas"] == "0:1"
+    assert configs["follower.replication.throttled.replicas"] == "0:2"
+    # the copy as the new replica's files see it: from its first bytes to the whole log
+    first = wait_for(lambda: len(replica_log(c, 2, topic)) > 0 and (time.monotonic(), len(replica_log(c, 2, topic))),
+                     30, "the copy to start")
+    wait_for(lambda: len(replica_log(c, 2, topic)) >= size, 60, "the copy to finish")
+    copy_s = time.monotonic() - first[0]
+    rate = (size - first[1]) / copy_s
+    print(f"throttled copy: {size} bytes, {rate:.0f} B/s measured for {rate_bps} B/s "
+          f"({(rate - rate_bps) / rate_bps:+.1%}), whole move {time.monotonic() - started:.2f} s")
+    assert 0.75 * rate_bps <= rate <= 1.25 * rate_bps, (rate, rate_bps)
+    wait_for(lambda: partition_state(c, topic)["replicas"] == [2], 30, "the move to finish")
+    proc = ferry_cli("reassign-partitions", *boot, "--verify", "--reassignment-json-file", str(plan))
+    assert proc.returncode == 0, proc.stderr
+    assert f"Reassignment of partition {topic}-0 is completed." in proc.stdout
+    assert "Clearing broker-level throttles on brokers 1,2,3" in proc.stdout
+    assert f"Clearing topic-level throttles on topic {topic}" in proc.stdout
+    configs = c.controller_read("describe_topics", {"names": [topic]})["topics"][0]["configs"]
+    assert "leader.replication.throttled.replicas" not in configs
+    broker_configs = c.controller_read("describe_configs", {"resources": [{"type": "broker", "name": "2"}]})
+    assert "follower.replication.throttled.rate" not in broker_configs["resources"][0]["configs"]
