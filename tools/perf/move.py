@@ -4,6 +4,8 @@
    1 MiB, 16 MiB, 64 MiB), `--moves` each, back and forth between two brokers: p50/p99 of the
    client-observed unavailability (last acknowledgement by the old owner → first by the new one)
    and each step's share of the t0→t6 timeline.
+   ``--compare``: the same sizes moved as classic storage=local replicas and as Ferry partitions,
+   side by side (move_compare.py).
 2. 100 partitions moved at once: seconds until every one is acknowledged by its new owner.
 3. Produce MB/s into one broker vs a bare aiohttp server on loopback (the raw baseline), same
    request bodies, same concurrency.
@@ -313,6 +315,9 @@ async def run(cluster: LocalCluster, sizes: dict[str, int], moves: int, batch_pa
 
 
 def main(argv: list[str]) -> int:
+    if "--compare" in argv:  # classic storage=local vs Ferry moves side by side (move_compare.py)
+        from tools.perf.move_compare import main as compare_main
+        return compare_main(argv)
     parser = argparse.ArgumentParser(prog="ferry perf move", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="smaller partitions (1 MiB, 16 MiB, 64 MiB)")
