@@ -51,10 +51,12 @@ FILL_BATCH_BYTES = 4 * MiB
 ROUNDS = 3
 
 
-async def fill_partition(session: aiohttp.ClientSession, url: str, tp: TopicPartition, size_bytes: int) -> float:
-    """Append `size_bytes` of 256 KiB records in 4 MiB batches; returns MB/s."""
-    record = os.urandom(256 * 1024)
-    body = encode_batch([(None, record, None, None)] * (FILL_BATCH_BYTES // len(record)))
+async def fill_partition(session: aiohttp.ClientSession, url: str, tp: TopicPartition, size_bytes: int,
+                         batch_bytes: int = FILL_BATCH_BYTES) -> float:
+    """Append `size_bytes` of records in batches of `batch_bytes` (256 KiB records, or one record
+    when smaller); returns MB/s."""
+    record = os.urandom(min(256 * 1024, batch_bytes))
+    body = encode_batch([(None, record, None, None)] * max(1, batch_bytes // len(record)))
     started = time.monotonic()
     written = 0
     inflight: set[asyncio.Task[None]] = set()

@@ -34,10 +34,13 @@ from tools.admin import Admin
 from tools.client import TopicPartition
 from tools.cluster import LocalCluster
 from tools.move_workload import Ack, ProduceLoad, move_once
-from tools.perf.move import FULL_SIZES, QUICK_SIZES, MiB, fill_partition
+from tools.perf.move import FILL_BATCH_BYTES, FULL_SIZES, QUICK_SIZES, MiB, fill_partition
 
-THROTTLE_SIZE_BYTES = 16 * MiB
+THROTTLE_SIZE_BYTES = 32 * MiB
 THROTTLE_RATE_BPS = 8 * 1000 * 1000
+# small batches for the throttled copy: a follower fetches at least one whole batch, and a 4 MiB
+# batch half-written when the copy is first seen skews a rate measured over a few seconds
+THROTTLE_BATCH_BYTES = 64 * 1024
 LOCAL_CONFIGS = {"min.insync.replicas": "2", "segment.bytes": str(256 * MiB)}
 
 
@@ -103,7 +106,8 @@ async def classic_move(cluster: LocalCluster, admin: Admin, label: str, size: in
     await admin.create_topic(topic, 1, assignments={0: [1, 2, 3]}, storage="local", configs=LOCAL_CONFIGS)
     await admin.wait_for_leader(tp, 1)
     async with aiohttp.ClientSession() as session:
-        fill_mb_s = await fill_partition(session, cluster.broker_url(1), tp, size)
+        fill_mb_s = await fill_partition(session, cluster.broker_url(1), tp, size,
+                                         batch_bytes=THROTTLE_BATCH_BYTES if throttle_bps else FILL_BATCH_BYTES)
     log_bytes = _replica_bytes(cluster, 1, topic)
     load = await ProduceLoad(cluster.bootstrap_servers, [tp]).start()
     try:
