@@ -166,6 +166,7 @@ class LocalPartitions:
                 if s.log_dir:
                     counts[s.log_dir] = counts.get(s.log_dir, 0) + 1
             log_dir = choose_log_dir(self._log_dirs.infos(), counts, requested)
+        _drop_stray_dir(os.path.join(log_dir, partition_dir_name(topic, tp.partition)), tp.topic_id)
         recovery, replication = self._checkpoints_of(log_dir)
         key = (topic, tp.partition)
         local_log = LocalLog(os.path.join(log_dir, partition_dir_name(topic, tp.partition)), tp.topic_id,
@@ -334,6 +335,20 @@ class LocalPartitions:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _drop_stray_dir(path: str, topic_id: str) -> None:
+    """A replica dir of an earlier topic of the same name (deleted while this broker was down) is
+    deleted, as Kafka deletes stray logs, before the new topic's replica is created."""
+    meta = os.path.join(path, lay.PARTITION_METADATA)
+    try:
+        with open(meta, encoding="utf-8") as f:
+            found = lay.parse_partition_metadata(f.read())
+    except (OSError, FerryError):
+        return
+    if found != topic_id:
+        log.warning("%s belongs to topic id %s, not %s: deleting the stray log", path, found, topic_id)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:

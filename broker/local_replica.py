@@ -204,12 +204,14 @@ class LocalReplica:
 
     # ------------------------------------------------------------------ consumer fetch (leader)
     async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int) -> bytes:
-        """Whole batches below the high watermark."""
-        if offset < self.log_start_offset or offset > self.high_watermark:
+        """Whole batches below the high watermark. An offset between the high watermark and the log
+        end is in range (as in Kafka): a new leader's high watermark may lag what its predecessor
+        acknowledged until the followers fetch again, and a consumer there just waits."""
+        if offset < self.log_start_offset or offset > max(self.high_watermark, self.log.log_end_offset):
             raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                             f"offset {offset} is outside [{self.log_start_offset}, {self.high_watermark}]",
+                             f"offset {offset} is outside [{self.log_start_offset}, {self.log.log_end_offset}]",
                              {"log_start_offset": self.log_start_offset, "high_watermark": self.high_watermark})
-        if offset == self.high_watermark and max_wait_ms > 0:
+        if offset >= self.high_watermark and max_wait_ms > 0:
             await self._wait_for(lambda: self.high_watermark > offset or self.closed, max_wait_ms)
         if offset >= self.high_watermark:
             return b""

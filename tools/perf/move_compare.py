@@ -75,7 +75,8 @@ def summary(classic: dict[str, dict[str, Any]], s3: dict[str, dict[str, Any]], t
     }
 
 
-async def _wait_complete(admin: Admin, tp: TopicPartition, target: list[int], timeout_s: float) -> None:
+async def wait_complete(admin: Admin, tp: TopicPartition, target: list[int], timeout_s: float) -> None:
+    """Until the controller shows the reassignment finished: replicas = target, none adding, a leader among them."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         reply = await admin.read("describe_topics", {"names": [tp.topic]}, leader=False)
@@ -87,7 +88,8 @@ async def _wait_complete(admin: Admin, tp: TopicPartition, target: list[int], ti
     raise TimeoutError(f"{tp} did not reach replicas {target} within {timeout_s} s")
 
 
-def _replica_bytes(cluster: LocalCluster, broker: int, topic: str) -> int:
+def replica_bytes(cluster: LocalCluster, broker: int, topic: str) -> int:
+    """The bytes of partition 0's segments in ``broker``'s log dirs, read off the files (0 if none)."""
     for d in cluster.broker_log_dirs(broker):
         path = os.path.join(d, f"{topic}-0")
         if os.path.isdir(path):
@@ -108,7 +110,7 @@ async def classic_move(cluster: LocalCluster, admin: Admin, label: str, size: in
     async with aiohttp.ClientSession() as session:
         fill_mb_s = await fill_partition(session, cluster.broker_url(1), tp, size,
                                          batch_bytes=THROTTLE_BATCH_BYTES if throttle_bps else FILL_BATCH_BYTES)
-    log_bytes = _replica_bytes(cluster, 1, topic)
+    log_bytes = replica_bytes(cluster, 1, topic)
     load = await ProduceLoad(cluster.bootstrap_servers, [tp]).start()
     try:
         await load.wait_ack_from(tp, 1, 0, 30)
@@ -125,7 +127,7 @@ async def classic_move(cluster: LocalCluster, admin: Admin, label: str, size: in
         first: tuple[float, int] | None = None
         caught_up_s = None
         while True:  # the copy as the new replica's files see it
-            n = _replica_bytes(cluster, 4, topic)
+            n = replica_bytes(cluster, 4, topic)
             now = time.monotonic()
             if first is None and n > 0:
                 first = (now, n)
@@ -135,7 +137,7 @@ async def classic_move(cluster: LocalCluster, admin: Admin, label: str, size: in
             if now - started > 600:
                 raise TimeoutError(f"{tp}: broker 4 copied {n} of {log_bytes} bytes in 600 s")
             await asyncio.sleep(0.02)
-        await _wait_complete(admin, tp, [4, 2, 3], 120)
+        await wait_complete(admin, tp, [4, 2, 3], 120)
         done = time.monotonic()
         await asyncio.sleep(1.0)
         gap = max_gap_ms(load.acks[tp], started, done + 1.0)
