@@ -413,6 +413,33 @@ class LocalLog:
     def _write_epochs(self) -> None:
         _write_atomic(os.path.join(self.dir_path, lay.LEADER_EPOCH_CHECKPOINT), lay.render_epoch_checkpoint(self.epochs))
 
+    def bytes_after(self, offset: int) -> int:
+        """How many bytes of batches the log holds at and after ``offset`` (about: from the index
+        entry at or before it)."""
+        total = 0
+        for seg in self.segments:
+            if seg.next_offset <= offset:
+                continue
+            total += seg.size_bytes - (lay.lookup_position(seg.index, offset - seg.base_offset)
+                                       if seg.base_offset <= offset else 0)
+        return total
+
+    def moved_to(self, dir_path: str) -> None:
+        """The replica dir was renamed (a log-dir move's swap): the open files stay, the paths follow."""
+        self.dir_path = dir_path
+        for seg in self.segments:
+            seg.dir_path = dir_path
+
+    def write_epochs(self, epochs: list[tuple[int, int]]) -> None:
+        """Take another log's epochs as they are (a log-dir move copies the current log's)."""
+        self.epochs = list(epochs)
+        self._write_epochs()
+
+    def release(self) -> None:
+        """Close the files without syncing them (a log being deleted)."""
+        for seg in self.segments:
+            seg.close()
+
     def close(self) -> None:
         for seg in self.segments:
             if seg.fd >= 0:

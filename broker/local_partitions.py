@@ -22,10 +22,11 @@ from typing import Any, Awaitable, Callable
 
 from broker import local_layout as lay
 from broker import partition as sm
+from broker import local_dir_mover as mover
 from broker import replication_throttle as thr
 from broker.local_log import LocalLog
 from broker.local_replica import ROLE_FOLLOWER, ROLE_LEADER, LocalReplica, ReplicaFetchResult, ReplicationSettings
-from broker.log_dirs import choose_log_dir, delete_dir_name, partition_dir_name
+from broker.log_dirs import choose_log_dir, delete_dir_name, partition_dir_name, validate_log_dir
 from broker.log_dirs_manager import LogDirsManager
 from broker.replica_fetch_http import ReplicaFetchClient
 from broker.replica_fetcher import follow
@@ -50,6 +51,15 @@ class LocalSlot:
     replica: LocalReplica | None = None
     log_dir: str | None = None
     io_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass
+class LogDirMove:
+    """A replica's KIP-113 move in progress: its future log in ``target_dir`` and the copy task."""
+
+    target_dir: str
+    future: LocalLog
+    task: asyncio.Task[None] | None = None
 
 
 def _int_config(configs: Any, name: str, default: int) -> int:
@@ -79,6 +89,8 @@ class LocalPartitions:
         self._background: asyncio.Task[None] | None = None
         self._leader_debt = thr.Debt()
         self._follower_debt = thr.Debt()
+        self._moves: dict[TopicIdPartition, LogDirMove] = {}
+        self._preferred_dirs: dict[TopicIdPartition, str] = {}
 
     # ------------------------------------------------------------------ lookups
     def slot_by_name(self, topic: str, partition: int) -> LocalSlot | None:
@@ -133,6 +145,7 @@ class LocalPartitions:
         if slot is None:
             slot = self.slots[tp] = LocalSlot(tp, name)
             slot.replica = self._open(tp, name, reg)
+            self._resume_move(slot)
         replica = slot.replica
         assert isinstance(replica, LocalReplica)
         if reg.leader == self.broker_id:
@@ -161,6 +174,7 @@ class LocalPartitions:
             idx = reg.replicas.index(self.broker_id)
             if idx < len(reg.directories) and reg.directories[idx]:
                 requested = next((d.path for d in self._log_dirs.dirs if d.dir_id == reg.directories[idx]), None)
+            requested = self._preferred_dirs.pop(tp, None) or requested
             counts: dict[str, int] = {}
             for s in self.slots.values():
                 if s.log_dir:
@@ -205,6 +219,7 @@ class LocalPartitions:
     def _remove(self, slot: LocalSlot, deleted: bool) -> None:
         """Kafka's StopReplica with deletion: the dir is renamed ``-delete``, then removed."""
         self._stop_fetcher(slot.tp)
+        self._drop_move(slot.tp)  # the future dir goes first: alone, start-up would promote it
         self.slots.pop(slot.tp, None)
         replica = slot.replica
         if isinstance(replica, LocalReplica):
@@ -220,6 +235,95 @@ class LocalPartitions:
                 log.warning("deleting %s failed: %r", path, exc)
             log.info("%s-%d: replica %s and its dir deleted", slot.topic, slot.tp.partition,
                      "of a deleted topic" if deleted else "no longer assigned here")
+
+    # ------------------------------------------------------------------ log-dir moves (KIP-113)
+    async def alter_log_dir(self, topic: str, partition: int, path: str) -> None:
+        """AlterReplicaLogDirs of a local replica: create its future log in ``path`` and start
+        copying (the answer does not wait for the copy, as in Kafka); nothing changes on bad input."""
+        target = validate_log_dir(path, self._log_dirs.infos()).path
+        topic_id = self.image.topics.by_name.get(topic)
+        reg = self.image.topics.partition(topic_id, partition) if topic_id is not None else None
+        if topic_id is None or reg is None:
+            raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{partition}")
+        tp = TopicIdPartition(topic_id, partition)
+        slot = self.slots.get(tp)
+        if slot is None or slot.replica is None or slot.log_dir is None:
+            if self.broker_id not in reg.replicas:
+                raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                 f"broker {self.broker_id} hosts no replica of {topic}-{partition}")
+            self._preferred_dirs[tp] = target  # created there when it opens
+            return
+        moving = self._moves.get(tp)
+        if moving is not None and moving.target_dir == target:
+            return
+        self._drop_move(tp)
+        if os.path.normpath(slot.log_dir) == target:
+            return  # back to where it is: the move in flight (if any) is cancelled
+        future = LocalLog(mover.future_path(target, topic, partition), topic_id, self._policy_for(topic))
+        await asyncio.to_thread(future.open, 0)
+        self._start_move(slot, LogDirMove(target, future))
+
+    def _resume_move(self, slot: LocalSlot) -> None:
+        """A move found unfinished at start-up goes on from where its copy stopped."""
+        path = self._log_dirs.take_future(slot.topic, slot.tp.partition)
+        if path is None:
+            return
+        target = os.path.dirname(path)
+        try:
+            if slot.log_dir is None or os.path.normpath(target) == os.path.normpath(slot.log_dir):
+                raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, "the future log is in the current log's dir")
+            future = LocalLog(path, slot.tp.topic_id, self._policy_for(slot.topic)).open(0)
+        except (FerryError, OSError) as exc:
+            log.warning("%s-%d: dropping the unfinished move in %s: %s", slot.topic, slot.tp.partition, path, exc)
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        log.info("%s-%d: resuming the move to %s from offset %d", slot.topic, slot.tp.partition, target,
+                 future.log_end_offset)
+        self._start_move(slot, LogDirMove(target, future))
+
+    def _start_move(self, slot: LocalSlot, move: LogDirMove) -> None:
+        self._moves[slot.tp] = move
+
+        def swapped(_old_root: str) -> None:
+            self._moves.pop(slot.tp, None)
+
+        async def run() -> None:
+            try:
+                await mover.move(slot, move.future, move.target_dir, lambda: self._alter_rate(), swapped)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the move is dropped; the current log stays
+                log.warning("%s-%d: the move to %s failed: %r", slot.topic, slot.tp.partition, move.target_dir, exc)
+                if self._moves.get(slot.tp) is move:
+                    self._drop_move(slot.tp)
+
+        move.task = asyncio.get_running_loop().create_task(run())
+
+    def _drop_move(self, tp: TopicIdPartition) -> None:
+        move = self._moves.pop(tp, None)
+        if move is None:
+            return
+        if move.task is not None and not move.task.done():
+            move.task.cancel()
+        move.future.release()
+        shutil.rmtree(move.future.dir_path, ignore_errors=True)
+
+    def _alter_rate(self) -> int | None:
+        """``replica.alter.log.dirs.io.max.bytes.per.second``: the dynamic broker config (set by
+        ``reassign-partitions --replica-alter-log-dirs-throttle``), else the broker's own setting."""
+        rate = thr.rate_of(self.image.configs.get("broker", str(self.broker_id)), self.image.configs.get("broker", ""),
+                           mover.ALTER_RATE)
+        return rate if rate is not None else (self._log_dirs.alter_max_bytes_per_second or None)
+
+    def future_replicas(self) -> list[tuple[str, int, str, int, int]]:
+        """(topic, partition, target dir, future size, offsets behind) of each move in progress."""
+        out = []
+        for tp, move in self._moves.items():
+            slot = self.slots.get(tp)
+            if slot is not None and slot.replica is not None:
+                out.append((slot.topic, tp.partition, move.target_dir, move.future.size_bytes,
+                            max(0, slot.replica.log.log_end_offset - move.future.log_end_offset)))
+        return out
 
     # ------------------------------------------------------------------ ISR changes (KIP-497)
     async def _propose_isr(self, replica: LocalReplica, isr: tuple[int, ...]) -> None:
@@ -302,7 +406,9 @@ class LocalPartitions:
 
     def write_checkpoints(self) -> None:
         """Flush each log, then record its recovery point and high watermark in its dir's files."""
-        per_dir: dict[str, tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]] = {}
+        # every dir is rewritten, so one a replica left (a move, a deletion) forgets it
+        per_dir: dict[str, tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]] = {
+            d.path: ({}, {}) for d in self._log_dirs.dirs}
         for slot in list(self.slots.values()):
             replica = slot.replica
             if not isinstance(replica, LocalReplica) or slot.log_dir is None or replica.fenced:
@@ -315,14 +421,20 @@ class LocalPartitions:
                 continue
             replication[key] = replica.high_watermark
         for log_dir, (recovery, replication) in per_dir.items():
-            _write_checkpoint(os.path.join(log_dir, lay.RECOVERY_POINT_CHECKPOINT), recovery)
-            _write_checkpoint(os.path.join(log_dir, lay.REPLICATION_CHECKPOINT), replication)
+            try:
+                _write_checkpoint(os.path.join(log_dir, lay.RECOVERY_POINT_CHECKPOINT), recovery)
+                _write_checkpoint(os.path.join(log_dir, lay.REPLICATION_CHECKPOINT), replication)
+            except OSError as exc:  # a full dir keeps its last checkpoints (older is safe: more to scan)
+                log.warning("writing the checkpoints of %s failed: %r", log_dir, exc)
 
     async def close(self) -> None:
         if self._background is not None:
             self._background.cancel()
         for tp in list(self._fetchers):
             self._stop_fetcher(tp)
+        for move in self._moves.values():  # their future dirs stay: the next start resumes them
+            if move.task is not None:
+                move.task.cancel()
         try:
             await asyncio.to_thread(self.write_checkpoints)
         except OSError as exc:

@@ -617,12 +617,15 @@ class Broker:
     # ------------------------------------------------------------------ log dirs
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:
         """This broker's log dirs and the replicas in them (the HTTP and Kafka front ends' answer)."""
-        return log_dirs_report(self.log_dirs, self.manager.slots.values() if self.manager is not None else (), wanted)
+        slots: list[Any] = list(self.manager.slots.values()) if self.manager is not None else []
+        if self.local is not None:
+            slots.extend(self.local.slots.values())
+        return log_dirs_report(self.log_dirs, slots, wanted, self.local)
 
     async def alter_replica_log_dirs(self, moves: list[tuple[str, int, str]]) -> list[FerryError | None]:
         if self.manager is None:
             return [FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"broker {self.broker_id} is starting")] * len(moves)
-        return await alter_replica_log_dirs(self.log_dirs, self.manager, moves)
+        return await alter_replica_log_dirs(self.log_dirs, self.manager, moves, self.local)
 
     async def describe_log_dirs(self, request: web.Request) -> web.Response:
         check_query_names(request.query, ("topics",))
