@@ -27,7 +27,7 @@ from broker.log_dirs import delete_dir_name, future_dir_name, partition_dir_name
 log = logging.getLogger("ferry.broker.local_dir_mover")
 
 COPY_CHUNK_BYTES = 1024 * 1024
-SWAP_MAX_LAG_BYTES = COPY_CHUNK_BYTES  # the swap copies at most about this much under the lock
+SWAP_MAX_LAG_BYTES = COPY_CHUNK_BYTES  # the swap copies at most one chunk (a throttled one when throttled) under the lock
 ALTER_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 # Fault injection for the crash tests: a broker started with this variable set to a crash point's
 # name kills itself (SIGKILL, as kill -9) when a move reaches it. Unset in normal runs.
@@ -68,16 +68,16 @@ async def move(slot: MovingSlot, future: LocalLog, target_dir: str, rate_bps: Ca
         if replica is None or replica.fenced:
             raise asyncio.CancelledError()
         current = replica.log
+        rate = rate_bps()
+        chunk = thr.chunk_bytes(rate, COPY_CHUNK_BYTES) if rate else COPY_CHUNK_BYTES
         step = mv.next_copy_step(position(current), position(future), current.bytes_after(future.log_end_offset),
-                                 SWAP_MAX_LAG_BYTES)
+                                 min(chunk, SWAP_MAX_LAG_BYTES))
         if step.action == mv.STEP_RESET:
             future.reset(step.offset)
         elif step.action == mv.STEP_TRUNCATE:
             future.truncate_to(step.offset)
         elif step.action == mv.STEP_COPY:
-            rate = rate_bps()
-            data = current.read(step.offset, thr.chunk_bytes(rate, COPY_CHUNK_BYTES) if rate else COPY_CHUNK_BYTES,
-                                current.log_end_offset)
+            data = current.read(step.offset, chunk, current.log_end_offset)
             if data:
                 future.append_replicated(data)
             delay_ms = 0.0

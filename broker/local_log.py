@@ -243,11 +243,24 @@ class LocalLog:
                            seg.base_offset):
             seg = self.roll()
         position = seg.size_bytes
-        written = os.pwrite(seg.fd, body, position)
-        if written != len(body):
-            raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"short write to {seg.path()}")
-        for info in batches.iter_batches(body):
-            self._index_batch(seg, dataclasses.replace(info, position=position + info.position), write=True)
+        saved = (list(seg.index), list(seg.time_index), seg.bytes_since_index, seg.max_timestamp_ms,
+                 seg.last_batch_base)
+        try:
+            written = os.pwrite(seg.fd, body, position)
+            if written != len(body):
+                raise OSError(28, f"short write ({written} of {len(body)} bytes): the disk is full")
+            for info in batches.iter_batches(body):
+                self._index_batch(seg, dataclasses.replace(info, position=position + info.position), write=True)
+        except OSError as exc:  # ENOSPC (KIP-928) or an I/O error: nothing of the batch counts
+            seg.index, seg.time_index, seg.bytes_since_index, seg.max_timestamp_ms, seg.last_batch_base = saved
+            _cut(seg, position)
+            for path, entries in ((seg.path(lay.INDEX_SUFFIX), len(seg.index) * 8),
+                                  (seg.path(lay.TIME_INDEX_SUFFIX), len(seg.time_index) * 12)):
+                try:
+                    os.truncate(path, entries)
+                except OSError:
+                    pass
+            raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"writing to {seg.path()} failed: {exc}") from exc
         seg.size_bytes = position + len(body)
         seg.next_offset = next_offset
 
@@ -451,6 +464,14 @@ class LocalLog:
         for seg in self.segments:
             seg.close()
         _remove_tree(self.dir_path)
+
+
+def _cut(seg: Segment, position: int) -> None:
+    """Drop a partly written batch, so no read or later append sees it."""
+    try:
+        os.ftruncate(seg.fd, position)
+    except OSError:
+        pass
 
 
 def _read_file(path: str) -> bytes:

@@ -356,6 +356,7 @@ def throttle_lines(throttle_bps: int, log_dir_throttle_bps: int) -> list[str]:
     return lines
 
 
+ALTER_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 THROTTLE_RATE_KEYS = (thr.LEADER_RATE, thr.FOLLOWER_RATE)
 THROTTLE_REPLICA_KEYS = (thr.LEADER_REPLICAS, thr.FOLLOWER_REPLICAS)
 
@@ -378,7 +379,8 @@ def throttle_resources(moves: dict[TopicPartition, tuple[list[int], list[int]]],
 
 
 def clear_throttle_resources(topics: list[str], brokers: list[int]) -> list[dict[str, Any]]:
-    return ([{"type": "broker", "name": str(b), "configs": {k: None for k in THROTTLE_RATE_KEYS}} for b in brokers]
+    return ([{"type": "broker", "name": str(b), "configs": {k: None for k in THROTTLE_RATE_KEYS + (ALTER_DIRS_RATE,)}}
+             for b in brokers]
             + [{"type": "topic", "name": t, "configs": {k: None for k in THROTTLE_REPLICA_KEYS}} for t in topics])
 
 
@@ -411,6 +413,14 @@ async def run_execute(admin: Admin, text: str, additional: bool, out: list[str],
     storages = await topic_storages(admin, sorted({tp.topic for tp in parts}))
     local_moves = {tp: (list(current.get(tp, [])), list(parts[tp])) for tp in parts
                    if storages.get(tp.topic, "s3") != "s3"}
+    local_dir_brokers = sorted({b for (tp, b), d in r.log_dirs.items()
+                                if d != ANY_LOG_DIR and storages.get(tp.topic, "s3") != "s3"})
+    if log_dir_throttle_bps >= 0 and local_dir_brokers:  # KIP-113's intra-broker throttle, for local replicas
+        await admin.write("alter_configs", {"resources": [
+            {"type": "broker", "name": str(b), "configs": {ALTER_DIRS_RATE: str(log_dir_throttle_bps)}}
+            for b in local_dir_brokers]})
+        out.append(f"The replica-alter-dir throttle limit was set to {log_dir_throttle_bps} B/s")
+        log_dir_throttle_bps = -1
     if throttle_bps >= 0 and local_moves:
         await admin.write("alter_configs", {"resources": throttle_resources(local_moves, throttle_bps)})
         out.extend(throttle_set_lines(throttle_bps))
@@ -487,7 +497,13 @@ async def run_verify(admin: Admin, text: str, out: list[str], preserve_throttles
         states[tp] = (current, target, True)
     out.extend(verify_lines(states))
     if not preserve_throttles and all(done for _c, _t, done in states.values()):
-        out.extend(await clear_throttles(admin, sorted({tp.topic for tp in targets})))
+        cleared = await clear_throttles(admin, sorted({tp.topic for tp in targets}))
+        dir_brokers = sorted({b for (_tp, b), d in r.log_dirs.items() if d != ANY_LOG_DIR})
+        if not cleared and dir_brokers and await log_dir_moves_done(admin, r.log_dirs):
+            await admin.write("alter_configs", {"resources": [
+                {"type": "broker", "name": str(b), "configs": {ALTER_DIRS_RATE: None}} for b in dir_brokers]})
+            cleared = ["", f"Clearing broker-level throttles on brokers {','.join(map(str, dir_brokers))}"]
+        out.extend(cleared)
     if r.log_dirs:
         out.extend(await replica_move_lines(admin, r.log_dirs))
     out.extend(timeline_lines(await admin.moves(), set(targets)))
@@ -504,6 +520,11 @@ async def clear_throttles(admin: Admin, topics: list[str]) -> list[str]:
     await admin.write("alter_configs", {"resources": clear_throttle_resources(throttled, brokers)})
     return ["", f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}"] + \
         [f"Clearing topic-level throttles on topic {t}" for t in throttled]
+
+
+async def log_dir_moves_done(admin: Admin, moves: dict[tuple[TopicPartition, int], str]) -> bool:
+    """Every replica of the file is in its target log dir (Kafka clears the throttle only then)."""
+    return all(line.endswith("completed successfully.") for line in await replica_move_lines(admin, moves))
 
 
 async def replica_move_lines(admin: Admin, moves: dict[tuple[TopicPartition, int], str]) -> list[str]:
@@ -582,9 +603,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--additional", action="store_true", help="execute in addition to reassignments already running")
     p.add_argument("--timeout", type=int, default=10_000, help="ms to wait for log-dir moves to start")
     p.add_argument("--throttle", type=int, default=-1, metavar="BYTES_PER_S",
-                   help="accepted for compatibility with Kafka; no effect: storage=s3 moves copy no data")
+                   help="KIP-73 rate for storage=local moves (their new replicas copy the log); no effect on "
+                        "storage=s3 moves, which copy no data")
     p.add_argument("--replica-alter-log-dirs-throttle", type=int, default=-1, metavar="BYTES_PER_S",
-                   help="accepted for compatibility with Kafka; no effect: storage=s3 log dir moves copy no data")
+                   help="rate of storage=local replicas' log dir moves (replica.alter.log.dirs.io.max.bytes."
+                        "per.second on the brokers moving them); no effect on storage=s3 log dir moves")
     p.add_argument("--preserve-throttles", action="store_true", help="do not remove the throttles at --verify")
     p.add_argument("--disable-rack-aware", action="store_true", help="accepted for compatibility with Kafka (--generate never uses racks)")
     return p

@@ -218,3 +218,47 @@ def test_an_epoch_started_without_records_goes_on_truncation_at_the_end(tmp_path
     assert log.latest_epoch == 5
     assert log.truncate_to(log.log_end_offset) == 1
     assert log.epochs == [(3, 0)]
+
+
+# ------------------------------------------------------------------ a full disk (KIP-928)
+@pytest.fixture
+def small_tmpfs(tmp_path):  # type: ignore[no-untyped-def]
+    """A 256 KiB tmpfs, so ENOSPC is real; skipped (saying why) where mounting is not permitted."""
+    import subprocess
+
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs CAP_SYS_ADMIN): {done.stderr.decode().strip()}")
+    yield str(mnt)
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_enospc_refuses_the_batch_with_kafka_storage_error_and_keeps_what_was_written(small_tmpfs) -> None:
+    filler = os.path.join(small_tmpfs, "other-data")
+    with open(filler, "wb") as f:
+        f.write(b"\0" * 64 * 1024)
+    log = open_log(os.path.join(small_tmpfs, "t-0"))
+    written = []
+    with pytest.raises(FerryError) as e:
+        for i in range(10_000):
+            log.append_as_leader(batch(b"%05d" % i + b"x" * 4000), 0)
+            written.append(b"%05d" % i + b"x" * 4000)
+    assert e.value.error is ErrorCode.KAFKA_STORAGE_ERROR
+    assert "No space left" in e.value.message or "the disk is full" in e.value.message
+    assert len(written) > 10
+    end = log.log_end_offset
+    assert end == len(written), "the refused batch took no offset"
+    got = []
+    offset = 0
+    while offset < end:
+        data = log.read(offset, 1 << 20, end)
+        got += values(data)
+        offset = [i.next_offset for i in batches.iter_batches(data)][-1]
+    assert got == written, "reads go on and every appended record is there"
+    log.close()
+    os.remove(filler)  # deleting data makes room: the log opens again (its active segment is re-indexed)
+    reopened = open_log(os.path.join(small_tmpfs, "t-0"))
+    assert reopened.log_end_offset == end and reopened.recovered_bytes_truncated == 0, "no torn batch left behind"
+    reopened.close()
