@@ -191,7 +191,8 @@ class LocalPartitions:
         slot = self.slots[tp]
         slot.log_dir = log_dir
         return LocalReplica(topic, tp.topic_id, tp.partition, self.broker_id, local_log, log_dir,
-                            replication.get(key, 0), self._propose_isr, lambda: self.settings_for(topic))
+                            replication.get(key, 0), self._propose_isr, lambda: self.settings_for(topic),
+                            on_disk_full=self._log_dirs.mark_full)
 
     def _existing_dir(self, topic: str, partition: int) -> str | None:
         for d in self._log_dirs.dirs:
@@ -378,6 +379,9 @@ class LocalPartitions:
     def fetch_bytes(self, replica: LocalReplica, max_bytes: int) -> int:
         rate = self._throttle_rate(thr.FOLLOWER_RATE, thr.FOLLOWER_REPLICAS, replica, self.broker_id)
         return max_bytes if rate is None else thr.chunk_bytes(rate, max_bytes)
+
+    def paused(self, replica: LocalReplica) -> bool:
+        return self._log_dirs.is_saturated(replica.log_dir)
 
     def delay_s(self, replica: LocalReplica, nbytes: int) -> float:
         rate = self._throttle_rate(thr.FOLLOWER_RATE, thr.FOLLOWER_REPLICAS, replica, self.broker_id)

@@ -11,10 +11,12 @@ the leader sends. Consumers read only below the high watermark. The rules are in
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Iterator, Sequence
 
 from broker import replication_rules as rules
 from broker.load_sampler import LoadCounters
@@ -61,7 +63,8 @@ class LocalReplica:
 
     def __init__(self, topic: str, topic_id: str, partition: int, broker_id: int, log_: LocalLog,
                  log_dir: str, high_watermark: int, propose_isr: ProposeIsr,
-                 settings: Callable[[], ReplicationSettings], clock_ms: Callable[[], int] = _now_ms) -> None:
+                 settings: Callable[[], ReplicationSettings], clock_ms: Callable[[], int] = _now_ms,
+                 on_disk_full: Callable[[str], None] | None = None) -> None:
         self.topic = topic
         self.topic_id = topic_id
         self.partition = partition
@@ -71,6 +74,7 @@ class LocalReplica:
         self._propose_isr = propose_isr
         self._settings = settings
         self._clock_ms = clock_ms
+        self._on_disk_full = on_disk_full
         self.role = ROLE_STOPPED
         self.leader_id = -1
         self.leader_epoch = -1
@@ -193,7 +197,8 @@ class LocalReplica:
         dup = self.producers.duplicate_of(info.producer_id, info.producer_epoch, info.base_sequence)
         if dup is not None:
             return dup
-        base, last = self.log.append_as_leader(body, self.leader_epoch)
+        with self._storage_errors():
+            base, last = self.log.append_as_leader(body, self.leader_epoch)
         self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.records_count,
                               base, last)
         self.counters.bytes_in += len(body)
@@ -302,7 +307,8 @@ class LocalReplica:
     # ------------------------------------------------------------------ follower side
     def append_from_leader(self, data: bytes, leader_hw: int) -> int:
         start = self.log.log_end_offset
-        added = self.log.append_replicated(data) if data else 0
+        with self._storage_errors():
+            added = self.log.append_replicated(data) if data else 0
         if added:
             for info in batches.iter_batches(data):
                 if info.next_offset > start:
@@ -331,6 +337,25 @@ class LocalReplica:
         self._rebuild_producers()
 
     # ------------------------------------------------------------------ helpers
+    @contextlib.contextmanager
+    def _storage_errors(self) -> Iterator[None]:
+        """A failed write is KAFKA_STORAGE_ERROR (the log kept nothing of it), and its dir is
+        reported full (KIP-928: saturated, not offline)."""
+        try:
+            yield
+        except OSError as exc:
+            self._maybe_disk_full(exc)
+            raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.topic}-{self.partition}: writing to "
+                             f"{self.log_dir} failed: {exc}") from exc
+        except FerryError as exc:
+            if exc.error is ErrorCode.KAFKA_STORAGE_ERROR:
+                self._maybe_disk_full(exc.__cause__)
+            raise
+
+    def _maybe_disk_full(self, cause: BaseException | None) -> None:
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC and self._on_disk_full is not None:
+            self._on_disk_full(self.log_dir)
+
     def _rebuild_producers(self) -> None:
         """Idempotent producers' last sequences, from the active segment (Kafka's snapshot + scan)."""
         self.producers = ProducerState()

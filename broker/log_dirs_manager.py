@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ferry.broker.logdirs")
 META_PROPERTIES = "meta.properties"
 RESERVED_FILE = ".ferry-reserved"
+DISK_FULL_MIN_FREE_BYTES = 256 * 1024  # a dir saturated by ENOSPC is online again with this much free
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class LogDirsManager:
         self._space: dict[str, tuple[int, int]] = {}
         self._futures: dict[tuple[str, int], str] = {}
         self._resumable: list[str] = []  # local replicas' -future dirs whose move resumes
+        self._full: set[str] = set()  # dirs saturated by a failed write, not by the reserve check
         self._alter_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ start-up
@@ -173,7 +175,10 @@ class LogDirsManager:
             st = shutil.disk_usage(path)
             self._space[path] = (st.total, st.free)
             before = self._state[path]
-            self._state[path] = next_dir_state(before, st.free, self.reserved_bytes)
+            self._state[path] = next_dir_state(before, st.free, self.reserved_bytes,
+                                               min_free_bytes=DISK_FULL_MIN_FREE_BYTES if path in self._full else 0)
+            if self._state[path] is LogDirState.ONLINE:
+                self._full.discard(path)
             if self._state[path] is LogDirState.SATURATED and before is not LogDirState.SATURATED:
                 reserved = os.path.join(path, RESERVED_FILE)
                 if os.path.exists(reserved):
@@ -200,6 +205,21 @@ class LogDirsManager:
                             await on_saturated(path)
                         except Exception as exc:  # noqa: BLE001 - retried at the next transition
                             log.warning("relieving saturated log dir %s failed: %r", path, exc)
+
+    def mark_full(self, path: str) -> None:
+        """A write in ``path`` failed with ENOSPC (KIP-928): saturated now, not at the next check;
+        online again once the space a write needs is free (``DISK_FULL_MIN_FREE_BYTES``)."""
+        path = os.path.normpath(path)
+        before = self._state.get(path)
+        if before is None or before is LogDirState.OFFLINE:
+            return
+        self._full.add(path)
+        self._state[path] = next_dir_state(before, 0, self.reserved_bytes, disk_full=True)
+        if before is not LogDirState.SATURATED:
+            log.warning("log dir %s is full (a write failed with ENOSPC): SATURATED", path)
+            reserved = os.path.join(path, RESERVED_FILE)
+            if os.path.exists(reserved):
+                os.unlink(reserved)
 
     def info(self, path: str) -> LogDirInfo:
         total, free = self._space.get(path, (0, 0))

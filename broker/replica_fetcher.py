@@ -21,6 +21,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 log = logging.getLogger("ferry.broker.replica_fetcher")
 
 FETCH_MAX_BYTES = 1024 * 1024
+PAUSED_RECHECK_S = 0.2
 
 
 class FollowerThrottle(Protocol):
@@ -29,6 +30,11 @@ class FollowerThrottle(Protocol):
     def fetch_bytes(self, replica: LocalReplica, max_bytes: int) -> int: ...
 
     def delay_s(self, replica: LocalReplica, nbytes: int) -> float: ...
+
+    def paused(self, replica: LocalReplica) -> bool:
+        """The replica's log dir is full (KIP-928): it fetches nothing until there is room, so it
+        does not look caught up to its leader (Kafka's fetcher marks such a partition failed)."""
+        ...
 
 
 async def follow(replica: LocalReplica, client: ReplicaFetchClient, leader_url: Callable[[int], str | None],
@@ -39,6 +45,9 @@ async def follow(replica: LocalReplica, client: ReplicaFetchClient, leader_url: 
     failures = 0
     while replica.role == ROLE_FOLLOWER and replica.leader_id == leader and replica.leader_epoch == epoch:
         url = leader_url(leader)
+        if throttle is not None and throttle.paused(replica):
+            await asyncio.sleep(PAUSED_RECHECK_S)
+            continue
         try:
             if url is None:
                 raise FerryError(ErrorCode.LEADER_NOT_AVAILABLE, f"no endpoint for broker {leader}")
