@@ -9,15 +9,17 @@ CRASH_AT: it sends itself SIGKILL when a move reaches the named step).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import time
 
 import aiohttp
 import pytest
 
 from broker import local_dir_mover as mover
 from tests.broker.helpers import controller_write, fetch_all, wait_running
-from tests.broker.test_local_replication import (SETTINGS, idempotent_batch, partition_state, produce_to_leader,
-                                                 replica_log, wait_for)
+from tests.broker.test_local_replication import (SETTINGS, ferry_cli, idempotent_batch, partition_state,
+                                                 produce_to_leader, replica_log, wait_for)
 from tools.cluster import LocalCluster, http_post_json
 
 pytestmark = pytest.mark.integration
@@ -155,3 +157,48 @@ def _dir_bytes(log_dir: str, topic: str) -> int:
 
 
 
+
+
+def test_replica_alter_log_dirs_throttle_limits_the_copy_and_verify_clears_it(cluster: LocalCluster, tmp_path) -> None:
+    """``ferry reassign-partitions --replica-alter-log-dirs-throttle B`` with a reassignment JSON
+    naming a log dir: the copy between broker 2's dirs runs at about B; --verify reports the move
+    done and removes the throttle."""
+    c = cluster
+    topic = "kip113-cli"
+    reply = controller_write(c, "create_topics", {"topics": [{
+        "name": topic, "storage": "local", "assignments": {"0": [2]}, "configs": {"min.insync.replicas": "1"}}]})
+    assert not reply["topics"][0].get("error"), reply
+    rate_bps = 300_000
+
+    async def fill() -> None:
+        async with aiohttp.ClientSession() as s:
+            wait_for(lambda: partition_state(c, topic)["leader"] == 2, 10, "leader 2")
+            for i in range(80):
+                await produce_to_leader(s, c, topic, idempotent_batch(b"%04d" % i + os.urandom(10_000), i, 71))
+    asyncio.run(fill())
+    source = next(d for d, names in entries(c, 2, topic).items() if names)
+    target = next(d for d in c.broker_log_dirs(2) if d != source)
+    size = _dir_bytes(source, topic)
+    plan = tmp_path / "dirs.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2], "log_dirs": [target]}]}))
+    boot = ["--bootstrap-server", ",".join(u.removeprefix("http://") for u in c.bootstrap_servers)]
+    proc = ferry_cli("reassign-partitions", *boot, "--execute", "--reassignment-json-file", str(plan),
+                     "--replica-alter-log-dirs-throttle", str(rate_bps))
+    assert proc.returncode == 0, proc.stderr
+    assert f"The replica-alter-dir throttle limit was set to {rate_bps} B/s" in proc.stdout
+    configs = c.controller_read("describe_configs", {"resources": [{"type": "broker", "name": "2"}]})
+    assert configs["resources"][0]["configs"][mover.ALTER_RATE] == str(rate_bps)
+    first = wait_for(lambda: (n := _dir_bytes(target, topic)) > 0 and (time.monotonic(), n), 20, "the copy to start")
+    wait_for(lambda: entries(c, 2, topic)[target] == [f"{topic}-0"], 30, "the swap")
+    copy_s = time.monotonic() - first[0]
+    rate = (size - first[1]) / copy_s
+    print(f"log-dir copy: {size} bytes, {rate:.0f} B/s measured for {rate_bps} B/s ({(rate - rate_bps) / rate_bps:+.1%})")
+    assert 0.75 * rate_bps <= rate <= 1.25 * rate_bps, (rate, rate_bps)
+    wait_for(lambda: entries(c, 2, topic)[source] == [], 10, "the old dir removed")
+    proc = ferry_cli("reassign-partitions", *boot, "--verify", "--reassignment-json-file", str(plan))
+    assert proc.returncode == 0, proc.stderr
+    assert f"Reassignment of replica {topic}-0-2 completed successfully." in proc.stdout, proc.stdout
+    assert "Clearing broker-level throttles on brokers 2" in proc.stdout, proc.stdout
+    configs = c.controller_read("describe_configs", {"resources": [{"type": "broker", "name": "2"}]})
+    assert mover.ALTER_RATE not in configs["resources"][0]["configs"]
