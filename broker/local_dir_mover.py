@@ -66,7 +66,7 @@ async def move(slot: MovingSlot, future: LocalLog, target_dir: str, rate_bps: Ca
     while True:
         replica = slot.replica
         if replica is None or replica.fenced:
-            raise asyncio.CancelledError()
+            return  # the replica stopped (deleted or moved away): its future log goes with it
         current = replica.log
         rate = rate_bps()
         chunk = thr.chunk_bytes(rate, COPY_CHUNK_BYTES) if rate else COPY_CHUNK_BYTES
