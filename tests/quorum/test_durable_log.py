@@ -63,7 +63,12 @@ def test_one_sync_covers_every_append_since_the_last_and_releases_held_acks_in_o
     journal = _journal(tmp_path, recorder)
     journal.sync()
     sent: list[tuple[str, Any]] = []
-    gate = AckGate(journal, lambda node, message: sent.append((node, message)) or True)
+
+    def send(node: str, message: Any) -> bool:
+        sent.append((node, message))
+        return True
+
+    gate = AckGate(journal, send)
     for idx in range(1, 4):
         journal.add(*_entry(idx))
     assert gate.send("leader", ACK) and gate.send("leader", NACK) and gate.send("other", VOTE)
