@@ -6,7 +6,7 @@ or that a leader counted toward a commit, sits in the page cache until the kerne
 KRaft fsyncs before it acknowledges; so does this module, with three hooks into pysyncobj:
 
 - ``DurableJournal`` wraps pysyncobj's ``FileJournal``. ``sync()`` makes every append since the
-  last sync durable with one ``msync`` + ``fdatasync`` (group commit: one sync covers every append
+  last sync durable with one ``fdatasync`` (plus ``msync`` off Linux) (group commit: one sync covers every append
   that arrived meanwhile). The term and vote (``.meta``) are written to a temporary file, fsynced
   and renamed, with the directory fsynced. Before the journal is trimmed after a dump, the dump
   and its directory are fsynced; the trimmed journal is written beside the old one, fsynced and
@@ -27,12 +27,18 @@ the model here, like the power-loss test's, is that unsynced writes are lost who
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from pysyncobj.journal import FileJournal, Journal, MetaStorer
 from pysyncobj.pickle import dumps
+
+
+# Linux keeps a shared mapping's pages in the file's page cache: fdatasync writes back pages dirtied
+# through the mapping too (msync(MS_SYNC) is itself an fsync of the range there), so one call does.
+_FDATASYNC_COVERS_MAPPINGS = sys.platform.startswith("linux")
 
 
 class SyncListener(Protocol):
@@ -126,8 +132,9 @@ class DurableJournal(Journal):  # type: ignore[misc]
         if not self.dirty:
             return False
         start = self._clock()
-        self._inner.flush()  # msync(MS_SYNC) of the mapping
-        os.fdatasync(self._file_fd())  # and the file's size, when the mapping grew
+        if not _FDATASYNC_COVERS_MAPPINGS:
+            self._inner.flush()  # msync(MS_SYNC) of the mapping
+        os.fdatasync(self._file_fd())
         self.dirty = False
         self._synced_last_index = self._last_index()
         elapsed = self._clock() - start

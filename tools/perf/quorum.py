@@ -149,6 +149,20 @@ def raw_syncobj_baseline(calls: int, workdir: str) -> list[float]:
 
 # -- the quorum ------------------------------------------------------------------------------------
 
+def raw_fdatasync_baseline(workdir: str, syncs: int = 300) -> list[float]:
+    """The disk's own cost: append 200 bytes and fdatasync, ``syncs`` times (what a durable commit
+    adds at least once: a follower syncs before it acknowledges)."""
+    latencies = []
+    with open(os.path.join(workdir, "raw-fdatasync"), "wb") as f:
+        for _ in range(syncs):
+            f.write(b"x" * 200)
+            f.flush()
+            t0 = time.perf_counter()
+            os.fdatasync(f.fileno())
+            latencies.append(time.perf_counter() - t0)
+    return latencies
+
+
 async def commit_latency(client: ControllerClient, writes: int) -> list[float]:
     for i in range(50):
         await client.write("put_kv", {"key": f"perf/warm/{i % 10}", "value": "x"})
@@ -233,6 +247,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ferry-perf-quorum-") as workdir:
         http_lat = await raw_http_baseline(args.writes)
         sync_lat = raw_syncobj_baseline(args.writes, workdir)
+        fsync_lat = raw_fdatasync_baseline(workdir)
         # --secure: Raft under pysyncobj's password (Fernet on every message) and bearer tokens.
         security = generate_secrets() if args.secure else None
         token = security.internal_token if security is not None else None
@@ -284,6 +299,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "raw_http_p99_ms": round(percentile(http_lat, 0.99) * ms, 3),
         "raw_syncobj_p50_ms": round(percentile(sync_lat, 0.5) * ms, 3),
         "raw_syncobj_p99_ms": round(percentile(sync_lat, 0.99) * ms, 3),
+        "raw_fdatasync_p50_ms": round(percentile(fsync_lat, 0.5) * ms, 3),
+        "raw_fdatasync_p99_ms": round(percentile(fsync_lat, 0.99) * ms, 3),
         "load_avg_1m_before": round(load_before, 2),
         "load_avg_1m_after": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
@@ -316,7 +333,8 @@ def print_table(r: dict[str, Any]) -> None:
         ("  of which Raft (append → applied, mean)", f"{r['server_commit_mean_ms']:.3f} ms", "", ""),
         ("  Raft log synced before each ack", "yes" if r["log_synced"] else "NO (unsafe_no_fsync)", "",
          "appends per sync " + "; ".join(f"{k} {v}" for k, v in r["log_appends_per_sync"].items())
-         + f"; slowest sync {r['log_sync_max_ms']} ms"),
+         + f"; slowest sync {r['log_sync_max_ms']} ms; raw fdatasync p50 {r['raw_fdatasync_p50_ms']:.3f} / "
+         f"p99 {r['raw_fdatasync_p99_ms']:.3f} ms"),
         (f"records/s ({r['writers']} writers × {r['batch_ops']} ops/request)", f"{r['records_per_s']:,.0f}",
          f"≥ {TARGETS['records_per_s']:,.0f}", ""),
         ("  CPU per record (3 controllers)", f"{r['cpu_us_per_record_all_controllers']} µs",
