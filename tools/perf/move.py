@@ -409,7 +409,9 @@ def session_settings(cluster: LocalCluster) -> dict[str, Any]:
     return {"broker": {k: cluster.broker_overrides.get(k, fields[k].default)
                        for k in ("heartbeat_interval_ms", "session_timeout_ms")},
             "controller_session_timeout_ms": cluster.controller_overrides.get(
-                "session_timeout_ms", ControllerConfig.__dataclass_fields__["session_timeout_ms"].default)}
+                "session_timeout_ms", ControllerConfig.__dataclass_fields__["session_timeout_ms"].default),
+            "controller_tick_interval_ms": cluster.controller_overrides.get(
+                "tick_interval_ms", ControllerConfig.__dataclass_fields__["tick_interval_ms"].default)}
 
 
 def main(argv: list[str]) -> int:
@@ -427,7 +429,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--crash-trials", type=int, default=5, help="kill -9 failover trials (0: none)")
     parser.add_argument("--crash-partitions", type=int, default=10, help="partitions the killed broker leads")
     parser.add_argument("--crash-only", action="store_true", help="only the crash failover trials")
+    parser.add_argument("--session-timeout-ms", type=int, help="broker and controller session timeout "
+                        "(default: LocalCluster's)")
+    parser.add_argument("--heartbeat-interval-ms", type=int, help="broker heartbeat interval (default: LocalCluster's)")
+    parser.add_argument("--tick-interval-ms", type=int, help="controller tick interval (default: LocalCluster's)")
     args = parser.parse_args(argv)
+    for name in ("session_timeout_ms", "heartbeat_interval_ms", "tick_interval_ms"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
     if args.crash_trials < 0 or args.crash_partitions < 1 or (args.crash_only and args.crash_trials < 1):
         parser.error("--crash-trials must be ≥ 0 (≥ 1 with --crash-only) and --crash-partitions ≥ 1")
     try:
@@ -439,7 +448,16 @@ def main(argv: list[str]) -> int:
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     requests = args.produce_requests or (600 if args.quick else 2000)
     state_dir = os.path.abspath(args.state_dir) if args.state_dir else tempfile.mkdtemp(prefix="ferry-perf-move-")
-    cluster = LocalCluster(state_dir, s3_profile=args.s3_profile)
+    broker_overrides: dict[str, Any] = {}
+    controller_overrides: dict[str, Any] = {}
+    if args.session_timeout_ms is not None:  # the controllers fence on their own setting: both get it
+        broker_overrides["session_timeout_ms"] = controller_overrides["session_timeout_ms"] = args.session_timeout_ms
+    if args.heartbeat_interval_ms is not None:
+        broker_overrides["heartbeat_interval_ms"] = args.heartbeat_interval_ms
+    if args.tick_interval_ms is not None:
+        controller_overrides["tick_interval_ms"] = args.tick_interval_ms
+    cluster = LocalCluster(state_dir, s3_profile=args.s3_profile, broker_overrides=broker_overrides,
+                           controller_overrides=controller_overrides)
     try:
         started = time.monotonic()
         cluster.start()
