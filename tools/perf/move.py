@@ -465,7 +465,8 @@ def main(argv: list[str]) -> int:
                       f"S3 profile {args.s3_profile})")
         result = asyncio.run(run(cluster, {} if args.crash_only else sizes, args.moves, args.batch_partitions,
                                  requests, console, moves_only=args.moves_only or args.crash_only,
-                                 crash_trials=args.crash_trials, crash_partitions=args.crash_partitions))
+                                 crash_trials=0 if args.moves_only else args.crash_trials,
+                                 crash_partitions=args.crash_partitions))
     finally:
         cluster.stop()
     if not args.state_dir:
