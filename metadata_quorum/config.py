@@ -58,6 +58,10 @@ class RaftSettings:
     before pickling, so the follower can unpickle a truncated entry (seen with 2,000 partitions
     moved at once: followers failed every append and the quorum kept electing). Larger socket
     buffers let a command of several MiB cross in a few reads.
+
+    ``unsafe_no_fsync``: do not sync the journal before acknowledging an append (pysyncobj's own
+    behaviour). A process crash still loses nothing, a power loss of a majority can lose
+    acknowledged metadata (metadata_quorum/durable_log.py); for benchmarks and comparisons only.
     """
 
     append_entries_use_batch: bool = False
@@ -72,6 +76,7 @@ class RaftSettings:
     leader_fallback_timeout_s: PositiveFloat = 5.0
     append_entries_batch_size_bytes: PositiveInt = 256 * 1024 * 1024
     socket_buffer_bytes: PositiveInt = 4 * 1024 * 1024
+    unsafe_no_fsync: bool = False
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,17 @@ class TickGapsView:
         self.stalls = 0
 
 
+class LogSyncView:
+    """The Raft journal's group commit as last reported (``/v1/health``): is the journal synced
+    before appends are acknowledged, how many syncs covered how many appends, the slowest sync."""
+
+    def __init__(self) -> None:
+        self.synced = False
+        self.syncs = 0
+        self.appends = 0
+        self.sync_max_ms = 0.0
+
+
 class RaftNode:
     """Runs the Raft process for ``config`` and feeds ``state`` from it.
 
@@ -57,6 +68,7 @@ class RaftNode:
         self._leader_raft: str | None = None
         self._status = Status()
         self.tick_gaps = TickGapsView()
+        self.log_sync = LogSyncView()
         self._callbacks: dict[str, FailureCallback] = {}
         self._closing = False
         self._outbox: queue.SimpleQueue[ToRaft | None] = queue.SimpleQueue()
@@ -153,6 +165,10 @@ class RaftNode:
             self._status = message
             self.tick_gaps.max_gap_ms = message.tick_gap_max_ms
             self.tick_gaps.stalls = message.tick_stalls
+            self.log_sync.synced = message.log_synced
+            self.log_sync.syncs = message.log_syncs
+            self.log_sync.appends = message.log_appends
+            self.log_sync.sync_max_ms = message.log_sync_max_ms
         elif isinstance(message, Reset):
             self.state.reset(message.state)
 

@@ -42,8 +42,11 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable, Union
 
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.transport import TCPTransport
 
 from metadata_quorum.config import ControllerConfig
+from metadata_quorum.durable_log import AckGate, DurableJournal, NoListener, SyncListener
+from metadata_quorum.power_loss import SyncRecorder, recording_enabled
 from metadata_quorum.raft import Command, EncodedBatch, LogCore
 
 log = logging.getLogger("ferry.raft")
@@ -108,6 +111,10 @@ class Status:
     last_response_monotonic: dict[str, float] = field(default_factory=dict)
     tick_gap_max_ms: float = 0.0
     tick_stalls: int = 0
+    log_synced: bool = False  # the journal is synced before appends are acknowledged
+    log_syncs: int = 0
+    log_appends: int = 0
+    log_sync_max_ms: float = 0.0
 
 
 ToRaft = Union[Start, Submit, Compact, Stop]
@@ -158,9 +165,24 @@ class RaftLog(SyncObjConsumer):  # type: ignore[misc]
 KEEPALIVE = {"type": "ferry_keepalive"}  # a message type pysyncobj ignores; reading it is the point
 
 
+class _GatedTransport(TCPTransport):  # type: ignore[misc]
+    """pysyncobj's TCP transport, sending through an ``AckGate`` once the node has one."""
+
+    gate: AckGate | None = None
+
+    def send(self, node: Any, message: Any) -> bool:
+        if self.gate is None:
+            return bool(super().send(node, message))
+        return self.gate.send(node, message)
+
+    def send_now(self, node: Any, message: Any) -> bool:
+        return bool(super().send(node, message))
+
+
 class _ReadFirstSyncObj(SyncObj):  # type: ignore[misc]
-    """pysyncobj's node, reading its sockets before each tick's election check, and keeping its
-    connections to every peer alive.
+    """pysyncobj's node, reading its sockets before each tick's election check, keeping its
+    connections to every peer alive, and (unless ``durable`` is off) syncing its journal before
+    acknowledging appends or counting itself toward a commit.
 
     pysyncobj checks a follower's election deadline at the start of a tick and reads the messages
     waiting on its sockets only at the end. A tick thread held up longer than the election timeout
@@ -174,13 +196,37 @@ class _ReadFirstSyncObj(SyncObj):  # type: ignore[misc]
     stale and was dropped with it: every failover after a quiet spell took a second election round
     (about 1.2-1.5 s instead of 0.5-0.8 s). A keepalive to every peer each ``keepalive_interval_s``
     keeps all connections read from.
+
+    Durability (metadata_quorum/durable_log.py): pysyncobj builds its transport after opening the
+    journal and before starting its tick thread, so the transport factory is where the journal is
+    wrapped in a ``DurableJournal`` and the transport given an ``AckGate``. The gate is flushed
+    (one sync, then the held acknowledgements) after the sockets are read at the start of a tick,
+    by a tick callback right before pysyncobj waits on its sockets (a leader's new appends are
+    then synced while the followers write theirs), and after the tick's last read. Attributes are
+    all set before pysyncobj lists the replicated ones, so none of this is dumped.
     """
 
     def __init__(self, self_address: str, peers: list[str], conf: SyncObjConf, consumers: list[Any],
-                 keepalive_interval_s: float) -> None:
+                 keepalive_interval_s: float, durable: bool = True,
+                 sync_listener: SyncListener | None = None) -> None:
         self._keepalive_interval_s = keepalive_interval_s
         self._next_keepalive_s = 0.0
-        super().__init__(self_address, peers, conf=conf, consumers=consumers)
+        self._gate: AckGate | None = None
+        self.durable_journal: DurableJournal | None = None
+        listener = sync_listener or NoListener()
+
+        def make_transport(syncobj: SyncObj, self_node: Any, other_nodes: Any) -> _GatedTransport:
+            transport = _GatedTransport(syncobj, self_node, other_nodes)
+            if durable and conf.journalFile is not None:
+                journal = DurableJournal(syncobj._SyncObj__raftLog, conf.journalFile, conf.fullDumpFile, listener)
+                syncobj._SyncObj__raftLog = journal
+                self.durable_journal = journal
+                self._gate = transport.gate = AckGate(journal, transport.send_now)
+            return transport
+
+        super().__init__(self_address, peers, conf=conf, consumers=consumers, transportClass=make_transport)
+        if self._gate is not None:
+            self.addOnTickCallback(self._gate.flush)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802, N803 - pysyncobj's names
         transport = self._SyncObj__transport
@@ -191,7 +237,11 @@ class _ReadFirstSyncObj(SyncObj):  # type: ignore[misc]
                 self._next_keepalive_s = now + self._keepalive_interval_s
                 for node in self._SyncObj__otherNodes:
                     transport.send(node, KEEPALIVE)
+        if self._gate is not None:
+            self._gate.flush()
         super()._onTick(timeToWait)
+        if self._gate is not None:
+            self._gate.flush()
 
 
 class TickGaps:
@@ -290,7 +340,9 @@ class RaftHost:
         self._last_state: State | None = None
         self._next_status_s = 0.0
         self.sync = _ReadFirstSyncObj(config.me.raft, config.peer_raft_addresses(), conf=conf, consumers=[self.log],
-                                      keepalive_interval_s=config.raft.connection_timeout_s / 4)
+                                      keepalive_interval_s=config.raft.connection_timeout_s / 4,
+                                      durable=not config.raft.unsafe_no_fsync,
+                                      sync_listener=SyncRecorder() if recording_enabled() else None)
         self.sync.addOnTickCallback(self._on_tick)
 
     def _on_ready(self) -> None:
@@ -312,9 +364,14 @@ class RaftHost:
             self._next_status_s = now + STATUS_INTERVAL_S
             status = dict(self.sync.getStatus()) if state.is_leader else {}
             times = getattr(self.sync, "_SyncObj__lastResponseTime", {}) if state.is_leader else {}
+            journal = self.sync.durable_journal
+            stats = journal.stats if journal is not None else None
             self.emit(Status({k: v for k, v in status.items() if isinstance(v, (int, float, str, bool))},
                              {str(getattr(n, "id", n)): float(t) for n, t in dict(times).items()},
-                             round(self.tick_gaps.max_gap_ms, 1), self.tick_gaps.stalls))
+                             round(self.tick_gaps.max_gap_ms, 1), self.tick_gaps.stalls,
+                             log_synced=journal is not None,
+                             log_syncs=stats.syncs if stats else 0, log_appends=stats.appends if stats else 0,
+                             log_sync_max_ms=round(stats.sync_seconds_max * 1000, 2) if stats else 0.0))
 
     def handle(self, message: ToRaft) -> bool:
         """One message from the controller; False once it asks to stop."""

@@ -392,6 +392,10 @@ class ControllerServer:
             "shed_ops": self.controller.shed_ops,
             "raft_tick_gap_max_ms": round(self.node.tick_gaps.max_gap_ms, 1),
             "raft_tick_stalls": self.node.tick_gaps.stalls,
+            "raft_log_synced": self.node.log_sync.synced,
+            "raft_log_syncs": self.node.log_sync.syncs,
+            "raft_log_appends": self.node.log_sync.appends,
+            "raft_log_sync_max_ms": self.node.log_sync.sync_max_ms,
             "loop_lag_max_ms": round(self.loop_lag_max_ms, 1),
             "uptime_ms": now_ms() - self.started_ms,
         })

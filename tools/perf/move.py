@@ -9,6 +9,10 @@
 2. 100 partitions moved at once: seconds until every one is acknowledged by its new owner.
 3. Produce MB/s into one broker vs a bare aiohttp server on loopback (the raw baseline), same
    request bodies, same concurrency.
+4. Crash failover, `--crash-trials` times: kill -9 of a broker leading `--crash-partitions`
+   partitions under a steady produce load → every one of them acknowledged by another broker
+   (detection by the session timeout, one batch electing all of them, the new owners' recovery of
+   the dead broker's WAL tail). The broker is restarted between trials; victims rotate.
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ from metadata_quorum.errors import FerryError
 from tools.admin import Admin
 from tools.client import TopicPartition, encode_batch, raise_for_error
 from stream_storage.s3_profile import parse_profile
+from broker.config import BrokerConfig
+from metadata_quorum.config import ControllerConfig
 from tools.cluster import ROOT, LocalCluster
 from tools.move_workload import ProduceLoad, fetch_timeline, move_once, percentile
 
@@ -39,7 +45,7 @@ MiB = 1024 * 1024
 FULL_SIZES = {"1MiB": 1 * MiB, "100MiB": 100 * MiB, "1GiB": 1024 * MiB}
 QUICK_SIZES = {"1MiB": 1 * MiB, "16MiB": 16 * MiB, "64MiB": 64 * MiB}
 TARGETS = {"move_p50_ms": 250, "move_p99_ms": 1000, "largest_vs_smallest_p50": 1.2, "batch100_s": 3.0,
-           "produce_vs_raw_ratio": 0.5}
+           "produce_vs_raw_ratio": 0.5, "crash_failover_p50_s": 2.0}
 # move targets behind a realistic S3 (``--s3-profile``): a fixed 30 ms per request, and AWS S3 Standard
 PROFILE_MOVE_TARGETS = {"fixed:30": {"move_p50_ms": 120, "move_p99_ms": 1000},
                         "aws-standard": {"move_p50_ms": 200, "move_p99_ms": 1000}}
@@ -155,6 +161,53 @@ async def batch_move(cluster: LocalCluster, admin: Admin, partitions: int) -> di
     return {"partitions": partitions, "all_serving_s": all_serving_s}
 
 
+async def crash_failover(cluster: LocalCluster, admin: Admin, trials: int, partitions: int,
+                         console: Console) -> dict[str, Any]:
+    """kill -9 a broker leading ``partitions`` partitions; seconds until each is acknowledged by
+    another broker (the slowest counts), ``trials`` times with the victim rotating."""
+    brokers = sorted(cluster.broker_ports)
+    times: list[float] = []
+    per_trial: list[dict[str, Any]] = []
+    for trial in range(trials):
+        victim = brokers[trial % len(brokers)]
+        topic = f"perf-crash-{trial}"
+        await admin.create_topic(topic, partitions, assignments={p: [victim] for p in range(partitions)})
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        for tp in tps:
+            await admin.wait_for_leader(tp, victim)
+        load = await ProduceLoad(cluster.bootstrap_servers, tps, window=4, rate_per_s=50).start()
+        try:
+            for tp in tps:
+                await load.wait_ack_from(tp, victim, 0, 60)
+            await asyncio.sleep(0.5)
+            killed = time.monotonic()
+            cluster.kill_broker(victim)
+            firsts = await asyncio.gather(*(first_ack_elsewhere(load, tp, victim, killed, 60) for tp in tps))
+            took = max(a.time_s for a in firsts) - killed
+        finally:
+            await load.stop()
+        times.append(took)
+        per_trial.append({"broker": victim, "all_serving_s": round(took, 3),
+                          "first_serving_s": round(min(a.time_s for a in firsts) - killed, 3)})
+        console.print(f"  crash {trial + 1}/{trials}: broker {victim} killed, its {partitions} partitions "
+                      f"served elsewhere after {took:.2f} s")
+        cluster.start_broker(victim, wait=True, timeout_s=60)
+    return {"trials": per_trial, "partitions": partitions, "all_serving_s": times,
+            "p50_s": percentile(times, 50), "p99_s": percentile(times, 99)}
+
+
+async def first_ack_elsewhere(load: ProduceLoad, tp: TopicPartition, dead_broker: int, after_s: float,
+                              timeout_s: float) -> Any:
+    """The first acknowledgement for ``tp`` after ``after_s`` by a broker other than ``dead_broker``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ack = next((a for a in load.acks[tp] if a.time_s >= after_s and a.broker_id != dead_broker), None)
+        if ack is not None:
+            return ack
+        await asyncio.sleep(0.005)
+    raise RuntimeError(f"{tp} was not acknowledged by any broker but {dead_broker} within {timeout_s} s")
+
+
 def start_raw_sink() -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen([sys.executable, "-m", "tools.perf.raw_sink"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
@@ -246,6 +299,9 @@ async def produce_vs_raw(cluster: LocalCluster, admin: Admin, requests: int, con
 
 
 def render(result: dict[str, Any], console: Console) -> None:
+    if not result["sizes"]:
+        render_crash(result, console)
+        return
     table = Table(title="Single-partition moves under load: client-observed unavailability (ms) and step shares",
                   title_justify="left", caption="steps: 1 accepted→seen, 2 stop produce, 3 persist meta, "
                   "4 force-upload+close, 5 elect, 6 open+serve", caption_justify="left")
@@ -276,6 +332,8 @@ def render(result: dict[str, Any], console: Console) -> None:
              f"{result['produce']['raw_mb_s']:.0f} = {result['produce_vs_raw_ratio']:.2f}",
              f"≥ {targets['produce_vs_raw_ratio']}", result["produce_vs_raw_ratio"] >= targets["produce_vs_raw_ratio"]),
         ]
+    if result["crash_failover_p50_s"] is not None:
+        rows.append(crash_row(result))
     for name, value, target, met in rows:
         t2.add_row(name, value, target, "yes" if met else "[red]no[/]")
     console.print(t2)
@@ -288,22 +346,55 @@ def render(result: dict[str, Any], console: Console) -> None:
     console.print("AutoMQ documents about 1,500 ms per partition move.")
 
 
+def crash_row(result: dict[str, Any]) -> tuple[str, str, str, bool]:
+    crash, session = result["crash"], result["session"]
+    return (f"crash failover, kill -9 → {crash['partitions']} partitions served elsewhere "
+            f"(heartbeat {session['broker']['heartbeat_interval_ms']} ms, session "
+            f"{session['controller_session_timeout_ms']} ms)",
+            f"p50 {result['crash_failover_p50_s']:.2f} s, p99 {result['crash_failover_p99_s']:.2f} s",
+            f"p50 ≤ {result['targets']['crash_failover_p50_s']} s",
+            result["crash_failover_p50_s"] <= result["targets"]["crash_failover_p50_s"])
+
+
+def render_crash(result: dict[str, Any], console: Console) -> None:
+    table = Table(title=f"Crash failover (S3 profile {result['s3_profile']})", title_justify="left")
+    for col in ("measure", "value", "target", "met"):
+        table.add_column(col)
+    name, value, target, met = crash_row(result)
+    table.add_row(name, value, target, "yes" if met else "[red]no[/]")
+    console.print(table)
+    console.print("trials: " + ", ".join(f"broker {t['broker']} {t['all_serving_s']:.2f} s"
+                                         for t in result["crash"]["trials"]))
+
+
 async def run(cluster: LocalCluster, sizes: dict[str, int], moves: int, batch_partitions: int, produce_requests: int,
-              console: Console, moves_only: bool = False) -> dict[str, Any]:
+              console: Console, moves_only: bool = False, crash_trials: int = 0,
+              crash_partitions: int = 10) -> dict[str, Any]:
     async with Admin(bootstrap_controllers=cluster.controller_bootstrap, timeout_ms=60_000) as admin:
         per_size = []
         for label, size in sizes.items():
             per_size.append(await single_partition_moves(cluster, admin, label, size, moves, console))
         batch: dict[str, Any] = {"partitions": 0, "all_serving_s": None}
         produce: dict[str, Any] = {"ratio": None}
+        crash: dict[str, Any] = {"p50_s": None, "p99_s": None}
         if not moves_only:
             console.print(f"  moving {batch_partitions} partitions at once ...")
             batch = await batch_move(cluster, admin, batch_partitions)
             console.print("  produce throughput vs raw aiohttp ...")
             produce = await produce_vs_raw(cluster, admin, produce_requests)
+        if crash_trials:
+            console.print(f"  crash failover: kill -9 of a broker leading {crash_partitions} partitions, "
+                          f"{crash_trials} times ...")
+            crash = await crash_failover(cluster, admin, crash_trials, crash_partitions, console)
     all_gaps = [g for s in per_size for g in s["unavailability_ms"]]
+    if not per_size:
+        return {"crash_failover_p50_s": crash["p50_s"], "crash_failover_p99_s": crash["p99_s"], "crash": crash,
+                "session": session_settings(cluster), "targets": targets_for(cluster.s3_profile),
+                "s3_profile": cluster.s3_profile, "sizes": []}
     smallest, largest = per_size[0], per_size[-1]
     return {
+        "crash_failover_p50_s": crash["p50_s"], "crash_failover_p99_s": crash["p99_s"], "crash": crash,
+        "session": session_settings(cluster),
         "move_p50_ms": percentile(all_gaps, 50), "move_p99_ms": percentile(all_gaps, 99),
         "move_p50_ms_by_size": {s["size"]: s["p50_ms"] for s in per_size},
         "move_p99_ms_by_size": {s["size"]: s["p99_ms"] for s in per_size},
@@ -314,6 +405,17 @@ async def run(cluster: LocalCluster, sizes: dict[str, int], moves: int, batch_pa
         "produce_vs_raw_ratio": produce["ratio"], "produce": produce,
         "sizes": per_size, "targets": targets_for(cluster.s3_profile), "s3_profile": cluster.s3_profile,
     }
+
+
+def session_settings(cluster: LocalCluster) -> dict[str, Any]:
+    """The failure-detection settings the cluster ran with (what a crash failover waits for)."""
+    fields = BrokerConfig.__dataclass_fields__
+    return {"broker": {k: cluster.broker_overrides.get(k, fields[k].default)
+                       for k in ("heartbeat_interval_ms", "session_timeout_ms")},
+            "controller_session_timeout_ms": cluster.controller_overrides.get(
+                "session_timeout_ms", ControllerConfig.__dataclass_fields__["session_timeout_ms"].default),
+            "controller_tick_interval_ms": cluster.controller_overrides.get(
+                "tick_interval_ms", ControllerConfig.__dataclass_fields__["tick_interval_ms"].default)}
 
 
 def main(argv: list[str]) -> int:
@@ -331,7 +433,19 @@ def main(argv: list[str]) -> int:
                         help="latency added in front of S3: local, aws-standard, fixed:MS, latency:P50,P99[,RATE]")
     parser.add_argument("--moves-only", action="store_true",
                         help="only the single-partition moves (no 100-partition batch, no produce throughput)")
+    parser.add_argument("--crash-trials", type=int, default=5, help="kill -9 failover trials (0: none)")
+    parser.add_argument("--crash-partitions", type=int, default=10, help="partitions the killed broker leads")
+    parser.add_argument("--crash-only", action="store_true", help="only the crash failover trials")
+    parser.add_argument("--session-timeout-ms", type=int, help="broker and controller session timeout "
+                        "(default: LocalCluster's)")
+    parser.add_argument("--heartbeat-interval-ms", type=int, help="broker heartbeat interval (default: LocalCluster's)")
+    parser.add_argument("--tick-interval-ms", type=int, help="controller tick interval (default: LocalCluster's)")
     args = parser.parse_args(argv)
+    for name in ("session_timeout_ms", "heartbeat_interval_ms", "tick_interval_ms"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    if args.crash_trials < 0 or args.crash_partitions < 1 or (args.crash_only and args.crash_trials < 1):
+        parser.error("--crash-trials must be ≥ 0 (≥ 1 with --crash-only) and --crash-partitions ≥ 1")
     try:
         parse_profile(args.s3_profile)
     except ValueError as exc:
@@ -341,14 +455,25 @@ def main(argv: list[str]) -> int:
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     requests = args.produce_requests or (600 if args.quick else 2000)
     state_dir = os.path.abspath(args.state_dir) if args.state_dir else tempfile.mkdtemp(prefix="ferry-perf-move-")
-    cluster = LocalCluster(state_dir, s3_profile=args.s3_profile)
+    broker_overrides: dict[str, Any] = {}
+    controller_overrides: dict[str, Any] = {}
+    if args.session_timeout_ms is not None:  # the controllers fence on their own setting: both get it
+        broker_overrides["session_timeout_ms"] = controller_overrides["session_timeout_ms"] = args.session_timeout_ms
+    if args.heartbeat_interval_ms is not None:
+        broker_overrides["heartbeat_interval_ms"] = args.heartbeat_interval_ms
+    if args.tick_interval_ms is not None:
+        controller_overrides["tick_interval_ms"] = args.tick_interval_ms
+    cluster = LocalCluster(state_dir, s3_profile=args.s3_profile, broker_overrides=broker_overrides,
+                           controller_overrides=controller_overrides)
     try:
         started = time.monotonic()
         cluster.start()
         console.print(f"cluster up in {time.monotonic() - started:.1f} s (state in {state_dir}, "
                       f"S3 profile {args.s3_profile})")
-        result = asyncio.run(run(cluster, sizes, args.moves, args.batch_partitions, requests, console,
-                                 moves_only=args.moves_only))
+        result = asyncio.run(run(cluster, {} if args.crash_only else sizes, args.moves, args.batch_partitions,
+                                 requests, console, moves_only=args.moves_only or args.crash_only,
+                                 crash_trials=0 if args.moves_only else args.crash_trials,
+                                 crash_partitions=args.crash_partitions))
     finally:
         cluster.stop()
     if not args.state_dir:

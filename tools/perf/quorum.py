@@ -149,6 +149,20 @@ def raw_syncobj_baseline(calls: int, workdir: str) -> list[float]:
 
 # -- the quorum ------------------------------------------------------------------------------------
 
+def raw_fdatasync_baseline(workdir: str, syncs: int = 300) -> list[float]:
+    """The disk's own cost: append 200 bytes and fdatasync, ``syncs`` times (what a durable commit
+    adds at least once: a follower syncs before it acknowledges)."""
+    latencies = []
+    with open(os.path.join(workdir, "raw-fdatasync"), "wb") as f:
+        for _ in range(syncs):
+            f.write(b"x" * 200)
+            f.flush()
+            t0 = time.perf_counter()
+            os.fdatasync(f.fileno())
+            latencies.append(time.perf_counter() - t0)
+    return latencies
+
+
 async def commit_latency(client: ControllerClient, writes: int) -> list[float]:
     for i in range(50):
         await client.write("put_kv", {"key": f"perf/warm/{i % 10}", "value": "x"})
@@ -233,10 +247,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ferry-perf-quorum-") as workdir:
         http_lat = await raw_http_baseline(args.writes)
         sync_lat = raw_syncobj_baseline(args.writes, workdir)
+        fsync_lat = raw_fdatasync_baseline(workdir)
         # --secure: Raft under pysyncobj's password (Fernet on every message) and bearer tokens.
         security = generate_secrets() if args.secure else None
         token = security.internal_token if security is not None else None
         overrides: dict[str, Any] = {"security": dataclasses.asdict(security)} if security is not None else {}
+        if args.unsafe_no_fsync:  # pysyncobj's own journal, for comparison: nothing synced before an ack
+            overrides["raft"] = {"unsafe_no_fsync": True}
         quorum = start_quorum(os.path.join(workdir, "quorum"), **overrides)
         try:
             async with ControllerClient(quorum.bootstrap, timeout_ms=30_000, token=token) as client:
@@ -251,6 +268,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for nid in quorum.running():
                     quorum.wait_ready(nid, timeout_s=60, min_high_watermark=hw)  # followers applied it all
                 cpu1 = controllers_cpu_s(quorum)
+                syncing = {nid: quorum.health(nid) or {} for nid in quorum.running()}
             fail = await failover_trials(quorum, args.trials, token)
         finally:
             quorum.stop_all()
@@ -262,6 +280,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "failover_median_s": round(statistics.median(fail), 3),
         "failover_s": [round(t, 3) for t in fail],
         "writes": args.writes,
+        # Every controller syncs its Raft journal before acknowledging an append (group commit).
+        "log_synced": all(bool(h.get("raft_log_synced")) for h in syncing.values()),
+        "log_appends_per_sync": {
+            ("leader" if nid == leader else f"follower-{nid}"):
+                round(h.get("raft_log_appends", 0) / max(1, h.get("raft_log_syncs", 0)), 2)
+            for nid, h in sorted(syncing.items())},
+        "log_sync_max_ms": max((float(h.get("raft_log_sync_max_ms", 0.0)) for h in syncing.values()), default=0.0),
         "secure": bool(args.secure),
         "writers": args.writers,
         "batch_ops": args.batch,
@@ -274,6 +299,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "raw_http_p99_ms": round(percentile(http_lat, 0.99) * ms, 3),
         "raw_syncobj_p50_ms": round(percentile(sync_lat, 0.5) * ms, 3),
         "raw_syncobj_p99_ms": round(percentile(sync_lat, 0.99) * ms, 3),
+        "raw_fdatasync_p50_ms": round(percentile(fsync_lat, 0.5) * ms, 3),
+        "raw_fdatasync_p99_ms": round(percentile(fsync_lat, 0.99) * ms, 3),
         "load_avg_1m_before": round(load_before, 2),
         "load_avg_1m_after": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
@@ -304,6 +331,10 @@ def print_table(r: dict[str, Any]) -> None:
         ("commit latency p99", f"{r['commit_p99_ms']:.3f} ms", f"≤ {TARGETS['commit_p99_ms']} ms",
          f"raw aiohttp {r['raw_http_p99_ms']:.3f} + raw pysyncobj {r['raw_syncobj_p99_ms']:.3f} ms"),
         ("  of which Raft (append → applied, mean)", f"{r['server_commit_mean_ms']:.3f} ms", "", ""),
+        ("  Raft log synced before each ack", "yes" if r["log_synced"] else "NO (unsafe_no_fsync)", "",
+         "appends per sync " + "; ".join(f"{k} {v}" for k, v in r["log_appends_per_sync"].items())
+         + f"; slowest sync {r['log_sync_max_ms']} ms; raw fdatasync p50 {r['raw_fdatasync_p50_ms']:.3f} / "
+         f"p99 {r['raw_fdatasync_p99_ms']:.3f} ms"),
         (f"records/s ({r['writers']} writers × {r['batch_ops']} ops/request)", f"{r['records_per_s']:,.0f}",
          f"≥ {TARGETS['records_per_s']:,.0f}", ""),
         ("  CPU per record (3 controllers)", f"{r['cpu_us_per_record_all_controllers']} µs",
@@ -339,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=5, help="failover trials (median reported)")
     parser.add_argument("--secure", action="store_true",
                         help="run the quorum with security: Raft encrypted with a password, HTTP with bearer tokens")
+    parser.add_argument("--unsafe-no-fsync", action="store_true",
+                        help="controllers acknowledge appends without syncing the Raft journal (comparison only)")
     args = parser.parse_args(argv)
     if args.trials < 1 or args.writes < 1 or args.writers < 1 or args.batch < 1 or args.duration <= 0:
         parser.error("counts and duration must be positive")
