@@ -90,6 +90,12 @@ class PartitionManager:
         self._incoming: dict[int, Any] = {}  # meta stream id of a partition moving here -> its storage
         self._prefetched: set[str] = set()
         self.stopping = False
+        # Partitions by state are counted when /metrics is scraped, not on every state change: a
+        # count walks every slot, and a move of thousands of partitions changes thousands of states
+        # (counting on each change made a 5,000-partition move quadratic and starved the broker).
+        for state in sm.PartitionState:
+            metrics.partitions.labels(state.value).set_function(
+                lambda state=state: sum(1 for s in self.slots.values() if s.status.state is state))
 
     # ------------------------------------------------------------------ lookups
     def storage_for(self, log_dir: str | None) -> Any:
@@ -145,7 +151,6 @@ class PartitionManager:
             self._target(tp, new or old, lead=False, seen_ms=seen_ms, gained=False,
                          elect=new is not None and new.leader == NO_LEADER)
         self._prefetch_incoming(delta, image)
-        self._update_gauges()
 
     def _prefetch_incoming(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """A partition moving here has no leader until the old owner closes its streams (step 4).
@@ -238,7 +243,6 @@ class PartitionManager:
                     slot.replica.abandon()
                     self._spawn(slot.replica.wake_fetchers())
                 slot.replica = None
-        self._update_gauges()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -270,7 +274,10 @@ class PartitionManager:
             data_plan = self._stream_plan(tp, "data", epoch)
             meta_plan = self._stream_plan(tp, "meta", epoch)
             if slot.log_dir is None:
-                slot.log_dir = choose_log_dir(self._log_dirs.infos(), self.partitions_per_dir(), slot.requested_dir)
+                infos = self._log_dirs.infos()
+                # counting replicas per dir walks every slot: only when there is a choice to make
+                counts = self.partitions_per_dir() if slot.requested_dir is None and len(infos) > 1 else {}
+                slot.log_dir = choose_log_dir(infos, counts, slot.requested_dir)
                 await asyncio.to_thread(_ensure_partition_dir, slot.log_dir, slot.topic, tp)
             replica = Replica(self.storage_for(slot.log_dir), slot.topic, tp.topic_id, tp.partition, self.broker_id,
                               self._wal_dirs_of, slot.log_dir)
@@ -624,10 +631,6 @@ class PartitionManager:
                 await t
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
-
-    def _update_gauges(self) -> None:
-        for state, n in self.state_counts().items():
-            self.metrics.partitions.labels(state).set(n)
 
 
 def _ensure_partition_dir(log_dir: str, topic: str, tp: TopicIdPartition) -> None:

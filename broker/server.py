@@ -22,7 +22,7 @@ from aiohttp import web
 
 from broker import admission
 from broker.config import BrokerConfig, load_config, wal_dirs_of
-from broker.heartbeat import Heartbeater
+from broker.heartbeat_thread import HeartbeatClient, ThreadedHeartbeater
 from broker.load_sampler import LoadSampler, PartitionLoad
 from broker.local_partitions import LocalPartitions, LocalSlot
 from broker.local_replica import LocalReplica
@@ -108,9 +108,8 @@ class Broker:
                                        token=internal_token)
         # Stream operations and elections of many partitions go out together (write_batcher.py).
         self.batcher = WriteBatcher(self.client.write_many, timeout_ms=config.controller_timeout_ms)
-        # Heartbeats and the metadata log get connections of their own: queued behind thousands of
-        # stream operations of a large move, a heartbeat arrived late and the broker was fenced.
-        # A heartbeat gives up before the next one is due, so a slow answer never delays renewal.
+        # The metadata log gets a connection of its own: queued behind thousands of stream
+        # operations of a large move, the image went stale and writes were refused.
         self.session_client = ControllerClient(
             list(config.controllers), timeout_ms=max(config.heartbeat_interval_ms, config.session_timeout_ms // 3),
             attempt_timeout_ms=max(config.heartbeat_interval_ms, config.session_timeout_ms // 3),
@@ -124,9 +123,12 @@ class Broker:
         self.local: LocalPartitions | None = None  # storage=local replicas (Kafka's replication)
         self.fetch_client = replica_fetch_http.HttpReplicaFetchClient(internal_token, config.controller_timeout_ms)
         self.follower: FreshnessTrackingFollower | None = None
-        self.heartbeater = Heartbeater(self._session_write, config.broker_id, config.heartbeat_interval_ms,
-                                       config.session_timeout_ms, self._registration, self._metadata_offset,
-                                       self.log_dirs.heartbeat_dirs, on_failure=self.metrics.heartbeat_failures.inc)
+        # Heartbeats go out from a thread of their own (heartbeat_thread.py), so a loop busy with
+        # thousands of partition opens never makes them late.
+        self.heartbeater = ThreadedHeartbeater(self._heartbeat_client, config.broker_id, config.heartbeat_interval_ms,
+                                               config.session_timeout_ms, self._registration, self._metadata_offset,
+                                               self.log_dirs.heartbeat_dirs,
+                                               on_failure=self.metrics.heartbeat_failures.inc)
         self.sampler = LoadSampler(config.broker_id, config.metrics_interval_ms)
         self._runner: web.AppRunner | None = None
         self._background: list[asyncio.Task[Any]] = []
@@ -147,8 +149,14 @@ class Broker:
     async def _write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         return await self.client.write(op, args)
 
-    async def _session_write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        return await self.session_client.write(op, args)
+    def _heartbeat_client(self) -> HeartbeatClient:
+        """The heartbeat thread's own controller connection; an answer slower than the next beat
+        is given up, so a slow answer never delays renewal."""
+        config = self.config
+        timeout_ms = max(config.heartbeat_interval_ms, config.session_timeout_ms // 3)
+        client = ControllerClient(list(config.controllers), timeout_ms=timeout_ms, attempt_timeout_ms=timeout_ms,
+                                  token=config.security.internal_token if config.security is not None else None)
+        return HeartbeatClient(client.write, client.close)
 
     def _registration(self) -> dict[str, Any]:
         endpoints = [self.url] + ([f"kafka://{self.config.host}:{self.kafka.port}"] if self.kafka is not None else [])

@@ -215,9 +215,27 @@ def record_type(record: Record) -> str:
     return type(record).__name__.removesuffix("Record")
 
 
+_SCALARS = frozenset({int, str, bool, float, type(None)})
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """A dataclass's field names (None for other types), looked up once per class: encoding
+    thousands of records per command made ``dataclasses.fields`` a visible cost."""
+    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+
+
 def _to_plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    cls = type(value)
+    if cls in _SCALARS:
+        return value
+    if cls is tuple or cls is list:
+        return [_to_plain(v) for v in value]
+    if cls is dict:
+        return {k: _to_plain(v) for k, v in value.items()}
+    names = _field_names(cls)
+    if names is not None:
+        return {name: _to_plain(getattr(value, name)) for name in names}
     if isinstance(value, (tuple, list)):
         return [_to_plain(v) for v in value]
     if isinstance(value, dict):

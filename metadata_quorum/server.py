@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import functools
 import json
 import logging
@@ -40,6 +41,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_BATCH_OPS = 10_000
 OBSERVER_EXPIRY_MS = 5 * 60 * 1000
 LOOP_LAG_WARN_MS = 1000
+LOG_ANSWER_CACHE = 16  # encoded /v1/log answers kept for the next broker asking for the same piece
 MAX_LOG_RECORDS = 100_000  # per /v1/log answer (whole batches may go slightly past it)
 KNOWN_KINDS = frozenset({"write", "read", "log", "snapshot", "quorum", "health"})  # bounded metric labels
 
@@ -94,6 +96,9 @@ class ControllerServer:
         self.controller.start(self.node)
         self.started_ms = now_ms()
         self.closing = False
+        # Every broker reads the same pieces of the log: a piece is encoded once, not once per broker
+        # (a 5,000-partition topic's creation is ~5 MB of JSON, seconds of a busy controller's loop).
+        self._log_answers: collections.OrderedDict[tuple[int, int, int], bytes] = collections.OrderedDict()
         self.loop_lag_max_ms = 0.0  # the longest the event loop was late for the ticker (requests wait as long)
         self._ticker: asyncio.Task[None] | None = None
 
@@ -298,8 +303,16 @@ class ControllerServer:
         if piece.snapshot_offset is not None:
             return _json({"snapshot": {"offset": piece.snapshot_offset, "records": piece.snapshot_records},
                           "high_watermark": piece.high_watermark})
-        return _json({"records": [{"offset": o, "record": r} for o, r in piece.records],
-                      "high_watermark": piece.high_watermark})
+        key = (piece.records[0][0], piece.records[-1][0], piece.high_watermark) if piece.records else None
+        cached = self._log_answers.get(key) if key is not None else None
+        if cached is None:
+            cached = json.dumps({"records": [{"offset": o, "record": r} for o, r in piece.records],
+                                 "high_watermark": piece.high_watermark}, separators=(",", ":")).encode()
+            if key is not None:
+                self._log_answers[key] = cached
+                while len(self._log_answers) > LOG_ANSWER_CACHE:
+                    self._log_answers.popitem(last=False)
+        return web.Response(body=cached, content_type="application/json")
 
     async def handle_snapshot(self, request: web.Request) -> web.Response:
         self._require_ready()

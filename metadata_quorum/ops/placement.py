@@ -13,7 +13,13 @@ from typing import Iterable
 from metadata_quorum.controller_result import OpContext
 from metadata_quorum.delta import MetadataDelta
 from metadata_quorum.image import MetadataImage, PartitionRegistration
-from metadata_quorum.records import NO_LEADER, STORAGE_S3, PartitionChangeRecord, Record
+from metadata_quorum.records import (NO_LEADER, STORAGE_S3, KVRecord, NoOpRecord, PartitionChangeRecord,
+                                     PartitionRecord, Record, RemoveStreamObjectRecord, RemoveStreamRecord,
+                                     RemoveTopicRecord, StreamObjectRecord, StreamRecord, TopicRecord)
+
+# Records that cannot change which brokers may take partitions (broker, dir and config records can).
+_BROKER_NEUTRAL = (TopicRecord, RemoveTopicRecord, PartitionRecord, PartitionChangeRecord, StreamRecord,
+                   RemoveStreamRecord, StreamObjectRecord, RemoveStreamObjectRecord, KVRecord, NoOpRecord)
 
 
 class RecordBuilder:
@@ -23,10 +29,13 @@ class RecordBuilder:
         self.image = image
         self.view = MetadataDelta(image)
         self.records: list[Record] = []
+        self._placeable: list[int] | None = None
 
     def add(self, record: Record) -> None:
         self.records.append(record)
         self.view.replay(record)
+        if self._placeable is not None and not isinstance(record, _BROKER_NEUTRAL):
+            self._placeable = None
 
     def is_active(self, broker_id: int) -> bool:
         reg = self.view.broker(broker_id)
@@ -38,8 +47,10 @@ class RecordBuilder:
     def placeable_broker_ids(self) -> list[int]:
         """Active brokers with an online log dir: the ones new partitions may go to (KIP-928:
         a broker whose dirs are all saturated or offline gets none)."""
-        return sorted(b for b in self.view.broker_ids()
-                      if (reg := self.view.broker(b)) is not None and reg.can_take_new_partitions())
+        if self._placeable is None:  # asked once per partition placed: cached until a broker changes
+            self._placeable = sorted(b for b in self.view.broker_ids()
+                                     if (reg := self.view.broker(b)) is not None and reg.can_take_new_partitions())
+        return list(self._placeable)
 
     def result_image(self) -> MetadataImage:
         return self.view.apply()

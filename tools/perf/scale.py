@@ -138,7 +138,11 @@ async def wait_all_at(admin: Admin, brokers: dict[int, str], topic: str, targets
     deadline = started + timeout_s
     while True:
         # a follower's image: polling a large topic on the leader would take its time from the move
+        asked = time.monotonic()
         described = (await admin.describe_topics([topic], leader=False)).get(topic)
+        # a describe of thousands of partitions is a large answer: poll at most a third of the time,
+        # so that the measurement does not load the controllers it measures
+        poll_s = max(POLL_INTERVAL_S, 2 * (time.monotonic() - asked))
         leaders = {p.partition: p.leader for p in described} if isinstance(described, list) else {}
         if leaders and all(leaders.get(p) == b for p, b in targets.items()):
             held = await served_by(admin, brokers, topic)
@@ -150,7 +154,7 @@ async def wait_all_at(admin: Admin, brokers: dict[int, str], topic: str, targets
             raise FerryError(ErrorCode.REQUEST_TIMED_OUT,
                              f"{wrong} of {len(targets)} partitions of {topic} not led by their target after "
                              f"{timeout_s:.0f} s")
-        await asyncio.sleep(POLL_INTERVAL_S)
+        await asyncio.sleep(poll_s)
 
 
 async def produce_keyed(bootstrap: list[str], topic: str, partitions: int, per_partition: int,
