@@ -88,8 +88,13 @@ class StreamStorage:
         self.replay: ReplayResult | None = None
         self._started = False
         self._deletes: set[asyncio.Future[None]] = set()
-        # streams whose last upload closed them (bounded: forgotten when opened again here)
+        # Streams this storage held and let go of, and how: closed here (by its last upload or by
+        # close_stream) or fenced (the handle that said why). A close retried after an answer was
+        # lost, or after another broker took one of a partition's two streams, then finds out
+        # what became of each stream instead of "not opened here" on every attempt. Dropped
+        # when the stream is opened here again.
         self._closed_by_commit: set[int] = set()
+        self._fenced_handles: dict[int, StreamHandle] = {}
         self.compaction_runs = 0
         self.compaction_replaced_objects = 0
         self.compaction_bytes = 0
@@ -213,6 +218,7 @@ class StreamStorage:
         self.cache.reset(stream_id, opened.end_offset)
         self.handles[stream_id] = handle
         self._closed_by_commit.discard(stream_id)
+        self._fenced_handles.pop(stream_id, None)
         self.wal.reset_committed(stream_id, opened.end_offset)
         mine_before = previous_owner is None or previous_owner == self.broker_id
         stale = [e for e in self._replayed if e.stream_id == stream_id]
@@ -276,6 +282,10 @@ class StreamStorage:
 
     def _forget(self, stream_id: int) -> None:
         handle = self.handles.pop(stream_id, None)
+        if handle is not None and handle.state == CLOSED:
+            self._closed_by_commit.add(stream_id)
+        elif handle is not None and handle.state == FENCED:
+            self._fenced_handles[stream_id] = handle
         if handle is not None:
             self.uploader.discard(sum(
                 len(c.data) for c in self.cache.chunks_between(stream_id, handle.taken_end, handle.durable_end)))
@@ -432,7 +442,9 @@ class StreamStorage:
         handle = self.handles.get(stream_id)
         if handle is None:
             if stream_id in self._closed_by_commit:
-                return  # its last upload closed it: everything is committed
+                return  # closed here: everything was committed before
+            if stream_id in self._fenced_handles:
+                self._fenced_handles[stream_id].check_writable()  # STREAM_FENCED, with why
             raise FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {stream_id} is not opened here")
         await self.uploader.force_upload(handle)
 
@@ -454,7 +466,12 @@ class StreamStorage:
                 self._closed_by_commit.add(h.stream_id)
                 self._forget(h.stream_id)
         for sid in stream_ids:
-            if sid not in self.handles and sid not in self._closed_by_commit:
+            if sid in self._fenced_handles:
+                try:
+                    self._fenced_handles[sid].check_writable()
+                except FerryError as exc:
+                    failed[sid] = exc
+            elif sid not in self.handles and sid not in self._closed_by_commit:
                 failed[sid] = FerryError(ErrorCode.STREAM_NOT_OPENED, f"stream {sid} is not opened here")
         return failed
 
