@@ -18,7 +18,7 @@ from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.image import BrokerRegistration, MetadataImage
+from metadata_quorum.image import BrokerRegistration, MetadataImage, PartitionRegistration
 from metadata_quorum.ops.placement import Placement, RecordBuilder, election_candidate, elect, evacuate, move_s3_partition
 from metadata_quorum.ops.saturation import hand_off_saturated
 from metadata_quorum.ops.validation import (
@@ -35,6 +35,7 @@ from metadata_quorum.records import (
     STORAGE_S3,
     STREAM_OPENED,
     BrokerRegistrationChangeRecord,
+    partition_stream_key,
     LogDirSpec,
     RegisterBrokerRecord,
     UnregisterBrokerRecord,
@@ -195,6 +196,8 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
         if part.reelection_deadline_ms > ctx.now_ms:
             continue
         candidate = election_candidate(builder, part)
+        if candidate != NO_LEADER and part.storage == STORAGE_S3 and held_by_live_owner(builder, part, candidate, ctx):
+            continue
         if candidate != NO_LEADER:
             elect(builder, part, candidate)
         elif part.storage == STORAGE_S3:
@@ -202,6 +205,27 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
         if candidate != NO_LEADER:
             elected.append({"topic_id": part.topic_id, "partition": part.partition, "leader": candidate})
     return ControllerResult(tuple(builder.records), {"fenced_brokers": fenced, "elected": elected})
+
+
+def held_by_live_owner(builder: RecordBuilder, part: PartitionRegistration, candidate: int, ctx: OpContext) -> bool:
+    """One of an s3 partition's streams is still open on a live broker other than ``candidate``.
+
+    Its owner is closing it (a move): the owner elects the new leader itself when done, or is
+    fenced when it dies, and until then the new leader could not open the stream anyway
+    (``STREAM_NOT_CLOSED``). Electing at the re-election deadline regardless sent thousands of new
+    leaders of a large move into open retries against streams still being closed, and their
+    backoff kept partitions offline long after the closes were done.
+    """
+    for kind in ("data", "meta"):
+        raw = builder.view.kv(partition_stream_key(part.topic_id, part.partition, kind))
+        stream = builder.view.stream(int(raw)) if raw is not None else None
+        if stream is None or stream.state != STREAM_OPENED or stream.owner == candidate:
+            continue
+        reg = builder.view.broker(stream.owner)
+        if reg is not None and not reg.fenced and not heartbeat_expired(ctx, stream.owner) and \
+                stream.owner_epoch in (-1, reg.broker_epoch):
+            return True
+    return False
 
 
 def unregister_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:

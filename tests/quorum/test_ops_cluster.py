@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from metadata_quorum.errors import ErrorCode
-from metadata_quorum.records import NO_LEADER
+from metadata_quorum.records import NO_LEADER, partition_stream_key
 from tests.quorum.quorum_helpers import (
     REELECTION_TIMEOUT_MS,
     SESSION_TIMEOUT_MS,
@@ -227,6 +227,25 @@ def test_tick_elects_when_the_reelection_deadline_passes() -> None:
     part = partition(late.image, "t", 0)
     assert part.leader == 1 and part.reelection_deadline_ms == 0 and not part.is_reassigning
     assert late.reply["elected"] == [{"topic_id": part.topic_id, "partition": 0, "leader": 1}]
+
+
+def test_tick_waits_for_a_live_owner_still_closing_the_partition_then_elects_once_it_is_gone() -> None:
+    c = controller(2)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 1, "assignments": {"0": [0]}}]})
+    part = partition(c.image, "t", 0)
+    data_stream = int(c.image.kv[partition_stream_key(part.topic_id, 0, "data")])
+    c.write("open_stream", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0), "stream_id": data_stream,
+                            "epoch": part.leader_epoch})
+    c.write("alter_partition_reassignments", {"reassignments": [{"topic": "t", "partition": 0, "replicas": [1]}]})
+    deadline = partition(c.image, "t", 0).reelection_deadline_ms
+    # broker 0 is alive and still holds the data stream: the new leader could not open it yet
+    waiting = run(c.image, "tick", {}, now_ms=deadline + 60_000, heartbeats={0: deadline + 60_000, 1: deadline + 60_000})
+    assert waiting.records == () and waiting.reply["elected"] == []
+    # broker 0 went silent: it is fenced and broker 1 leads (it takes the stream over)
+    gone_ms = deadline + 60_000 + SESSION_TIMEOUT_MS + 1
+    late = run(c.image, "tick", {}, now_ms=gone_ms, heartbeats={0: deadline + 60_000, 1: gone_ms})
+    assert late.reply["fenced_brokers"] == [0]
+    assert partition(late.image, "t", 0).leader == 1
 
 
 def test_tick_moves_a_leaderless_partition_whose_targets_are_gone() -> None:
