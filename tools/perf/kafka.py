@@ -3,7 +3,15 @@
 1. Produce MB/s of a confluent-kafka (librdkafka) producer, 64 KiB batches of 1 KiB records,
    acks=all, against the HTTP produce path (the same 64 KiB batches POSTed) and a raw asyncio
    TCP sink (the same bytes in length-prefixed frames, answered unread) — all in the same run,
-   interleaved rounds, medians.
+   interleaved rounds, medians. Like with like: 8 partitions on one broker, the same record and
+   batch sizes, the same durability (acknowledged after the WAL fsync), no producer ids, and the
+   same 8 requests in flight (the HTTP client one per partition; librdkafka
+   ``max.in.flight=8`` on its one connection). An idempotent librdkafka producer is measured
+   beside it: idempotence caps librdkafka at 5 requests in flight per connection, and while the
+   WAL fsync sets each request's latency, throughput follows the bytes in flight, so it is
+   reported separately rather than as the comparison. Each path's broker CPU per MiB, mean
+   produce latency, and WAL fsync time and bytes per fsync (the group commit) are reported too:
+   they say whether a round was bound by the broker's CPU or by the disk.
 2. End-to-end latency, produce → consumer-group member, at a steady rate: p50 / p99.
 3. The unavailability a librdkafka producer sees across a move (last acknowledgement before the
    move's gap → first after it), p50 / p99 over ``--moves`` moves of one partition back and forth.
@@ -21,10 +29,13 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
 
 from confluent_kafka import Consumer, Producer
 from rich.console import Console
+from prometheus_client.parser import text_string_to_metric_families
 from rich.table import Table
 
 from tools.admin import Admin
@@ -32,6 +43,7 @@ from tools.client import TopicPartition, encode_batch
 from tools.cluster import ROOT, LocalCluster
 from tools.move_workload import percentile
 from tools.perf.move import post_bodies, start_raw_sink  # noqa: F401 - start_raw_sink kept for symmetry
+from tools.perf.quorum import process_cpu_s
 from tools.perf.raw_tcp_sink import send_frames
 
 MiB = 1024 * 1024
@@ -44,17 +56,25 @@ LOW_LATENCY = {"socket.nagle.disable": True}
 TARGETS = {"kafka_vs_http": 1.5, "client_move_unavailable_p50_ms": 300, "client_move_unavailable_p99_ms": 1000}
 ROUNDS = 3
 PARTITIONS = 8
+#: requests in flight on each path of the comparison: the HTTP client keeps one per partition
+INFLIGHT = PARTITIONS
+#: librdkafka's cap per connection once idempotence is on (Kafka's own limit for idempotence)
+IDEMPOTENT_INFLIGHT = 5
+RAW_PIPELINE = 5  # the raw sink's bound: 5 frames unanswered on each of 8 connections
 
 
-def librdkafka_produce_mb_s(bootstrap: str, topic: str, total_bytes: int) -> float:
-    """MB/s of an idempotent acks=all librdkafka producer sending ``total_bytes`` in 1 KiB records.
+def librdkafka_produce_mb_s(bootstrap: str, topic: str, total_bytes: int, idempotent: bool = False) -> float:
+    """MB/s of an acks=all librdkafka producer sending ``total_bytes`` in 1 KiB records.
 
-    Delivery reports come back for failed records only (``delivery.report.only.error``): a
-    callback into Python for each acknowledged 1 KiB record costs the client ~0.1 ms of CPU per
-    64 KiB (measured: 0.33 against 0.22 ms per request), on the same two cores as the broker,
-    while the HTTP client it is compared with does no per-record work at all. Success is still checked: no failure reported
-    and nothing left undelivered when ``flush`` returns."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+    Without idempotence it keeps :data:`INFLIGHT` requests in flight, as the HTTP client does;
+    with it, librdkafka keeps at most :data:`IDEMPOTENT_INFLIGHT`. Delivery reports come back for
+    failed records only (``delivery.report.only.error``): a callback into Python for each
+    acknowledged 1 KiB record costs the client ~0.1 ms of CPU per 64 KiB (measured: 0.33 against
+    0.22 ms per request), on the same two cores as the broker, while the HTTP client it is compared
+    with does no per-record work at all. Success is still checked: no failure reported and nothing
+    left undelivered when ``flush`` returns."""
+    settings = {"enable.idempotence": True} if idempotent else {"max.in.flight": INFLIGHT}
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **settings,
                          "batch.size": BATCH_BYTES, "linger.ms": 5, "compression.type": "none",
                          "queue.buffering.max.kbytes": 64 * 1024, "delivery.report.only.error": True,
                          **LOW_LATENCY})
@@ -85,6 +105,55 @@ def librdkafka_produce_mb_s(bootstrap: str, topic: str, total_bytes: int) -> flo
     return count * RECORD_BYTES / MiB / elapsed
 
 
+@dataclass(frozen=True)
+class BrokerSample:
+    """What one broker process had done by a moment: CPU seconds and its produce/WAL counters."""
+
+    cpu_s: float
+    produce_requests: float
+    produce_latency_s: float
+    wal_fsyncs: float
+    wal_sync_s: float
+    wal_bytes: float
+
+
+def parse_broker_sample(cpu_s: float, metrics_text: str) -> BrokerSample:
+    """The counters :func:`path_costs` needs, from a broker's Prometheus text."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == "ferry_broker_produce_latency_seconds_count":
+                values["requests"] = sample.value
+            elif sample.name == "ferry_broker_produce_latency_seconds_sum":
+                values["latency"] = sample.value
+            elif sample.name == "ferry_broker_storage" and sample.labels.get("name") in (
+                    "wal_fsyncs_total", "wal_sync_seconds_total", "wal_appended_bytes_total"):
+                values[sample.labels["name"]] = sample.value
+    return BrokerSample(cpu_s, values.get("requests", 0.0), values.get("latency", 0.0),
+                        values.get("wal_fsyncs_total", 0.0), values.get("wal_sync_seconds_total", 0.0),
+                        values.get("wal_appended_bytes_total", 0.0))
+
+
+def path_costs(before: BrokerSample, after: BrokerSample, payload_bytes: int) -> dict[str, float | None]:
+    """Per-path figures of one round: broker CPU ms per MiB sent, mean produce latency (request
+    to acknowledgement, in the broker), mean WAL fsync and the bytes each fsync made durable."""
+    requests = after.produce_requests - before.produce_requests
+    fsyncs = after.wal_fsyncs - before.wal_fsyncs
+    return {
+        "broker_cpu_ms_per_mib": (after.cpu_s - before.cpu_s) * 1000 / (payload_bytes / MiB),
+        "produce_latency_ms": (after.produce_latency_s - before.produce_latency_s) * 1000 / requests
+        if requests else None,
+        "wal_fsync_ms": (after.wal_sync_s - before.wal_sync_s) * 1000 / fsyncs if fsyncs else None,
+        "wal_kib_per_fsync": (after.wal_bytes - before.wal_bytes) / 1024 / fsyncs if fsyncs else None,
+    }
+
+
+def broker_sample(url: str, pid: int) -> BrokerSample:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return parse_broker_sample(process_cpu_s(pid) or 0.0, text)
+
+
 def start_tcp_sink() -> tuple[subprocess.Popen[bytes], int]:
     proc = subprocess.Popen([sys.executable, "-m", "tools.perf.raw_tcp_sink"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
@@ -98,30 +167,47 @@ async def throughput(cluster: LocalCluster, admin: Admin, total_bytes: int) -> d
     for p in range(PARTITIONS):
         await admin.wait_for_leader(TopicPartition(topic, p), 3)
     body = encode_batch([(None, os.urandom(RECORD_BYTES), None, None)] * (BATCH_BYTES // RECORD_BYTES))
-    broker = cluster.broker_url(3)
+    broker, pid = cluster.broker_url(3), cluster.broker_pid(3)
     requests = max(PARTITIONS, total_bytes // len(body))
     sink, port = start_tcp_sink()
-    kafka_rounds: list[float] = []
-    http_rounds: list[float] = []
-    raw_rounds: list[float] = []
+    paths: dict[str, Callable[[], Awaitable[float]]] = {
+        "kafka": lambda: asyncio.to_thread(librdkafka_produce_mb_s, cluster.kafka_bootstrap, topic, total_bytes),
+        "kafka_idempotent": lambda: asyncio.to_thread(librdkafka_produce_mb_s, cluster.kafka_bootstrap, topic,
+                                                      total_bytes, True),
+        "http": lambda: post_bodies(lambda p: f"{broker}/v1/produce/{topic}/{p}?acks=-1", body, requests, INFLIGHT),
+    }
+    rounds: dict[str, list[float]] = {"raw_tcp": [], **{name: [] for name in paths}}
+    costs: dict[str, list[dict[str, float | None]]] = {name: [] for name in paths}
     try:
         await asyncio.to_thread(librdkafka_produce_mb_s, cluster.kafka_bootstrap, topic, total_bytes // 10)
         for _ in range(ROUNDS):
-            raw_rounds.append(await send_frames(port, body, requests, PARTITIONS, 5))
-            kafka_rounds.append(await asyncio.to_thread(librdkafka_produce_mb_s, cluster.kafka_bootstrap, topic,
-                                                        total_bytes))
-            http_rounds.append(await post_bodies(lambda p: f"{broker}/v1/produce/{topic}/{p}?acks=-1", body,
-                                                 requests, PARTITIONS))
+            rounds["raw_tcp"].append(await send_frames(port, body, requests, PARTITIONS, RAW_PIPELINE))
+            for name, run_path in paths.items():
+                before = await asyncio.to_thread(broker_sample, broker, pid)
+                rounds[name].append(await run_path())
+                after = await asyncio.to_thread(broker_sample, broker, pid)
+                costs[name].append(path_costs(before, after, total_bytes if name != "http" else requests * len(body)))
     finally:
         from tools.proc import stop_process
         stop_process(sink)
         if sink.stdout is not None:
             sink.stdout.close()
-    kafka, http, raw = (statistics.median(r) for r in (kafka_rounds, http_rounds, raw_rounds))
+    kafka, idem, http, raw = (statistics.median(rounds[n]) for n in ("kafka", "kafka_idempotent", "http", "raw_tcp"))
     return {"produce_mb_s": kafka, "http_produce_mb_s": http, "raw_tcp_mb_s": raw,
             "kafka_vs_http": kafka / http if http else None, "kafka_vs_raw": kafka / raw if raw else None,
-            "rounds": {"kafka": kafka_rounds, "http": http_rounds, "raw_tcp": raw_rounds},
-            "bytes_per_round": total_bytes}
+            "produce_idempotent_mb_s": idem, "kafka_idempotent_vs_http": idem / http if http else None,
+            "requests_in_flight": {"kafka": INFLIGHT, "http": INFLIGHT, "raw_tcp": PARTITIONS * RAW_PIPELINE,
+                                   "kafka_idempotent": IDEMPOTENT_INFLIGHT},
+            "costs": {name: _median_costs(c) for name, c in costs.items()},
+            "rounds": rounds, "bytes_per_round": total_bytes, "load_average_1m": os.getloadavg()[0]}
+
+
+def _median_costs(rounds: list[dict[str, float | None]]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key in rounds[0]:
+        values = [r[key] for r in rounds if r[key] is not None]
+        out[key] = statistics.median(values) if values else None  # type: ignore[type-var]
+    return out
 
 
 def end_to_end(bootstrap: str, topic: str, seconds: float, per_s: float) -> dict[str, Any]:
@@ -244,11 +330,25 @@ def render(result: dict[str, Any], console: Console) -> None:
         table.add_row(name, value, target, "" if met is None else ("yes" if met else "NO"))
 
     ratio = result.get("kafka_vs_http")
-    row("librdkafka produce MB/s", f"{result['produce_mb_s']:.1f}", "", None)
-    row("HTTP produce MB/s", f"{result['http_produce_mb_s']:.1f}", "", None)
+    inflight = result["requests_in_flight"]
+    costs = result["costs"]
+
+    def cost(name: str) -> str:
+        c = costs[name]
+
+        def fmt(key: str, digits: int) -> str:
+            return "-" if c.get(key) is None else f"{c[key]:.{digits}f}"
+        return (f"broker {fmt('broker_cpu_ms_per_mib', 1)} ms CPU/MiB, latency {fmt('produce_latency_ms', 1)} ms, "
+                f"fsync {fmt('wal_fsync_ms', 1)} ms / {fmt('wal_kib_per_fsync', 0)} KiB")
+    row(f"librdkafka produce MB/s ({inflight['kafka']} in flight)", f"{result['produce_mb_s']:.1f}",
+        cost("kafka"), None)
+    row(f"HTTP produce MB/s ({inflight['http']} in flight)", f"{result['http_produce_mb_s']:.1f}", cost("http"), None)
     row("raw TCP MB/s", f"{result['raw_tcp_mb_s']:.1f}", "", None)
     row("Kafka / HTTP", f"{ratio:.2f}" if ratio else "-", f"≥ {TARGETS['kafka_vs_http']}",
         ratio is not None and ratio >= TARGETS["kafka_vs_http"])
+    idem = result.get("kafka_idempotent_vs_http")
+    row(f"idempotent librdkafka MB/s ({inflight['kafka_idempotent']} in flight)",
+        f"{result['produce_idempotent_mb_s']:.1f} ({idem:.2f}× HTTP)" if idem else "-", cost("kafka_idempotent"), None)
     row("e2e p50 / p99 ms", f"{result['e2e_p50_ms'] or 0:.1f} / {result['e2e_p99_ms'] or 0:.1f}", "", None)
     p50, p99 = result["client_move_unavailable_p50_ms"], result["client_move_unavailable_p99_ms"]
     row("move unavailability p50 ms", f"{p50:.0f}" if p50 is not None else "-",
