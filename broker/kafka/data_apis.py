@@ -194,17 +194,20 @@ class DataApis:
         body: ProduceRequest = req.body  # type: ignore[assignment]
         acks = body.acks
         targets = [(topic.name, part.index, part.records) for topic in body.topic_data for part in topic.partition_data]
-        # the appends start in request order, each in its own task: tasks run in the order they
-        # were created, so two pipelined requests reach the WAL in arrival order (see append_records)
-        appends = [asyncio.ensure_future(self._append(name, index, records, acks, body.transactional_id))
-                   for name, index, records in targets]
         results: list[AppendOutcome | BaseException]
-        if len(appends) == 1:  # what librdkafka sends: one partition per request
+        if len(targets) == 1:  # what librdkafka sends: one partition per request
+            # awaited in this request's own task, which the listener started in arrival order:
+            # the append reaches the WAL before this task first yields (see append_records)
+            name, index, records = targets[0]
             try:
-                results = [await appends[0]]
+                results = [await self._append(name, index, records, acks, body.transactional_id)]
             except Exception as exc:  # noqa: BLE001 - reported per partition, as Kafka does
                 results = [exc]
         else:
+            # the appends start in request order, each in its own task: tasks run in the order they
+            # were created, so two pipelined requests reach the WAL in arrival order
+            appends = [asyncio.ensure_future(self._append(name, index, records, acks, body.transactional_id))
+                       for name, index, records in targets]
             results = list(await asyncio.gather(*appends, return_exceptions=True))
         if acks == 0:
             return None

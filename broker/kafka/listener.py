@@ -1,22 +1,26 @@
 """The Kafka listener: an asyncio TCP server that only moves bytes.
 
-Each connection feeds a :class:`~broker.kafka.wire.KafkaConnection`; each decoded request runs
-as its own task, started in arrival order (so a pipelining producer's appends reach the WAL in
-order), and responses are written strictly in request order, as Kafka requires. A long-poll
-fetch therefore does not hold up a produce pipelined behind it on the same connection, yet the
-client still reads its answers in order. At most ``max_inflight`` requests of one connection are
-in progress; past that the listener stops reading the socket (TCP backpressure).
+Each connection is a :class:`_KafkaProtocol` (asyncio's ``BufferedProtocol``: the socket reads
+straight into the buffer of its :class:`~broker.kafka.wire.KafkaConnection`, with no stream
+reader copying every chunk in between). Each decoded request runs as its own task, started in
+arrival order (so a pipelining producer's appends reach the WAL in order), and responses are
+written strictly in request order, as Kafka requires: a long-poll fetch does not hold up a
+produce pipelined behind it on the same connection, yet the client still reads its answers in
+order. At most ``max_inflight`` requests of one connection are in progress; past that, and while
+the socket's send buffer is full, the listener stops reading the socket (TCP backpressure).
 
-A malformed or oversized frame closes that connection only; an unexpected failure while
-handling a request is logged and closes its connection (there is no well-formed answer to it).
+A malformed or oversized frame closes that connection only (after the answers to the requests
+before it); an unexpected failure while handling a request is logged and closes its connection
+(there is no well-formed answer to it).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections import deque
 from functools import lru_cache
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, Union
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
@@ -24,14 +28,16 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from broker.kafka.sasl import MECHANISMS, SaslSession, Step, Users
-from broker.kafka.wire import (DEFAULT_MAX_REQUEST_BYTES, KafkaConnection, NeedData, Request, Unsupported,
-                               Violation, encode_error, encode_response, encode_unsupported)
+from broker.kafka.wire import (DEFAULT_MAX_REQUEST_BYTES, MIN_READ_BYTES, KafkaConnection, NeedData, Request,
+                               Unsupported, Violation, encode_error, encode_response, encode_unsupported)
 from metadata_quorum.errors import ErrorCode
 
 log = logging.getLogger("ferry.kafka")
 
 Handler = Callable[[Request], Awaitable[ApiMessage | None]]
-READ_CHUNK_BYTES = 256 * 1024
+#: what a handled request's task returns: the framed answer (None for acks=0), the API's name,
+#: and when handling started and ended (monotonic seconds)
+Answer = tuple[Union[bytes, None], str, float, float]
 
 
 class KafkaListener:
@@ -47,103 +53,31 @@ class KafkaListener:
         self.max_request_bytes = max_request_bytes
         self.max_inflight = max_inflight
         self._server: asyncio.AbstractServer | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: set[_KafkaProtocol] = set()
         self.connections_closed_for_violation = 0
         self.requests_handled = 0
         self.requests_with_trailing_bytes = 0
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=READ_CHUNK_BYTES)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _KafkaProtocol(self), self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        for conn in list(self._connections):
+            conn.abort()
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        conn = KafkaConnection(self.max_request_bytes)
-        sasl = SaslSession(self.sasl_users) if self.sasl_users is not None else None
-        answers: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue(self.max_inflight)
-        sender = asyncio.ensure_future(self._send_in_order(answers, writer))
-        peer = writer.get_extra_info("peername")
-        try:
-            while not sender.done():
-                data = await reader.read(READ_CHUNK_BYTES)
-                if not data:
-                    break
-                conn.receive_data(data)
-                if not await self._dispatch(conn, answers, peer, sasl):
-                    break
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            if not sender.done():
-                try:
-                    answers.put_nowait(None)
-                except asyncio.QueueFull:
-                    sender.cancel()
-                await asyncio.gather(sender, return_exceptions=True)
-            writer.close()
-            self._connections.discard(task)
-
-    @staticmethod
-    async def _answer_now(answers: asyncio.Queue[asyncio.Future[Any] | None], payload: bytes) -> None:
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        done.set_result(payload)
-        await answers.put(done)
-
-    async def _dispatch(self, conn: KafkaConnection, answers: asyncio.Queue[asyncio.Future[Any] | None],
-                        peer: object, sasl: SaslSession | None) -> bool:
-        while True:
-            event = conn.next_event()
-            if isinstance(event, NeedData):
-                return True
-            if isinstance(event, Violation):
-                self.connections_closed_for_violation += 1
-                log.info("closing Kafka connection from %s: %s", peer, event.reason)
-                return False
-            if isinstance(event, Unsupported):
-                done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                done.set_result(encode_unsupported(event))
-                await answers.put(done)
-                continue
-            assert isinstance(event, Request)
-            if event.trailing_bytes:
-                self.requests_with_trailing_bytes += 1
-                log.debug("%s v%d from %s: %d bytes after the request (ignored, as Kafka does)",
-                          api_name(event.api_key), event.api_version, peer, event.trailing_bytes)
-            if event.api_key in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate):
-                step = self._sasl_step(sasl, event)
-                await self._answer_now(answers, encode_response(event, _sasl_response(event, step)))
-                if step.close:
-                    log.info("closing Kafka connection from %s: %s", peer, step.message)
-                    return False
-                continue
-            if sasl is not None and not sasl.allows(api_name(event.api_key)):
-                await self._answer_now(answers, encode_error(event.correlation_id, ErrorCode.ILLEGAL_SASL_STATE))
-                log.info("closing Kafka connection from %s: %s before authenticating", peer, api_name(event.api_key))
-                return False
-            handler = self.handlers.get(event.api_key)
-            if handler is None:  # advertised but not wired: a bug, answered as unsupported
-                done = asyncio.get_running_loop().create_future()
-                done.set_result(encode_unsupported(Unsupported(event.api_key, event.api_version, event.correlation_id)))
-                await answers.put(done)
-                continue
-            answer = asyncio.ensure_future(self._handle(handler, event))
-            if answers.full():  # max_inflight reached: stop reading until an answer is sent
-                await answers.put(answer)
-            else:
-                answers.put_nowait(answer)
+    async def _handle(self, handler: Handler, request: Request) -> Answer:
+        started = time.monotonic()
+        response = await handler(request)
+        self.requests_handled += 1
+        payload = None if response is None else encode_response(request, response)
+        return payload, api_name(request.api_key), started, time.monotonic()
 
     @staticmethod
     def _sasl_step(sasl: SaslSession | None, event: Request) -> Step:
@@ -153,33 +87,183 @@ class KafkaListener:
             return sasl.handshake(event.body.mechanism)
         return sasl.authenticate(bytes(event.body.auth_bytes))
 
-    async def _handle(self, handler: Handler, request: Request) -> tuple[bytes | None, str, float, float]:
-        started = time.monotonic()
-        response = await handler(request)
-        self.requests_handled += 1
-        payload = None if response is None else encode_response(request, response)
-        return payload, api_name(request.api_key), started, time.monotonic()
 
-    async def _send_in_order(self, answers: asyncio.Queue[asyncio.Future[Any] | None],
-                             writer: asyncio.StreamWriter) -> None:
-        while True:
-            item = await answers.get()
-            if item is None:
-                return
-            try:
-                result = await item
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - no well-formed answer exists: close this connection
-                log.exception("Kafka request failed; closing the connection")
-                writer.close()
-                return
-            payload, api, started, done = result if isinstance(result, tuple) else (result, "", 0.0, 0.0)
+class _KafkaProtocol(asyncio.BufferedProtocol):
+    """One client connection: reads into its :class:`KafkaConnection`, starts a task per request,
+    writes the answers in request order as they complete (a done callback, no sender task)."""
+
+    def __init__(self, listener: KafkaListener) -> None:
+        self.listener = listener
+        self.conn = KafkaConnection(listener.max_request_bytes)
+        self.sasl = SaslSession(listener.sasl_users) if listener.sasl_users is not None else None
+        self.transport: asyncio.Transport | None = None
+        self.peer: object = None
+        # answers in request order: framed bytes ready to send, or the task that will make them
+        self.pending: deque[bytes | asyncio.Task[Answer]] = deque()
+        self.reading_paused = False
+        self.writing_paused = False
+        self.closing = False  # no more requests: close once the pending answers are written
+        self.eof = False  # the client will send nothing more
+        self.lost = False
+
+    # -- asyncio.BufferedProtocol ---------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername")
+        self.listener._connections.add(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.conn.get_buffer(MIN_READ_BYTES)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.conn.buffer_updated(nbytes)
+        self._dispatch()
+
+    def eof_received(self) -> bool:
+        """The client sent everything it will: answer what was asked, then close."""
+        self.eof = True
+        self._dispatch()
+        return True  # keep the transport open for the answers still to be written
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self._update_reading()
+        self._dispatch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.closing = True
+        self.listener._connections.discard(self)
+        # requests already started run to their end (an append is not cut half-way); their
+        # answers have nowhere to go
+        self.pending.clear()
+
+    def abort(self) -> None:
+        """The listener stops: cancel what runs and drop the connection."""
+        for item in self.pending:
+            if not isinstance(item, bytes):
+                item.cancel()
+        self.pending.clear()
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- requests in ------------------------------------------------------------------------
+    def _dispatch(self) -> None:
+        """Start every whole request received, until the in-flight limit is reached."""
+        listener = self.listener
+        while not self.closing and len(self.pending) < listener.max_inflight and not self.writing_paused:
+            event = self.conn.next_event()
+            if isinstance(event, NeedData):
+                if self.eof:
+                    self._finish()
+                break
+            if isinstance(event, Violation):
+                listener.connections_closed_for_violation += 1
+                log.info("closing Kafka connection from %s: %s", self.peer, event.reason)
+                self._finish()
+                break
+            if isinstance(event, Unsupported):
+                self._answer_now(encode_unsupported(event))
+                continue
+            assert isinstance(event, Request)
+            if event.trailing_bytes:
+                listener.requests_with_trailing_bytes += 1
+                log.debug("%s v%d from %s: %d bytes after the request (ignored, as Kafka does)",
+                          api_name(event.api_key), event.api_version, self.peer, event.trailing_bytes)
+            if event.api_key in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate):
+                step = listener._sasl_step(self.sasl, event)
+                self._answer_now(encode_response(event, _sasl_response(event, step)))
+                if step.close:
+                    log.info("closing Kafka connection from %s: %s", self.peer, step.message)
+                    self._finish()
+                continue
+            if self.sasl is not None and not self.sasl.allows(api_name(event.api_key)):
+                self._answer_now(encode_error(event.correlation_id, ErrorCode.ILLEGAL_SASL_STATE))
+                log.info("closing Kafka connection from %s: %s before authenticating", self.peer,
+                         api_name(event.api_key))
+                self._finish()
+                continue
+            handler = listener.handlers.get(event.api_key)
+            if handler is None:  # advertised but not wired: a bug, answered as unsupported
+                self._answer_now(encode_unsupported(Unsupported(event.api_key, event.api_version,
+                                                                event.correlation_id)))
+                continue
+            task = asyncio.ensure_future(listener._handle(handler, event))
+            self.pending.append(task)
+            task.add_done_callback(self._on_done)
+        self._update_reading()
+
+    def _answer_now(self, payload: bytes) -> None:
+        self.pending.append(payload)
+        self._send_ready()
+
+    def _finish(self) -> None:
+        """Read nothing more; close once every answer before this point is written."""
+        self.closing = True
+        self._update_reading()
+        self._send_ready()
+
+    def _update_reading(self) -> None:
+        transport = self.transport
+        if transport is None or self.lost:
+            return
+        pause = self.closing or self.writing_paused or len(self.pending) >= self.listener.max_inflight
+        if pause and not self.reading_paused:
+            self.reading_paused = True
+            if transport.is_reading():
+                transport.pause_reading()
+        elif not pause and self.reading_paused:
+            self.reading_paused = False
+            transport.resume_reading()
+
+    # -- answers out ------------------------------------------------------------------------
+    def _on_done(self, task: asyncio.Task[Answer]) -> None:
+        if self.lost:  # nobody to answer; the failure, if any, is still reported
+            if not task.cancelled() and task.exception() is not None:
+                log.error("Kafka request failed after its connection closed", exc_info=task.exception())
+            return
+        freed = self._send_ready()
+        if freed and not self.closing:
+            self._dispatch()  # requests already received but held back by the in-flight limit
+
+    def _send_ready(self) -> bool:
+        """Write the answers at the head of the line that are ready; True if any was."""
+        transport = self.transport
+        pending = self.pending
+        sent = False
+        while pending and not self.lost:
+            head = pending[0]
+            if isinstance(head, bytes):
+                pending.popleft()
+                transport.write(head)  # type: ignore[union-attr]
+                sent = True
+                continue
+            if not head.done():
+                break
+            pending.popleft()
+            sent = True
+            if head.cancelled():
+                continue
+            exc = head.exception()
+            if exc is not None:
+                log.error("Kafka request failed; closing the connection", exc_info=exc)
+                self.closing = True
+                pending.clear()
+                transport.close()  # type: ignore[union-attr]
+                return sent
+            payload, api, started, done = head.result()
             if payload is not None:
-                writer.write(payload)
-                await writer.drain()
-            if self.observe is not None and api:
-                self.observe(api, done - started, time.monotonic() - done)
+                transport.write(payload)  # type: ignore[union-attr]
+            if self.listener.observe is not None:
+                self.listener.observe(api, done - started, time.monotonic() - done)
+        if self.closing and not pending and not self.lost and transport is not None and not transport.is_closing():
+            transport.close()
+        return sent
 
 
 def _sasl_response(event: Request, step: Step) -> ApiMessage:

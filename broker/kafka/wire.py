@@ -1,6 +1,8 @@
 """The Kafka wire protocol of one connection, as a pure state machine beside its socket.
 
-Bytes go in with :meth:`KafkaConnection.receive_data`; :meth:`next_event` hands back whole
+Bytes go in with :meth:`KafkaConnection.receive_data`, or without a copy through
+:meth:`~KafkaConnection.get_buffer` / :meth:`~KafkaConnection.buffer_updated` (the socket reads
+straight into the connection's buffer, as asyncio's ``BufferedProtocol`` does); :meth:`next_event` hands back whole
 requests (decoded with kafka-python's generated message classes, header v1 or v2 as the API's
 flexible versions say), an :class:`Unsupported` request to answer with ``UNSUPPORTED_VERSION``,
 or a :class:`Violation` after which the connection must be closed (a malformed or oversized
@@ -33,6 +35,9 @@ DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.byte
 _FRAME = struct.Struct(">i")
 _HEADER_START = struct.Struct(">hhi")  # api key, api version, correlation id
 _ERROR_ONLY = struct.Struct(">ih")  # correlation id, error code
+INITIAL_BUFFER_BYTES = 64 * 1024  # a connection's receive buffer; it grows to fit the largest frame
+MIN_READ_BYTES = 64 * 1024  # free space offered to each socket read
+MAX_IDLE_BUFFER_BYTES = 4 * 1024 * 1024  # a larger buffer is dropped once it holds nothing
 
 
 @dataclass(frozen=True)
@@ -73,42 +78,103 @@ Event = Union[Request, Unsupported, Violation, NeedData]
 
 
 class KafkaConnection:
-    """Frames and decodes the requests of one client connection, in arrival order."""
+    """Frames and decodes the requests of one client connection, in arrival order.
+
+    Received bytes live in one buffer that is never resized in place: it is reused from its start
+    whenever every frame in it has been decoded, and replaced by a larger one only when a frame does
+    not fit. Appending to a ``bytearray`` after deleting a frame from its front (what a stream
+    reader does) allocates and copies the whole buffer on each read; with 64 KiB produce frames that
+    cost more CPU than decoding them. Frames are decoded from a view of the buffer, not a copy: the
+    generated decoders copy out every bytes and string field they return, so nothing decoded refers
+    to the buffer afterwards."""
 
     def __init__(self, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
         self.max_request_bytes = max_request_bytes
-        self._buf = bytearray()
+        self._buf = bytearray(INITIAL_BUFFER_BYTES)
+        self._start = 0  # first byte not yet decoded
+        self._end = 0  # end of the bytes received
         self._closed_reason: str | None = None
 
     @property
     def closed(self) -> bool:
         return self._closed_reason is not None
 
+    def get_buffer(self, min_free_bytes: int = MIN_READ_BYTES) -> memoryview:
+        """Free space at the end of the buffer for the next read, at least ``min_free_bytes`` and at
+        least what the frame in progress still lacks (so a large frame arrives in few reads)."""
+        if self._closed_reason is not None:  # what arrives now is dropped
+            return memoryview(bytearray(min_free_bytes or 1))
+        wanted = max(min_free_bytes, self._missing_bytes())
+        if len(self._buf) - self._end < wanted:
+            self._make_room(wanted)
+        return memoryview(self._buf)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` were written at the start of the last :meth:`get_buffer` view."""
+        if self._closed_reason is None:
+            self._end += nbytes
+
     def receive_data(self, data: bytes) -> None:
         if self._closed_reason is None:
-            self._buf += data
+            with self.get_buffer(len(data)) as view:
+                view[:len(data)] = data
+            self._end += len(data)
+
+    def _missing_bytes(self) -> int:
+        """How many more bytes the frame in progress needs (0 when its size is not known yet or it
+        is over the limit, which :meth:`next_event` refuses before anything more is read for it)."""
+        have = self._end - self._start
+        if have < _FRAME.size:
+            return 0
+        (size,) = _FRAME.unpack_from(self._buf, self._start)
+        if size > self.max_request_bytes:
+            return 0
+        return max(0, _FRAME.size + size - have)
+
+    def _make_room(self, free_bytes: int) -> None:
+        """Move the undecoded bytes to the front, into a larger buffer if they and ``free_bytes`` do
+        not fit (a buffer still lent to a reader is never resized, only replaced)."""
+        live = self._end - self._start
+        size = len(self._buf)
+        if live + free_bytes > size:
+            size = max(live + free_bytes, 2 * size)
+            buf = bytearray(size)
+            buf[:live] = memoryview(self._buf)[self._start:self._end]
+            self._buf = buf
+        elif live:
+            self._buf[:live] = self._buf[self._start:self._end]
+        self._start, self._end = 0, live
 
     def next_event(self) -> Event:
         if self._closed_reason is not None:
             return Violation(self._closed_reason)
-        if len(self._buf) < 4:
+        start = self._start
+        if self._end - start < _FRAME.size:
             return NEED_DATA
-        (size,) = _FRAME.unpack_from(self._buf, 0)
+        (size,) = _FRAME.unpack_from(self._buf, start)
         if size < _HEADER_START.size or size > self.max_request_bytes:
             return self._violate(f"frame of {size} bytes (must be {_HEADER_START.size}..{self.max_request_bytes})")
-        if len(self._buf) < 4 + size:
+        end = start + _FRAME.size + size
+        if self._end < end:
             return NEED_DATA
-        with memoryview(self._buf) as view:
-            frame = bytes(view[4:4 + size])  # one copy (slicing the bytearray would copy twice)
-        del self._buf[:4 + size]
-        return self._decode(frame)
+        with memoryview(self._buf) as view, view[start + _FRAME.size:end] as frame:
+            event = self._decode(frame)
+        if self._closed_reason is not None:
+            return event
+        self._start = end
+        if end == self._end:  # everything decoded: the next read starts at the front again
+            self._start = self._end = 0
+            if len(self._buf) > MAX_IDLE_BUFFER_BYTES:  # give back what one large frame needed
+                self._buf = bytearray(INITIAL_BUFFER_BYTES)
+        return event
 
     def _violate(self, reason: str) -> Violation:
         self._closed_reason = reason
-        self._buf.clear()
+        self._buf = bytearray(0)
+        self._start = self._end = 0
         return Violation(reason)
 
-    def _decode(self, frame: bytes) -> Event:
+    def _decode(self, frame: memoryview) -> Event:
         api_key, api_version, correlation_id = _HEADER_START.unpack_from(frame, 0)
         supported = SUPPORTED_VERSIONS.get(api_key)
         if supported is None or not supported[0] <= api_version <= supported[1]:
@@ -160,12 +226,11 @@ class _Codec:
     body: Decoder
     null_checks: tuple[_NullCheck, ...]
 
-    def decode(self, frame: bytes) -> tuple[ApiMessage, int]:
+    def decode(self, frame: memoryview) -> tuple[ApiMessage, int]:
         """Header and body in one pass over the frame, returning how many bytes were used (the
         generated decoder's own entry point discards that)."""
-        view = memoryview(frame)
-        header, pos = self.header(view, 0)
-        body, pos = self.body(view, pos)
+        header, pos = self.header(frame, 0)
+        body, pos = self.body(frame, pos)
         body._header = header
         return body, pos
 

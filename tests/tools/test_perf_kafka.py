@@ -1,0 +1,45 @@
+"""`ferry perf kafka`'s per-path figures, from a broker's own counters (no cluster needed)."""
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from tools.perf.kafka import MiB, BrokerSample, parse_broker_sample, path_costs
+
+
+def _metrics_text(requests: int, latency_s: float, fsyncs: int, sync_s: float, wal_bytes: int) -> str:
+    """The same metric names and labels as broker/metrics.py, with other samples around them."""
+    r = CollectorRegistry()
+    latency = Histogram("ferry_broker_produce_latency_seconds", "", registry=r)
+    for _ in range(requests):
+        latency.observe(latency_s / requests)
+    storage = Gauge("ferry_broker_storage", "", ["name"], registry=r)
+    storage.labels("wal_fsyncs_total").set(fsyncs)
+    storage.labels("wal_sync_seconds_total").set(sync_s)
+    storage.labels("wal_appended_bytes_total").set(wal_bytes)
+    storage.labels("wal_bytes").set(123456)
+    Counter("ferry_broker_fetch_requests", "", ["topic", "partition"], registry=r).labels("t", "0").inc(9)
+    return generate_latest(r).decode()
+
+
+def test_a_broker_sample_reads_the_produce_and_wal_counters() -> None:
+    sample = parse_broker_sample(2.5, _metrics_text(4, 0.04, 3, 0.021, 3 * 65536))
+    assert sample == BrokerSample(cpu_s=2.5, produce_requests=4, produce_latency_s=pytest.approx(0.04),
+                                  wal_fsyncs=3, wal_sync_s=pytest.approx(0.021), wal_bytes=3 * 65536)
+
+
+def test_path_costs_are_per_mib_per_request_and_per_fsync() -> None:
+    before = BrokerSample(10.0, 100, 1.0, 50, 0.5, 1 << 20)
+    after = BrokerSample(10.8, 164, 1.64, 66, 0.66, (1 << 20) + 4 * MiB)
+    costs = path_costs(before, after, 4 * MiB)
+    assert costs["broker_cpu_ms_per_mib"] == pytest.approx(200.0)
+    assert costs["produce_latency_ms"] == pytest.approx(10.0)
+    assert costs["wal_fsync_ms"] == pytest.approx(10.0)
+    assert costs["wal_kib_per_fsync"] == pytest.approx(256.0)
+
+
+def test_a_round_without_requests_or_fsyncs_has_no_means() -> None:
+    same = BrokerSample(1.0, 5, 0.1, 2, 0.01, 10)
+    costs = path_costs(same, same, MiB)
+    assert costs == {"broker_cpu_ms_per_mib": 0.0, "produce_latency_ms": None, "wal_fsync_ms": None,
+                     "wal_kib_per_fsync": None}
