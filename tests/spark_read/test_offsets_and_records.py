@@ -3,7 +3,9 @@ partitions, and the batch decoder against the strict one."""
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 
+import pyarrow as pa
 import pytest
 
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -125,7 +127,7 @@ def test_decoder_matches_the_strict_reader(codec, headers):
     out = Columns(include_headers=headers)
     assert decode_batches(data, 0, 10**9, out) == 1100
     assert out.offsets == [r.offset for r in expected] == list(range(1000, 1100))
-    assert out.keys == [r.key for r in expected] and out.values == [r.value for r in expected]
+    assert out.keys() == [r.key for r in expected] and out.values() == [r.value for r in expected]
     assert out.timestamps_ms == [r.timestamp_ms for r in expected] and set(out.timestamp_types) == {0}
     if headers:
         assert out.headers == [[{"key": k, "value": v} for k, v in r.headers] for r in expected]
@@ -136,6 +138,36 @@ def test_decoder_matches_the_strict_reader(codec, headers):
     assert batch.schema.names == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"] + (
         ["headers"] if headers else [])
     assert batch.column("partition").to_pylist() == [3] * 100
+    assert batch.column("key").to_pylist() == [r.key for r in expected]
+    assert batch.column("value").to_pylist() == [r.value for r in expected]
+    assert batch.column("offset").to_pylist() == list(range(1000, 1100))
+    assert batch.column("topic").to_pylist() == ["t"] * 100 and batch.column("topic").type == pa.string()
+    assert batch.column("timestamp").to_pylist()[0] == datetime.fromtimestamp(1_700_000_000, timezone.utc)
+
+
+def test_one_arrow_batch_over_several_fetches_and_mixed_codecs():
+    """Rows point into several fetched buffers and, for compressed batches, into a side buffer;
+    the Arrow columns still hold each row's own bytes, in offset order."""
+    plain = batches()
+    mixed = bytearray()
+    for chunk in (batches(), batches(Codec.GZIP), batches()):
+        mixed += chunk
+    assign_offsets(mixed, 2000)
+    mixed = bytes(mixed)
+    out = Columns()
+    decode_batches(plain, 0, 10**9, out)
+    decode_batches(mixed, 2010, 2290, out)
+    expected = [r for r in read_records(plain)] + [r for r in read_records(mixed) if 2010 <= r.offset < 2290]
+    batch = to_arrow(out, "t", 0)
+    assert batch.column("offset").to_pylist() == [r.offset for r in expected]
+    assert batch.column("key").to_pylist() == [r.key for r in expected]
+    assert batch.column("value").to_pylist() == [r.value for r in expected]
+    assert batch.column("key").null_count == sum(r.key is None for r in expected) > 0
+
+
+def test_an_empty_read_is_an_empty_batch():
+    batch = to_arrow(Columns(), "t", 0)
+    assert batch.num_rows == 0 and batch.column("value").type == pa.binary()
 
 
 def test_decoder_reports_a_damaged_batch_as_corrupt_message():
@@ -148,3 +180,38 @@ def test_decoder_reports_a_damaged_batch_as_corrupt_message():
     with pytest.raises(FerryError) as err:
         decode_batches(sound[:-10], 0, 10**9, Columns(), "t-0")
     assert err.value.error == ErrorCode.CORRUPT_MESSAGE and "bad framing" in err.value.message
+
+
+def test_binary_column_gathers_slices_of_several_buffers():
+    """Short slices are held inline, long ones by reference; slices near a buffer's end, empty
+    and null ones, and rows of two buffers all come out as their own bytes."""
+    import numpy as np
+
+    from tools.spark_read.records import _binary_column
+
+    first, second = bytes(range(40)), os.urandom(100)
+    rows = [(0, 0, 5), (0, 30, 10), (1, 90, 10), (1, 3, 80), (0, 39, 1), (1, 0, 0), (0, 7, -1), (1, 99, 1)]
+    column = _binary_column([first, second], [0, 1], np.asarray([b for b, _p, _n in rows]),
+                            [p for _b, p, _n in rows], [n for _b, _p, n in rows])
+    want = [None if n < 0 else (first, second)[b][p:p + n] for b, p, n in rows]
+    assert column.type == pa.binary() and column.to_pylist() == want and column.null_count == 1
+    with pytest.raises(ValueError, match="outside"):
+        _binary_column([first], [0], np.asarray([0]), [35], [10])
+
+
+def test_blocks_located_while_planning_are_the_tasks_run():
+    """The driver reads an object's index once; each task gets the contiguous run of its stream's
+    blocks from its start up to its end, and a stream missing from the object is CORRUPT_MESSAGE."""
+    from stream_storage.object_format import Chunk, build_object
+    from tools.spark_read.offsets import ObjectSpan, ReadTask
+    from tools.spark_read.source import blocks_for_task
+
+    chunks = [Chunk(o, o + 10, os.urandom(400)) for o in range(100, 200, 10)]
+    built = build_object([(7, [Chunk(0, 5, b"x" * 300)]), (9, chunks)], block_bytes=1000)
+    span = ObjectSpan("k", 100, 200, len(built.data))
+    got = blocks_for_task(built.index, ReadTask("t", 0, 9, 125, 160, (span,)), span)
+    assert [(b.start_offset, b.end_offset) for b in got] == [(120, 140), (140, 160)]
+    assert all(b.stream_id == 9 for b in got) and got[0].position + got[0].size == got[1].position
+    with pytest.raises(FerryError) as err:
+        blocks_for_task(built.index, ReadTask("t", 0, 8, 125, 160, (span,)), span)
+    assert err.value.error == ErrorCode.CORRUPT_MESSAGE

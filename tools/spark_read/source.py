@@ -30,14 +30,16 @@ import asyncio
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage.config import S3Config
-from stream_storage.object_format import TAIL_READ_BYTES, ObjectIndex, check_block, parse_index, parse_tail
+from stream_storage.object_format import (
+    TAIL_READ_BYTES, IndexEntry, ObjectIndex, check_block, parse_index, parse_tail,
+)
 from tools.spark_read import FORMAT_NAME
 from tools.spark_read.offsets import (
     EARLIEST, LATEST, ObjectSpan, OffsetSpec, PartitionStream, ReadTask, parse_offsets, parse_stream,
@@ -50,6 +52,7 @@ KAFKA_SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offs
                     "timestampType INT")
 HEADERS_DDL = ", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 PREFETCH_OBJECTS = 4
+MAX_BATCH_BUFFER_BYTES = 64 * 1024 * 1024  # fetched bytes behind one Arrow batch: bounds its memory
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -137,7 +140,11 @@ async def describe_streams(options: ReadOptions) -> list[PartitionStream]:
 
 @dataclass(frozen=True)
 class FerryInputPartition(InputPartition):  # type: ignore[misc]
+    """One read task, with where its stream's blocks sit in each of its objects (read from the
+    objects' indexes on the driver: one GET per object, not one per object and partition)."""
+
     task: ReadTask
+    blocks: tuple[tuple[IndexEntry, ...], ...] | None = None
 
 
 class FerryReader(DataSourceReader):  # type: ignore[misc]
@@ -149,12 +156,16 @@ class FerryReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> Sequence[InputPartition]:
         streams = asyncio.run(describe_streams(self.options))
         ranges = resolve_ranges(streams, self.options.starting, self.options.ending, self.options.fail_on_data_loss)
-        return [FerryInputPartition(t) for t in plan_read_tasks(ranges, self.options.min_partitions)]
+        tasks = plan_read_tasks(ranges, self.options.min_partitions)
+        indexes = read_indexes(s3_client(self.options.s3), self.options.s3,
+                               {o.object_key: o for t in tasks for o in t.objects}.values())
+        return [FerryInputPartition(t, tuple(blocks_for_task(indexes[o.object_key], t, o) for o in t.objects))
+                for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, FerryInputPartition)
         yield from read_task(self.options.s3, partition.task, self.options.include_headers,
-                             self.options.max_rows_per_batch)
+                             self.options.max_rows_per_batch, partition.blocks)
 
 
 class FerryDataSource(DataSource):  # type: ignore[misc]
@@ -194,28 +205,59 @@ def _get(client: Any, bucket: str, key: str, first: int, last: int) -> bytes:
     return body
 
 
-def fetch_stream_blocks(client: Any, s3: S3Config, obj: ObjectSpan, stream_id: int, start: int, end: int) -> bytes:
-    """The stream's blocks of one object holding offsets ``[start, end)``, CRC-checked: two GETs
-    (the tail with the index, then the run of blocks), three when the index is over 64 KiB."""
+def read_index(client: Any, s3: S3Config, obj: ObjectSpan) -> ObjectIndex:
+    """An object's index: a GET of its tail (footer and, nearly always, the index), a second GET
+    when the index is over 64 KiB."""
     tail_start = max(0, obj.size - TAIL_READ_BYTES)
     tail = _get(client, s3.bucket, obj.object_key, tail_start, obj.size - 1)
     parsed = parse_tail(tail, tail_start, obj.object_key)
     if isinstance(parsed, ObjectIndex):
-        index = parsed
-    else:
-        first, stop = parsed
-        body = _get(client, s3.bucket, obj.object_key, first, stop - 1)
-        index = parse_index(body, first, _index_crc(tail), obj.object_key)
-    blocks = [b for b in index.blocks_for(stream_id, start, 1 << 62) if b.start_offset < end]
+        return parsed
+    first, stop = parsed
+    body = _get(client, s3.bucket, obj.object_key, first, stop - 1)
+    return parse_index(body, first, _index_crc(tail), obj.object_key)
+
+
+INDEX_READ_THREADS = 16
+
+
+def read_indexes(client: Any, s3: S3Config, objects: Iterable[ObjectSpan]) -> dict[str, ObjectIndex]:
+    """The indexes of ``objects``, GET in parallel (on the driver, while planning)."""
+    spans = list(objects)
+    if not spans:
+        return {}
+    with ThreadPoolExecutor(min(INDEX_READ_THREADS, len(spans)), thread_name_prefix="ferry-index") as pool:
+        return dict(zip((o.object_key for o in spans), pool.map(lambda o: read_index(client, s3, o), spans)))
+
+
+def blocks_for_task(index: ObjectIndex, task: ReadTask, obj: ObjectSpan) -> tuple[IndexEntry, ...]:
+    """The blocks of ``obj`` holding the task's stream from ``max(task start, object start)`` up to
+    the task's end: a contiguous run, read with one ranged GET. Pure."""
+    start = max(task.start_offset, obj.start_offset)
+    blocks = tuple(b for b in index.blocks_for(task.stream_id, start, 1 << 62) if b.start_offset < task.end_offset)
     if not blocks:
         raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"object {obj.object_key!r} holds no block of stream "
-                         f"{stream_id} at offset {start}, though the controllers list it there")
+                         f"{task.stream_id} at offset {start}, though the controllers list it there")
+    return blocks
+
+
+def fetch_blocks(client: Any, s3: S3Config, obj: ObjectSpan, blocks: Sequence[IndexEntry]) -> bytes:
+    """A run of blocks of one object, one ranged GET, each block's CRC checked."""
     first, last = blocks[0].position, blocks[-1].position + blocks[-1].size
     data = _get(client, s3.bucket, obj.object_key, first, last - 1)
     view = memoryview(data)
     for block in blocks:
         check_block(view[block.position - first: block.position - first + block.size], block, obj.object_key)
     return data
+
+
+def fetch_stream_blocks(client: Any, s3: S3Config, obj: ObjectSpan, task: ReadTask,
+                        blocks: Sequence[IndexEntry] | None = None) -> bytes:
+    """The task's blocks of one object, CRC-checked: one GET when the blocks were located while
+    planning, else the object's index first (two GETs, three when the index is over 64 KiB)."""
+    if blocks is None:
+        blocks = blocks_for_task(read_index(client, s3, obj), task, obj)
+    return fetch_blocks(client, s3, obj, blocks)
 
 
 def _index_crc(tail: bytes) -> int:
@@ -238,22 +280,32 @@ def s3_client(s3: S3Config) -> Any:
     return client
 
 
-def read_task(s3: S3Config, task: ReadTask, include_headers: bool, max_rows: int) -> Iterator[Any]:
-    """One input partition's rows as Arrow batches, objects downloading ahead of the decoder."""
+def _batches_of(batch: Any, max_rows: int) -> Iterator[Any]:
+    """``batch`` in zero-copy slices of at most ``max_rows`` rows (one fetched object may hold more)."""
+    for first in range(0, batch.num_rows, max_rows):
+        yield batch.slice(first, max_rows)
+
+
+def read_task(s3: S3Config, task: ReadTask, include_headers: bool, max_rows: int,
+              blocks: Sequence[Sequence[IndexEntry]] | None = None) -> Iterator[Any]:
+    """One input partition's rows as Arrow batches, objects downloading ahead of the decoder.
+    ``blocks``: per object of the task, its blocks (located while planning), else read here."""
     client = s3_client(s3)
     name = f"{task.topic}-{task.partition} (stream {task.stream_id})"
     columns = Columns(include_headers)
     with ThreadPoolExecutor(PREFETCH_OBJECTS, thread_name_prefix="ferry-spark-read") as pool:
         pending: list[Future[bytes]] = []
-        objects = iter(task.objects)
+        located: Sequence[Sequence[IndexEntry] | None] = blocks if blocks is not None else [None] * len(task.objects)
+        if len(located) != len(task.objects):
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"{len(located)} block lists for {len(task.objects)} objects")
+        objects = iter(zip(task.objects, located))
 
         def top_up() -> None:
             while len(pending) < PREFETCH_OBJECTS:
-                obj = next(objects, None)
-                if obj is None:
+                item = next(objects, None)
+                if item is None:
                     return
-                pending.append(pool.submit(fetch_stream_blocks, client, s3, obj, task.stream_id,
-                                           max(task.start_offset, obj.start_offset), task.end_offset))
+                pending.append(pool.submit(fetch_stream_blocks, client, s3, item[0], task, item[1]))
 
         top_up()
         expected = task.start_offset
@@ -264,11 +316,11 @@ def read_task(s3: S3Config, task: ReadTask, include_headers: bool, max_rows: int
             # checked when produced, so the batch CRCs need not be computed a second time
             expected = max(expected, decode_batches(data, task.start_offset, task.end_offset, columns, name,
                                                     check_batch_crc=False))
-            if len(columns) >= max_rows:
-                yield to_arrow(columns, task.topic, task.partition)
+            if len(columns) >= max_rows or columns.buffer_bytes >= MAX_BATCH_BUFFER_BYTES:
+                yield from _batches_of(to_arrow(columns, task.topic, task.partition), max_rows)
                 columns = Columns(include_headers)
     if len(columns):
-        yield to_arrow(columns, task.topic, task.partition)
+        yield from _batches_of(to_arrow(columns, task.topic, task.partition), max_rows)
     if expected < task.end_offset:
         raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"{name}: the objects end at offset {expected}, before "
                          f"{task.end_offset}")
