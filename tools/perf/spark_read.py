@@ -7,12 +7,21 @@ freshness lag, measured too), the topic's objects are
 
 1. **raw**: GET whole, 16 at a time, by one process with boto3 (the ceiling: bytes off the endpoint);
 2. **data source**: ``spark.read.format("ferry")`` on ``local[2]``, ``count`` and ``sum(length(value))``,
-   which decodes every record into the Kafka source's columns and hands them to the JVM.
+   which decodes every record into the Kafka source's columns and hands them to the JVM;
+3. **Spark floor**: the same query over a Python data source that yields the same number of rows
+   of the same size from memory (one Arrow batch built per partition, handed over again and
+   again): what Spark itself costs to take the rows from Python workers and aggregate them, with
+   no S3 and no decoding. No Python data source can be faster than this.
 
-MB/s is object bytes over wall time for both, so the ratio compares like with like. Spark's
-start-up and a first full read (JVM and Python worker warm-up) are measured apart, and so is the
-fixed cost of a query (a one-record-per-partition read: Spark starts Python workers to create
-the source and plan the read), with the rate once it is taken out.
+MB/s is object bytes over wall time for all three. The brokers' object compaction is off, so the
+objects stay the ones the brokers uploaded (stream-set objects of up to 8 MiB, each holding several
+partitions' streams) and the raw GET and the data source read the same objects in every round
+(with compaction on, objects older than a minute are rewritten and the replaced ones deleted in
+the middle of a run). The CPU seconds each process spent (S3 server, the reader, Spark's JVM,
+its Python workers) are reported per read, from /proc: on 2 cores the reads are CPU-bound, so
+that is where the time goes. Spark's start-up and a first full read (JVM and Python worker
+warm-up) are measured apart, and so is the fixed cost of a query (a one-record-per-partition
+read: Spark starts Python workers to create the source and plan the read).
 """
 from __future__ import annotations
 
@@ -24,7 +33,7 @@ import sys
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Iterator
 
 from tools.admin import Admin
 from tools.client import TopicPartition
@@ -84,6 +93,111 @@ async def wait_committed(options: ReadOptions, records: int, timeout_s: float = 
         await asyncio.sleep(0.02)
 
 
+NO_COMPACTION = {"storage": {"compaction_interval_ms": 0}}
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_s(pid: int, with_children: bool = True) -> float:
+    """CPU seconds of one process (user + system, plus its waited-for children's), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15 if with_children else 13]) / CLOCK_TICKS_PER_S
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def _tree_cpu_s(pid: int) -> float:
+    try:
+        return _cpu_s(pid) + sum(_tree_cpu_s(c) for c in _children(pid))
+    except OSError:
+        return 0.0
+
+
+class CpuMeter:
+    """CPU seconds spent by named processes over a ``with`` block (Linux /proc; empty elsewhere).
+    ``("tree", pid)`` counts a process with its descendants, ``("children", pid)`` only the
+    descendants (Spark's Python workers under the JVM), ``("own", pid)`` the process alone, and
+    ``("self", 0)`` this process's threads."""
+
+    def __init__(self, processes: dict[str, tuple[str, int]]) -> None:
+        self.processes = processes if os.path.isdir("/proc") else {}
+        self.cpu_s: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        out = {}
+        for name, (kind, pid) in self.processes.items():
+            if kind == "self":
+                out[name] = time.process_time()
+            elif kind == "own":
+                out[name] = _cpu_s(pid, with_children=False)
+            elif kind == "children":
+                out[name] = sum(_tree_cpu_s(c) for c in _children(pid))
+            else:
+                out[name] = _tree_cpu_s(pid)
+        return out
+
+    def __enter__(self) -> "CpuMeter":
+        self._start = self._read()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        end = self._read()
+        self.cpu_s = {k: round(end[k] - self._start[k], 2) for k in end}
+
+
+def spark_floor_source(rows_per_partition: int, partitions: int, value_bytes: int) -> Any:
+    """A Python data source of ``partitions`` x ``rows_per_partition`` rows with the ferry source's
+    columns and values of ``value_bytes``: one Arrow batch is built per partition and yielded over
+    and over, so its read costs Spark's hand-off and the query only."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from tools.spark_read.source import KAFKA_SCHEMA_DDL
+
+    class FloorReader(DataSourceReader):  # type: ignore[misc]
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(p) for p in range(partitions)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            import numpy as np
+            import pyarrow as pa
+
+            n = min(10_000, rows_per_partition)
+            value = os.urandom(value_bytes)
+            batch = pa.RecordBatch.from_arrays(
+                [pa.array([b"key-%d" % (i % 1000) for i in range(n)], pa.binary()), pa.array([value] * n, pa.binary()),
+                 pa.array([TOPIC] * n, pa.string()), pa.array(np.full(n, partition.value, dtype=np.int32)),
+                 pa.array(np.arange(n, dtype=np.int64)),
+                 pa.array(np.full(n, 1_700_000_000_000_000, dtype=np.int64), pa.timestamp("us", tz="UTC")),
+                 pa.array(np.zeros(n, dtype=np.int32))],
+                names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])
+            for first in range(0, rows_per_partition, n):
+                yield batch.slice(0, min(n, rows_per_partition - first))
+
+    class FloorSource(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "ferry-perf-floor"
+
+        def schema(self) -> str:
+            return KAFKA_SCHEMA_DDL
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return FloorReader()
+
+    return FloorSource
+
+
 def raw_get_mb_s(options: ReadOptions, keys: dict[str, int]) -> tuple[float, int]:
     """Every object GET whole, RAW_GET_THREADS at a time: MB/s and bytes."""
     from stream_storage.s3_store import make_s3_client
@@ -99,12 +213,12 @@ def raw_get_mb_s(options: ReadOptions, keys: dict[str, int]) -> tuple[float, int
     return total / MiB / (time.perf_counter() - started), total
 
 
-def spark_read(spark: Any, opts: dict[str, str]) -> tuple[float, int, int]:
+def spark_read(spark: Any, opts: dict[str, str], fmt: str = "ferry") -> tuple[float, int, int]:
     """Seconds, records and value bytes of one full read through the data source."""
     from pyspark.sql import functions as F
 
     started = time.perf_counter()
-    row = (spark.read.format("ferry").options(**opts).load()
+    row = (spark.read.format(fmt).options(**opts).load()
            .agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0])
     return time.perf_counter() - started, int(row["n"]), int(row["bytes"] or 0)
 
@@ -114,7 +228,7 @@ def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: i
     from tools.rebalance.spark_session import spark_session
     from tools.spark_read import register
 
-    with LocalCluster(brokers=3) as cluster:
+    with LocalCluster(brokers=3, broker_overrides=NO_COMPACTION) as cluster:
         async def create() -> None:
             async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
                 await admin.create_topic(TOPIC, partitions)
@@ -132,25 +246,45 @@ def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: i
         started = time.perf_counter()
         spark = spark_session(master, app_name="ferry-perf-spark-read")
         register(spark)
+        floor = spark_floor_source(records // partitions, partitions, record_bytes)
+        spark.dataSource.register(floor)
         startup_s = time.perf_counter() - started
+        jvm = [c for c in _children(os.getpid()) if _is_java(c)]
+        raw_cpu = CpuMeter({"s3_server": ("tree", cluster.s3.process.pid), "reader": ("self", 0)})
+        spark_procs = {"s3_server": ("tree", cluster.s3.process.pid)}
+        if jvm:
+            spark_procs.update({"spark_jvm": ("own", jvm[0]), "python_workers": ("children", jvm[0])})
+        spark_cpu, floor_cpu = CpuMeter(spark_procs), CpuMeter(spark_procs)
         # one untimed full read: every Python worker imports, builds its S3 client and loads Arrow
         warm_s, _n, _b = spark_read(spark, opts)
         # the fixed cost of a query: Spark starts Python workers to create the source and plan
         # the read (imports, controller metadata) whatever the size; a one-record-per-partition read
         tiny = dict(opts, endingOffsets=json.dumps({TOPIC: {str(s.partition): s.start_offset + 1 for s in streams}}))
         overhead_s = min(spark_read(spark, tiny)[0] for _ in range(2))
-        raw, spark_runs = [], []
+        spark_read(spark, {}, floor.name())  # warm-up
+        raw, spark_runs, floor_runs = [], [], []
+        raw_cpus, spark_cpus, floor_cpus = [], [], []
         total_bytes = 0
         for _ in range(rounds):
-            mb_s, total_bytes = raw_get_mb_s(options, objects)
+            with raw_cpu:
+                mb_s, total_bytes = raw_get_mb_s(options, objects)
             raw.append(mb_s)
-            seconds, n, value_bytes = spark_read(spark, opts)
+            raw_cpus.append(raw_cpu.cpu_s)
+            with spark_cpu:
+                seconds, n, value_bytes = spark_read(spark, opts)
             if n != records or value_bytes != records * record_bytes:
                 raise RuntimeError(f"the data source read {n} records ({value_bytes} value bytes), "
                                    f"expected {records} ({records * record_bytes})")
             spark_runs.append(total_bytes / MiB / seconds)
+            spark_cpus.append(spark_cpu.cpu_s)
+            with floor_cpu:
+                seconds, n, value_bytes = spark_read(spark, {}, floor.name())
+            if n != records - records % partitions:
+                raise RuntimeError(f"the floor source gave {n} rows, expected {records - records % partitions}")
+            floor_runs.append(total_bytes / MiB / seconds)
+            floor_cpus.append(floor_cpu.cpu_s)
         spark.stop()
-    best_raw, best_spark = max(raw), max(spark_runs)
+    best_raw, best_spark, best_floor = max(raw), max(spark_runs), max(floor_runs)
     best_s = total_bytes / MiB / best_spark
     streaming_mb_s = total_bytes / MiB / max(1e-9, best_s - overhead_s)
     return {
@@ -163,8 +297,21 @@ def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: i
         "spark_query_overhead_s": overhead_s, "spark_read_mb_s_after_overhead": streaming_mb_s,
         "ratio_after_overhead": streaming_mb_s / best_raw,
         "raw_get_mb_s_runs": raw, "spark_read_mb_s_runs": spark_runs,
+        "spark_floor_mb_s": best_floor, "floor_ratio": best_floor / best_raw, "spark_floor_mb_s_runs": floor_runs,
+        "spark_read_vs_floor": best_spark / best_floor,
+        "cpu_s": {"raw_get": raw_cpus[raw.index(best_raw)], "spark_read": spark_cpus[spark_runs.index(best_spark)],
+                  "spark_floor": floor_cpus[floor_runs.index(best_floor)]},
+        "layout": "objects as uploaded (compaction off)",
         "target_ratio": TARGET_RATIO, "meets_target": best_spark / best_raw >= TARGET_RATIO,
     }
+
+
+def _is_java(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"java" in f.read().split(b"\0")[0]
+    except OSError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,7 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     table.add_row(f"raw S3 GET ({RAW_GET_THREADS} threads)", f"{result['raw_get_mb_s']:.1f}", "1.00")
     table.add_row(f"data source ({result['master']})", f"{result['spark_read_mb_s']:.1f}",
                   f"{result['ratio']:.2f} (target ≥ {TARGET_RATIO})")
+    table.add_row(f"Spark floor: in-memory rows ({result['master']})", f"{result['spark_floor_mb_s']:.1f}",
+                  f"{result['floor_ratio']:.2f}")
     Console().print(table)
+    for name, cpu in result["cpu_s"].items():
+        print(f"CPU seconds, {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
     print(f"fixed cost of a query (Python workers that create the source and plan the read): "
           f"{result['spark_query_overhead_s']:.1f} s; without it {result['spark_read_mb_s_after_overhead']:.1f} MB/s "
           f"({result['ratio_after_overhead']:.2f} x raw)")
