@@ -215,3 +215,46 @@ def test_blocks_located_while_planning_are_the_tasks_run():
     with pytest.raises(FerryError) as err:
         blocks_for_task(built.index, ReadTask("t", 0, 8, 125, 160, (span,)), span)
     assert err.value.error == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_varied_records_decode_as_the_strict_reader_does():
+    """Multi-byte varints in every field (timestamps far apart, offset deltas past 63, values of
+    0 B to 20 KiB, empty and null keys and values) decode exactly as the strict reader does."""
+    import random
+
+    rng = random.Random(7)
+    buf = bytearray()
+    for b in range(4):
+        recs = []
+        for i in range(300):
+            key = None if rng.random() < 0.1 else os.urandom(rng.choice([0, 3, 12, 13, 200]))
+            value = None if rng.random() < 0.1 else os.urandom(rng.choice([0, 1, 11, 1024, 20_000]))
+            recs.append(Record(0, 1_700_000_000_000 + rng.randrange(0, 1 << 40), key, value, ()))
+        buf += build_batch(recs)
+    assign_offsets(buf, 5000)
+    data = bytes(buf)
+    expected = [r for r in read_records(data) if 5100 <= r.offset < 6150]
+    out = Columns()
+    assert decode_batches(data, 5100, 6150, out, check_batch_crc=False) == 6200
+    batch = to_arrow(out, "t", 0)
+    assert batch.column("offset").to_pylist() == [r.offset for r in expected]
+    assert batch.column("key").to_pylist() == [r.key for r in expected]
+    assert batch.column("value").to_pylist() == [r.value for r in expected]
+    assert out.timestamps_ms == [r.timestamp_ms for r in expected]
+
+
+@pytest.mark.parametrize("damage", ["record length", "value length"])
+def test_records_that_do_not_parse_are_corrupt_even_without_the_batch_crc(damage):
+    """With the batch CRC left to the object block's, a record whose length or value length does
+    not fit its batch is still CORRUPT_MESSAGE, never a row pointing at other bytes."""
+    data = bytearray(build_batch([Record(0, 1_700_000_000_000, b"k", b"v" * 100, ())] * 3))
+    first_record = 61  # record: length (2 bytes), attributes, ts delta, offset delta, key length, key, value length
+    if damage == "record length":
+        data[first_record:first_record + 2] = bytes([0xFE, 0x03])  # 255 bytes: past the batch
+    else:
+        value_length = first_record + 2 + 5
+        assert data[value_length:value_length + 2] == bytes([0xC8, 0x01])  # 100
+        data[value_length:value_length + 2] = bytes([0xCA, 0x01])  # 101: one byte past the record
+    with pytest.raises(FerryError) as err:
+        decode_batches(bytes(data), 0, 10**9, Columns(), "t-0", check_batch_crc=False)
+    assert err.value.error == ErrorCode.CORRUPT_MESSAGE
