@@ -258,3 +258,51 @@ def test_records_that_do_not_parse_are_corrupt_even_without_the_batch_crc(damage
     with pytest.raises(FerryError) as err:
         decode_batches(bytes(data), 0, 10**9, Columns(), "t-0", check_batch_crc=False)
     assert err.value.error == ErrorCode.CORRUPT_MESSAGE
+
+
+def _offsets_batch(first: int, last: int):  # type: ignore[no-untyped-def]
+    return pa.record_batch({"offset": pa.array(range(first, last), pa.int64())})
+
+
+def test_a_read_whose_object_was_compacted_away_goes_on_from_the_new_objects():
+    """An object deleted after the plan (replaced by a compacted one) is re-planned from the last
+    offset handed on: every offset once, in order; offsets no object holds are OFFSET_OUT_OF_RANGE."""
+    from stream_storage.object_store import ObjectNotFound
+    from tools.spark_read.offsets import ObjectSpan, ReadTask
+    from tools.spark_read.source import read_resuming
+
+    old = (ObjectSpan("a", 0, 50, 1), ObjectSpan("b", 50, 100, 1))
+    new = (ObjectSpan("a", 0, 50, 1), ObjectSpan("ab", 50, 100, 1))
+    calls = []
+
+    def read(task, blocks):  # type: ignore[no-untyped-def]
+        calls.append((task.start_offset, [o.object_key for o in task.objects], blocks))
+        yield _offsets_batch(task.start_offset, 50) if task.start_offset < 50 else _offsets_batch(task.start_offset, 60)
+        if any(o.object_key == "b" for o in task.objects):
+            raise ObjectNotFound("b")
+        if task.start_offset < 60:
+            yield _offsets_batch(60, 100)
+
+    task = ReadTask("t", 0, 7, 10, 100, old)
+    got = [o for b in read_resuming(task, [["x"], ["y"]], read, lambda t: new) for o in b.column("offset").to_pylist()]
+    assert got == list(range(10, 100))
+    assert calls == [(10, ["a", "b"], [["x"], ["y"]]), (50, ["ab"], None)]
+
+    def always_gone(task, blocks):  # type: ignore[no-untyped-def]
+        raise ObjectNotFound("b")
+        yield  # pragma: no cover
+
+    with pytest.raises(FerryError) as err:
+        list(read_resuming(task, None, always_gone, lambda t: (ObjectSpan("c", 60, 100, 1),)))
+    assert err.value.error == ErrorCode.OFFSET_OUT_OF_RANGE and "10..100" in err.value.message
+    with pytest.raises(FerryError) as err:
+        list(read_resuming(task, None, always_gone, lambda t: new, max_replans=2))
+    assert err.value.error == ErrorCode.OFFSET_OUT_OF_RANGE and "2 times" in err.value.message
+
+
+def test_covering_objects_needs_every_offset():
+    from tools.spark_read.offsets import ObjectSpan, covering_objects
+
+    spans = (ObjectSpan("a", 0, 50, 1), ObjectSpan("b", 50, 80, 1), ObjectSpan("c", 90, 100, 1))
+    assert [o.object_key for o in covering_objects(spans, 10, 80)] == ["a", "b"]
+    assert covering_objects(spans, 60, 95) is None and covering_objects(spans, 95, 101) is None

@@ -141,3 +141,22 @@ def test_key_counts_example_job(spark, cluster, produced, capsys):
     assert out.startswith(f"{len(acked)} records, {len(want)} distinct keys") and len(out.splitlines()) == 5
     assert key_counts.main(argv[:1] + ["missing-topic"] + argv[2:]) == 1
     assert "Error: UNKNOWN_TOPIC_OR_PARTITION: topic 'missing-topic' does not exist" in capsys.readouterr().err
+
+
+def test_an_object_gone_since_the_plan_is_read_from_the_streams_objects_now(cluster, produced):
+    """An executor whose planned object no longer exists (compaction replaced and deleted it) asks
+    the controllers for the stream's objects again and reads the rest from there: the real S3
+    endpoint's NoSuchKey, the real controllers, every record of the partition once and in order."""
+    from dataclasses import replace
+
+    from tools.spark_read.offsets import ObjectSpan
+    from tools.spark_read.source import FerryInputPartition, FerryReader
+
+    acked, _visible = produced
+    reader = FerryReader(ReadOptions.parse(options(cluster)))
+    planned = next(p for p in reader.partitions() if p.task.partition == 1)
+    first = planned.task.objects[0]
+    gone = ObjectSpan(first.object_key + "-compacted-away", first.start_offset, first.end_offset, first.size)
+    stale = FerryInputPartition(replace(planned.task, objects=(gone, *planned.task.objects[1:])), planned.blocks)
+    offsets = [o for batch in reader.read(stale) for o in batch.column("offset").to_pylist()]
+    assert offsets == sorted(o for p, o, *_ in acked if p == 1)

@@ -250,8 +250,9 @@ def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: i
         spark.dataSource.register(floor)
         startup_s = time.perf_counter() - started
         jvm = [c for c in _children(os.getpid()) if _is_java(c)]
-        raw_cpu = CpuMeter({"s3_server": ("tree", cluster.s3.process.pid), "reader": ("self", 0)})
-        spark_procs = {"s3_server": ("tree", cluster.s3.process.pid)}
+        s3_pid = cluster.s3.process.pid if cluster.s3 is not None and cluster.s3.process is not None else None
+        raw_cpu = CpuMeter({"reader": ("self", 0), **({"s3_server": ("tree", s3_pid)} if s3_pid else {})})
+        spark_procs = {"s3_server": ("tree", s3_pid)} if s3_pid else {}
         if jvm:
             spark_procs.update({"spark_jvm": ("own", jvm[0]), "python_workers": ("children", jvm[0])})
         spark_cpu, floor_cpu = CpuMeter(spark_procs), CpuMeter(spark_procs)

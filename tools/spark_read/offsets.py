@@ -157,6 +157,18 @@ def _objects_for(objects: Sequence[ObjectSpan], start: int, end: int) -> tuple[O
     return tuple(o for o in objects if o.end_offset > start and o.start_offset < end)
 
 
+def covering_objects(objects: Sequence[ObjectSpan], start: int, end: int) -> tuple[ObjectSpan, ...] | None:
+    """The objects holding ``[start, end)`` back to back, or None when some offset of it is in none
+    (trimmed, or the list is from before a rewrite). Pure."""
+    spans = sorted(_objects_for(objects, start, end), key=lambda o: o.start_offset)
+    reached = start
+    for span in spans:
+        if span.start_offset > reached:
+            return None
+        reached = max(reached, span.end_offset)
+    return tuple(spans) if reached >= end else None
+
+
 def _split_points(objects: Sequence[ObjectSpan], start: int, end: int, pieces: int) -> list[int]:
     """Cut ``[start, end)`` into ``pieces`` ranges of about equal offsets, moving each cut to the
     nearest object boundary when one is within a quarter piece (so few objects are read twice)."""

@@ -346,8 +346,9 @@ def to_arrow(out: Columns, topic: str, partition: int) -> Any:
 
     n = len(out)
     firsts = [first for _b, first in out.runs] + [n]
+    run_rows = [end - first for first, end in zip(firsts, firsts[1:])]
     buffer_of_row = np.repeat(np.asarray([b for b, _f in out.runs], dtype=np.int64),
-                              np.diff(np.asarray(firsts, dtype=np.int64)))
+                              np.asarray(run_rows, dtype=np.int64))
     used = sorted({b for (b, first), end in zip(out.runs, firsts[1:]) if end > first})
     micros = out.column("timestamps_ms") * 1000  # no Arrow cast kernel (slow to load)
     arrays = [_binary_column(out.buffers, used, buffer_of_row, out.column("key_positions"), out.column("key_lengths")),

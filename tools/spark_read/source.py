@@ -3,10 +3,13 @@
 On the driver, ``partitions()`` asks the controllers (``bootstrap.controller``, or brokers'
 addresses in ``bootstrap.servers``) for each partition's data stream and its committed objects,
 resolves ``startingOffsets`` / ``endingOffsets`` and cuts the read into input partitions
-(``tools/spark_read/offsets.py``). On the executors, ``read()`` GETs each object's tail (footer and
-index), then one ranged GET of the stream's blocks, checks the CRCs and decodes the batches into
-Arrow (``records.py``), while the next objects download in the background. Brokers are never
-involved, so a read does not load the cluster and sees only what was uploaded and committed.
+(``tools/spark_read/offsets.py``), then GETs each object's tail (footer and index) once and hands
+every input partition the run of blocks it reads in each object. On the executors, ``read()``
+makes one ranged GET per object, checks the block CRCs and decodes the batches into Arrow
+(``records.py``), while the next objects download in the background. Brokers are never involved,
+so a read does not load the cluster and sees only what was uploaded and committed. An object
+that compaction replaced after the plan (and deleted) makes the executor ask the controllers for
+the stream's objects again and go on from the last offset it handed to Spark.
 
 Options (case-insensitive, as Spark passes them):
 
@@ -29,8 +32,8 @@ from __future__ import annotations
 import asyncio
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
@@ -41,8 +44,9 @@ from stream_storage.object_format import (
     TAIL_READ_BYTES, IndexEntry, ObjectIndex, check_block, parse_index, parse_tail,
 )
 from tools.spark_read import FORMAT_NAME
+from stream_storage.object_store import ObjectNotFound
 from tools.spark_read.offsets import (
-    EARLIEST, LATEST, ObjectSpan, OffsetSpec, PartitionStream, ReadTask, parse_offsets, parse_stream,
+    EARLIEST, LATEST, ObjectSpan, OffsetSpec, PartitionStream, ReadTask, covering_objects, parse_offsets, parse_stream,
     plan_read_tasks,
     resolve_ranges,
 )
@@ -138,6 +142,15 @@ async def describe_streams(options: ReadOptions) -> list[PartitionStream]:
     return [parse_stream(t, p, sid, d) for (t, p, sid), d in zip(wanted, described)]
 
 
+async def describe_stream_objects(options: ReadOptions, task: ReadTask) -> tuple[ObjectSpan, ...]:
+    """The committed objects of the task's stream now (an executor re-planning a read)."""
+    from tools.admin import Admin
+
+    async with Admin(options.bootstrap_servers, options.bootstrap_controllers) as admin:
+        described = await admin.read("describe_stream", {"stream_id": task.stream_id})
+    return parse_stream(task.topic, task.partition, task.stream_id, described).objects
+
+
 @dataclass(frozen=True)
 class FerryInputPartition(InputPartition):  # type: ignore[misc]
     """One read task, with where its stream's blocks sit in each of its objects (read from the
@@ -164,8 +177,15 @@ class FerryReader(DataSourceReader):  # type: ignore[misc]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, FerryInputPartition)
-        yield from read_task(self.options.s3, partition.task, self.options.include_headers,
-                             self.options.max_rows_per_batch, partition.blocks)
+        options = self.options
+
+        def read(task: ReadTask, blocks: Sequence[Sequence[IndexEntry]] | None) -> Iterator[Any]:
+            return read_task(options.s3, task, options.include_headers, options.max_rows_per_batch, blocks)
+
+        def current_objects(task: ReadTask) -> Sequence[ObjectSpan]:
+            return asyncio.run(describe_stream_objects(options, task))
+
+        yield from read_resuming(partition.task, partition.blocks, read, current_objects)
 
 
 class FerryDataSource(DataSource):  # type: ignore[misc]
@@ -201,8 +221,51 @@ def unwrap_spark_error(exc: BaseException) -> FerryError | None:
 
 
 def _get(client: Any, bucket: str, key: str, first: int, last: int) -> bytes:
-    body: bytes = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={first}-{last}")["Body"].read()
+    """Bytes ``first..last`` of an object; a missing object is ObjectNotFound (it may have been
+    replaced by compaction after the read was planned: see :func:`read_resuming`)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        body: bytes = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={first}-{last}")["Body"].read()
+    except ClientError as exc:
+        if str(exc.response.get("Error", {}).get("Code", "")) in ("NoSuchKey", "404", "NotFound"):
+            raise ObjectNotFound(key) from None
+        raise
     return body
+
+
+MAX_REPLANS = 3
+
+
+def read_resuming(task: ReadTask, blocks: Sequence[Sequence[IndexEntry]] | None,
+                  read: Callable[[ReadTask, Sequence[Sequence[IndexEntry]] | None], Iterator[Any]],
+                  current_objects: Callable[[ReadTask], Sequence[ObjectSpan]],
+                  max_replans: int = MAX_REPLANS) -> Iterator[Any]:
+    """``read(task, blocks)``'s Arrow batches; when an object of the plan is gone, the rest of the
+    task (after the last offset handed on) is re-planned on the stream's objects as they are now.
+
+    A broker's compaction rewrites small objects into one and deletes the replaced ones
+    ``compaction_delete_delay_ms`` (10 s) after the commit: a Spark job longer than that reads
+    objects the controllers no longer list. The records are still stored, in the new object.
+    Offsets no object holds any more (trimmed since) are OFFSET_OUT_OF_RANGE."""
+    name = f"{task.topic}-{task.partition}"
+    resume = task.start_offset
+    for replans in range(max_replans + 1):
+        try:
+            for batch in read(task, blocks):
+                if batch.num_rows:
+                    resume = int(batch.column("offset")[batch.num_rows - 1].as_py()) + 1
+                yield batch
+            return
+        except ObjectNotFound as gone:
+            if replans == max_replans:
+                raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE, f"{name}: object {gone.key!r} is gone, "
+                                 f"{max_replans} times after re-planning; the stream is being rewritten") from None
+            spans = covering_objects(current_objects(task), resume, task.end_offset)
+            if spans is None:
+                raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE, f"{name}: offsets {resume}..{task.end_offset} "
+                                 "are no longer stored (trimmed after the read was planned)") from None
+            task, blocks = replace(task, start_offset=resume, objects=spans), None
 
 
 def read_index(client: Any, s3: S3Config, obj: ObjectSpan) -> ObjectIndex:
