@@ -34,6 +34,7 @@ perf: $(STAMP)
 	$(VENV)/bin/ferry perf quorum
 	$(VENV)/bin/ferry perf streams
 	$(VENV)/bin/ferry perf move
+	$(VENV)/bin/ferry perf move --compare
 	$(VENV)/bin/ferry perf rebalance
 	$(VENV)/bin/ferry perf kafka
 	$(VENV)/bin/ferry perf scale

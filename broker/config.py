@@ -56,6 +56,12 @@ class BrokerConfig:
     gc_grace_ms: NonNegativeInt = 600000  # an unnamed object younger than this is left alone (an upload about to commit)
     alter_log_dirs_max_bytes_per_second: NonNegativeInt = 0  # replica.alter.log.dirs.io.max.bytes.per.second; 0 = unlimited
     shutdown_timeout_ms: PositiveInt = 30000
+    # storage=local replication, as Kafka names them (replica.lag.time.max.ms, replica.fetch.wait.max.ms,
+    # replica.high.watermark.checkpoint.interval.ms, request.timeout.ms of an acks=all produce)
+    replica_lag_time_max_ms: PositiveInt = 30000
+    replica_fetch_wait_max_ms: PositiveInt = 500
+    replica_high_watermark_checkpoint_interval_ms: PositiveInt = 5000
+    produce_request_timeout_ms: PositiveInt = 30000
     log_level: str = "INFO"
     # When set: clients need a bearer token, and the broker sends internal_token to the controllers.
     security: NodeSecurity | None = None

@@ -150,14 +150,16 @@ def recovery_plan(names: Iterable[str]) -> list[RecoveryStep]:
     return plan
 
 
-def next_dir_state(state: LogDirState, usable_bytes: int, reserved_bytes: int, io_error: bool = False) -> LogDirState:
-    """KIP-928: a dir is saturated once its free space falls below the reserve, and online again
-    only when twice the reserve is free (the released reserve alone must not flip it back); an
-    I/O error makes it offline for good (until restart)."""
+def next_dir_state(state: LogDirState, usable_bytes: int, reserved_bytes: int, io_error: bool = False,
+                   disk_full: bool = False, min_free_bytes: int = 0) -> LogDirState:
+    """KIP-928: a dir is saturated once its free space falls below the reserve or a write failed
+    with ENOSPC (``disk_full``), and online again only when twice the reserve and at least
+    ``min_free_bytes`` are free (the released reserve alone must not flip it back, nor the few
+    bytes a failed write leaves); an I/O error makes it offline for good (until restart)."""
     if state is LogDirState.OFFLINE or io_error:
         return LogDirState.OFFLINE
-    if usable_bytes < reserved_bytes:
+    if disk_full or usable_bytes < reserved_bytes:
         return LogDirState.SATURATED
-    if state is LogDirState.SATURATED and usable_bytes < 2 * reserved_bytes:
+    if state is LogDirState.SATURATED and usable_bytes < max(2 * reserved_bytes, min_free_bytes):
         return LogDirState.SATURATED
     return LogDirState.ONLINE

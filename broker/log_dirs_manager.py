@@ -18,8 +18,9 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from broker.log_dirs import (LogDirInfo, LogDirState, delete_dir_name, future_dir_name, next_dir_state,
-                             partition_dir_name, recovery_plan, validate_log_dir)
+from broker.local_dir_move import ACTION_DELETE, ACTION_PROMOTE, ACTION_RESUME, recovery_actions
+from broker.log_dirs import (FUTURE_SUFFIX, MAX_DIR_NAME_CHARS, LogDirInfo, LogDirState, delete_dir_name,
+                             future_dir_name, next_dir_state, parse_dir_name, partition_dir_name, validate_log_dir)
 from metadata_quorum.errors import ErrorCode, FerryError
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ferry.broker.logdirs")
 META_PROPERTIES = "meta.properties"
 RESERVED_FILE = ".ferry-reserved"
+DISK_FULL_MIN_FREE_BYTES = 256 * 1024  # a dir saturated by ENOSPC is online again with this much free
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class LogDirsManager:
         self._state: dict[str, LogDirState] = {p: LogDirState.ONLINE for p in self.paths}
         self._space: dict[str, tuple[int, int]] = {}
         self._futures: dict[tuple[str, int], str] = {}
+        self._resumable: list[str] = []  # local replicas' -future dirs whose move resumes
+        self._full: set[str] = set()  # dirs saturated by a failed write, not by the reserve check
         self._alter_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ start-up
@@ -55,13 +59,23 @@ class LogDirsManager:
             try:
                 os.makedirs(path, exist_ok=True)
                 self.dirs.append(LogDir(self._dir_id(path), path))
-                self._recover(path)
+            except OSError as exc:
+                self._offline(path, exc)
+        self._recover_all()
+        for path in self.paths:
+            if self._state[path] is LogDirState.OFFLINE:
+                continue
+            try:
                 self._reserve(path)
                 self._refresh(path)
             except OSError as exc:
-                log.error("log dir %s is offline: %s", path, exc)
-                self._state[path] = LogDirState.OFFLINE
-                self.dirs.append(LogDir(uuid.uuid5(uuid.NAMESPACE_URL, path).hex, path))
+                self._offline(path, exc)
+
+    def _offline(self, path: str, exc: OSError) -> None:
+        log.error("log dir %s is offline: %s", path, exc)
+        self._state[path] = LogDirState.OFFLINE
+        if not any(d.path == path for d in self.dirs):
+            self.dirs.append(LogDir(uuid.uuid5(uuid.NAMESPACE_URL, path).hex, path))
 
     @staticmethod
     def _dir_id(path: str) -> str:
@@ -80,20 +94,58 @@ class LogDirsManager:
         os.replace(tmp, meta)
         return dir_id
 
-    def _recover(self, path: str) -> None:
-        for step in recovery_plan(os.listdir(path)):
-            full = os.path.join(path, step.name)
-            if step.action == "delete":
-                log.info("log dir recovery: deleting %s", full)
-                shutil.rmtree(full, ignore_errors=True)
-            elif step.action == "promote":
-                topic_partition = _read_topic_partition(full)
-                if topic_partition is None:
+    def _recover_all(self) -> None:
+        """KIP-113 start-up recovery across all online dirs (local_dir_move.recovery_actions): a
+        local replica's unfinished move is left for its partition to resume (``take_future``)."""
+        listing: dict[str, list[str]] = {}
+        for path in self.paths:
+            if self._state[path] is LogDirState.OFFLINE:
+                continue
+            try:
+                listing[path] = os.listdir(path)
+            except OSError as exc:
+                self._offline(path, exc)
+        resumable = [(p, n) for p, names in listing.items() for n in names
+                     if n.endswith(FUTURE_SUFFIX) and _holds_segments(os.path.join(p, n))]
+        offline = [p for p in self.paths if self._state[p] is LogDirState.OFFLINE]
+        for step in recovery_actions(listing, resumable, offline):
+            full = os.path.join(step.log_dir, step.name)
+            try:
+                if step.action == ACTION_DELETE:
+                    log.info("log dir recovery: deleting %s", full)
                     shutil.rmtree(full, ignore_errors=True)
-                    continue
-                dest = os.path.join(path, partition_dir_name(*topic_partition))
-                log.info("log dir recovery: promoting %s to %s", full, dest)
-                os.replace(full, dest)
+                elif step.action == ACTION_RESUME:
+                    log.info("log dir recovery: %s resumes its move", full)
+                    self._resumable.append(full)
+                elif step.action == ACTION_PROMOTE:
+                    self._promote(step.log_dir, step.name)
+            except OSError as exc:
+                log.warning("log dir recovery of %s failed: %r", full, exc)
+
+    def _promote(self, log_dir: str, name: str) -> None:
+        full = os.path.join(log_dir, name)
+        parsed = parse_dir_name(name)
+        topic_partition = _read_topic_partition(full)
+        if topic_partition is None and parsed is not None and len(name) < MAX_DIR_NAME_CHARS:
+            topic_partition = (parsed.topic, parsed.partition)  # the name was not cut: it is whole
+        if topic_partition is None:
+            log.warning("log dir recovery: %s finished its swap but its full topic name is unknown; left alone",
+                        full)
+            return
+        dest = os.path.join(log_dir, partition_dir_name(*topic_partition))
+        log.info("log dir recovery: promoting %s to %s", full, dest)
+        os.replace(full, dest)
+
+    def take_future(self, topic: str, partition: int) -> str | None:
+        """The future dir of a move of ``topic-partition`` found at start-up, handed over once."""
+        for full in self._resumable:
+            parsed = parse_dir_name(os.path.basename(full))
+            if parsed is not None and parsed.partition == partition and \
+                    (parsed.topic == topic or (len(os.path.basename(full)) == MAX_DIR_NAME_CHARS
+                                               and topic.startswith(parsed.topic))):
+                self._resumable.remove(full)
+                return full
+        return None
 
     def _reserve(self, path: str) -> None:
         """KIP-928: hold ``reserved_bytes`` in a file, released when the dir fills up so that
@@ -123,7 +175,10 @@ class LogDirsManager:
             st = shutil.disk_usage(path)
             self._space[path] = (st.total, st.free)
             before = self._state[path]
-            self._state[path] = next_dir_state(before, st.free, self.reserved_bytes)
+            self._state[path] = next_dir_state(before, st.free, self.reserved_bytes,
+                                               min_free_bytes=DISK_FULL_MIN_FREE_BYTES if path in self._full else 0)
+            if self._state[path] is LogDirState.ONLINE:
+                self._full.discard(path)
             if self._state[path] is LogDirState.SATURATED and before is not LogDirState.SATURATED:
                 reserved = os.path.join(path, RESERVED_FILE)
                 if os.path.exists(reserved):
@@ -150,6 +205,21 @@ class LogDirsManager:
                             await on_saturated(path)
                         except Exception as exc:  # noqa: BLE001 - retried at the next transition
                             log.warning("relieving saturated log dir %s failed: %r", path, exc)
+
+    def mark_full(self, path: str) -> None:
+        """A write in ``path`` failed with ENOSPC (KIP-928): saturated now, not at the next check;
+        online again once the space a write needs is free (``DISK_FULL_MIN_FREE_BYTES``)."""
+        path = os.path.normpath(path)
+        before = self._state.get(path)
+        if before is None or before is LogDirState.OFFLINE:
+            return
+        self._full.add(path)
+        self._state[path] = next_dir_state(before, 0, self.reserved_bytes, disk_full=True)
+        if before is not LogDirState.SATURATED:
+            log.warning("log dir %s is full (a write failed with ENOSPC): SATURATED", path)
+            reserved = os.path.join(path, RESERVED_FILE)
+            if os.path.exists(reserved):
+                os.unlink(reserved)
 
     def info(self, path: str) -> LogDirInfo:
         total, free = self._space.get(path, (0, 0))
@@ -211,6 +281,14 @@ def _read_topic_partition(replica_dir: str) -> tuple[str, int] | None:
         return fields["topic"], int(fields["partition"])
     except (OSError, KeyError, ValueError):
         return None
+
+
+def _holds_segments(path: str) -> bool:
+    """A local replica's dir (it has ``.log`` segments), not an s3 replica's metadata-only dir."""
+    try:
+        return any(n.endswith(".log") for n in os.listdir(path))
+    except OSError:
+        return False
 
 
 def _move_replica_dir(src_root: str, dst_root: str, topic: str, partition: int,

@@ -6,7 +6,7 @@ Both front ends answer from the same report and run moves through the same path,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from metadata_quorum.errors import ErrorCode, FerryError
 
@@ -37,7 +37,18 @@ class LogDirReport:
 TopicFilter = Callable[[str, int], bool]
 
 
-def log_dirs_report(log_dirs: "LogDirsManager", slots: Iterable["Slot"], wanted: TopicFilter) -> list[LogDirReport]:
+class LocalLogDirMoves(Protocol):
+    """The storage=local replicas' side (local_partitions.py): their moves run in the background."""
+
+    def is_local(self, topic: str) -> bool: ...
+
+    async def alter_log_dir(self, topic: str, partition: int, path: str) -> None: ...
+
+    def future_replicas(self) -> list[tuple[str, int, str, int, int]]: ...
+
+
+def log_dirs_report(log_dirs: "LogDirsManager", slots: Iterable["Slot"], wanted: TopicFilter,
+                    local: LocalLogDirMoves | None = None) -> list[LogDirReport]:
     """Each log dir with its space and the replicas in it (a replica being moved appears twice:
     in its current dir, and as the future replica in its target dir). Replicas of s3 partitions
     hold no records locally and lag nothing: their size is the data they own."""
@@ -50,6 +61,9 @@ def log_dirs_report(log_dirs: "LogDirsManager", slots: Iterable["Slot"], wanted:
     for (topic, partition), path in log_dirs.future_moves().items():
         if wanted(topic, partition):
             per_dir.setdefault(path, []).append(ReplicaInDir(topic, partition, 0, 0, True))
+    for topic, partition, path, size, lag in (local.future_replicas() if local is not None else ()):
+        if wanted(topic, partition):  # a local replica's future log: its size and how far behind it is
+            per_dir.setdefault(path, []).append(ReplicaInDir(topic, partition, size, lag, True))
     out = []
     for d in log_dirs.dirs:
         info = log_dirs.info(d.path)
@@ -61,13 +75,18 @@ def log_dirs_report(log_dirs: "LogDirsManager", slots: Iterable["Slot"], wanted:
 
 
 async def alter_replica_log_dirs(log_dirs: "LogDirsManager", manager: "PartitionManager",
-                                 moves: list[tuple[str, int, str]]) -> list[FerryError | None]:
+                                 moves: list[tuple[str, int, str]],
+                                 local: LocalLogDirMoves | None = None) -> list[FerryError | None]:
     """Move replicas (topic, partition, target path) one at a time in topic-partition order
-    (KIP-113); the outcomes come back in request order (None = moved, or already there)."""
+    (KIP-113); the outcomes come back in request order (None = moved, or already there; for a
+    storage=local replica: its copy started)."""
     outcome: dict[int, FerryError | None] = {}
     for i, (topic, partition, path) in sorted(enumerate(moves), key=lambda item: (item[1][0], item[1][1])):
         try:
-            await log_dirs.alter(manager, topic, partition, path)
+            if local is not None and local.is_local(topic):
+                await local.alter_log_dir(topic, partition, path)
+            else:
+                await log_dirs.alter(manager, topic, partition, path)
             outcome[i] = None
         except FerryError as exc:
             outcome[i] = exc

@@ -190,9 +190,7 @@ class PartitionManager:
     def _target(self, tp: TopicIdPartition, reg: PartitionRegistration, lead: bool, seen_ms: int, gained: bool,
                 elect: bool = False) -> None:
         topic = self.image.topics.by_id.get(tp.topic_id)
-        if reg.storage != STORAGE_S3:
-            log.warning("partition %s-%d has storage=%s, which this broker does not serve", tp.topic_id,
-                        tp.partition, reg.storage)
+        if reg.storage != STORAGE_S3:  # storage=local replicas are local_partitions.py's
             return
         slot = self.slots.get(tp)
         if slot is None:

@@ -24,7 +24,10 @@ from broker import admission
 from broker.config import BrokerConfig, load_config, wal_dirs_of
 from broker.heartbeat import Heartbeater
 from broker.load_sampler import LoadSampler, PartitionLoad
+from broker.local_partitions import LocalPartitions, LocalSlot
+from broker.local_replica import LocalReplica
 from broker.log_dirs_manager import LogDirsManager
+from broker import replica_fetch_http
 from broker.log_dirs_report import LogDirReport, TopicFilter, alter_replica_log_dirs, log_dirs_report
 from broker.metrics import BrokerMetrics
 from broker.partition_manager import PartitionManager, Slot
@@ -118,6 +121,8 @@ class Broker:
         self.storages: dict[str, Any] = {}  # log dir -> its stream storage (WAL, cache, uploader)
         self.object_store: Any = None
         self.manager: PartitionManager | None = None
+        self.local: LocalPartitions | None = None  # storage=local replicas (Kafka's replication)
+        self.fetch_client = replica_fetch_http.HttpReplicaFetchClient(internal_token, config.controller_timeout_ms)
         self.follower: FreshnessTrackingFollower | None = None
         self.heartbeater = Heartbeater(self._session_write, config.broker_id, config.heartbeat_interval_ms,
                                        config.session_timeout_ms, self._registration, self._metadata_offset,
@@ -186,6 +191,7 @@ class Broker:
         app.router.add_post("/v1/log-dirs/alter", self.alter_log_dirs)
         app.router.add_post("/v1/delete-records", self.delete_records_http)
         app.router.add_get("/v1/moves", self.moves)
+        app.router.add_get(replica_fetch_http.PATH, replica_fetch_http.handler(self.serve_replica_fetch))
         app.router.add_get("/v1/health", self.health)
         app.router.add_get("/metrics", self.prometheus)
         return app
@@ -222,6 +228,11 @@ class Broker:
                                         lambda b: wal_dirs_of(self.config.effective_wal_root, b),
                                         self.log_dirs, self.client.write_many,
                                         self.config.meta_checkpoint_interval_ms)
+        self.local = LocalPartitions(self.broker_id, self.log_dirs, self._write,
+                                     lambda: self.heartbeater.state.broker_epoch, self.fetch_client,
+                                     self.config.replica_lag_time_max_ms, self.config.replica_fetch_wait_max_ms,
+                                     self.config.replica_high_watermark_checkpoint_interval_ms,
+                                     self.config.produce_request_timeout_ms)
         # a long-poll must end well within the session timeout, or an idle image never counts as fresh
         poll_wait_ms = min(self.config.metadata_poll_wait_ms, self.config.session_timeout_ms // 4)
         self.follower = FreshnessTrackingFollower(self.session_client, self._on_metadata, max_wait_ms=poll_wait_ms)
@@ -254,6 +265,8 @@ class Broker:
         assert self.manager is not None
         try:
             self.manager.on_delta(delta, image)
+            if self.local is not None:
+                self.local.on_delta(delta, image)
         except Exception:  # noqa: BLE001 - never stop following the metadata log
             log.exception("applying metadata offset %d failed", image.offset)
         reg = image.cluster.brokers.get(self.broker_id)
@@ -286,6 +299,9 @@ class Broker:
             await self.follower.stop()
         if self.manager is not None:
             await self.manager.cancel_tasks()
+        if self.local is not None:
+            await self.local.close()
+        await self.fetch_client.close()
         if self.storages:
             await close_storage(list(self.storages.values()), self.object_store)
         if self.kafka is not None:
@@ -345,13 +361,16 @@ class Broker:
         if result.get("error") and result["error"] != "NONE":
             raise FerryError(ErrorCode.from_name(result["error"]), str(result.get("message", "")))
 
-    def partition_slot(self, topic: str, partition: int, for_write: bool, client_leader_epoch: int | None = None) -> Slot:
+    def partition_slot(self, topic: str, partition: int, for_write: bool,
+                       client_leader_epoch: int | None = None) -> Slot | LocalSlot:
         """The slot serving ``topic-partition`` here, or the Kafka error the client gets."""
         if self.manager is None:
             raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} is starting")
         view = self._view(topic, partition)
-        slot = self.manager.slot_by_name(topic, partition)
-        if slot is not None and slot.status.accepts_produce and slot.replica is not None and \
+        local = self.local is not None and self.local.is_local(topic)
+        slot = self.local.slot_by_name(topic, partition) if local and self.local is not None \
+            else self.manager.slot_by_name(topic, partition)
+        if isinstance(slot, Slot) and slot.status.accepts_produce and slot.replica is not None and \
                 slot.replica.streams_fenced:
             self.manager.on_fenced(slot, FerryError(ErrorCode.STREAM_FENCED, "an upload of this partition was fenced"))
         state = None
@@ -368,7 +387,7 @@ class Broker:
             admission.check_write_lease(self.broker_id, self.write_lease_valid())
         return slot
 
-    def _confirm_ack(self, topic: str, slot: Slot, replica: Any, lease_until_mono_s: float | None = None) -> None:
+    def _confirm_ack(self, topic: str, slot: Slot | LocalSlot, replica: Any, lease_until_mono_s: float | None = None) -> None:
         """See :func:`admission.may_acknowledge`: checked after the WAL sync, no await before the answer."""
         admission.may_acknowledge(
             topic, slot.tp.partition, self.broker_id, lease_valid=self.write_lease_valid(),
@@ -387,7 +406,8 @@ class Broker:
                         "expired", "fresh" if fresh else "not caught up within the session timeout")
         return heartbeat_ok and fresh
 
-    def _not_leader(self, topic: str, partition: int, leader: int, leader_epoch: int, slot: Slot | None) -> FerryError:
+    def _not_leader(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                    slot: Slot | LocalSlot | None) -> FerryError:
         return admission.not_leader(topic, partition, self.broker_id, admission.LeaderView(leader, leader_epoch),
                                     slot.status.state.value if slot is not None else None, self.leader_url(leader))
 
@@ -412,7 +432,8 @@ class Broker:
                 raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {slot.log_dir} is full (saturated)")
             lease = self.heartbeater.lease
             lease_until_mono_s = lease.sent_mono_s + lease.session_timeout_s if lease.sent_mono_s >= 0 else None
-            append = replica.append(body, infos)
+            append = replica.append_acked(body, infos, acks) if isinstance(replica, LocalReplica) \
+                else replica.append(body, infos)
             if acks == 0:
                 task = asyncio.ensure_future(append)
                 task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
@@ -420,7 +441,7 @@ class Broker:
             try:
                 base, last = await append
             except FerryError as exc:
-                if exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH):
+                if exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH) and isinstance(slot, Slot):
                     assert self.manager is not None
                     self.manager.on_fenced(slot, exc)
                     raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
@@ -455,6 +476,15 @@ class Broker:
         if data:
             replica.counters.records_out += sum(i.offset_count for i in batches.iter_batches(data))
         return ReadResult(data, replica.high_watermark, replica.log_start_offset, replica.leader_epoch)
+
+    async def serve_replica_fetch(self, topic: str, partition: int, replica_id: int, offset: int,
+                                  last_fetched_epoch: int, leader_epoch: int, max_bytes: int,
+                                  max_wait_ms: int) -> replica_fetch_http.ReplicaFetchResult:
+        """A follower's fetch of a storage=local partition this broker leads."""
+        if self.local is None:
+            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} is starting")
+        return await self.local.serve_replica_fetch(topic, partition, replica_id, offset, last_fetched_epoch,
+                                                    leader_epoch, max_bytes, max_wait_ms)
 
     def _is_gc_collector(self) -> bool:
         """The lowest-id live broker collects garbage (two at once would only repeat each other)."""
@@ -497,7 +527,7 @@ class Broker:
         raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest or timestamp")
 
     # ------------------------------------------------------------------ HTTP front end
-    def _slot_for(self, request: web.Request, for_write: bool) -> Slot:
+    def _slot_for(self, request: web.Request, for_write: bool) -> Slot | LocalSlot:
         topic, partition = request.match_info["topic"], _partition_param(request)
         return self.partition_slot(topic, partition, for_write, _epoch_param(request))
 
@@ -587,12 +617,15 @@ class Broker:
     # ------------------------------------------------------------------ log dirs
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:
         """This broker's log dirs and the replicas in them (the HTTP and Kafka front ends' answer)."""
-        return log_dirs_report(self.log_dirs, self.manager.slots.values() if self.manager is not None else (), wanted)
+        slots: list[Any] = list(self.manager.slots.values()) if self.manager is not None else []
+        if self.local is not None:
+            slots.extend(self.local.slots.values())
+        return log_dirs_report(self.log_dirs, slots, wanted, self.local)
 
     async def alter_replica_log_dirs(self, moves: list[tuple[str, int, str]]) -> list[FerryError | None]:
         if self.manager is None:
             return [FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"broker {self.broker_id} is starting")] * len(moves)
-        return await alter_replica_log_dirs(self.log_dirs, self.manager, moves)
+        return await alter_replica_log_dirs(self.log_dirs, self.manager, moves, self.local)
 
     async def describe_log_dirs(self, request: web.Request) -> web.Response:
         check_query_names(request.query, ("topics",))

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from rich.console import Console
 from rich.table import Table
 
@@ -186,7 +187,50 @@ async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitio
             console.print(f"[bold red]Read back FAILED[/]: {report.summary()}")
         if len(results) != moves:
             outcome.problem = outcome.problem or f"only {len(results)} of {moves} moves completed"
-        return report.ok and len(results) == moves and not kafka.errors and group_complete
+        classic_problem = await classic_move(cluster, admin, console, brokers, outcome.p50_ms)
+        outcome.problem = outcome.problem or classic_problem
+        return report.ok and len(results) == moves and not kafka.errors and group_complete and not classic_problem
+
+
+CLASSIC_DEMO_BYTES = 64 * 1024 * 1024
+CLASSIC_DEMO_TIMEOUT_S = 40
+
+
+async def classic_move(cluster: LocalCluster, admin: Admin, console: Console, brokers: list[int],
+                       ferry_p50_ms: float | None) -> str:
+    """One classic move beside the Ferry moves: a storage=local replica (Kafka's replication, RF 2)
+    of 64 MiB handed to another broker, which must copy the whole log before the move completes.
+    Returns what went wrong ("" when the move completed and the new replica holds the whole log)."""
+    from tools.perf.move import fill_partition
+    from tools.perf.move_compare import replica_bytes, wait_complete
+
+    topic = "demo-classic"
+    tp = TopicPartition(topic, 0)
+    src, keep, dst = brokers[0], brokers[1], brokers[2]
+    await admin.create_topic(topic, 1, assignments={0: [src, keep]}, storage="local",
+                             configs={"min.insync.replicas": "1"})
+    await admin.wait_for_leader(tp, src)
+    async with aiohttp.ClientSession() as session:
+        await fill_partition(session, cluster.broker_url(src), tp, CLASSIC_DEMO_BYTES)
+    log_bytes = replica_bytes(cluster, src, topic)
+    started = time.monotonic()
+    await admin.move_partition(tp, [dst, keep])
+    try:
+        await wait_complete(admin, tp, [dst, keep], CLASSIC_DEMO_TIMEOUT_S)
+    except TimeoutError as exc:
+        console.print(f"[bold red]Classic move FAILED[/]: {exc}")
+        return f"classic move: {exc}"
+    took_s = time.monotonic() - started
+    copied = replica_bytes(cluster, dst, topic)
+    if copied < log_bytes:
+        console.print(f"[bold red]Classic move FAILED[/]: broker {dst} holds {copied} of {log_bytes} bytes")
+        return f"classic move: broker {dst} holds {copied} of {log_bytes} bytes"
+    console.print(f"\nFor comparison, a classic storage=local partition of {log_bytes / (1024 * 1024):.0f} MiB "
+                  f"(Kafka's replication, RF 2) moved from broker {src} to broker {dst} in {took_s:.2f} s: the new "
+                  f"replica copied the whole log ({copied} bytes) before the move completed (Ferry moves above: "
+                  f"p50 {fmt_ms(ferry_p50_ms)} ms whatever the size; `ferry perf move --compare` measures both by "
+                  f"size).")
+    return ""
 
 
 def verdict(ok: bool, outcome: Outcome, leftover: list[int], elapsed_s: float) -> str:

@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker import replication_throttle as thr
 from metadata_quorum.errors import ErrorCode, FerryError
 from tools.admin import Admin, BrokerInfo, PartitionState
 from tools.client import RETRIABLE_CONNECTION_ERRORS, TopicPartition
@@ -355,6 +356,45 @@ def throttle_lines(throttle_bps: int, log_dir_throttle_bps: int) -> list[str]:
     return lines
 
 
+ALTER_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
+THROTTLE_RATE_KEYS = (thr.LEADER_RATE, thr.FOLLOWER_RATE)
+THROTTLE_REPLICA_KEYS = (thr.LEADER_REPLICAS, thr.FOLLOWER_REPLICAS)
+
+
+def throttle_resources(moves: dict[TopicPartition, tuple[list[int], list[int]]], rate_bps: int) -> list[dict[str, Any]]:
+    """Kafka's ``--throttle`` for copy-based (storage=local) moves (KIP-73): the rate on every broker
+    taking part, the current replicas throttled as leaders, the adding ones as followers."""
+    brokers = sorted({b for current, target in moves.values() for b in current + target})
+    resources: list[dict[str, Any]] = [
+        {"type": "broker", "name": str(b), "configs": {k: str(rate_bps) for k in THROTTLE_RATE_KEYS}} for b in brokers]
+    for topic in sorted({tp.topic for tp in moves}):
+        leaders = [f"{tp.partition}:{b}" for tp, (current, _t) in sorted(moves.items()) if tp.topic == topic
+                   for b in current]
+        followers = [f"{tp.partition}:{b}" for tp, (current, target) in sorted(moves.items()) if tp.topic == topic
+                     for b in target if b not in current]
+        ops = [{"op": "append", "key": key, "value": ",".join(items)}
+               for key, items in zip(THROTTLE_REPLICA_KEYS, (leaders, followers)) if items]
+        resources.append({"type": "topic", "name": topic, "ops": ops})
+    return resources
+
+
+def clear_throttle_resources(topics: list[str], brokers: list[int]) -> list[dict[str, Any]]:
+    return ([{"type": "broker", "name": str(b), "configs": {k: None for k in THROTTLE_RATE_KEYS + (ALTER_DIRS_RATE,)}}
+             for b in brokers]
+            + [{"type": "topic", "name": t, "configs": {k: None for k in THROTTLE_REPLICA_KEYS}} for t in topics])
+
+
+def throttle_set_lines(rate_bps: int) -> list[str]:
+    """What Kafka prints when it sets the inter-broker throttle."""
+    return ["Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle "
+            "is removed.", f"The inter-broker throttle limit was set to {rate_bps} B/s"]
+
+
+async def topic_storages(admin: Admin, topics: list[str]) -> dict[str, str]:
+    reply = await admin.read("describe_topics", {"names": topics})
+    return {t["name"]: str(t.get("storage", "s3")) for t in reply.get("topics", []) if "storage" in t}
+
+
 async def run_execute(admin: Admin, text: str, additional: bool, out: list[str], timeout_ms: int = 10_000,
                       throttle_bps: int = -1, log_dir_throttle_bps: int = -1) -> None:
     r = parse_reassignment_json(text)
@@ -370,7 +410,24 @@ async def run_execute(admin: Admin, text: str, additional: bool, out: list[str],
     current = await current_assignment(admin, list(parts))
     check_brokers_and_dirs(r, parts, brokers)
     out.append(current_assignment_text(current))
-    out.extend(throttle_lines(throttle_bps, log_dir_throttle_bps))
+    storages = await topic_storages(admin, sorted({tp.topic for tp in parts}))
+    local_moves = {tp: (list(current.get(tp, [])), list(parts[tp])) for tp in parts
+                   if storages.get(tp.topic, "s3") != "s3"}
+    local_dir_brokers = sorted({b for (tp, b), d in r.log_dirs.items()
+                                if d != ANY_LOG_DIR and storages.get(tp.topic, "s3") != "s3"})
+    if log_dir_throttle_bps >= 0 and local_dir_brokers:  # KIP-113's intra-broker throttle, for local replicas
+        await admin.write("alter_configs", {"resources": [
+            {"type": "broker", "name": str(b), "configs": {ALTER_DIRS_RATE: str(log_dir_throttle_bps)}}
+            for b in local_dir_brokers]})
+        out.append(f"The replica-alter-dir throttle limit was set to {log_dir_throttle_bps} B/s")
+        log_dir_throttle_bps = -1
+    if throttle_bps >= 0 and local_moves:
+        await admin.write("alter_configs", {"resources": throttle_resources(local_moves, throttle_bps)})
+        out.extend(throttle_set_lines(throttle_bps))
+        if len(local_moves) < len(parts):
+            out.extend(throttle_lines(-1, log_dir_throttle_bps))
+    else:
+        out.extend(throttle_lines(throttle_bps, log_dir_throttle_bps))
     request = []
     for tp in sorted(parts):
         item: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition, "replicas": parts[tp]}
@@ -418,7 +475,7 @@ def timeline_lines(moves: dict[int, Any], tps: set[TopicPartition]) -> list[str]
     return lines
 
 
-async def run_verify(admin: Admin, text: str, out: list[str]) -> None:
+async def run_verify(admin: Admin, text: str, out: list[str], preserve_throttles: bool = False) -> None:
     r = parse_reassignment_json(text)
     targets = r.as_map()
     ongoing = await admin.list_partition_reassignments()
@@ -439,9 +496,35 @@ async def run_verify(admin: Admin, text: str, out: list[str]) -> None:
                 continue
         states[tp] = (current, target, True)
     out.extend(verify_lines(states))
+    if not preserve_throttles and all(done for _c, _t, done in states.values()):
+        cleared = await clear_throttles(admin, sorted({tp.topic for tp in targets}))
+        dir_brokers = sorted({b for (_tp, b), d in r.log_dirs.items() if d != ANY_LOG_DIR})
+        if not cleared and dir_brokers and await log_dir_moves_done(admin, r.log_dirs):
+            await admin.write("alter_configs", {"resources": [
+                {"type": "broker", "name": str(b), "configs": {ALTER_DIRS_RATE: None}} for b in dir_brokers]})
+            cleared = ["", f"Clearing broker-level throttles on brokers {','.join(map(str, dir_brokers))}"]
+        out.extend(cleared)
     if r.log_dirs:
         out.extend(await replica_move_lines(admin, r.log_dirs))
     out.extend(timeline_lines(await admin.moves(), set(targets)))
+
+
+async def clear_throttles(admin: Admin, topics: list[str]) -> list[str]:
+    """Once every move of the file is done, Kafka's --verify removes the throttles it set."""
+    described = await admin.read("describe_topics", {"names": topics})
+    throttled = [t["name"] for t in described.get("topics", [])
+                 if any(k in (t.get("configs") or {}) for k in THROTTLE_REPLICA_KEYS)]
+    if not throttled:
+        return []
+    brokers = sorted(await admin.brokers())
+    await admin.write("alter_configs", {"resources": clear_throttle_resources(throttled, brokers)})
+    return ["", f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}"] + \
+        [f"Clearing topic-level throttles on topic {t}" for t in throttled]
+
+
+async def log_dir_moves_done(admin: Admin, moves: dict[tuple[TopicPartition, int], str]) -> bool:
+    """Every replica of the file is in its target log dir (Kafka clears the throttle only then)."""
+    return all(line.endswith("completed successfully.") for line in await replica_move_lines(admin, moves))
 
 
 async def replica_move_lines(admin: Admin, moves: dict[tuple[TopicPartition, int], str]) -> list[str]:
@@ -520,10 +603,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--additional", action="store_true", help="execute in addition to reassignments already running")
     p.add_argument("--timeout", type=int, default=10_000, help="ms to wait for log-dir moves to start")
     p.add_argument("--throttle", type=int, default=-1, metavar="BYTES_PER_S",
-                   help="accepted for compatibility with Kafka; no effect: storage=s3 moves copy no data")
+                   help="KIP-73 rate for storage=local moves (their new replicas copy the log); no effect on "
+                        "storage=s3 moves, which copy no data")
     p.add_argument("--replica-alter-log-dirs-throttle", type=int, default=-1, metavar="BYTES_PER_S",
-                   help="accepted for compatibility with Kafka; no effect: storage=s3 log dir moves copy no data")
-    p.add_argument("--preserve-throttles", action="store_true", help="accepted for compatibility with Kafka (no throttles are set)")
+                   help="rate of storage=local replicas' log dir moves (replica.alter.log.dirs.io.max.bytes."
+                        "per.second on the brokers moving them); no effect on storage=s3 log dir moves")
+    p.add_argument("--preserve-throttles", action="store_true", help="do not remove the throttles at --verify")
     p.add_argument("--disable-rack-aware", action="store_true", help="accepted for compatibility with Kafka (--generate never uses racks)")
     return p
 
@@ -566,7 +651,7 @@ async def run(args: argparse.Namespace, out: list[str]) -> None:
             await run_execute(admin, text, args.additional, out, args.timeout,
                               args.throttle, args.replica_alter_log_dirs_throttle)
         elif action == "verify":
-            await run_verify(admin, text, out)
+            await run_verify(admin, text, out, args.preserve_throttles)
         elif action == "cancel":
             await run_cancel(admin, text, out)
         else:

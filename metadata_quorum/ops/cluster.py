@@ -20,6 +20,7 @@ from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import BrokerRegistration, MetadataImage
 from metadata_quorum.ops.placement import Placement, RecordBuilder, election_candidate, elect, evacuate, move_s3_partition
+from metadata_quorum.ops.saturation import hand_off_saturated
 from metadata_quorum.ops.validation import (
     as_mapping,
     invalid,
@@ -139,6 +140,7 @@ def broker_heartbeat(image: MetadataImage, args: dict[str, Any], ctx: OpContext)
             broker_id=broker_id, broker_epoch=broker_epoch,
             saturated_log_dirs=reported.saturated_log_dirs, offline_log_dirs=reported.offline_log_dirs,
         ))
+        hand_off_saturated(builder, broker_id, reg.saturated_log_dirs, reported.saturated_log_dirs)
     should_shut_down = False
     if want_shutdown and reg.fenced:
         should_shut_down = True  # nothing to move: it leads nothing and may not open streams

@@ -73,3 +73,11 @@ def test_saturation_transitions() -> None:
     assert next_dir_state(LogDirState.ONLINE, usable_bytes=150, reserved_bytes=100) is LogDirState.ONLINE
     assert next_dir_state(LogDirState.ONLINE, 1000, 100, io_error=True) is LogDirState.OFFLINE
     assert next_dir_state(LogDirState.OFFLINE, 1000, 100) is LogDirState.OFFLINE
+
+
+def test_a_failed_write_saturates_a_dir_until_enough_is_free() -> None:
+    assert next_dir_state(LogDirState.ONLINE, 10_000, 0, disk_full=True) is LogDirState.SATURATED
+    assert next_dir_state(LogDirState.SATURATED, 1000, 0, min_free_bytes=4096) is LogDirState.SATURATED
+    assert next_dir_state(LogDirState.SATURATED, 5000, 0, min_free_bytes=4096) is LogDirState.ONLINE
+    assert next_dir_state(LogDirState.SATURATED, 5000, 3000, min_free_bytes=4096) is LogDirState.SATURATED
+    assert next_dir_state(LogDirState.OFFLINE, 10_000, 0, disk_full=True) is LogDirState.OFFLINE

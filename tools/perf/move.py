@@ -4,6 +4,8 @@
    1 MiB, 16 MiB, 64 MiB), `--moves` each, back and forth between two brokers: p50/p99 of the
    client-observed unavailability (last acknowledgement by the old owner → first by the new one)
    and each step's share of the t0→t6 timeline.
+   ``--compare``: the same sizes moved as classic storage=local replicas and as Ferry partitions,
+   side by side (move_compare.py).
 2. 100 partitions moved at once: seconds until every one is acknowledged by its new owner.
 3. Produce MB/s into one broker vs a bare aiohttp server on loopback (the raw baseline), same
    request bodies, same concurrency.
@@ -49,10 +51,12 @@ FILL_BATCH_BYTES = 4 * MiB
 ROUNDS = 3
 
 
-async def fill_partition(session: aiohttp.ClientSession, url: str, tp: TopicPartition, size_bytes: int) -> float:
-    """Append `size_bytes` of 256 KiB records in 4 MiB batches; returns MB/s."""
-    record = os.urandom(256 * 1024)
-    body = encode_batch([(None, record, None, None)] * (FILL_BATCH_BYTES // len(record)))
+async def fill_partition(session: aiohttp.ClientSession, url: str, tp: TopicPartition, size_bytes: int,
+                         batch_bytes: int = FILL_BATCH_BYTES) -> float:
+    """Append `size_bytes` of records in batches of `batch_bytes` (256 KiB records, or one record
+    when smaller); returns MB/s."""
+    record = os.urandom(min(256 * 1024, batch_bytes))
+    body = encode_batch([(None, record, None, None)] * max(1, batch_bytes // len(record)))
     started = time.monotonic()
     written = 0
     inflight: set[asyncio.Task[None]] = set()
@@ -313,6 +317,9 @@ async def run(cluster: LocalCluster, sizes: dict[str, int], moves: int, batch_pa
 
 
 def main(argv: list[str]) -> int:
+    if "--compare" in argv:  # classic storage=local vs Ferry moves side by side (move_compare.py)
+        from tools.perf.move_compare import main as compare_main
+        return compare_main(argv)
     parser = argparse.ArgumentParser(prog="ferry perf move", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="smaller partitions (1 MiB, 16 MiB, 64 MiB)")
