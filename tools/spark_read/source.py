@@ -220,7 +220,7 @@ def unwrap_spark_error(exc: BaseException) -> FerryError | None:
 # -- executor side ----------------------------------------------------------------------------------
 
 
-def _get(client: Any, bucket: str, key: str, first: int, last: int) -> bytes:
+def get_range(client: Any, bucket: str, key: str, first: int, last: int) -> bytes:
     """Bytes ``first..last`` of an object; a missing object is ObjectNotFound (it may have been
     replaced by compaction after the read was planned: see :func:`read_resuming`)."""
     from botocore.exceptions import ClientError
@@ -272,12 +272,12 @@ def read_index(client: Any, s3: S3Config, obj: ObjectSpan) -> ObjectIndex:
     """An object's index: a GET of its tail (footer and, nearly always, the index), a second GET
     when the index is over 64 KiB."""
     tail_start = max(0, obj.size - TAIL_READ_BYTES)
-    tail = _get(client, s3.bucket, obj.object_key, tail_start, obj.size - 1)
+    tail = get_range(client, s3.bucket, obj.object_key, tail_start, obj.size - 1)
     parsed = parse_tail(tail, tail_start, obj.object_key)
     if isinstance(parsed, ObjectIndex):
         return parsed
     first, stop = parsed
-    body = _get(client, s3.bucket, obj.object_key, first, stop - 1)
+    body = get_range(client, s3.bucket, obj.object_key, first, stop - 1)
     return parse_index(body, first, _index_crc(tail), obj.object_key)
 
 
@@ -307,7 +307,7 @@ def blocks_for_task(index: ObjectIndex, task: ReadTask, obj: ObjectSpan) -> tupl
 def fetch_blocks(client: Any, s3: S3Config, obj: ObjectSpan, blocks: Sequence[IndexEntry]) -> bytes:
     """A run of blocks of one object, one ranged GET, each block's CRC checked."""
     first, last = blocks[0].position, blocks[-1].position + blocks[-1].size
-    data = _get(client, s3.bucket, obj.object_key, first, last - 1)
+    data = get_range(client, s3.bucket, obj.object_key, first, last - 1)
     view = memoryview(data)
     for block in blocks:
         check_block(view[block.position - first: block.position - first + block.size], block, obj.object_key)
