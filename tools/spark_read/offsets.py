@@ -25,12 +25,14 @@ LATEST = -1
 
 @dataclass(frozen=True)
 class ObjectSpan:
-    """``[start_offset, end_offset)`` of a stream lives in ``object_key`` (``size``: whole object bytes)."""
+    """``[start_offset, end_offset)`` of a stream lives in ``object_key`` (``size``: whole object bytes;
+    ``committed_ms``: when the controllers committed it, which orders a stream's objects)."""
 
     object_key: str
     start_offset: int
     end_offset: int
     size: int
+    committed_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,7 @@ def plan_read_tasks(ranges: Sequence[tuple[PartitionStream, int, int]], min_part
 def parse_stream(topic: str, partition: int, stream_id: int, described: Mapping[str, Any]) -> PartitionStream:
     """A PartitionStream from the controllers' ``describe_stream`` reply."""
     objects = tuple(sorted((ObjectSpan(str(o["object_key"]), int(o["start_offset"]), int(o["end_offset"]),
-                                       int(o.get("size", 0))) for o in described.get("objects", [])),
+                                       int(o.get("size", 0)), int(o.get("committed_ms", 0))) for o in described.get("objects", [])),
                            key=lambda o: o.start_offset))
     start = int(described.get("start_offset", 0))
     end = max([start, *(o.end_offset for o in objects)])

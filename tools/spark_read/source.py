@@ -25,12 +25,16 @@ Options (case-insensitive, as Spark passes them):
 ``minPartitions``              at least this many input partitions (default: one per topic-partition)
 ``includeHeaders``             ``true`` adds the ``headers`` column (as Spark's Kafka source)
 ``maxRowsPerBatch``            rows per Arrow batch handed to Spark (default 10000)
+``readBy``                     ``partition`` (default): one input partition per topic-partition offset
+                               range, as Spark's Kafka source; ``object``: input partitions of whole
+                               objects, each fetched once (``object_tasks.py``: fewer requests)
 ============================  =====================================================================
 """
 from __future__ import annotations
 
 import asyncio
 import re
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -50,6 +54,7 @@ from tools.spark_read.offsets import (
     plan_read_tasks,
     resolve_ranges,
 )
+from tools.spark_read.object_tasks import ObjectRead, ObjectTask, StreamSlice, plan_object_tasks
 from tools.spark_read.records import Columns, decode_batches, to_arrow
 
 KAFKA_SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, "
@@ -82,6 +87,17 @@ def _positive_int(options: Mapping[str, str], name: str, default: int | None) ->
     return value
 
 
+READ_BY_PARTITION, READ_BY_OBJECT = "partition", "object"
+
+
+def _read_by(options: Mapping[str, str]) -> str:
+    text = options.get("readby", READ_BY_PARTITION).strip().lower()
+    if text not in (READ_BY_PARTITION, READ_BY_OBJECT):
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"option readBy must be {READ_BY_PARTITION} or "
+                         f"{READ_BY_OBJECT}, got {options['readby']!r}")
+    return text
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """The data source's options, parsed and checked on the driver."""
@@ -96,6 +112,7 @@ class ReadOptions:
     min_partitions: int | None
     include_headers: bool
     max_rows_per_batch: int
+    read_by: str = READ_BY_PARTITION
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
@@ -115,7 +132,7 @@ class ReadOptions:
                    parse_offsets(lower.get("endingoffsets"), "endingOffsets", LATEST),
                    _bool(lower, "failOnDataLoss", True), _positive_int(lower, "minPartitions", None),
                    _bool(lower, "includeHeaders", False),
-                   _positive_int(lower, "maxRowsPerBatch", 10_000) or 10_000)
+                   _positive_int(lower, "maxRowsPerBatch", 10_000) or 10_000, _read_by(lower))
 
 
 async def describe_streams(options: ReadOptions) -> list[PartitionStream]:
@@ -160,6 +177,13 @@ class FerryInputPartition(InputPartition):  # type: ignore[misc]
     blocks: tuple[tuple[IndexEntry, ...], ...] | None = None
 
 
+@dataclass(frozen=True)
+class FerryObjectPartition(InputPartition):  # type: ignore[misc]
+    """A run of whole objects (``readBy=object``), each holding slices of the read's streams."""
+
+    task: ObjectTask
+
+
 class FerryReader(DataSourceReader):  # type: ignore[misc]
     """Plans on the driver (``partitions``), reads on the executors (``read``)."""
 
@@ -169,6 +193,8 @@ class FerryReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> Sequence[InputPartition]:
         streams = asyncio.run(describe_streams(self.options))
         ranges = resolve_ranges(streams, self.options.starting, self.options.ending, self.options.fail_on_data_loss)
+        if self.options.read_by == READ_BY_OBJECT:
+            return [FerryObjectPartition(t) for t in plan_object_tasks(ranges, self.options.min_partitions)]
         tasks = plan_read_tasks(ranges, self.options.min_partitions)
         indexes = read_indexes(s3_client(self.options.s3), self.options.s3,
                                {o.object_key: o for t in tasks for o in t.objects}.values())
@@ -176,7 +202,7 @@ class FerryReader(DataSourceReader):  # type: ignore[misc]
                 for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, FerryInputPartition)
+        assert isinstance(partition, (FerryInputPartition, FerryObjectPartition))
         options = self.options
 
         def read(task: ReadTask, blocks: Sequence[Sequence[IndexEntry]] | None) -> Iterator[Any]:
@@ -185,6 +211,13 @@ class FerryReader(DataSourceReader):  # type: ignore[misc]
         def current_objects(task: ReadTask) -> Sequence[ObjectSpan]:
             return asyncio.run(describe_stream_objects(options, task))
 
+        if isinstance(partition, FerryObjectPartition):
+            def read_gone(task: ReadTask) -> Iterator[Any]:
+                return read_resuming(task, None, read, current_objects)
+
+            yield from read_object_task(options.s3, partition.task, options.include_headers,
+                                        options.max_rows_per_batch, read_gone)
+            return
         yield from read_resuming(partition.task, partition.blocks, read, current_objects)
 
 
@@ -220,13 +253,15 @@ def unwrap_spark_error(exc: BaseException) -> FerryError | None:
 # -- executor side ----------------------------------------------------------------------------------
 
 
-def get_range(client: Any, bucket: str, key: str, first: int, last: int) -> bytes:
-    """Bytes ``first..last`` of an object; a missing object is ObjectNotFound (it may have been
-    replaced by compaction after the read was planned: see :func:`read_resuming`)."""
+def get_range(client: Any, bucket: str, key: str, first: int | None = None, last: int | None = None) -> bytes:
+    """Bytes ``first..last`` of an object (all of it without a range); a missing object is
+    ObjectNotFound (it may have been replaced by compaction after the read was planned: see
+    :func:`read_resuming`)."""
     from botocore.exceptions import ClientError
 
+    ranged = {} if first is None or last is None else {"Range": f"bytes={first}-{last}"}
     try:
-        body: bytes = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={first}-{last}")["Body"].read()
+        body: bytes = client.get_object(Bucket=bucket, Key=key, **ranged)["Body"].read()
     except ClientError as exc:
         if str(exc.response.get("Error", {}).get("Code", "")) in ("NoSuchKey", "404", "NotFound"):
             raise ObjectNotFound(key) from None
@@ -387,3 +422,92 @@ def read_task(s3: S3Config, task: ReadTask, include_headers: bool, max_rows: int
     if expected < task.end_offset:
         raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"{name}: the objects end at offset {expected}, before "
                          f"{task.end_offset}")
+
+
+# -- readBy=object ----------------------------------------------------------------------------------
+
+
+def index_of_object(data: bytes, key: str) -> ObjectIndex:
+    """The index of a whole fetched object, from its own tail (no request)."""
+    tail_start = max(0, len(data) - TAIL_READ_BYTES)
+    tail = data[tail_start:]
+    parsed = parse_tail(tail, tail_start, key)
+    if isinstance(parsed, ObjectIndex):
+        return parsed
+    first, stop = parsed
+    return parse_index(data[first:stop], first, _index_crc(tail), key)
+
+
+def fetch_object(client: Any, s3: S3Config, read: ObjectRead) -> tuple[bytes, ObjectIndex]:
+    """One whole object (one GET) and its index."""
+    data = get_range(client, s3.bucket, read.object_key)
+    if len(data) != read.size:
+        raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"object {read.object_key!r} has {len(data)} bytes, the "
+                         f"controllers list {read.size}")
+    return data, index_of_object(data, read.object_key)
+
+
+def slice_bytes(data: bytes, index: ObjectIndex, read: ObjectRead, piece: StreamSlice) -> bytes:
+    """The blocks of one stream slice in a fetched object, CRC-checked. Pure."""
+    task = ReadTask(piece.topic, piece.partition, piece.stream_id, piece.start_offset, piece.end_offset, ())
+    blocks = blocks_for_task(index, task, ObjectSpan(read.object_key, piece.start_offset, piece.end_offset,
+                                                     read.size))
+    first, last = blocks[0].position, blocks[-1].position + blocks[-1].size
+    view = memoryview(data)
+    for block in blocks:
+        check_block(view[block.position: block.position + block.size], block, read.object_key)
+    return data[first:last]
+
+
+def read_object_task(s3: S3Config, task: ObjectTask, include_headers: bool, max_rows: int,
+                     read_gone: Callable[[ReadTask], Iterator[Any]]) -> Iterator[Any]:
+    """One ``readBy=object`` input partition as Arrow batches, one per topic-partition at a time
+    (the ``partition`` column is one value per batch), objects downloading ahead of the decoder.
+    An object gone since the plan (compacted away) is read per slice the default way, from the
+    stream's objects now (``read_gone``)."""
+    client = s3_client(s3)
+    columns: dict[tuple[str, int], Columns] = {}
+
+    def flush(key: tuple[str, int]) -> Iterator[Any]:
+        yield from _batches_of(to_arrow(columns.pop(key), key[0], key[1]), max_rows)
+
+    with ThreadPoolExecutor(PREFETCH_OBJECTS, thread_name_prefix="ferry-spark-read") as pool:
+        reads = iter(task.reads)
+        pending: deque[tuple[ObjectRead, Future[tuple[bytes, ObjectIndex]]]] = deque()
+
+        def top_up() -> None:
+            while len(pending) < PREFETCH_OBJECTS:
+                read = next(reads, None)
+                if read is None:
+                    return
+                pending.append((read, pool.submit(fetch_object, client, s3, read)))
+
+        top_up()
+        while pending:
+            read, fetched = pending.popleft()
+            index: ObjectIndex | None
+            try:
+                data, index = fetched.result()
+            except ObjectNotFound:
+                data, index = b"", None
+            top_up()
+            for piece in read.slices:
+                key = (piece.topic, piece.partition)
+                if index is None:
+                    if key in columns:
+                        yield from flush(key)
+                    yield from read_gone(ReadTask(piece.topic, piece.partition, piece.stream_id, piece.start_offset,
+                                                  piece.end_offset, (ObjectSpan(read.object_key, piece.start_offset,
+                                                                                piece.end_offset, read.size),)))
+                    continue
+                out = columns.setdefault(key, Columns(include_headers))
+                name = f"{piece.topic}-{piece.partition} (stream {piece.stream_id})"
+                reached = decode_batches(slice_bytes(data, index, read, piece), piece.start_offset, piece.end_offset,
+                                         out, name, check_batch_crc=False)
+                if reached < piece.end_offset:
+                    raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"{name}: object {read.object_key!r} ends at offset "
+                                     f"{reached}, before {piece.end_offset}")
+                if len(out) >= max_rows or out.buffer_bytes >= MAX_BATCH_BUFFER_BYTES:
+                    yield from flush(key)
+    for key in sorted(columns):
+        yield from flush(key)
