@@ -22,7 +22,7 @@ freshness lag, measured too), the topic's objects are
    again): what Spark itself costs to take the rows from Python workers and aggregate them, with
    no S3 and no decoding. No Python data source can be faster than this.
 
-MB/s is object bytes over wall time for all three. The brokers' object compaction is off, so the
+MB/s is object bytes over wall time for every read. The brokers' object compaction is off, so the
 objects stay the ones the brokers uploaded (stream-set objects of up to 8 MiB, each holding several
 partitions' streams) and the raw GET and the data source read the same objects in every round
 (with compaction on, objects older than a minute are rewritten and the replaced ones deleted in
