@@ -125,14 +125,16 @@ def test_read_by_object_gives_every_record_once_each_partition_in_offset_order(s
             assert offsets == sorted(offsets)
     got = sorted((r.partition, r.offset) for rows in per_input for r in rows)
     assert got == sorted((p, o) for p, o, *_ in acked)  # every acknowledged record, once
-    with_headers = spark.read.format("ferry").options(**options(cluster, readBy="object", includeHeaders="true",
-                                                                startingOffsets='{"events": {"0": 100, "1": -2, "2": 999}}',
-                                                                endingOffsets='{"events": {"0": 250, "1": 7, "2": -1}}'))
-    rows = with_headers.load().collect()
+    ranges = {"startingOffsets": '{"events": {"0": 100, "1": -2, "2": 999}}',
+              "endingOffsets": '{"events": {"0": 250, "1": 7, "2": -1}}'}
+    rows = spark.read.format("ferry").options(**options(cluster, readBy="object", includeHeaders="true",
+                                                        **ranges)).load().collect()
     want = {(p, o): (k, v, [(hk, hv) for hk, hv in h]) for p, o, k, v, h in acked
             if (p == 0 and 100 <= o < 250) or (p == 1 and o < 7) or (p == 2 and o >= 999)}
-    assert {(r.partition, r.offset): (None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value),
-                                      [(h.key, bytes(h.value)) for h in r.headers]) for r in rows} == want
+    got = {(r.partition, r.offset): (None if r.key is None else bytes(r.key),
+                                     None if r.value is None else bytes(r.value),
+                                     [(h.key, bytes(h.value)) for h in r.headers]) for r in rows}
+    assert got == want
     assert len(rows) == len(want)
 
 

@@ -228,13 +228,14 @@ def raw_ranged_get_mb_s(options: ReadOptions, object_bytes: int) -> float:
     object bytes. Against the whole-object GET this isolates what the endpoint charges for more,
     smaller requests: the embedded S3 (moto) reads and copies the whole object for a ranged GET,
     so on it a ranged GET costs about as much server CPU as a whole one; on S3 it does not."""
-    from tools.spark_read.source import FerryReader, get_range, s3_client
+    from tools.spark_read.source import FerryInputPartition, FerryReader, get_range, s3_client
 
     client = s3_client(options.s3)
     started = time.perf_counter()
     partitions = FerryReader(options).partitions()  # the driver's plan: one index GET per object
     ranges = [(obj.object_key, blocks[0].position, blocks[-1].position + blocks[-1].size - 1)
-              for part in partitions for obj, blocks in zip(part.task.objects, part.blocks or ())]  # type: ignore[attr-defined]
+              for part in partitions if isinstance(part, FerryInputPartition)
+              for obj, blocks in zip(part.task.objects, part.blocks or ())]
     with ThreadPoolExecutor(RAW_GET_THREADS) as pool:
         list(pool.map(lambda r: len(get_range(client, options.s3.bucket, *r)), ranges))
     return object_bytes / MiB / (time.perf_counter() - started)
@@ -394,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(col)
     table.add_row(f"raw S3 GET ({RAW_GET_THREADS} threads)", f"{result['raw_get_mb_s']:.1f}", "1.00")
     table.add_row(f"raw ranged GETs of the data source's requests ({RAW_GET_THREADS} threads)",
-                  f"{result['raw_ranged_get_mb_s']:.1f}", f"{result['raw_ranged_get_mb_s'] / result['raw_get_mb_s']:.2f}")
+                  f"{result['raw_ranged_get_mb_s']:.1f}",
+                  f"{result['raw_ranged_get_mb_s'] / result['raw_get_mb_s']:.2f}")
     table.add_row(f"data source ({result['master']})", f"{result['spark_read_mb_s']:.1f}",
                   f"{result['ratio']:.2f} (target ≥ {TARGET_RATIO})")
     table.add_row(f"data source, readBy=object ({result['master']})", f"{result['spark_read_by_object_mb_s']:.1f}",

@@ -212,8 +212,8 @@ def plan_read_tasks(ranges: Sequence[tuple[PartitionStream, int, int]], min_part
 def parse_stream(topic: str, partition: int, stream_id: int, described: Mapping[str, Any]) -> PartitionStream:
     """A PartitionStream from the controllers' ``describe_stream`` reply."""
     objects = tuple(sorted((ObjectSpan(str(o["object_key"]), int(o["start_offset"]), int(o["end_offset"]),
-                                       int(o.get("size", 0)), int(o.get("committed_ms", 0))) for o in described.get("objects", [])),
-                           key=lambda o: o.start_offset))
+                                       int(o.get("size", 0)), int(o.get("committed_ms", 0)))
+                            for o in described.get("objects", [])), key=lambda o: o.start_offset))
     start = int(described.get("start_offset", 0))
     end = max([start, *(o.end_offset for o in objects)])
     return PartitionStream(topic, partition, stream_id, start, end, objects)
