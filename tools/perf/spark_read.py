@@ -334,7 +334,8 @@ def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: i
              "spark_floor": floor_cpus[floor_runs.index(best_floor)]}
     raw_cpu_s = sum(cpu_s["raw_get"].values())
     best_s = total_bytes / MiB / best_spark
-    streaming_mb_s = total_bytes / MiB / max(1e-9, best_s - overhead_s)
+    # None when the whole read took no longer than a one-record read (a small --size-mb on a busy machine)
+    streaming_mb_s = total_bytes / MiB / (best_s - overhead_s) if best_s > overhead_s else None
     return {
         "size_mb": size_mb, "partitions": partitions, "record_bytes": record_bytes, "records": records,
         "objects": len(objects), "object_bytes": total_bytes, "master": master,
@@ -343,7 +344,7 @@ def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: i
         "raw_get_mb_s": best_raw, "spark_read_mb_s": best_spark, "ratio": best_spark / best_raw,
         "spark_read_records_per_s": records * best_spark / (total_bytes / MiB),
         "spark_query_overhead_s": overhead_s, "spark_read_mb_s_after_overhead": streaming_mb_s,
-        "ratio_after_overhead": streaming_mb_s / best_raw,
+        "ratio_after_overhead": None if streaming_mb_s is None else streaming_mb_s / best_raw,
         "raw_get_mb_s_runs": raw, "spark_read_mb_s_runs": spark_runs,
         "spark_read_by_object_mb_s": best_object, "ratio_by_object": best_object / best_raw,
         "spark_read_by_object_mb_s_runs": object_runs,
@@ -408,9 +409,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CPU seconds, {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()) +
               f" (total {sum(cpu.values()):.2f}; raw GET's / this: {result['cpu_ratio'][name]:.2f})")
     print(f"load average (1 min) at the end: {result['load_avg_1m']:.1f} on {os.cpu_count()} cores")
+    streaming = result["spark_read_mb_s_after_overhead"]
     print(f"fixed cost of a query (Python workers that create the source and plan the read): "
-          f"{result['spark_query_overhead_s']:.1f} s; without it {result['spark_read_mb_s_after_overhead']:.1f} MB/s "
-          f"({result['ratio_after_overhead']:.2f} x raw)")
+          f"{result['spark_query_overhead_s']:.1f} s; without it " +
+          ("n/a (the read took no longer)" if streaming is None else
+           f"{streaming:.1f} MB/s ({result['ratio_after_overhead']:.2f} x raw)"))
     print(f"produce {result['produce_mb_s']:.1f} MB/s; last record visible {result['freshness_s']:.2f} s after its "
           f"acknowledgement; Spark start-up {result['spark_startup_s']:.1f} s, warm-up read {result['spark_warmup_s']:.1f} s")
     return 0
