@@ -3,7 +3,9 @@ partitions, and the batch decoder against the strict one."""
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 
+import pyarrow as pa
 import pytest
 
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -125,7 +127,7 @@ def test_decoder_matches_the_strict_reader(codec, headers):
     out = Columns(include_headers=headers)
     assert decode_batches(data, 0, 10**9, out) == 1100
     assert out.offsets == [r.offset for r in expected] == list(range(1000, 1100))
-    assert out.keys == [r.key for r in expected] and out.values == [r.value for r in expected]
+    assert out.keys() == [r.key for r in expected] and out.values() == [r.value for r in expected]
     assert out.timestamps_ms == [r.timestamp_ms for r in expected] and set(out.timestamp_types) == {0}
     if headers:
         assert out.headers == [[{"key": k, "value": v} for k, v in r.headers] for r in expected]
@@ -136,6 +138,36 @@ def test_decoder_matches_the_strict_reader(codec, headers):
     assert batch.schema.names == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"] + (
         ["headers"] if headers else [])
     assert batch.column("partition").to_pylist() == [3] * 100
+    assert batch.column("key").to_pylist() == [r.key for r in expected]
+    assert batch.column("value").to_pylist() == [r.value for r in expected]
+    assert batch.column("offset").to_pylist() == list(range(1000, 1100))
+    assert batch.column("topic").to_pylist() == ["t"] * 100 and batch.column("topic").type == pa.string()
+    assert batch.column("timestamp").to_pylist()[0] == datetime.fromtimestamp(1_700_000_000, timezone.utc)
+
+
+def test_one_arrow_batch_over_several_fetches_and_mixed_codecs():
+    """Rows point into several fetched buffers and, for compressed batches, into a side buffer;
+    the Arrow columns still hold each row's own bytes, in offset order."""
+    plain = batches()
+    mixed = bytearray()
+    for chunk in (batches(), batches(Codec.GZIP), batches()):
+        mixed += chunk
+    assign_offsets(mixed, 2000)
+    mixed = bytes(mixed)
+    out = Columns()
+    decode_batches(plain, 0, 10**9, out)
+    decode_batches(mixed, 2010, 2290, out)
+    expected = [r for r in read_records(plain)] + [r for r in read_records(mixed) if 2010 <= r.offset < 2290]
+    batch = to_arrow(out, "t", 0)
+    assert batch.column("offset").to_pylist() == [r.offset for r in expected]
+    assert batch.column("key").to_pylist() == [r.key for r in expected]
+    assert batch.column("value").to_pylist() == [r.value for r in expected]
+    assert batch.column("key").null_count == sum(r.key is None for r in expected) > 0
+
+
+def test_an_empty_read_is_an_empty_batch():
+    batch = to_arrow(Columns(), "t", 0)
+    assert batch.num_rows == 0 and batch.column("value").type == pa.binary()
 
 
 def test_decoder_reports_a_damaged_batch_as_corrupt_message():
@@ -148,3 +180,129 @@ def test_decoder_reports_a_damaged_batch_as_corrupt_message():
     with pytest.raises(FerryError) as err:
         decode_batches(sound[:-10], 0, 10**9, Columns(), "t-0")
     assert err.value.error == ErrorCode.CORRUPT_MESSAGE and "bad framing" in err.value.message
+
+
+def test_binary_column_gathers_slices_of_several_buffers():
+    """Short slices are held inline, long ones by reference; slices near a buffer's end, empty
+    and null ones, and rows of two buffers all come out as their own bytes."""
+    import numpy as np
+
+    from tools.spark_read.records import _binary_column
+
+    first, second = bytes(range(40)), os.urandom(100)
+    rows = [(0, 0, 5), (0, 30, 10), (1, 90, 10), (1, 3, 80), (0, 39, 1), (1, 0, 0), (0, 7, -1), (1, 99, 1)]
+    column = _binary_column([first, second], [0, 1], np.asarray([b for b, _p, _n in rows]),
+                            [p for _b, p, _n in rows], [n for _b, _p, n in rows])
+    want = [None if n < 0 else (first, second)[b][p:p + n] for b, p, n in rows]
+    assert column.type == pa.binary() and column.to_pylist() == want and column.null_count == 1
+    with pytest.raises(ValueError, match="outside"):
+        _binary_column([first], [0], np.asarray([0]), [35], [10])
+
+
+def test_blocks_located_while_planning_are_the_tasks_run():
+    """The driver reads an object's index once; each task gets the contiguous run of its stream's
+    blocks from its start up to its end, and a stream missing from the object is CORRUPT_MESSAGE."""
+    from stream_storage.object_format import Chunk, build_object
+    from tools.spark_read.offsets import ObjectSpan, ReadTask
+    from tools.spark_read.source import blocks_for_task
+
+    chunks = [Chunk(o, o + 10, os.urandom(400)) for o in range(100, 200, 10)]
+    built = build_object([(7, [Chunk(0, 5, b"x" * 300)]), (9, chunks)], block_bytes=1000)
+    span = ObjectSpan("k", 100, 200, len(built.data))
+    got = blocks_for_task(built.index, ReadTask("t", 0, 9, 125, 160, (span,)), span)
+    assert [(b.start_offset, b.end_offset) for b in got] == [(120, 140), (140, 160)]
+    assert all(b.stream_id == 9 for b in got) and got[0].position + got[0].size == got[1].position
+    with pytest.raises(FerryError) as err:
+        blocks_for_task(built.index, ReadTask("t", 0, 8, 125, 160, (span,)), span)
+    assert err.value.error == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_varied_records_decode_as_the_strict_reader_does():
+    """Multi-byte varints in every field (timestamps far apart, offset deltas past 63, values of
+    0 B to 20 KiB, empty and null keys and values) decode exactly as the strict reader does."""
+    import random
+
+    rng = random.Random(7)
+    buf = bytearray()
+    for b in range(4):
+        recs = []
+        for i in range(300):
+            key = None if rng.random() < 0.1 else os.urandom(rng.choice([0, 3, 12, 13, 200]))
+            value = None if rng.random() < 0.1 else os.urandom(rng.choice([0, 1, 11, 1024, 20_000]))
+            recs.append(Record(0, 1_700_000_000_000 + rng.randrange(0, 1 << 40), key, value, ()))
+        buf += build_batch(recs)
+    assign_offsets(buf, 5000)
+    data = bytes(buf)
+    expected = [r for r in read_records(data) if 5100 <= r.offset < 6150]
+    out = Columns()
+    assert decode_batches(data, 5100, 6150, out, check_batch_crc=False) == 6200
+    batch = to_arrow(out, "t", 0)
+    assert batch.column("offset").to_pylist() == [r.offset for r in expected]
+    assert batch.column("key").to_pylist() == [r.key for r in expected]
+    assert batch.column("value").to_pylist() == [r.value for r in expected]
+    assert out.timestamps_ms == [r.timestamp_ms for r in expected]
+
+
+@pytest.mark.parametrize("damage", ["record length", "value length"])
+def test_records_that_do_not_parse_are_corrupt_even_without_the_batch_crc(damage):
+    """With the batch CRC left to the object block's, a record whose length or value length does
+    not fit its batch is still CORRUPT_MESSAGE, never a row pointing at other bytes."""
+    data = bytearray(build_batch([Record(0, 1_700_000_000_000, b"k", b"v" * 100, ())] * 3))
+    first_record = 61  # record: length (2 bytes), attributes, ts delta, offset delta, key length, key, value length
+    if damage == "record length":
+        data[first_record:first_record + 2] = bytes([0xFE, 0x03])  # 255 bytes: past the batch
+    else:
+        value_length = first_record + 2 + 5
+        assert data[value_length:value_length + 2] == bytes([0xC8, 0x01])  # 100
+        data[value_length:value_length + 2] = bytes([0xCA, 0x01])  # 101: one byte past the record
+    with pytest.raises(FerryError) as err:
+        decode_batches(bytes(data), 0, 10**9, Columns(), "t-0", check_batch_crc=False)
+    assert err.value.error == ErrorCode.CORRUPT_MESSAGE
+
+
+def _offsets_batch(first: int, last: int):  # type: ignore[no-untyped-def]
+    return pa.record_batch({"offset": pa.array(range(first, last), pa.int64())})
+
+
+def test_a_read_whose_object_was_compacted_away_goes_on_from_the_new_objects():
+    """An object deleted after the plan (replaced by a compacted one) is re-planned from the last
+    offset handed on: every offset once, in order; offsets no object holds are OFFSET_OUT_OF_RANGE."""
+    from stream_storage.object_store import ObjectNotFound
+    from tools.spark_read.offsets import ObjectSpan, ReadTask
+    from tools.spark_read.source import read_resuming
+
+    old = (ObjectSpan("a", 0, 50, 1), ObjectSpan("b", 50, 100, 1))
+    new = (ObjectSpan("a", 0, 50, 1), ObjectSpan("ab", 50, 100, 1))
+    calls = []
+
+    def read(task, blocks):  # type: ignore[no-untyped-def]
+        calls.append((task.start_offset, [o.object_key for o in task.objects], blocks))
+        yield _offsets_batch(task.start_offset, 50) if task.start_offset < 50 else _offsets_batch(task.start_offset, 60)
+        if any(o.object_key == "b" for o in task.objects):
+            raise ObjectNotFound("b")
+        if task.start_offset < 60:
+            yield _offsets_batch(60, 100)
+
+    task = ReadTask("t", 0, 7, 10, 100, old)
+    got = [o for b in read_resuming(task, [["x"], ["y"]], read, lambda t: new) for o in b.column("offset").to_pylist()]
+    assert got == list(range(10, 100))
+    assert calls == [(10, ["a", "b"], [["x"], ["y"]]), (50, ["ab"], None)]
+
+    def always_gone(task, blocks):  # type: ignore[no-untyped-def]
+        raise ObjectNotFound("b")
+        yield  # pragma: no cover
+
+    with pytest.raises(FerryError) as err:
+        list(read_resuming(task, None, always_gone, lambda t: (ObjectSpan("c", 60, 100, 1),)))
+    assert err.value.error == ErrorCode.OFFSET_OUT_OF_RANGE and "10..100" in err.value.message
+    with pytest.raises(FerryError) as err:
+        list(read_resuming(task, None, always_gone, lambda t: new, max_replans=2))
+    assert err.value.error == ErrorCode.OFFSET_OUT_OF_RANGE and "2 times" in err.value.message
+
+
+def test_covering_objects_needs_every_offset():
+    from tools.spark_read.offsets import ObjectSpan, covering_objects
+
+    spans = (ObjectSpan("a", 0, 50, 1), ObjectSpan("b", 50, 80, 1), ObjectSpan("c", 90, 100, 1))
+    assert [o.object_key for o in covering_objects(spans, 10, 80)] == ["a", "b"]
+    assert covering_objects(spans, 60, 95) is None and covering_objects(spans, 95, 101) is None

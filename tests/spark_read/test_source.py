@@ -111,6 +111,33 @@ def test_headers_offset_ranges_and_min_partitions(spark, cluster, produced):
     assert got == sorted([(0, o) for o in range(100, 250)] + [(1, o) for o in range(7)] + [(2, 999)])
 
 
+def test_read_by_object_gives_every_record_once_each_partition_in_offset_order(spark, cluster, produced):
+    """readBy=object: each object fetched once, by one input partition holding every partition's
+    records in it; the same rows as the default read, each topic-partition's in offset order
+    within an input partition; headers and offset ranges as in the default read."""
+    acked, _ = produced
+    register(spark)
+    frame = spark.read.format("ferry").options(**options(cluster, readBy="object")).load()
+    per_input = frame.select("partition", "offset").rdd.glom().collect()
+    for rows in per_input:
+        for p in range(PARTITIONS):
+            offsets = [r.offset for r in rows if r.partition == p]
+            assert offsets == sorted(offsets)
+    got = sorted((r.partition, r.offset) for rows in per_input for r in rows)
+    assert got == sorted((p, o) for p, o, *_ in acked)  # every acknowledged record, once
+    ranges = {"startingOffsets": '{"events": {"0": 100, "1": -2, "2": 999}}',
+              "endingOffsets": '{"events": {"0": 250, "1": 7, "2": -1}}'}
+    rows = spark.read.format("ferry").options(**options(cluster, readBy="object", includeHeaders="true",
+                                                        **ranges)).load().collect()
+    want = {(p, o): (k, v, [(hk, hv) for hk, hv in h]) for p, o, k, v, h in acked
+            if (p == 0 and 100 <= o < 250) or (p == 1 and o < 7) or (p == 2 and o >= 999)}
+    got = {(r.partition, r.offset): (None if r.key is None else bytes(r.key),
+                                     None if r.value is None else bytes(r.value),
+                                     [(h.key, bytes(h.value)) for h in r.headers]) for r in rows}
+    assert got == want
+    assert len(rows) == len(want)
+
+
 @pytest.mark.parametrize("extra, message", [
     ({"topic": "nope"}, "UNKNOWN_TOPIC_OR_PARTITION"),
     ({"startingOffsets": "latest"}, "startingOffsets for events-0 is latest"),
@@ -141,3 +168,22 @@ def test_key_counts_example_job(spark, cluster, produced, capsys):
     assert out.startswith(f"{len(acked)} records, {len(want)} distinct keys") and len(out.splitlines()) == 5
     assert key_counts.main(argv[:1] + ["missing-topic"] + argv[2:]) == 1
     assert "Error: UNKNOWN_TOPIC_OR_PARTITION: topic 'missing-topic' does not exist" in capsys.readouterr().err
+
+
+def test_an_object_gone_since_the_plan_is_read_from_the_streams_objects_now(cluster, produced):
+    """An executor whose planned object no longer exists (compaction replaced and deleted it) asks
+    the controllers for the stream's objects again and reads the rest from there: the real S3
+    endpoint's NoSuchKey, the real controllers, every record of the partition once and in order."""
+    from dataclasses import replace
+
+    from tools.spark_read.offsets import ObjectSpan
+    from tools.spark_read.source import FerryInputPartition, FerryReader
+
+    acked, _visible = produced
+    reader = FerryReader(ReadOptions.parse(options(cluster)))
+    planned = next(p for p in reader.partitions() if p.task.partition == 1)
+    first = planned.task.objects[0]
+    gone = ObjectSpan(first.object_key + "-compacted-away", first.start_offset, first.end_offset, first.size)
+    stale = FerryInputPartition(replace(planned.task, objects=(gone, *planned.task.objects[1:])), planned.blocks)
+    offsets = [o for batch in reader.read(stale) for o in batch.column("offset").to_pylist()]
+    assert offsets == sorted(o for p, o, *_ in acked if p == 1)

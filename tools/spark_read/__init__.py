@@ -1,8 +1,9 @@
 """Spark reads Ferry topics straight from S3: the ``ferry`` data source (``spark.read.format("ferry")``).
 
-``offsets`` (pure: Spark's startingOffsets/endingOffsets and the input partitions), ``records``
+``offsets`` (pure: Spark's startingOffsets/endingOffsets and the input partitions),
+``object_tasks`` (pure: ``readBy=object``'s input partitions of whole objects), ``records``
 (pure: stored batches to Arrow columns), ``source`` (the DataSource shell: metadata from the
-controllers on the driver, ranged S3 GETs on the executors), ``key_counts`` (the example job).
+controllers on the driver, S3 GETs on the executors), ``key_counts`` (the example job).
 """
 from __future__ import annotations
 

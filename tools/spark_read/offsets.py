@@ -25,12 +25,14 @@ LATEST = -1
 
 @dataclass(frozen=True)
 class ObjectSpan:
-    """``[start_offset, end_offset)`` of a stream lives in ``object_key`` (``size``: whole object bytes)."""
+    """``[start_offset, end_offset)`` of a stream lives in ``object_key`` (``size``: whole object bytes;
+    ``committed_ms``: when the controllers committed it, which orders a stream's objects)."""
 
     object_key: str
     start_offset: int
     end_offset: int
     size: int
+    committed_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,18 @@ def _objects_for(objects: Sequence[ObjectSpan], start: int, end: int) -> tuple[O
     return tuple(o for o in objects if o.end_offset > start and o.start_offset < end)
 
 
+def covering_objects(objects: Sequence[ObjectSpan], start: int, end: int) -> tuple[ObjectSpan, ...] | None:
+    """The objects holding ``[start, end)`` back to back, or None when some offset of it is in none
+    (trimmed, or the list is from before a rewrite). Pure."""
+    spans = sorted(_objects_for(objects, start, end), key=lambda o: o.start_offset)
+    reached = start
+    for span in spans:
+        if span.start_offset > reached:
+            return None
+        reached = max(reached, span.end_offset)
+    return tuple(spans) if reached >= end else None
+
+
 def _split_points(objects: Sequence[ObjectSpan], start: int, end: int, pieces: int) -> list[int]:
     """Cut ``[start, end)`` into ``pieces`` ranges of about equal offsets, moving each cut to the
     nearest object boundary when one is within a quarter piece (so few objects are read twice)."""
@@ -198,8 +212,8 @@ def plan_read_tasks(ranges: Sequence[tuple[PartitionStream, int, int]], min_part
 def parse_stream(topic: str, partition: int, stream_id: int, described: Mapping[str, Any]) -> PartitionStream:
     """A PartitionStream from the controllers' ``describe_stream`` reply."""
     objects = tuple(sorted((ObjectSpan(str(o["object_key"]), int(o["start_offset"]), int(o["end_offset"]),
-                                       int(o.get("size", 0))) for o in described.get("objects", [])),
-                           key=lambda o: o.start_offset))
+                                       int(o.get("size", 0)), int(o.get("committed_ms", 0)))
+                            for o in described.get("objects", [])), key=lambda o: o.start_offset))
     start = int(described.get("start_offset", 0))
     end = max([start, *(o.end_offset for o in objects)])
     return PartitionStream(topic, partition, stream_id, start, end, objects)

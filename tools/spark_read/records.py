@@ -1,11 +1,12 @@
 """Stored record batches of one stream to Arrow columns (the Kafka source's schema). Pure.
 
 The batches were validated when they were produced and their bytes are CRC-checked here again
-(the batch CRC, or the object block CRC that covers the same bytes), so
-the walk over uncompressed records can be lean: one pass of inline varint arithmetic appending
-to column lists, several times faster than building a record object each (Spark's Python
-workers spend their time here). Compressed batches go through ``stream_storage.batch_scan``,
-the strict decoder. Anything that does not parse raises CORRUPT_MESSAGE naming the offsets.
+(the batch CRC, or the object block CRC that covers the same bytes), so uncompressed records take
+a lean path: Python follows only the chain of record lengths, numpy parses every record's fields
+at once, and keys and values are gathered into Arrow by C++ from where they lie in the fetched
+bytes (no Python object per record: Spark's Python workers spent most of a read's time on that).
+Compressed batches, and reads that keep headers, go through ``stream_storage.batch_scan``, the
+strict decoder. Anything that does not parse raises CORRUPT_MESSAGE naming the offsets.
 """
 from __future__ import annotations
 
@@ -27,20 +28,87 @@ CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 
 
+FIELDS = ("offsets", "timestamps_ms", "timestamp_types", "key_positions", "key_lengths", "value_positions",
+          "value_lengths")
+
+
 @dataclass
 class Columns:
-    """Column lists for one Arrow batch of the Kafka source's rows."""
+    """Column arrays for one Arrow batch of the Kafka source's rows, in chunks of numpy arrays.
+
+    Keys and values are not copied out of the fetched bytes one by one: a row keeps where its key
+    and value sit (position and length, -1 for null) in one of ``buffers``, and :func:`to_arrow`
+    gathers them in one C++ pass (an Arrow binary-view array over the buffers, cast to binary).
+    ``runs`` says which buffer the rows from a given row on point into.
+    """
 
     include_headers: bool = False
-    offsets: list[int] = field(default_factory=list)
-    timestamps_ms: list[int] = field(default_factory=list)
-    timestamp_types: list[int] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    values: list[bytes | None] = field(default_factory=list)
+    chunks: list[tuple[Any, ...]] = field(default_factory=list)  # numpy arrays in FIELDS order
+    rows: int = 0
     headers: list[list[dict[str, Any]]] = field(default_factory=list)
+    buffers: list[bytes | bytearray] = field(default_factory=list)
+    runs: list[tuple[int, int]] = field(default_factory=list)  # (buffer index, first row)
+    buffer_bytes: int = 0  # bytes of the buffers the rows point into: bounds an Arrow batch
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return self.rows
+
+    def extend(self, *columns: Any) -> None:
+        """Append rows: one sequence (or numpy array) per name of FIELDS, all of one length."""
+        import numpy as np
+
+        arrays = tuple(np.asarray(c, dtype=np.int64) for c in columns)
+        if len(arrays) != len(FIELDS) or len({len(a) for a in arrays}) != 1:
+            raise ValueError("one column per field, all of one length")
+        if len(arrays[0]):
+            self.chunks.append(arrays)
+            self.rows += len(arrays[0])
+
+    def column(self, name: str) -> Any:
+        """One of FIELDS over all rows, as one int64 numpy array."""
+        import numpy as np
+
+        i = FIELDS.index(name)
+        return np.concatenate([c[i] for c in self.chunks]) if self.chunks else np.zeros(0, dtype=np.int64)
+
+    @property
+    def offsets(self) -> list[int]:
+        return [int(x) for x in self.column("offsets")]
+
+    @property
+    def timestamps_ms(self) -> list[int]:
+        return [int(x) for x in self.column("timestamps_ms")]
+
+    @property
+    def timestamp_types(self) -> list[int]:
+        return [int(x) for x in self.column("timestamp_types")]
+
+    def add_buffer(self, data: bytes | bytearray) -> int:
+        """Rows appended from now on point into ``data``; its index."""
+        self.buffers.append(data)
+        self.buffer_bytes += len(data)
+        return self.point_into(len(self.buffers) - 1)
+
+    def point_into(self, index: int) -> int:
+        if self.runs and self.runs[-1][1] == self.rows:
+            self.runs[-1] = (index, self.rows)
+        else:
+            self.runs.append((index, self.rows))
+        return index
+
+    def keys(self) -> list[bytes | None]:
+        return self._slices("key_positions", "key_lengths")
+
+    def values(self) -> list[bytes | None]:
+        return self._slices("value_positions", "value_lengths")
+
+    def _slices(self, positions: str, lengths: str) -> list[bytes | None]:
+        """Keys or values as bytes (for checks; the read path never does this per row)."""
+        out: list[bytes | None] = []
+        for row, (at, n) in enumerate(zip(self.column(positions).tolist(), self.column(lengths).tolist())):
+            index = [b for b, first in self.runs if first <= row][-1]
+            out.append(None if n < 0 else bytes(self.buffers[index][at:at + n]))
+        return out
 
 
 def _corrupt(stream: str, base_offset: int, why: str) -> FerryError:
@@ -66,6 +134,10 @@ def decode_batches(data: bytes, start_offset: int, end_offset: int, out: Columns
     to ``out``; returns the offset just past the last batch walked. ``check_batch_crc=False`` when
     a CRC over the same bytes (an object block's) already matched."""
     position, total, next_offset = 0, len(data), start_offset
+    data_index = out.add_buffer(data)
+    side: bytearray | None = None  # keys and values of compressed batches (or with headers kept)
+    side_index = -1
+    plain = _PlainRecords()
     while position < total:
         if total - position < HEADER_BYTES:
             raise _corrupt(stream, next_offset, f"{total - position} bytes left, less than a batch header")
@@ -82,100 +154,189 @@ def decode_batches(data: bytes, start_offset: int, end_offset: int, out: Columns
             raise _corrupt(stream, base, "CRC mismatch")
         log_append = bool(attributes & TIMESTAMP_TYPE_FLAG)
         if attributes & CODEC_MASK or out.include_headers:
-            _decode_slow(data[position:batch_end], start_offset, end_offset, log_append, max_ts, out, stream)
+            plain.decode_into(data, start_offset, end_offset, out, stream)
+            if side is None:
+                side = bytearray()
+                side_index = out.add_buffer(side)
+            else:
+                out.point_into(side_index)
+            _decode_slow(data[position:batch_end], start_offset, end_offset, log_append, max_ts, out, stream, side)
+            out.point_into(data_index)
         else:
             try:
-                _walk_plain(data, position + HEADER_BYTES, batch_end, count, base, first_ts,
-                            max_ts if log_append else None, start_offset, end_offset, out)
+                plain.add_batch(data, position + HEADER_BYTES, batch_end, count, base, first_ts,
+                                max_ts if log_append else None)
             except (IndexError, ValueError) as exc:
                 raise _corrupt(stream, base, f"records do not parse: {exc}") from None
         position, next_offset = batch_end, batch_next
+    plain.decode_into(data, start_offset, end_offset, out, stream)
     return next_offset
 
 
-def _walk_plain(data: bytes, p: int, end: int, count: int, base: int, first_ts: int, append_ts: int | None,
-                start_offset: int, end_offset: int, out: Columns) -> None:
-    """Uncompressed records without headers kept; the hot loop (varints of 1–2 bytes inline)."""
-    offsets, stamps, kinds, keys, values = out.offsets, out.timestamps_ms, out.timestamp_types, out.keys, out.values
-    kind = CREATE_TIME if append_ts is None else LOG_APPEND_TIME
-    for _ in range(count):
-        b = data[p]
-        if b < 0x80:
-            length, p = (b >> 1) ^ -(b & 1), p + 1
-        elif data[p + 1] < 0x80:
-            raw = (b & 0x7F) | (data[p + 1] << 7)
-            length, p = (raw >> 1) ^ -(raw & 1), p + 2
-        else:
-            length, p = _varint(data, p)
-        record_end = p + length
-        p += 1  # attributes
-        b = data[p]
-        if b < 0x80:
-            ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
-        elif data[p + 1] < 0x80:
-            raw = (b & 0x7F) | (data[p + 1] << 7)
-            ts_delta, p = (raw >> 1) ^ -(raw & 1), p + 2
-        else:
-            ts_delta, p = _varint(data, p)
-        b = data[p]
-        if b < 0x80:
-            offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
-        else:
-            offset_delta, p = _varint(data, p)
-        offset = base + offset_delta
-        if offset < start_offset or offset >= end_offset:
-            p = record_end
-            continue
-        b = data[p]
-        if b < 0x80:
-            key_len, p = (b >> 1) ^ -(b & 1), p + 1
-        else:
-            key_len, p = _varint(data, p)
-        if key_len >= 0:
-            keys.append(data[p:p + key_len])
-            p += key_len
-        else:
-            keys.append(None)
-        b = data[p]
-        if b < 0x80:
-            value_len, p = (b >> 1) ^ -(b & 1), p + 1
-        elif data[p + 1] < 0x80:
-            raw = (b & 0x7F) | (data[p + 1] << 7)
-            value_len, p = (raw >> 1) ^ -(raw & 1), p + 2
-        else:
-            value_len, p = _varint(data, p)
-        if value_len >= 0:
-            if p + value_len > record_end:
-                raise ValueError(f"the value of offset {offset} runs past its record")
-            values.append(data[p:p + value_len])
-        else:
-            values.append(None)
-        offsets.append(offset)
-        stamps.append(first_ts + ts_delta if append_ts is None else append_ts)
-        kinds.append(kind)
-        p = record_end
-    if p != end:
-        raise ValueError(f"the records end at byte {p}, the batch at {end}")
+class _PlainRecords:
+    """Uncompressed batches (headers not kept) of one buffer, decoded together.
+
+    ``add_batch`` only follows the chain of record lengths (the one thing that must be walked
+    record by record; a 1–2 byte varint inline); ``decode_into`` then parses every record's fields
+    at once with numpy. A per-record Python walk of all fields was the largest CPU cost of a read.
+    """
+
+    def __init__(self) -> None:
+        self.bodies: list[int] = []  # where each record's attributes byte is
+        self.ends: list[int] = []  # where each record ends
+        self.batches: list[tuple[int, int, int, int | None]] = []  # (records, base offset, first ts, append ts)
+
+    def add_batch(self, data: bytes, p: int, end: int, count: int, base: int, first_ts: int,
+                  append_ts: int | None) -> None:
+        bodies, ends = self.bodies, self.ends
+        for _ in range(count):
+            b = data[p]
+            if b < 0x80:
+                length, p = (b >> 1) ^ -(b & 1), p + 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                length, p = (raw >> 1) ^ -(raw & 1), p + 2
+            else:
+                length, p = _varint(data, p)
+            if length < 1:
+                raise ValueError(f"a record of {length} bytes at byte {p}")
+            bodies.append(p)
+            p += length
+            ends.append(p)
+        if p != end:
+            raise ValueError(f"the records end at byte {p}, the batch at {end}")
+        self.batches.append((count, base, first_ts, append_ts))
+
+    def decode_into(self, data: bytes, start_offset: int, end_offset: int, out: Columns, stream: str) -> None:
+        if not self.bodies:
+            return
+        import numpy as np
+
+        counts = np.asarray([b[0] for b in self.batches], dtype=np.int64)
+        first_base = self.batches[0][1]
+        try:
+            u8 = np.frombuffer(data, dtype=np.uint8)
+            ends = np.asarray(self.ends, dtype=np.int64)
+            p = np.asarray(self.bodies, dtype=np.int64) + 1  # the attributes byte
+            ts_delta, p = _varints(u8, p, ends)
+            offset_delta, p = _varints(u8, p, ends)
+            key_len, p = _varints(u8, p, ends)
+            key_at = p
+            value_len, p = _varints(u8, p + np.maximum(key_len, 0), ends)
+            if (p + np.maximum(value_len, 0) >= ends).any():  # the headers count follows the value
+                raise ValueError("a key or value runs past its record")
+        except (IndexError, ValueError) as exc:
+            raise _corrupt(stream, first_base, f"records do not parse: {exc}") from None
+        offsets = np.repeat(np.asarray([b[1] for b in self.batches], dtype=np.int64), counts) + offset_delta
+        append = np.repeat(np.asarray([-1 if b[3] is None else b[3] for b in self.batches], dtype=np.int64), counts)
+        log_append = np.repeat(np.asarray([b[3] is not None for b in self.batches]), counts)
+        stamps = np.where(log_append, append,
+                          np.repeat(np.asarray([b[2] for b in self.batches], dtype=np.int64), counts) + ts_delta)
+        keep = (offsets >= start_offset) & (offsets < end_offset)
+        columns = (offsets, stamps, log_append.astype(np.int64) * LOG_APPEND_TIME + (~log_append) * CREATE_TIME,
+                   key_at, key_len, p, value_len)
+        out.extend(*(c if keep.all() else c[keep] for c in columns))
+        self.bodies, self.ends, self.batches = [], [], []
+
+
+def _varints(u8: Any, p: Any, ends: Any) -> tuple[Any, Any]:
+    """The zigzag varints starting at each position of ``p`` and the positions after them
+    (numpy, one pass per varint byte); a varint past its record's end is an error."""
+    import numpy as np
+
+    if (p >= ends).any():
+        raise ValueError("a record ends before its fields")
+    b = u8[p].astype(np.int64)
+    raw = b & 0x7F
+    more = np.flatnonzero(b >= 0x80)
+    after = p + 1
+    shift = 7
+    while len(more):
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+        if (after[more] >= ends[more]).any():
+            raise ValueError("a varint runs past its record")
+        b = u8[after[more]].astype(np.int64)
+        raw[more] |= (b & 0x7F) << shift
+        after[more] += 1
+        more = more[b >= 0x80]
+        shift += 7
+    return (raw >> 1) ^ -(raw & 1), after
 
 
 def _decode_slow(batch: bytes, start_offset: int, end_offset: int, log_append: bool, max_ts: int, out: Columns,
-                 stream: str) -> None:
+                 stream: str, side: bytearray) -> None:
     """Compressed batches, or headers wanted: the strict decoder, one record object each."""
     from stream_storage.batch_scan import CorruptBatch, scan_batches  # kafka-python's codecs: only when needed
 
+    rows: list[list[int]] = []
     for item in scan_batches(batch):
         if isinstance(item, CorruptBatch):
             raise _corrupt(stream, item.base_offset, item.reason)
         for record in item.records or ():
             if not start_offset <= record.offset < end_offset:
                 continue
-            out.offsets.append(record.offset)
-            out.timestamps_ms.append(max_ts if log_append else record.timestamp_ms)
-            out.timestamp_types.append(LOG_APPEND_TIME if log_append else CREATE_TIME)
-            out.keys.append(record.key)
-            out.values.append(record.value)
+            row = [record.offset, max_ts if log_append else record.timestamp_ms,
+                   LOG_APPEND_TIME if log_append else CREATE_TIME]
+            for blob in (record.key, record.value):
+                row += [len(side), -1 if blob is None else len(blob)]
+                if blob:
+                    side += blob
+            rows.append(row)
             if out.include_headers:
                 out.headers.append([{"key": k, "value": v} for k, v in record.headers])
+    if rows:
+        out.extend(*zip(*rows))
+
+
+_INLINE_BYTES = 12  # an Arrow binary view holds up to 12 bytes itself, else a prefix and where they are
+
+
+def _binary_column(buffers: list[Any], used: list[int], buffer_of_row: Any, positions: Any, lengths: Any) -> Any:
+    """Arrow ``binary`` column of the slices ``buffers[b][pos:pos + len]`` (len -1: null).
+
+    Built as a binary-view array (16 bytes per row, made with numpy) pointing into the buffers,
+    then cast to ``binary``, which gathers the bytes in C++: no Python object per row."""
+    import numpy as np
+    import pyarrow as pa
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    n = len(lengths)
+    pos = np.asarray(positions, dtype=np.int64)
+    lens = np.asarray(lengths, dtype=np.int64)
+    valid = lens >= 0
+    lens = np.where(valid, lens, 0)
+    views = np.zeros((n, 16), dtype=np.uint8)
+    words = views.view(np.int32)  # per row: length, prefix (or inline bytes), buffer index, offset
+    words[:, 0] = lens
+    data_buffers = []
+    for slot, index in enumerate(used):
+        buf = buffers[index]
+        rows = np.flatnonzero(buffer_of_row == index)
+        if len(buf) >= 1 << 31 or (len(rows) and int((pos[rows] + lens[rows]).max()) > len(buf)):
+            raise ValueError("a key or value lies outside the bytes it was read from")
+        # the first 12 bytes of each slice (all of a short one, the 4-byte prefix of a long one), read
+        # through a sliding window; slices starting in the last 12 bytes of a buffer are copied singly
+        near_end = pos[rows] + _INLINE_BYTES > len(buf)
+        windowed = rows[~near_end]
+        if len(windowed):
+            u8 = np.frombuffer(buf, dtype=np.uint8)
+            views[windowed, 4:16] = sliding_window_view(u8, _INLINE_BYTES)[pos[windowed]]
+        for row in rows[near_end].tolist():
+            head = bytes(buf[pos[row]:pos[row] + min(lens[row], _INLINE_BYTES)])
+            views[row, 4:4 + len(head)] = np.frombuffer(head, dtype=np.uint8)
+        long_rows = rows[lens[rows] > _INLINE_BYTES]
+        words[long_rows, 2] = slot
+        words[long_rows, 3] = pos[long_rows]
+        data_buffers.append(pa.py_buffer(buf))
+    short = np.flatnonzero(lens < _INLINE_BYTES)  # inline bytes past a short slice's end must be zero
+    if len(short):
+        views[short, 4:16] *= (np.arange(_INLINE_BYTES)[None, :] < lens[short, None])
+    nulls = n - int(valid.sum())
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    view_array = pa.Array.from_buffers(pa.binary_view(), n, [bitmap, pa.py_buffer(views), *data_buffers],
+                                       null_count=nulls)
+    return view_array.cast(pa.binary())
 
 
 def to_arrow(out: Columns, topic: str, partition: int) -> Any:
@@ -184,12 +345,21 @@ def to_arrow(out: Columns, topic: str, partition: int) -> Any:
     import pyarrow as pa
 
     n = len(out)
-    micros = np.asarray(out.timestamps_ms, dtype=np.int64) * 1000  # no Arrow cast kernel (slow to load)
-    arrays = [pa.array(out.keys, pa.binary()), pa.array(out.values, pa.binary()),
-              pa.array([topic] * n, pa.string()), pa.array(np.full(n, partition, dtype=np.int32)),
-              pa.array(out.offsets, pa.int64()),
+    firsts = [first for _b, first in out.runs] + [n]
+    run_rows = [end - first for first, end in zip(firsts, firsts[1:])]
+    buffer_of_row = np.repeat(np.asarray([b for b, _f in out.runs], dtype=np.int64),
+                              np.asarray(run_rows, dtype=np.int64))
+    used = sorted({b for (b, first), end in zip(out.runs, firsts[1:]) if end > first})
+    micros = out.column("timestamps_ms") * 1000  # no Arrow cast kernel (slow to load)
+    arrays = [_binary_column(out.buffers, used, buffer_of_row, out.column("key_positions"), out.column("key_lengths")),
+              _binary_column(out.buffers, used, buffer_of_row, out.column("value_positions"),
+                             out.column("value_lengths")),
+              pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([topic], pa.string()))
+              .cast(pa.string()),
+              pa.array(np.full(n, partition, dtype=np.int32)),
+              pa.array(out.column("offsets")),
               pa.array(micros, pa.timestamp("us", tz="UTC")),
-              pa.array(out.timestamp_types, pa.int32())]
+              pa.array(out.column("timestamp_types").astype(np.int32))]
     names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
     if out.include_headers:
         arrays.append(pa.array(out.headers, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))))

@@ -3,10 +3,13 @@
 On the driver, ``partitions()`` asks the controllers (``bootstrap.controller``, or brokers'
 addresses in ``bootstrap.servers``) for each partition's data stream and its committed objects,
 resolves ``startingOffsets`` / ``endingOffsets`` and cuts the read into input partitions
-(``tools/spark_read/offsets.py``). On the executors, ``read()`` GETs each object's tail (footer and
-index), then one ranged GET of the stream's blocks, checks the CRCs and decodes the batches into
-Arrow (``records.py``), while the next objects download in the background. Brokers are never
-involved, so a read does not load the cluster and sees only what was uploaded and committed.
+(``tools/spark_read/offsets.py``), then GETs each object's tail (footer and index) once and hands
+every input partition the run of blocks it reads in each object. On the executors, ``read()``
+makes one ranged GET per object, checks the block CRCs and decodes the batches into Arrow
+(``records.py``), while the next objects download in the background. Brokers are never involved,
+so a read does not load the cluster and sees only what was uploaded and committed. An object
+that compaction replaced after the plan (and deleted) makes the executor ask the controllers for
+the stream's objects again and go on from the last offset it handed to Spark.
 
 Options (case-insensitive, as Spark passes them):
 
@@ -22,34 +25,43 @@ Options (case-insensitive, as Spark passes them):
 ``minPartitions``              at least this many input partitions (default: one per topic-partition)
 ``includeHeaders``             ``true`` adds the ``headers`` column (as Spark's Kafka source)
 ``maxRowsPerBatch``            rows per Arrow batch handed to Spark (default 10000)
+``readBy``                     ``partition`` (default): one input partition per topic-partition offset
+                               range, as Spark's Kafka source; ``object``: input partitions of whole
+                               objects, each fetched once (``object_tasks.py``: fewer requests)
 ============================  =====================================================================
 """
 from __future__ import annotations
 
 import asyncio
 import re
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage.config import S3Config
-from stream_storage.object_format import TAIL_READ_BYTES, ObjectIndex, check_block, parse_index, parse_tail
+from stream_storage.object_format import (
+    TAIL_READ_BYTES, IndexEntry, ObjectIndex, check_block, parse_index, parse_tail,
+)
 from tools.spark_read import FORMAT_NAME
+from stream_storage.object_store import ObjectNotFound
 from tools.spark_read.offsets import (
-    EARLIEST, LATEST, ObjectSpan, OffsetSpec, PartitionStream, ReadTask, parse_offsets, parse_stream,
+    EARLIEST, LATEST, ObjectSpan, OffsetSpec, PartitionStream, ReadTask, covering_objects, parse_offsets, parse_stream,
     plan_read_tasks,
     resolve_ranges,
 )
+from tools.spark_read.object_tasks import ObjectRead, ObjectTask, StreamSlice, plan_object_tasks
 from tools.spark_read.records import Columns, decode_batches, to_arrow
 
 KAFKA_SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, "
                     "timestampType INT")
 HEADERS_DDL = ", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 PREFETCH_OBJECTS = 4
+MAX_BATCH_BUFFER_BYTES = 64 * 1024 * 1024  # fetched bytes behind one Arrow batch: bounds its memory
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -75,6 +87,17 @@ def _positive_int(options: Mapping[str, str], name: str, default: int | None) ->
     return value
 
 
+READ_BY_PARTITION, READ_BY_OBJECT = "partition", "object"
+
+
+def _read_by(options: Mapping[str, str]) -> str:
+    text = options.get("readby", READ_BY_PARTITION).strip().lower()
+    if text not in (READ_BY_PARTITION, READ_BY_OBJECT):
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"option readBy must be {READ_BY_PARTITION} or "
+                         f"{READ_BY_OBJECT}, got {options['readby']!r}")
+    return text
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """The data source's options, parsed and checked on the driver."""
@@ -89,6 +112,7 @@ class ReadOptions:
     min_partitions: int | None
     include_headers: bool
     max_rows_per_batch: int
+    read_by: str = READ_BY_PARTITION
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
@@ -108,7 +132,7 @@ class ReadOptions:
                    parse_offsets(lower.get("endingoffsets"), "endingOffsets", LATEST),
                    _bool(lower, "failOnDataLoss", True), _positive_int(lower, "minPartitions", None),
                    _bool(lower, "includeHeaders", False),
-                   _positive_int(lower, "maxRowsPerBatch", 10_000) or 10_000)
+                   _positive_int(lower, "maxRowsPerBatch", 10_000) or 10_000, _read_by(lower))
 
 
 async def describe_streams(options: ReadOptions) -> list[PartitionStream]:
@@ -135,9 +159,29 @@ async def describe_streams(options: ReadOptions) -> list[PartitionStream]:
     return [parse_stream(t, p, sid, d) for (t, p, sid), d in zip(wanted, described)]
 
 
+async def describe_stream_objects(options: ReadOptions, task: ReadTask) -> tuple[ObjectSpan, ...]:
+    """The committed objects of the task's stream now (an executor re-planning a read)."""
+    from tools.admin import Admin
+
+    async with Admin(options.bootstrap_servers, options.bootstrap_controllers) as admin:
+        described = await admin.read("describe_stream", {"stream_id": task.stream_id})
+    return parse_stream(task.topic, task.partition, task.stream_id, described).objects
+
+
 @dataclass(frozen=True)
 class FerryInputPartition(InputPartition):  # type: ignore[misc]
+    """One read task, with where its stream's blocks sit in each of its objects (read from the
+    objects' indexes on the driver: one GET per object, not one per object and partition)."""
+
     task: ReadTask
+    blocks: tuple[tuple[IndexEntry, ...], ...] | None = None
+
+
+@dataclass(frozen=True)
+class FerryObjectPartition(InputPartition):  # type: ignore[misc]
+    """A run of whole objects (``readBy=object``), each holding slices of the read's streams."""
+
+    task: ObjectTask
 
 
 class FerryReader(DataSourceReader):  # type: ignore[misc]
@@ -149,12 +193,32 @@ class FerryReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> Sequence[InputPartition]:
         streams = asyncio.run(describe_streams(self.options))
         ranges = resolve_ranges(streams, self.options.starting, self.options.ending, self.options.fail_on_data_loss)
-        return [FerryInputPartition(t) for t in plan_read_tasks(ranges, self.options.min_partitions)]
+        if self.options.read_by == READ_BY_OBJECT:
+            return [FerryObjectPartition(t) for t in plan_object_tasks(ranges, self.options.min_partitions)]
+        tasks = plan_read_tasks(ranges, self.options.min_partitions)
+        indexes = read_indexes(s3_client(self.options.s3), self.options.s3,
+                               {o.object_key: o for t in tasks for o in t.objects}.values())
+        return [FerryInputPartition(t, tuple(blocks_for_task(indexes[o.object_key], t, o) for o in t.objects))
+                for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, FerryInputPartition)
-        yield from read_task(self.options.s3, partition.task, self.options.include_headers,
-                             self.options.max_rows_per_batch)
+        assert isinstance(partition, (FerryInputPartition, FerryObjectPartition))
+        options = self.options
+
+        def read(task: ReadTask, blocks: Sequence[Sequence[IndexEntry]] | None) -> Iterator[Any]:
+            return read_task(options.s3, task, options.include_headers, options.max_rows_per_batch, blocks)
+
+        def current_objects(task: ReadTask) -> Sequence[ObjectSpan]:
+            return asyncio.run(describe_stream_objects(options, task))
+
+        if isinstance(partition, FerryObjectPartition):
+            def read_gone(task: ReadTask) -> Iterator[Any]:
+                return read_resuming(task, None, read, current_objects)
+
+            yield from read_object_task(options.s3, partition.task, options.include_headers,
+                                        options.max_rows_per_batch, read_gone)
+            return
+        yield from read_resuming(partition.task, partition.blocks, read, current_objects)
 
 
 class FerryDataSource(DataSource):  # type: ignore[misc]
@@ -189,33 +253,109 @@ def unwrap_spark_error(exc: BaseException) -> FerryError | None:
 # -- executor side ----------------------------------------------------------------------------------
 
 
-def _get(client: Any, bucket: str, key: str, first: int, last: int) -> bytes:
-    body: bytes = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={first}-{last}")["Body"].read()
+def get_range(client: Any, bucket: str, key: str, first: int | None = None, last: int | None = None) -> bytes:
+    """Bytes ``first..last`` of an object (all of it without a range); a missing object is
+    ObjectNotFound (it may have been replaced by compaction after the read was planned: see
+    :func:`read_resuming`)."""
+    from botocore.exceptions import ClientError
+
+    ranged = {} if first is None or last is None else {"Range": f"bytes={first}-{last}"}
+    try:
+        body: bytes = client.get_object(Bucket=bucket, Key=key, **ranged)["Body"].read()
+    except ClientError as exc:
+        if str(exc.response.get("Error", {}).get("Code", "")) in ("NoSuchKey", "404", "NotFound"):
+            raise ObjectNotFound(key) from None
+        raise
     return body
 
 
-def fetch_stream_blocks(client: Any, s3: S3Config, obj: ObjectSpan, stream_id: int, start: int, end: int) -> bytes:
-    """The stream's blocks of one object holding offsets ``[start, end)``, CRC-checked: two GETs
-    (the tail with the index, then the run of blocks), three when the index is over 64 KiB."""
+MAX_REPLANS = 3
+
+
+def read_resuming(task: ReadTask, blocks: Sequence[Sequence[IndexEntry]] | None,
+                  read: Callable[[ReadTask, Sequence[Sequence[IndexEntry]] | None], Iterator[Any]],
+                  current_objects: Callable[[ReadTask], Sequence[ObjectSpan]],
+                  max_replans: int = MAX_REPLANS) -> Iterator[Any]:
+    """``read(task, blocks)``'s Arrow batches; when an object of the plan is gone, the rest of the
+    task (after the last offset handed on) is re-planned on the stream's objects as they are now.
+
+    A broker's compaction rewrites small objects into one and deletes the replaced ones
+    ``compaction_delete_delay_ms`` (10 s) after the commit: a Spark job longer than that reads
+    objects the controllers no longer list. The records are still stored, in the new object.
+    Offsets no object holds any more (trimmed since) are OFFSET_OUT_OF_RANGE."""
+    name = f"{task.topic}-{task.partition}"
+    resume = task.start_offset
+    for replans in range(max_replans + 1):
+        try:
+            for batch in read(task, blocks):
+                if batch.num_rows:
+                    resume = int(batch.column("offset")[batch.num_rows - 1].as_py()) + 1
+                yield batch
+            return
+        except ObjectNotFound as gone:
+            if replans == max_replans:
+                raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE, f"{name}: object {gone.key!r} is gone, "
+                                 f"{max_replans} times after re-planning; the stream is being rewritten") from None
+            spans = covering_objects(current_objects(task), resume, task.end_offset)
+            if spans is None:
+                raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE, f"{name}: offsets {resume}..{task.end_offset} "
+                                 "are no longer stored (trimmed after the read was planned)") from None
+            task, blocks = replace(task, start_offset=resume, objects=spans), None
+
+
+def read_index(client: Any, s3: S3Config, obj: ObjectSpan) -> ObjectIndex:
+    """An object's index: a GET of its tail (footer and, nearly always, the index), a second GET
+    when the index is over 64 KiB."""
     tail_start = max(0, obj.size - TAIL_READ_BYTES)
-    tail = _get(client, s3.bucket, obj.object_key, tail_start, obj.size - 1)
+    tail = get_range(client, s3.bucket, obj.object_key, tail_start, obj.size - 1)
     parsed = parse_tail(tail, tail_start, obj.object_key)
     if isinstance(parsed, ObjectIndex):
-        index = parsed
-    else:
-        first, stop = parsed
-        body = _get(client, s3.bucket, obj.object_key, first, stop - 1)
-        index = parse_index(body, first, _index_crc(tail), obj.object_key)
-    blocks = [b for b in index.blocks_for(stream_id, start, 1 << 62) if b.start_offset < end]
+        return parsed
+    first, stop = parsed
+    body = get_range(client, s3.bucket, obj.object_key, first, stop - 1)
+    return parse_index(body, first, _index_crc(tail), obj.object_key)
+
+
+INDEX_READ_THREADS = 16
+
+
+def read_indexes(client: Any, s3: S3Config, objects: Iterable[ObjectSpan]) -> dict[str, ObjectIndex]:
+    """The indexes of ``objects``, GET in parallel (on the driver, while planning)."""
+    spans = list(objects)
+    if not spans:
+        return {}
+    with ThreadPoolExecutor(min(INDEX_READ_THREADS, len(spans)), thread_name_prefix="ferry-index") as pool:
+        return dict(zip((o.object_key for o in spans), pool.map(lambda o: read_index(client, s3, o), spans)))
+
+
+def blocks_for_task(index: ObjectIndex, task: ReadTask, obj: ObjectSpan) -> tuple[IndexEntry, ...]:
+    """The blocks of ``obj`` holding the task's stream from ``max(task start, object start)`` up to
+    the task's end: a contiguous run, read with one ranged GET. Pure."""
+    start = max(task.start_offset, obj.start_offset)
+    blocks = tuple(b for b in index.blocks_for(task.stream_id, start, 1 << 62) if b.start_offset < task.end_offset)
     if not blocks:
         raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"object {obj.object_key!r} holds no block of stream "
-                         f"{stream_id} at offset {start}, though the controllers list it there")
+                         f"{task.stream_id} at offset {start}, though the controllers list it there")
+    return blocks
+
+
+def fetch_blocks(client: Any, s3: S3Config, obj: ObjectSpan, blocks: Sequence[IndexEntry]) -> bytes:
+    """A run of blocks of one object, one ranged GET, each block's CRC checked."""
     first, last = blocks[0].position, blocks[-1].position + blocks[-1].size
-    data = _get(client, s3.bucket, obj.object_key, first, last - 1)
+    data = get_range(client, s3.bucket, obj.object_key, first, last - 1)
     view = memoryview(data)
     for block in blocks:
         check_block(view[block.position - first: block.position - first + block.size], block, obj.object_key)
     return data
+
+
+def fetch_stream_blocks(client: Any, s3: S3Config, obj: ObjectSpan, task: ReadTask,
+                        blocks: Sequence[IndexEntry] | None = None) -> bytes:
+    """The task's blocks of one object, CRC-checked: one GET when the blocks were located while
+    planning, else the object's index first (two GETs, three when the index is over 64 KiB)."""
+    if blocks is None:
+        blocks = blocks_for_task(read_index(client, s3, obj), task, obj)
+    return fetch_blocks(client, s3, obj, blocks)
 
 
 def _index_crc(tail: bytes) -> int:
@@ -238,22 +378,32 @@ def s3_client(s3: S3Config) -> Any:
     return client
 
 
-def read_task(s3: S3Config, task: ReadTask, include_headers: bool, max_rows: int) -> Iterator[Any]:
-    """One input partition's rows as Arrow batches, objects downloading ahead of the decoder."""
+def _batches_of(batch: Any, max_rows: int) -> Iterator[Any]:
+    """``batch`` in zero-copy slices of at most ``max_rows`` rows (one fetched object may hold more)."""
+    for first in range(0, batch.num_rows, max_rows):
+        yield batch.slice(first, max_rows)
+
+
+def read_task(s3: S3Config, task: ReadTask, include_headers: bool, max_rows: int,
+              blocks: Sequence[Sequence[IndexEntry]] | None = None) -> Iterator[Any]:
+    """One input partition's rows as Arrow batches, objects downloading ahead of the decoder.
+    ``blocks``: per object of the task, its blocks (located while planning), else read here."""
     client = s3_client(s3)
     name = f"{task.topic}-{task.partition} (stream {task.stream_id})"
     columns = Columns(include_headers)
     with ThreadPoolExecutor(PREFETCH_OBJECTS, thread_name_prefix="ferry-spark-read") as pool:
         pending: list[Future[bytes]] = []
-        objects = iter(task.objects)
+        located: Sequence[Sequence[IndexEntry] | None] = blocks if blocks is not None else [None] * len(task.objects)
+        if len(located) != len(task.objects):
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"{len(located)} block lists for {len(task.objects)} objects")
+        objects = iter(zip(task.objects, located))
 
         def top_up() -> None:
             while len(pending) < PREFETCH_OBJECTS:
-                obj = next(objects, None)
-                if obj is None:
+                item = next(objects, None)
+                if item is None:
                     return
-                pending.append(pool.submit(fetch_stream_blocks, client, s3, obj, task.stream_id,
-                                           max(task.start_offset, obj.start_offset), task.end_offset))
+                pending.append(pool.submit(fetch_stream_blocks, client, s3, item[0], task, item[1]))
 
         top_up()
         expected = task.start_offset
@@ -264,11 +414,100 @@ def read_task(s3: S3Config, task: ReadTask, include_headers: bool, max_rows: int
             # checked when produced, so the batch CRCs need not be computed a second time
             expected = max(expected, decode_batches(data, task.start_offset, task.end_offset, columns, name,
                                                     check_batch_crc=False))
-            if len(columns) >= max_rows:
-                yield to_arrow(columns, task.topic, task.partition)
+            if len(columns) >= max_rows or columns.buffer_bytes >= MAX_BATCH_BUFFER_BYTES:
+                yield from _batches_of(to_arrow(columns, task.topic, task.partition), max_rows)
                 columns = Columns(include_headers)
     if len(columns):
-        yield to_arrow(columns, task.topic, task.partition)
+        yield from _batches_of(to_arrow(columns, task.topic, task.partition), max_rows)
     if expected < task.end_offset:
         raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"{name}: the objects end at offset {expected}, before "
                          f"{task.end_offset}")
+
+
+# -- readBy=object ----------------------------------------------------------------------------------
+
+
+def index_of_object(data: bytes, key: str) -> ObjectIndex:
+    """The index of a whole fetched object, from its own tail (no request)."""
+    tail_start = max(0, len(data) - TAIL_READ_BYTES)
+    tail = data[tail_start:]
+    parsed = parse_tail(tail, tail_start, key)
+    if isinstance(parsed, ObjectIndex):
+        return parsed
+    first, stop = parsed
+    return parse_index(data[first:stop], first, _index_crc(tail), key)
+
+
+def fetch_object(client: Any, s3: S3Config, read: ObjectRead) -> tuple[bytes, ObjectIndex]:
+    """One whole object (one GET) and its index."""
+    data = get_range(client, s3.bucket, read.object_key)
+    if len(data) != read.size:
+        raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"object {read.object_key!r} has {len(data)} bytes, the "
+                         f"controllers list {read.size}")
+    return data, index_of_object(data, read.object_key)
+
+
+def slice_bytes(data: bytes, index: ObjectIndex, read: ObjectRead, piece: StreamSlice) -> bytes:
+    """The blocks of one stream slice in a fetched object, CRC-checked. Pure."""
+    task = ReadTask(piece.topic, piece.partition, piece.stream_id, piece.start_offset, piece.end_offset, ())
+    blocks = blocks_for_task(index, task, ObjectSpan(read.object_key, piece.start_offset, piece.end_offset,
+                                                     read.size))
+    first, last = blocks[0].position, blocks[-1].position + blocks[-1].size
+    view = memoryview(data)
+    for block in blocks:
+        check_block(view[block.position: block.position + block.size], block, read.object_key)
+    return data[first:last]
+
+
+def read_object_task(s3: S3Config, task: ObjectTask, include_headers: bool, max_rows: int,
+                     read_gone: Callable[[ReadTask], Iterator[Any]]) -> Iterator[Any]:
+    """One ``readBy=object`` input partition as Arrow batches, one per topic-partition at a time
+    (the ``partition`` column is one value per batch), objects downloading ahead of the decoder.
+    An object gone since the plan (compacted away) is read per slice the default way, from the
+    stream's objects now (``read_gone``)."""
+    client = s3_client(s3)
+    columns: dict[tuple[str, int], Columns] = {}
+
+    def flush(key: tuple[str, int]) -> Iterator[Any]:
+        yield from _batches_of(to_arrow(columns.pop(key), key[0], key[1]), max_rows)
+
+    with ThreadPoolExecutor(PREFETCH_OBJECTS, thread_name_prefix="ferry-spark-read") as pool:
+        reads = iter(task.reads)
+        pending: deque[tuple[ObjectRead, Future[tuple[bytes, ObjectIndex]]]] = deque()
+
+        def top_up() -> None:
+            while len(pending) < PREFETCH_OBJECTS:
+                read = next(reads, None)
+                if read is None:
+                    return
+                pending.append((read, pool.submit(fetch_object, client, s3, read)))
+
+        top_up()
+        while pending:
+            read, fetched = pending.popleft()
+            index: ObjectIndex | None
+            try:
+                data, index = fetched.result()
+            except ObjectNotFound:
+                data, index = b"", None
+            top_up()
+            for piece in read.slices:
+                key = (piece.topic, piece.partition)
+                if index is None:
+                    if key in columns:
+                        yield from flush(key)
+                    yield from read_gone(ReadTask(piece.topic, piece.partition, piece.stream_id, piece.start_offset,
+                                                  piece.end_offset, (ObjectSpan(read.object_key, piece.start_offset,
+                                                                                piece.end_offset, read.size),)))
+                    continue
+                out = columns.setdefault(key, Columns(include_headers))
+                name = f"{piece.topic}-{piece.partition} (stream {piece.stream_id})"
+                reached = decode_batches(slice_bytes(data, index, read, piece), piece.start_offset, piece.end_offset,
+                                         out, name, check_batch_crc=False)
+                if reached < piece.end_offset:
+                    raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"{name}: object {read.object_key!r} ends at offset "
+                                     f"{reached}, before {piece.end_offset}")
+                if len(out) >= max_rows or out.buffer_bytes >= MAX_BATCH_BUFFER_BYTES:
+                    yield from flush(key)
+    for key in sorted(columns):
+        yield from flush(key)
