@@ -331,6 +331,10 @@ class ControllerCore:
     def inflight_commands(self) -> int:
         return len(self._inflight)
 
+    def has_ready(self) -> bool:
+        """Whether ``take_ready`` holds effects not yet taken."""
+        return bool(self._ready)
+
     def has_work(self) -> bool:
         """Whether ``run`` could do something now."""
         if not self.is_leader:

@@ -1,12 +1,16 @@
-"""A seeded, deterministic simulation of the controller with brokers that come, go and misbehave.
+"""A seeded, deterministic simulation of the controller quorum with brokers that come, go and misbehave.
 
-One ``random.Random(seed)`` drives everything: brokers register, heartbeat, die, restart and
+The controllers are three production state machines (``ControllerCore``) over a simulated
+replicated log that drops, delays, duplicates and reorders messages and deposes leaders
+(``sim_quorum.SimQuorum``), whose invariants are checked after every network event. One
+``random.Random(seed)`` drives everything: brokers register, heartbeat, die, restart and
 shut down; topics are created, deleted and reassigned; brokers follow the six-step move
 (the loser closes its streams and asks for the election, the winner opens them with its leader
 epoch) but also act on stale beliefs — opening with old epochs, committing at wrong offsets,
 closing streams they no longer own. A manual clock advances and ``tick`` runs. After every step
 the invariants are checked; a violation raises ``InvariantViolation`` naming the seed and step,
-so a failing seed is a regression test (like Kafka's RaftEventSimulationTest or TigerBeetle's VOPR).
+so a failing seed is a regression test (like Kafka's RaftEventSimulationTest or TigerBeetle's VOPR),
+replayed alone with ``python -m metadata_quorum.simulation --seed N``.
 """
 from __future__ import annotations
 
@@ -15,18 +19,21 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from metadata_quorum.controller_core import CoreConfig
 from metadata_quorum.delta import MetadataDelta
-from metadata_quorum.errors import FerryError
+from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, STREAM_ID_COUNTER_KEY, MetadataImage
-from metadata_quorum.local_controller import LocalController
+from metadata_quorum.operations import WRITE_OPERATIONS
+from metadata_quorum.sim_quorum import Faults, InvariantViolation, SimQuorum
 from metadata_quorum.records import NO_LEADER, STORAGE_LOCAL, STORAGE_S3, STREAM_OPENED, partition_stream_key
 
 SESSION_TIMEOUT_MS = 3000
 REELECTION_TIMEOUT_MS = 1000
-
-
-class InvariantViolation(AssertionError):
-    pass
+COMMIT_TIMEOUT_MS = 1000
+MAX_REQUEST_TRANSIT_MS = 30  # a request spends up to this long on its way to the controller
+# The controller could not tell what became of these: the operation may or may not have committed.
+INDETERMINATE = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
+__all__ = ["InvariantViolation", "Simulation", "SimulationResult", "run_seed", "main"]
 
 
 class SimClock:
@@ -49,6 +56,9 @@ class SimBroker:
     shutting_down: bool = False
     #: dir id -> "saturated" / "offline" as its heartbeats report them (others are online)
     bad_dirs: dict[str, str] = field(default_factory=dict)
+    #: broker epoch -> until when that incarnation may acknowledge writes: its last answered
+    #: heartbeat's send time plus the session timeout
+    lease_until_ms: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,23 +69,31 @@ class SimulationResult:
     errors: Counter[str]
     moves_completed: int
     log_length: int
+    quorum: dict[str, int] = field(default_factory=dict)
 
 
 class Simulation:
-    def __init__(self, seed: int, steps: int = 200, max_brokers: int = 5) -> None:
+    def __init__(self, seed: int, steps: int = 200, max_brokers: int = 5, faults: Faults = Faults()) -> None:
         self.seed = seed
         self.steps = steps
+        self.step = 0
+        self.trace: list[str] = []
         self.rng = random.Random(seed)
         self.clock = SimClock()
-        self.controller = LocalController(self.clock, session_timeout_ms=SESSION_TIMEOUT_MS,
-                                          reelection_timeout_ms=REELECTION_TIMEOUT_MS, check_encoding=True)
+        config = CoreConfig(session_timeout_ms=SESSION_TIMEOUT_MS, reelection_timeout_ms=REELECTION_TIMEOUT_MS,
+                            commit_timeout_ms=COMMIT_TIMEOUT_MS)
+        self.controller = SimQuorum(self.rng, self.clock, self._advance, WRITE_OPERATIONS, config, faults,
+                                    fail=self.fail)
+        self.controller.on_owner_change = self.owner_changed
         self.brokers = {b: SimBroker(b) for b in range(max_brokers)}
         self.ops: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.moves_completed = 0
-        self.step = 0
-        self.trace: list[str] = []
         self._topic_seq = 0
+        self.indeterminate = False  # the last call's outcome is unknown (it may still commit)
+
+    def _advance(self, ms: int) -> None:
+        self.clock.now_ms += ms
 
     # ------------------------------------------------------------------ driving
     def run(self) -> SimulationResult:
@@ -98,27 +116,41 @@ class Simulation:
         self.settle()
         self.check_log_replay()
         return SimulationResult(self.seed, self.steps, self.ops, self.errors, self.moves_completed,
-                                len(self.controller.log))
+                                len(self.controller.log), dict(self.controller.counts, events=self.controller.events))
 
     def call(self, op: str, args: dict[str, Any], must_succeed: bool = False) -> dict[str, Any] | None:
         """Run a write; a FerryError is an expected outcome (counted), anything else a bug."""
         self.ops[op] += 1
         self.trace.append(f"{self.step}: {op} {args}")
         del self.trace[:-40]
-        before = self.controller.image
+        before, before_offset = self.controller.image, self.controller.next_offset
+        self.indeterminate = False
         try:
             return self.controller.write(op, args)
         except FerryError as e:
-            if self.controller.image is not before:
-                self.fail(f"{op} failed with {e.error.name} but changed the image")
-            if must_succeed:
-                self.fail(f"{op} {args} should have succeeded: {e}")
             self.errors[f"{op}:{e.error.name}"] += 1
+            if e.error in INDETERMINATE:
+                self.indeterminate = True
+                return None  # it may yet commit: nothing to say about it
+            if self.controller.next_offset == before_offset and not self.controller.image.same_content(before):
+                self.fail(f"{op} failed with {e.error.name} but changed the image")
+            if must_succeed and self.controller.next_offset == before_offset:
+                # (when other writes committed meanwhile — the leader's own ``tick`` — the premise is stale)
+                self.fail(f"{op} {args} should have succeeded: {e}")
             return None
 
     def fail(self, message: str) -> None:
         raise InvariantViolation(f"seed {self.seed} step {self.step}: {message}\n  recent: " +
-                                 "\n  ".join(self.trace[-12:]))
+                                 "\n  ".join(self.trace[-12:]) +
+                                 f"\n  replay: python -m metadata_quorum.simulation --seed {self.seed} --steps {self.steps}")
+
+    def owner_changed(self, stream_id: int, old_owner: int, old_epoch: int, new_owner: int) -> None:
+        """A stream went from one open owner to another: the old incarnation's lease must have run out."""
+        old = self.brokers.get(old_owner)
+        until = old.lease_until_ms.get(old_epoch, 0) if old is not None else 0
+        if until > self.clock.now_ms:
+            self.fail(f"stream {stream_id} went from broker {old_owner} (epoch {old_epoch}) to {new_owner} at "
+                      f"{self.clock.now_ms} while {old_owner} could still acknowledge (lease until {until})")
 
     @property
     def image(self) -> MetadataImage:
@@ -147,6 +179,7 @@ class Simulation:
     def beat(self, b: SimBroker) -> dict[str, Any] | None:
         """One heartbeat; a broker told to shut down closes what it still holds and stops."""
         was = self.image.cluster.brokers.get(b.broker_id)
+        sent_ms = self.clock.now_ms - self.rng.randint(0, MAX_REQUEST_TRANSIT_MS)
         reply = self.call("broker_heartbeat", {
             "broker_id": b.broker_id, "broker_epoch": b.broker_epoch, "metadata_offset": self.image.offset,
             "want_shutdown": b.shutting_down,
@@ -155,9 +188,11 @@ class Simulation:
         reg = self.image.cluster.brokers.get(b.broker_id)
         if reply is None and (reg is None or b.broker_epoch != reg.broker_epoch):
             b.alive = False  # replaced by a newer incarnation or unregistered: a zombie now
-        if reply is not None and reply["metadata_high_watermark"] != self.controller.next_offset:
+        if reply is not None and reply["metadata_high_watermark"] > self.controller.next_offset:
             self.fail(f"heartbeat answered high watermark {reply['metadata_high_watermark']}, "
-                      f"log end {self.controller.next_offset}")
+                      f"committed log end {self.controller.next_offset}")
+        if reply is not None and not reply["is_fenced"]:
+            b.lease_until_ms[b.broker_epoch] = max(b.lease_until_ms.get(b.broker_epoch, 0), sent_ms + SESSION_TIMEOUT_MS)
         if reply is not None and reply["should_shut_down"] and b.shutting_down:
             held = [sid for sid, st in self.image.streams.streams.items() if st.state == STREAM_OPENED and
                     st.owner == b.broker_id and st.owner_epoch == b.broker_epoch]
@@ -166,6 +201,7 @@ class Simulation:
                 self.fail(f"broker {b.broker_id} told to shut down while unfenced or holding open streams {held}")
             self.close_lost(b)
             b.alive = False
+            b.lease_until_ms.pop(b.broker_epoch, None)  # it stopped: it acknowledges nothing more
             self.ops["shutdown_completed"] += 1
         return reply
 
@@ -261,14 +297,16 @@ class Simulation:
 
     def decommission(self) -> None:
         """An operator unregisters a broker that is down (scaling in)."""
-        down = [b for b in self.brokers.values() if not b.alive and b.broker_id in self.image.cluster.brokers]
+        now = self.clock.now_ms  # gone for a whole session: no incarnation may still acknowledge
+        down = [b for b in self.brokers.values() if not b.alive and b.broker_id in self.image.cluster.brokers
+                and all(until <= now for until in b.lease_until_ms.values())]
         if down:
             self.call("unregister_broker", {"broker_id": self.rng.choice(down).broker_id}, must_succeed=True)
 
     def controller_failover(self) -> None:
-        """Another controller becomes active: heartbeat times are lost, the log and image stay."""
+        """The leader is deposed: a new term begins (heartbeat times are lost, the log stays)."""
         self.ops["failover"] += 1
-        self.controller.fail_over()
+        self.controller.elect()
 
     def advance_and_tick(self) -> None:
         self.clock.now_ms += self.rng.choice([10, 200, 700, 1500, 3500])
@@ -280,7 +318,13 @@ class Simulation:
                 if (v := self.image.kv.get(partition_stream_key(topic_id, partition, kind))) is not None]
 
     def close_lost(self, b: SimBroker) -> None:
-        """Steps 3-5 of a move on the old owner: close what it no longer leads, ask for the election."""
+        """Steps 3-5 of a move on the old owner: close what it no longer leads, ask for the election.
+
+        A broker also learns from the metadata which streams it holds open (an open whose answer
+        it never got may have committed)."""
+        for stream_id, st in self.image.streams.streams.items():
+            if st.state == STREAM_OPENED and st.owner == b.broker_id and st.owner_epoch == b.broker_epoch:
+                b.opened.setdefault(stream_id, st.epoch)
         for stream_id in sorted(b.opened):
             owner = self.image.streams.streams.get(stream_id)
             if owner is None:
@@ -321,7 +365,7 @@ class Simulation:
                                                   "broker_id": b.broker_id, "broker_epoch": b.broker_epoch})
                 if reply is not None:
                     b.opened[stream_id] = part.leader_epoch
-                elif stream.state != STREAM_OPENED and part.leader_epoch > stream.epoch and \
+                elif not self.indeterminate and stream.state != STREAM_OPENED and part.leader_epoch > stream.epoch and \
                         self.image.cluster.brokers[b.broker_id].broker_epoch == b.broker_epoch and \
                         not self.image.cluster.brokers[b.broker_id].fenced:
                     self.fail(f"broker {b.broker_id} could not open closed stream {stream_id} "
@@ -404,6 +448,7 @@ class Simulation:
     def settle(self) -> None:
         """Liveness: with faults stopped, every s3 partition ends up led by a live broker that has
         opened its streams at the partition's leader epoch."""
+        self.controller.faults = Faults(drop=0.0, duplicate=0.0, depose=0.0, stale_client=0.0, reorder=0.0)
         for b in self.brokers.values():
             b.bad_dirs.clear()  # faults stopped: full or failed log dirs recover too
         for _round in range(8):
@@ -542,23 +587,43 @@ def run_seed(seed: int, steps: int = 200) -> SimulationResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m metadata_quorum.simulation [FIRST_SEED] [COUNT] [STEPS]``: run seeds, print a summary."""
-    import sys
+    """``python -m metadata_quorum.simulation [FIRST_SEED] [COUNT] [STEPS]`` or ``--seed N [--count C]
+    [--steps S]``: run seeds, print a summary and, for each failing seed, the command replaying it."""
+    import argparse
+    import traceback
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    first = int(args[0]) if args else 0
-    count = int(args[1]) if len(args) > 1 else 100
-    steps = int(args[2]) if len(args) > 2 else 200
+    parser = argparse.ArgumentParser(prog="python -m metadata_quorum.simulation")
+    parser.add_argument("first", nargs="?", type=int, default=None, help="first seed (default 0)")
+    parser.add_argument("count_pos", nargs="?", type=int, default=None, metavar="count")
+    parser.add_argument("steps_pos", nargs="?", type=int, default=None, metavar="steps")
+    parser.add_argument("--seed", type=int, default=None, help="the first (or only) seed")
+    parser.add_argument("--count", type=int, default=None, help="how many seeds (default 1 with --seed, else 100)")
+    parser.add_argument("--steps", type=int, default=None, help="actions per seed (default 200)")
+    args = parser.parse_args(argv)
+    first = args.seed if args.seed is not None else (args.first or 0)
+    count = args.count if args.count is not None else args.count_pos if args.count_pos is not None else \
+        (1 if args.seed is not None else 100)
+    steps = args.steps if args.steps is not None else args.steps_pos if args.steps_pos is not None else 200
     totals: Counter[str] = Counter()
+    failed: list[int] = []
     for seed in range(first, first + count):
-        result = run_seed(seed, steps)
+        try:
+            result = run_seed(seed, steps)
+        except Exception as e:  # an invariant broken, or a crash: either way this seed fails
+            failed.append(seed)
+            print(f"FAILED seed {seed}: {type(e).__name__}: {e}")
+            if not isinstance(e, InvariantViolation):
+                traceback.print_exc()
+            print(f"  replay: python -m metadata_quorum.simulation --seed {seed} --steps {steps}")
+            continue
         totals.update(result.errors)
+        totals.update({f"quorum:{k}": v for k, v in result.quorum.items()})
         totals["moves_completed"] += result.moves_completed
     for key, value in sorted(totals.items()):
         print(f"{key:50s} {value}")
-    return 0
+    print(f"{count - len(failed)} of {count} seeds passed ({steps} steps each)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
