@@ -91,6 +91,7 @@ class Simulation:
         self.moves_completed = 0
         self._topic_seq = 0
         self.indeterminate = False  # the last call's outcome is unknown (it may still commit)
+        self.interleaved = False  # other writes (the leader's own tick) committed during the last call
 
     def _advance(self, ms: int) -> None:
         self.clock.now_ms += ms
@@ -125,10 +126,12 @@ class Simulation:
         del self.trace[:-40]
         before, before_offset = self.controller.image, self.controller.next_offset
         self.indeterminate = False
+        self.interleaved = False
         try:
             return self.controller.write(op, args)
         except FerryError as e:
             self.errors[f"{op}:{e.error.name}"] += 1
+            self.interleaved = self.controller.next_offset != before_offset
             if e.error in INDETERMINATE:
                 self.indeterminate = True
                 return None  # it may yet commit: nothing to say about it
@@ -360,12 +363,14 @@ class Simulation:
             for stream_id in self.streams_of(part.topic_id, part.partition):
                 if b.opened.get(stream_id) == part.leader_epoch:
                     continue
-                stream = self.image.streams.streams[stream_id]
+                stream = self.image.streams.streams.get(stream_id)
+                if stream is None:
+                    continue  # deleted meanwhile (the image moves on while earlier calls run)
                 reply = self.call("open_stream", {"stream_id": stream_id, "epoch": part.leader_epoch,
                                                   "broker_id": b.broker_id, "broker_epoch": b.broker_epoch})
                 if reply is not None:
                     b.opened[stream_id] = part.leader_epoch
-                elif not self.indeterminate and stream.state != STREAM_OPENED and part.leader_epoch > stream.epoch and \
+                elif not self.indeterminate and not self.interleaved and stream.state != STREAM_OPENED and part.leader_epoch > stream.epoch and \
                         self.image.cluster.brokers[b.broker_id].broker_epoch == b.broker_epoch and \
                         not self.image.cluster.brokers[b.broker_id].fenced:
                     self.fail(f"broker {b.broker_id} could not open closed stream {stream_id} "
@@ -614,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAILED seed {seed}: {type(e).__name__}: {e}")
             if not isinstance(e, InvariantViolation):
                 traceback.print_exc()
-            print(f"  replay: python -m metadata_quorum.simulation --seed {seed} --steps {steps}")
+                print(f"  replay: python -m metadata_quorum.simulation --seed {seed} --steps {steps}")
             continue
         totals.update(result.errors)
         totals.update({f"quorum:{k}": v for k, v in result.quorum.items()})
