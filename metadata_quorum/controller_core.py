@@ -18,8 +18,9 @@ How the leader writes: operations run one at a time against its *view* — the c
 plus the records it has planned but not yet seen committed. Operations queued together are run
 back to back and their batches go to Raft as one command (group commit), each operation's records
 staying one atomic batch. Up to ``max_inflight_commands`` commands are pipelined; an operation
-is answered once its command is applied. An operation that returns no records is answered once
-everything written before it has committed, so no answer reveals uncommitted state. A new
+is answered once its command is applied. An operation that returns no records, or fails, is
+answered once everything written before it has committed, so no answer — a refusal included —
+reveals uncommitted state (a view that never commits turns it into a retriable ``NotLeader``). A new
 leader first commits a NoOpRecord carrying its term; only then is it *active* and serves writes.
 When leadership is lost — or a command is rejected, fails or times out — the view is dropped and
 rebuilt from the committed image once nothing is in flight.
@@ -227,7 +228,8 @@ class ControllerCore:
         self._tokens = itertools.count(1)
         self._command_ids = itertools.count()
         self._waiter_ids = itertools.count()
-        self._commit_waiters: list[tuple[int, int, Token, dict[str, Any]]] = []
+        # (view offset the outcome was computed at, tie-break, token, reply or the error it raised)
+        self._commit_waiters: list[tuple[int, int, Token, dict[str, Any] | FerryError]] = []
         self._ready = Ready()
 
     # -- effects -------------------------------------------------------------------------------------
@@ -416,7 +418,7 @@ class ControllerCore:
         committed_offset = applied.next_offset - 1
         while self._commit_waiters and self._commit_waiters[0][0] <= committed_offset:
             offset, _id, token, reply = heapq.heappop(self._commit_waiters)
-            self._out(Answer(token, reply, offset))
+            self._out(Refusal(token, reply) if isinstance(reply, FerryError) else Answer(token, reply, offset))
         return ours
 
     def command_failed(self, command_id: str, why: str) -> None:
@@ -540,11 +542,11 @@ class ControllerCore:
                 records = tuple(result.records)
                 new_view = advance_image(view, list(records), next_offset, self.epoch) if records else view
             except FerryError as e:
-                self._out(Refusal(op.token, e))
+                self._refuse(op.token, e, view)
                 continue
             except Exception as e:  # a bug in an operation must not take the controller down
                 log.exception("operation %s failed", op.name)
-                self._out(Refusal(op.token, FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{op.name} failed: {e!r}")))
+                self._refuse(op.token, FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{op.name} failed: {e!r}"), view)
                 continue
             if op.name == "broker_heartbeat":
                 # only a heartbeat the operation accepted (current broker epoch)
@@ -568,6 +570,19 @@ class ControllerCore:
         if batches:
             self._view = view
             self._submit(batches, _Inflight(answers, now_ms))
+
+    def _refuse(self, token: Token, error: FerryError, view: Any) -> None:
+        """Refuse now if the view the operation failed against is committed, else once it is.
+
+        A refusal read off uncommitted records (a fence the leader's ``tick`` has in flight, a
+        topic being created) would be a definite answer about state that may never commit: the
+        leader can be deposed first. Kafka's controller waits the same way for an operation that
+        writes nothing.
+        """
+        if view.offset <= self.state.high_watermark - 1:
+            self._out(Refusal(token, error))
+        else:
+            heapq.heappush(self._commit_waiters, (view.offset, next(self._waiter_ids), token, error))
 
     def _session_committed(self, view: Any, args: dict[str, Any]) -> bool:
         """The broker's registration in the view is the committed one (no change to it in flight)."""

@@ -82,12 +82,59 @@ def test_queued_operations_form_one_command_and_a_read_waits_for_the_writes_befo
     core.run(FixedSlice(1000))
     ready = core.take_ready()
     assert len(ready.commands) == 1
-    assert [type(o) for o in ready.outcomes] == [Refusal]  # bad input answered at once
-    assert ready.outcomes[0].token == bad
+    assert not ready.outcomes  # even a refusal waits for the writes before it
     commit(core, state, ready.commands, 1001)
     outcomes = core.take_ready().outcomes
-    assert {o.token for o in outcomes} == {a, r}
+    assert {o.token for o in outcomes} == {a, r, bad}
     assert [o.reply for o in outcomes if o.token == r] == [{"value": "1"}]  # type: ignore[union-attr]
+    assert [type(o) for o in outcomes if o.token == bad] == [Refusal]
+    late_bad = core.submit("put", {}, 1002)
+    core.run(FixedSlice(1002))
+    (refused,) = core.take_ready().outcomes  # nothing uncommitted before it: refused at once
+    assert isinstance(refused, Refusal) and refused.token == late_bad
+    assert refused.error.error is ErrorCode.INVALID_REQUEST
+
+
+def fence_ops() -> dict[str, Any]:
+    """``fence`` writes a KV marker; ``use`` is refused while it is set (a refusal read off state)."""
+    def fence(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+        return ControllerResult((KVRecord(key="fenced", value="1"),), {})
+
+    def use(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+        if image.kv.get("fenced"):
+            raise FerryError(ErrorCode.STREAM_FENCED, "fenced")
+        return ControllerResult((), {"ok": True})
+
+    return dict(OPS, fence=fence, use=use)
+
+
+def test_a_refusal_read_off_uncommitted_records_waits_for_them_and_is_retriable_if_they_are_lost() -> None:
+    state = CommittedLog(10_000)
+    core = ControllerCore(CoreConfig(node_id=1), state, fence_ops())
+    activate(core, state)
+    core.submit("fence", {}, 1000)
+    core.run(FixedSlice(1000))
+    fence_cmd = core.take_ready().commands
+    use = core.submit("use", {}, 1000)
+    core.run(FixedSlice(1000))
+    assert not core.take_ready().outcomes  # the fence it failed on is not committed yet
+    commit(core, state, fence_cmd, 1001)
+    outcomes = {o.token: o for o in core.take_ready().outcomes}
+    assert isinstance(outcomes[use], Refusal) and outcomes[use].error.error is ErrorCode.STREAM_FENCED
+
+    # The same, but the leader is deposed before the fence commits: nothing was decided.
+    state2 = CommittedLog(10_000)
+    core2 = ControllerCore(CoreConfig(node_id=1), state2, fence_ops())
+    activate(core2, state2)
+    core2.submit("fence", {}, 1000)
+    core2.run(FixedSlice(1000))
+    core2.take_ready()
+    use2 = core2.submit("use", {}, 1000)
+    core2.run(FixedSlice(1000))
+    assert not core2.take_ready().outcomes
+    core2.lost_leadership("deposed")
+    outcomes2 = {o.token: o for o in core2.take_ready().outcomes}
+    assert isinstance(outcomes2[use2], NotLeader)
 
 
 def test_a_rejected_command_fails_its_operations_and_the_view_is_rebuilt() -> None:
