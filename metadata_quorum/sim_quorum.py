@@ -110,7 +110,10 @@ class SimQuorum:
                               ControllerCore(CoreConfig(**{**config.__dict__, "node_id": i}), state, operations))
                       for i in range(nodes)]
         self.network: list[Append | AppendReply] = []
-        self.outcomes: dict[tuple[int, Token], Outcome] = {}
+        self.outcomes: dict[tuple[int, Token], tuple[Outcome, MetadataImage]] = {}
+        #: the answering node's committed image when the last ``write`` was answered: what its
+        #: outcome is judged against (the caller's own reads before the call may be stale by then)
+        self.answered_image: MetadataImage = EMPTY_IMAGE
         self.leader_of_term: dict[int, int] = {}
         self.committed_ids: list[tuple[str, bool, int]] = []  # per Raft index: (command id, accepted, log end)
         self.stream_owners: dict[tuple[int, int], int] = {}
@@ -159,6 +162,7 @@ class SimQuorum:
             raise FerryError(ErrorCode.NOT_CONTROLLER, "no active controller")
         node = self._target()
         assert node is not None
+        self.answered_image = node.state.image
         try:
             token = node.core.submit(op, args, self.clock())
         except NotLeaderError as e:
@@ -167,7 +171,7 @@ class SimQuorum:
         if not self.run_until(lambda: key in self.outcomes):
             node.core.cancel(token)
             raise FerryError(ErrorCode.REQUEST_TIMED_OUT, f"{op} not answered within {MAX_EVENTS_PER_WRITE} events")
-        outcome = self.outcomes.pop(key)
+        outcome, self.answered_image = self.outcomes.pop(key)
         if isinstance(outcome, Answer):
             return outcome.reply
         if isinstance(outcome, Refusal):
@@ -327,7 +331,7 @@ class SimQuorum:
                     else:
                         node.core.command_failed(planned.command_id, "not the Raft leader of its term")
                 for outcome in ready.outcomes:
-                    self.outcomes[(node.node_id, outcome.token)] = outcome
+                    self.outcomes[(node.node_id, outcome.token)] = (outcome, node.state.image)
         self.check()
 
     def _apply(self, node: SimNode) -> None:

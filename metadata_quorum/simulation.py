@@ -91,7 +91,6 @@ class Simulation:
         self.moves_completed = 0
         self._topic_seq = 0
         self.indeterminate = False  # the last call's outcome is unknown (it may still commit)
-        self.interleaved = False  # other writes (the leader's own tick) committed during the last call
 
     def _advance(self, ms: int) -> None:
         self.clock.now_ms += ms
@@ -119,26 +118,30 @@ class Simulation:
         return SimulationResult(self.seed, self.steps, self.ops, self.errors, self.moves_completed,
                                 len(self.controller.log), dict(self.controller.counts, events=self.controller.events))
 
-    def call(self, op: str, args: dict[str, Any], must_succeed: bool = False) -> dict[str, Any] | None:
-        """Run a write; a FerryError is an expected outcome (counted), anything else a bug."""
+    def call(self, op: str, args: dict[str, Any],
+             must_succeed: Callable[[MetadataImage], bool] | None = None) -> dict[str, Any] | None:
+        """Run a write; a FerryError is an expected outcome (counted), anything else a bug.
+
+        ``must_succeed`` says whether the write is rightful in a committed image. A refusal is
+        judged against the image its controller had committed when it answered
+        (``answered_image``), not the one read before the call: other writes may commit meanwhile
+        (the leader's own ``tick``, an earlier write whose fate was unknown), and the controller
+        answers nothing from state that is not committed."""
         self.ops[op] += 1
         self.trace.append(f"{self.step}: {op} {args}")
         del self.trace[:-40]
         before, before_offset = self.controller.image, self.controller.next_offset
         self.indeterminate = False
-        self.interleaved = False
         try:
             return self.controller.write(op, args)
         except FerryError as e:
             self.errors[f"{op}:{e.error.name}"] += 1
-            self.interleaved = self.controller.next_offset != before_offset
             if e.error in INDETERMINATE:
                 self.indeterminate = True
                 return None  # it may yet commit: nothing to say about it
             if self.controller.next_offset == before_offset and not self.controller.image.same_content(before):
                 self.fail(f"{op} failed with {e.error.name} but changed the image")
-            if must_succeed and self.controller.next_offset == before_offset:
-                # (when other writes committed meanwhile — the leader's own ``tick`` — the premise is stale)
+            if must_succeed is not None and must_succeed(self.controller.answered_image):
                 self.fail(f"{op} {args} should have succeeded: {e}")
             return None
 
@@ -304,7 +307,9 @@ class Simulation:
         down = [b for b in self.brokers.values() if not b.alive and b.broker_id in self.image.cluster.brokers
                 and all(until <= now for until in b.lease_until_ms.values())]
         if down:
-            self.call("unregister_broker", {"broker_id": self.rng.choice(down).broker_id}, must_succeed=True)
+            broker_id = self.rng.choice(down).broker_id
+            self.call("unregister_broker", {"broker_id": broker_id},
+                      must_succeed=lambda image: broker_id in image.cluster.brokers)
 
     def controller_failover(self) -> None:
         """The leader is deposed: a new term begins (heartbeat times are lost, the log stays)."""
@@ -363,18 +368,29 @@ class Simulation:
             for stream_id in self.streams_of(part.topic_id, part.partition):
                 if b.opened.get(stream_id) == part.leader_epoch:
                     continue
-                stream = self.image.streams.streams.get(stream_id)
-                if stream is None:
+                if stream_id not in self.image.streams.streams:
                     continue  # deleted meanwhile (the image moves on while earlier calls run)
                 reply = self.call("open_stream", {"stream_id": stream_id, "epoch": part.leader_epoch,
-                                                  "broker_id": b.broker_id, "broker_epoch": b.broker_epoch})
+                                                  "broker_id": b.broker_id, "broker_epoch": b.broker_epoch},
+                                  must_succeed=self.may_open(b, part.topic_id, part.partition, stream_id,
+                                                             part.leader_epoch))
                 if reply is not None:
                     b.opened[stream_id] = part.leader_epoch
-                elif not self.indeterminate and not self.interleaved and stream.state != STREAM_OPENED and part.leader_epoch > stream.epoch and \
-                        self.image.cluster.brokers[b.broker_id].broker_epoch == b.broker_epoch and \
-                        not self.image.cluster.brokers[b.broker_id].fenced:
-                    self.fail(f"broker {b.broker_id} could not open closed stream {stream_id} "
-                              f"with leader epoch {part.leader_epoch} > {stream.epoch}")
+
+    @staticmethod
+    def may_open(b: SimBroker, topic_id: str, partition: int, stream_id: int,
+                 epoch: int) -> Callable[[MetadataImage], bool]:
+        """In ``image``, the partition's leader opening its closed stream with its leader epoch
+        (above the stream's) must succeed."""
+        def rightful(image: MetadataImage) -> bool:
+            stream = image.streams.streams.get(stream_id)
+            part = image.topics.partition(topic_id, partition)
+            reg = image.cluster.brokers.get(b.broker_id)
+            return stream is not None and part is not None and reg is not None and \
+                (part.leader, part.leader_epoch) == (b.broker_id, epoch) and \
+                stream.state != STREAM_OPENED and epoch > stream.epoch and \
+                reg.broker_epoch == b.broker_epoch and not reg.fenced
+        return rightful
 
     def produce(self) -> None:
         """An owner commits the next object of one of its streams (sometimes at a wrong offset)."""
@@ -390,20 +406,27 @@ class Simulation:
         start = stream.end_offset if self.rng.random() < 0.85 else stream.end_offset + self.rng.choice([-1, 1])
         start = max(start, 0)
         key = f"o-{self.seed}-{self.step}"
-        rightful = stream.owner == b.broker_id and stream.epoch == b.opened[stream_id] and \
-            stream.state == STREAM_OPENED and start == stream.end_offset and \
-            self.image.cluster.brokers[b.broker_id].broker_epoch == b.broker_epoch
+        epoch = b.opened[stream_id]
+
+        def rightful(image: MetadataImage) -> bool:
+            now = image.streams.streams.get(stream_id)
+            reg = image.cluster.brokers.get(b.broker_id)
+            return now is not None and reg is not None and now.owner == b.broker_id and now.epoch == epoch and \
+                now.state == STREAM_OPENED and start == now.end_offset and reg.broker_epoch == b.broker_epoch
+
         self.call("commit_object", {
             "object_key": key, "size": 100, "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
-            "ranges": [{"stream_id": stream_id, "epoch": b.opened[stream_id], "start_offset": start,
+            "ranges": [{"stream_id": stream_id, "epoch": epoch, "start_offset": start,
                         "end_offset": start + self.rng.randint(1, 50)}]}, must_succeed=rightful)
         if self.rng.random() < 0.1:  # a retried commit is idempotent
             stream_now = self.image.streams.streams.get(stream_id)
             if stream_now is not None and any(o.object_key == key for o in stream_now.objects):
                 self.call("commit_object", {
                     "object_key": key, "size": 100, "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
-                    "ranges": [{"stream_id": stream_id, "epoch": b.opened[stream_id], "start_offset": start,
-                                "end_offset": start + 1}]}, must_succeed=True)
+                    "ranges": [{"stream_id": stream_id, "epoch": epoch, "start_offset": start,
+                                "end_offset": start + 1}]},
+                    must_succeed=lambda image: stream_id in image.streams.streams and
+                    any(o.object_key == key for o in image.streams.streams[stream_id].objects))
 
     def trim(self) -> None:
         live = [b for b in self.alive() if b.opened]
