@@ -385,7 +385,7 @@ class ControllerCore:
                 self._out(NotLeader(token, why, hide_self=True))
         self._inflight.clear()
         self.state.forget_expected()
-        for _offset, _id, token, _reply in self._commit_waiters:
+        for _offset, _id, token, _outcome in self._commit_waiters:
             self._out(NotLeader(token, why, hide_self=True))
         self._commit_waiters.clear()
         self.sessions.forget()
@@ -417,8 +417,8 @@ class ControllerCore:
                 self._needs_reset = True
         committed_offset = applied.next_offset - 1
         while self._commit_waiters and self._commit_waiters[0][0] <= committed_offset:
-            offset, _id, token, reply = heapq.heappop(self._commit_waiters)
-            self._out(Refusal(token, reply) if isinstance(reply, FerryError) else Answer(token, reply, offset))
+            offset, _id, token, outcome = heapq.heappop(self._commit_waiters)
+            self._out(Refusal(token, outcome) if isinstance(outcome, FerryError) else Answer(token, outcome, offset))
         return ours
 
     def command_failed(self, command_id: str, why: str) -> None:

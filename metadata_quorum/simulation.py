@@ -295,7 +295,14 @@ class Simulation:
         leader = self.brokers[part.leader]
         followers = [r for r in part.replicas if r != part.leader and self.image.cluster.is_active(r)]
         isr = [part.leader] + [r for r in followers if self.rng.random() < 0.7]
-        rightful = self.image.cluster.brokers[leader.broker_id].broker_epoch == leader.broker_epoch
+        sent = (part.leader, part.leader_epoch, part.partition_epoch)
+
+        def rightful(image: MetadataImage) -> bool:
+            reg = image.cluster.brokers.get(leader.broker_id)
+            now = image.topics.partition(part.topic_id, part.partition)
+            return reg is not None and reg.broker_epoch == leader.broker_epoch and now is not None and \
+                (now.leader, now.leader_epoch, now.partition_epoch) == sent and set(isr) <= set(now.replicas)
+
         self.call("alter_partition", {
             "broker_id": leader.broker_id, "broker_epoch": leader.broker_epoch, "topic": topic.name,
             "partition": part.partition, "leader_epoch": part.leader_epoch, "partition_epoch": part.partition_epoch,
