@@ -14,6 +14,7 @@ replayed alone with ``python -m metadata_quorum.simulation --seed N``.
 """
 from __future__ import annotations
 
+import bisect
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from metadata_quorum.delta import MetadataDelta
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, STREAM_ID_COUNTER_KEY, MetadataImage
 from metadata_quorum.operations import WRITE_OPERATIONS
+from metadata_quorum.raft import advance_image
 from metadata_quorum.sim_quorum import Faults, InvariantViolation, SimQuorum
 from metadata_quorum.records import NO_LEADER, STORAGE_LOCAL, STORAGE_S3, STREAM_OPENED, partition_stream_key
 
@@ -533,6 +535,7 @@ class Simulation:
             old = before.cluster.brokers.get(broker_id)
             if old is not None and reg.broker_epoch < old.broker_epoch:
                 self.fail(f"broker {broker_id} epoch went back {old.broker_epoch} -> {reg.broker_epoch}")
+        placed = False
         for topic, part in after.topics.all_partitions():
             if part.leader != NO_LEADER:
                 reg = after.cluster.brokers.get(part.leader)
@@ -546,7 +549,7 @@ class Simulation:
                 self.fail(f"{topic.name}-{part.partition} ISR {part.isr} not a non-empty subset of {part.replicas}")
             old_part = before.topics.partition(part.topic_id, part.partition)
             if old_part is None or old_part.directories != part.directories:
-                self.check_new_dirs(before, topic.name, old_part, part)
+                placed = True
             if old_part is not None and old_part != part:
                 if part.partition_epoch <= old_part.partition_epoch or part.leader_epoch < old_part.leader_epoch:
                     self.fail(f"{topic.name}-{part.partition} epochs went back: {old_part} -> {part}")
@@ -556,6 +559,26 @@ class Simulation:
                 for stream_id in self.streams_of_image(after, part.topic_id, part.partition):
                     if stream_id not in after.streams.streams:
                         self.fail(f"{topic.name}-{part.partition} points at missing stream {stream_id}")
+        if placed:
+            self.check_placements(before, after)
+
+    def check_placements(self, before: MetadataImage, after: MetadataImage) -> None:
+        """Replay the step's records one at a time and check every new placement against the
+        log dirs as they were just before it: a heartbeat in the same step may bring a dir back
+        online (or take it offline) before (or after) the placement."""
+        log = self.controller.log
+        first = bisect.bisect_right(log, before.offset, key=lambda item: item[0])
+        image = before
+        for offset, record in log[first:]:
+            if offset > after.offset:
+                break
+            nxt = advance_image(image, [record], offset, image.epoch)
+            if nxt.topics is not image.topics:
+                for topic, part in nxt.topics.all_partitions():
+                    old_part = image.topics.partition(part.topic_id, part.partition)
+                    if old_part is None or old_part.directories != part.directories:
+                        self.check_new_dirs(image, topic.name, old_part, part)
+            image = nxt
 
     def check_new_dirs(self, before: MetadataImage, name: str, old: Any, part: Any) -> None:
         """A replica newly placed on a log dir never lands on an offline one, nor on a saturated one

@@ -10,7 +10,7 @@ import pytest
 
 from metadata_quorum import simulation
 from metadata_quorum.image import PartitionRegistration
-from metadata_quorum.ops import streams
+from metadata_quorum.ops import placement, streams
 from metadata_quorum.simulation import InvariantViolation, Simulation, run_seed
 
 SEEDS = range(50)
@@ -87,3 +87,17 @@ def test_the_checks_catch_a_missing_leader_epoch_bump(monkeypatch: pytest.Monkey
 def test_main_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert simulation.main(["3", "2", "60"]) == 0
     assert "moves_completed" in capsys.readouterr().out
+
+
+def test_the_checks_catch_a_placement_on_an_offline_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = placement.Placement.pick_dir
+
+    def pick_offline(self: placement.Placement, builder, broker_id: int) -> str:  # type: ignore[no-untyped-def]
+        reg = builder.view.broker(broker_id)
+        return sorted(reg.offline_log_dirs)[0] if reg is not None and reg.offline_log_dirs else \
+            original(self, builder, broker_id)
+
+    monkeypatch.setattr(placement.Placement, "pick_dir", pick_offline)
+    with pytest.raises(InvariantViolation, match="offline dir"):
+        for seed in SEEDS:
+            run_seed(seed, STEPS)
