@@ -195,6 +195,18 @@ class SimQuorum:
             self.event()
         return done()
 
+    def quiet(self) -> bool:
+        """Nothing in flight: no message on the network, every node holding (same last index and
+        term: log matching) and having applied the leader's whole log, committed."""
+        leader = self.leader()
+        if self.network or leader is None or leader.commit != len(leader.log):
+            return False
+        return all(n.last() == leader.last() and n.commit == leader.commit and n.applied == n.commit for n in self.nodes)
+
+    def quiesce(self, max_events: int = 2000) -> bool:
+        """Run the network until it is quiet (with faults stopped it soon is)."""
+        return self.run_until(self.quiet, max_events)
+
     # -- one event -------------------------------------------------------------------------------------
 
     def event(self) -> None:

@@ -375,10 +375,14 @@ class Simulation:
             if part.leader != b.broker_id or part.storage != STORAGE_S3:
                 continue
             for stream_id in self.streams_of(part.topic_id, part.partition):
-                if b.opened.get(stream_id) == part.leader_epoch:
-                    continue
-                if stream_id not in self.image.streams.streams:
+                stream = self.image.streams.streams.get(stream_id)
+                if stream is None:
                     continue  # deleted meanwhile (the image moves on while earlier calls run)
+                held = (stream.state, stream.owner, stream.owner_epoch) == (STREAM_OPENED, b.broker_id, b.broker_epoch)
+                if b.opened.get(stream_id) == part.leader_epoch and held:
+                    continue
+                # not opened yet, or the metadata says it no longer holds it (a close whose
+                # answer it never got committed after all): open it (again)
                 reply = self.call("open_stream", {"stream_id": stream_id, "epoch": part.leader_epoch,
                                                   "broker_id": b.broker_id, "broker_epoch": b.broker_epoch},
                                   must_succeed=self.may_open(b, part.topic_id, part.partition, stream_id,
@@ -390,14 +394,16 @@ class Simulation:
     def may_open(b: SimBroker, topic_id: str, partition: int, stream_id: int,
                  epoch: int) -> Callable[[MetadataImage], bool]:
         """In ``image``, the partition's leader opening its closed stream with its leader epoch
-        (above the stream's) must succeed."""
+        (above the stream's, or the same one when this incarnation closed it) must succeed."""
         def rightful(image: MetadataImage) -> bool:
             stream = image.streams.streams.get(stream_id)
             part = image.topics.partition(topic_id, partition)
             reg = image.cluster.brokers.get(b.broker_id)
-            return stream is not None and part is not None and reg is not None and \
-                (part.leader, part.leader_epoch) == (b.broker_id, epoch) and \
-                stream.state != STREAM_OPENED and epoch > stream.epoch and \
+            if stream is None or part is None or reg is None:
+                return False
+            reopen = epoch == stream.epoch and (stream.owner, stream.owner_epoch) == (b.broker_id, b.broker_epoch)
+            return (part.leader, part.leader_epoch) == (b.broker_id, epoch) and \
+                stream.state != STREAM_OPENED and (epoch > stream.epoch or reopen) and \
                 reg.broker_epoch == b.broker_epoch and not reg.fenced
         return rightful
 
@@ -489,6 +495,9 @@ class Simulation:
         for b in self.brokers.values():
             b.bad_dirs.clear()  # faults stopped: full or failed log dirs recover too
         for _round in range(8):
+            # The second passes with the network at work: Raft delivers what is in flight before
+            # the clock jumps (a jump alone would expire every command in flight, round after round).
+            self.controller.quiesce()
             self.clock.now_ms += REELECTION_TIMEOUT_MS + 1
             for b in self.alive():
                 self.close_lost(b)

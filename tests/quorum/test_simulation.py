@@ -49,6 +49,18 @@ def test_regression_seeds(seed: int) -> None:
     assert result.ops["log_dir_state_change"] > 0
 
 
+@pytest.mark.parametrize("seed", [
+    1384,  # an open judged against a delete whose fate was unknown, committed during the call
+    2130,  # a refusal read off an uncommitted fence (the controller answered before it committed)
+    6041,  # a placement judged against a dir state from before a heartbeat in the same step
+    3365,  # settling jumped the clock with no network events: every command in flight expired
+    3671,  # a broker never learned that a close whose answer it lost had committed
+])
+def test_soak_regression_seeds(seed: int) -> None:
+    """Seeds of ``make soak`` (40 steps) that once failed."""
+    run_seed(seed, 40)
+
+
 def test_a_seed_is_reproducible() -> None:
     a, b = Simulation(7, 120), Simulation(7, 120)
     a.run()
