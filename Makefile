@@ -48,8 +48,10 @@ perf-s3: $(STAMP)
 	$(VENV)/bin/ferry perf streams --wal s3 --s3-profile fixed:30
 	$(VENV)/bin/ferry perf streams --wal s3 --s3-profile aws-standard
 
-# 20 seeded fault campaigns of 120 s each (about 45 min); reports and timelines in chaos-out/
+# 10,000 seeds of the controller simulation (about 5 min), then 20 seeded fault campaigns of
+# 120 s each (about 45 min); reports and timelines in chaos-out/
 soak: $(STAMP)
+	$(PY) -m metadata_quorum.simulation --seed 0 --count 10000 --steps 40
 	$(VENV)/bin/ferry chaos run --seed 1-20 --duration 120 --out chaos-out
 
 autoscale: $(STAMP)

@@ -1,21 +1,29 @@
-"""An in-process controller: the pure operations, a replay loop and an in-memory log.
+"""An in-process controller: the production state machine over a log that commits at once.
 
-It behaves like the active controller of the quorum without Raft or HTTP: each write runs
-against the current image, its records are appended to the log (offsets from 0) and replayed,
-and the reply is returned. Fast tests and the deterministic simulation drive it with a manual
+It is ``ControllerCore`` — the same queue, view, sessions and activation the quorum's active
+controller runs — driven synchronously: a write is submitted, run, its command applied to an
+in-memory committed log (``raft.CommittedLog``, the same apply rule) and answered before
+``write`` returns. Construction makes it leader of ``epoch``, which commits a NoOpRecord at
+offset 0, as a newly elected quorum controller does. Fast tests and tools drive it with a manual
 clock; ``listeners`` see every committed batch with its delta, as a broker's log follower would.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from metadata_quorum.controller_core import (Answer, ControllerCore, CoreConfig, FixedSlice, Outcome,
+                                             Refusal, Token, to_command)
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.delta import MetadataDelta
+from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, MetadataImage
-from metadata_quorum.operations import run_read, run_write
-from metadata_quorum.records import Record, decode_record, encode_record
+from metadata_quorum.operations import WRITE_OPERATIONS, run_read
+from metadata_quorum.raft import AppliedCommand, CommittedLog
+from metadata_quorum.records import Record, decode_record
 
 BatchListener = Callable[[int, list[Record], MetadataDelta, MetadataImage], None]
+
+KEEP_ALL_RECORDS = 1 << 62  # the in-process log never drops old batches
 
 
 class LocalController:
@@ -33,19 +41,35 @@ class LocalController:
         self.reelection_timeout_ms = reelection_timeout_ms
         self.controller_id = controller_id
         self.epoch = epoch
-        self.check_encoding = check_encoding
+        self.check_encoding = check_encoding  # records always travel encoded now; kept for callers
+        self.state = CommittedLog(KEEP_ALL_RECORDS)
+        self.core = ControllerCore(CoreConfig(node_id=controller_id, session_timeout_ms=session_timeout_ms,
+                                              reelection_timeout_ms=reelection_timeout_ms),
+                                   self.state, WRITE_OPERATIONS)
+        #: the committed image, replayed from the committed records (as a broker would)
         self.image: MetadataImage = EMPTY_IMAGE
         self.log: list[tuple[int, Record]] = []
-        #: broker id -> last heartbeat (ms); volatile, like the active controller's.
-        self.last_heartbeat_ms: dict[int, int] = {}
         self.listeners: list[BatchListener] = []
-        #: when this controller became active (brokers not heard from since count as heard then)
-        self.active_since_ms: int = clock_ms()
+        self._outcomes: dict[Token, Outcome] = {}
+        self.core.became_leader(epoch, clock_ms())
+        self._drive()
 
     def fail_over(self) -> None:
-        """Act as a newly elected controller: heartbeat times are lost, activation is now."""
-        self.last_heartbeat_ms.clear()
-        self.active_since_ms = self.clock_ms()
+        """Act as a newly elected controller: heartbeat times are lost, activation is now (the new
+        leader's NoOpRecord commits first)."""
+        self.core.lost_leadership(f"controller {self.controller_id} failed over")
+        self.epoch += 1
+        self.core.became_leader(self.epoch, self.clock_ms())
+        self._drive()
+
+    @property
+    def last_heartbeat_ms(self) -> dict[int, int]:
+        """broker id -> last heartbeat (ms); volatile, like the active controller's."""
+        return self.core.sessions.last_heartbeat_ms
+
+    @property
+    def active_since_ms(self) -> int | None:
+        return self.core.active_since_ms
 
     @property
     def next_offset(self) -> int:
@@ -64,12 +88,14 @@ class LocalController:
 
     def run(self, op: str, args: dict[str, Any] | None = None) -> ControllerResult:
         """Run a write op and commit its records; returns the whole result (records and reply)."""
-        ctx = self.context()
-        result = run_write(self.image, op, args or {}, ctx)
-        self.append(list(result.records))
-        if op in ("register_broker", "broker_heartbeat"):
-            self.last_heartbeat_ms[int((args or {})["broker_id"])] = ctx.now_ms
-        return result
+        token = self.core.submit(op, args if args is not None else {}, self.clock_ms())
+        self._drive()
+        outcome = self._outcomes.pop(token)
+        if isinstance(outcome, Answer):
+            return ControllerResult(outcome.records, outcome.reply)
+        if isinstance(outcome, Refusal):
+            raise outcome.error
+        raise FerryError(ErrorCode.NOT_CONTROLLER, outcome.why, {"leader_id": -1, "leader_url": None})
 
     def write(self, op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
         return self.run(op, args).reply
@@ -80,17 +106,38 @@ class LocalController:
     def tick(self) -> dict[str, Any]:
         return self.write("tick", {})
 
-    def append(self, records: list[Record]) -> None:
-        """Commit records: assign offsets, replay them, notify listeners."""
+    def _drive(self) -> None:
+        """Run what is queued and commit every command at once, until the core has nothing left."""
+        while True:
+            now_ms = self.clock_ms()
+            self.core.run(FixedSlice(now_ms))
+            ready = self.core.take_ready()
+            if not ready:
+                return
+            for planned in ready.commands:
+                applied = self.state.apply_committed(to_command(planned))
+                self._replay(applied)
+                self.core.committed(applied, now_ms)
+            for outcome in ready.outcomes:
+                self._outcomes[outcome.token] = outcome
+
+    def _replay(self, applied: AppliedCommand) -> None:
+        """Replay the batches a command added, as a follower of the log does, and notify listeners."""
+        if not applied.accepted or applied.next_offset == applied.first_offset:
+            return
+        piece = self.state.read(applied.first_offset, applied.next_offset - applied.first_offset)
+        records = [decode_record(r) for offset, r in piece.records if offset < applied.next_offset]
+        self._append(records, applied.epoch)
+
+    def _append(self, records: list[Record], epoch: int) -> None:
+        """Replay committed records onto the image and the log; notify listeners."""
         if not records:
             return
-        if self.check_encoding:
-            records = [decode_record(encode_record(r)) for r in records]
         base = self.next_offset
         delta = MetadataDelta(self.image)
         for i, record in enumerate(records):
             self.log.append((base + i, record))
-            delta.replay(record, offset=base + i, epoch=self.epoch)
+            delta.replay(record, offset=base + i, epoch=epoch)
         self.image = delta.apply()
         for listener in list(self.listeners):
             listener(base, records, delta, self.image)

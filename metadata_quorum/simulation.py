@@ -1,32 +1,41 @@
-"""A seeded, deterministic simulation of the controller with brokers that come, go and misbehave.
+"""A seeded, deterministic simulation of the controller quorum with brokers that come, go and misbehave.
 
-One ``random.Random(seed)`` drives everything: brokers register, heartbeat, die, restart and
+The controllers are three production state machines (``ControllerCore``) over a simulated
+replicated log that drops, delays, duplicates and reorders messages and deposes leaders
+(``sim_quorum.SimQuorum``), whose invariants are checked after every network event. One
+``random.Random(seed)`` drives everything: brokers register, heartbeat, die, restart and
 shut down; topics are created, deleted and reassigned; brokers follow the six-step move
 (the loser closes its streams and asks for the election, the winner opens them with its leader
 epoch) but also act on stale beliefs — opening with old epochs, committing at wrong offsets,
 closing streams they no longer own. A manual clock advances and ``tick`` runs. After every step
 the invariants are checked; a violation raises ``InvariantViolation`` naming the seed and step,
-so a failing seed is a regression test (like Kafka's RaftEventSimulationTest or TigerBeetle's VOPR).
+so a failing seed is a regression test (like Kafka's RaftEventSimulationTest or TigerBeetle's VOPR),
+replayed alone with ``python -m metadata_quorum.simulation --seed N``.
 """
 from __future__ import annotations
 
+import bisect
 import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from metadata_quorum.controller_core import CoreConfig
 from metadata_quorum.delta import MetadataDelta
-from metadata_quorum.errors import FerryError
+from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, STREAM_ID_COUNTER_KEY, MetadataImage
-from metadata_quorum.local_controller import LocalController
+from metadata_quorum.operations import WRITE_OPERATIONS
+from metadata_quorum.raft import advance_image
+from metadata_quorum.sim_quorum import Faults, InvariantViolation, SimQuorum
 from metadata_quorum.records import NO_LEADER, STORAGE_LOCAL, STORAGE_S3, STREAM_OPENED, partition_stream_key
 
 SESSION_TIMEOUT_MS = 3000
 REELECTION_TIMEOUT_MS = 1000
-
-
-class InvariantViolation(AssertionError):
-    pass
+COMMIT_TIMEOUT_MS = 1000
+MAX_REQUEST_TRANSIT_MS = 30  # a request spends up to this long on its way to the controller
+# The controller could not tell what became of these: the operation may or may not have committed.
+INDETERMINATE = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT})
+__all__ = ["InvariantViolation", "Simulation", "SimulationResult", "run_seed", "main"]
 
 
 class SimClock:
@@ -49,6 +58,9 @@ class SimBroker:
     shutting_down: bool = False
     #: dir id -> "saturated" / "offline" as its heartbeats report them (others are online)
     bad_dirs: dict[str, str] = field(default_factory=dict)
+    #: broker epoch -> until when that incarnation may acknowledge writes: its last answered
+    #: heartbeat's send time plus the session timeout
+    lease_until_ms: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,23 +71,31 @@ class SimulationResult:
     errors: Counter[str]
     moves_completed: int
     log_length: int
+    quorum: dict[str, int] = field(default_factory=dict)
 
 
 class Simulation:
-    def __init__(self, seed: int, steps: int = 200, max_brokers: int = 5) -> None:
+    def __init__(self, seed: int, steps: int = 200, max_brokers: int = 5, faults: Faults = Faults()) -> None:
         self.seed = seed
         self.steps = steps
+        self.step = 0
+        self.trace: list[str] = []
         self.rng = random.Random(seed)
         self.clock = SimClock()
-        self.controller = LocalController(self.clock, session_timeout_ms=SESSION_TIMEOUT_MS,
-                                          reelection_timeout_ms=REELECTION_TIMEOUT_MS, check_encoding=True)
+        config = CoreConfig(session_timeout_ms=SESSION_TIMEOUT_MS, reelection_timeout_ms=REELECTION_TIMEOUT_MS,
+                            commit_timeout_ms=COMMIT_TIMEOUT_MS)
+        self.controller = SimQuorum(self.rng, self.clock, self._advance, WRITE_OPERATIONS, config, faults,
+                                    fail=self.fail)
+        self.controller.on_owner_change = self.owner_changed
         self.brokers = {b: SimBroker(b) for b in range(max_brokers)}
         self.ops: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.moves_completed = 0
-        self.step = 0
-        self.trace: list[str] = []
         self._topic_seq = 0
+        self.indeterminate = False  # the last call's outcome is unknown (it may still commit)
+
+    def _advance(self, ms: int) -> None:
+        self.clock.now_ms += ms
 
     # ------------------------------------------------------------------ driving
     def run(self) -> SimulationResult:
@@ -98,27 +118,47 @@ class Simulation:
         self.settle()
         self.check_log_replay()
         return SimulationResult(self.seed, self.steps, self.ops, self.errors, self.moves_completed,
-                                len(self.controller.log))
+                                len(self.controller.log), dict(self.controller.counts, events=self.controller.events))
 
-    def call(self, op: str, args: dict[str, Any], must_succeed: bool = False) -> dict[str, Any] | None:
-        """Run a write; a FerryError is an expected outcome (counted), anything else a bug."""
+    def call(self, op: str, args: dict[str, Any],
+             must_succeed: Callable[[MetadataImage], bool] | None = None) -> dict[str, Any] | None:
+        """Run a write; a FerryError is an expected outcome (counted), anything else a bug.
+
+        ``must_succeed`` says whether the write is rightful in a committed image. A refusal is
+        judged against the image its controller had committed when it answered
+        (``answered_image``), not the one read before the call: other writes may commit meanwhile
+        (the leader's own ``tick``, an earlier write whose fate was unknown), and the controller
+        answers nothing from state that is not committed."""
         self.ops[op] += 1
         self.trace.append(f"{self.step}: {op} {args}")
         del self.trace[:-40]
-        before = self.controller.image
+        before, before_offset = self.controller.image, self.controller.next_offset
+        self.indeterminate = False
         try:
             return self.controller.write(op, args)
         except FerryError as e:
-            if self.controller.image is not before:
-                self.fail(f"{op} failed with {e.error.name} but changed the image")
-            if must_succeed:
-                self.fail(f"{op} {args} should have succeeded: {e}")
             self.errors[f"{op}:{e.error.name}"] += 1
+            if e.error in INDETERMINATE:
+                self.indeterminate = True
+                return None  # it may yet commit: nothing to say about it
+            if self.controller.next_offset == before_offset and not self.controller.image.same_content(before):
+                self.fail(f"{op} failed with {e.error.name} but changed the image")
+            if must_succeed is not None and must_succeed(self.controller.answered_image):
+                self.fail(f"{op} {args} should have succeeded: {e}")
             return None
 
     def fail(self, message: str) -> None:
         raise InvariantViolation(f"seed {self.seed} step {self.step}: {message}\n  recent: " +
-                                 "\n  ".join(self.trace[-12:]))
+                                 "\n  ".join(self.trace[-12:]) +
+                                 f"\n  replay: python -m metadata_quorum.simulation --seed {self.seed} --steps {self.steps}")
+
+    def owner_changed(self, stream_id: int, old_owner: int, old_epoch: int, new_owner: int) -> None:
+        """A stream went from one open owner to another: the old incarnation's lease must have run out."""
+        old = self.brokers.get(old_owner)
+        until = old.lease_until_ms.get(old_epoch, 0) if old is not None else 0
+        if until > self.clock.now_ms:
+            self.fail(f"stream {stream_id} went from broker {old_owner} (epoch {old_epoch}) to {new_owner} at "
+                      f"{self.clock.now_ms} while {old_owner} could still acknowledge (lease until {until})")
 
     @property
     def image(self) -> MetadataImage:
@@ -147,6 +187,7 @@ class Simulation:
     def beat(self, b: SimBroker) -> dict[str, Any] | None:
         """One heartbeat; a broker told to shut down closes what it still holds and stops."""
         was = self.image.cluster.brokers.get(b.broker_id)
+        sent_ms = self.clock.now_ms - self.rng.randint(0, MAX_REQUEST_TRANSIT_MS)
         reply = self.call("broker_heartbeat", {
             "broker_id": b.broker_id, "broker_epoch": b.broker_epoch, "metadata_offset": self.image.offset,
             "want_shutdown": b.shutting_down,
@@ -155,9 +196,11 @@ class Simulation:
         reg = self.image.cluster.brokers.get(b.broker_id)
         if reply is None and (reg is None or b.broker_epoch != reg.broker_epoch):
             b.alive = False  # replaced by a newer incarnation or unregistered: a zombie now
-        if reply is not None and reply["metadata_high_watermark"] != self.controller.next_offset:
+        if reply is not None and reply["metadata_high_watermark"] > self.controller.next_offset:
             self.fail(f"heartbeat answered high watermark {reply['metadata_high_watermark']}, "
-                      f"log end {self.controller.next_offset}")
+                      f"committed log end {self.controller.next_offset}")
+        if reply is not None and not reply["is_fenced"]:
+            b.lease_until_ms[b.broker_epoch] = max(b.lease_until_ms.get(b.broker_epoch, 0), sent_ms + SESSION_TIMEOUT_MS)
         if reply is not None and reply["should_shut_down"] and b.shutting_down:
             held = [sid for sid, st in self.image.streams.streams.items() if st.state == STREAM_OPENED and
                     st.owner == b.broker_id and st.owner_epoch == b.broker_epoch]
@@ -166,6 +209,7 @@ class Simulation:
                 self.fail(f"broker {b.broker_id} told to shut down while unfenced or holding open streams {held}")
             self.close_lost(b)
             b.alive = False
+            b.lease_until_ms.pop(b.broker_epoch, None)  # it stopped: it acknowledges nothing more
             self.ops["shutdown_completed"] += 1
         return reply
 
@@ -253,7 +297,14 @@ class Simulation:
         leader = self.brokers[part.leader]
         followers = [r for r in part.replicas if r != part.leader and self.image.cluster.is_active(r)]
         isr = [part.leader] + [r for r in followers if self.rng.random() < 0.7]
-        rightful = self.image.cluster.brokers[leader.broker_id].broker_epoch == leader.broker_epoch
+        sent = (part.leader, part.leader_epoch, part.partition_epoch)
+
+        def rightful(image: MetadataImage) -> bool:
+            reg = image.cluster.brokers.get(leader.broker_id)
+            now = image.topics.partition(part.topic_id, part.partition)
+            return reg is not None and reg.broker_epoch == leader.broker_epoch and now is not None and \
+                (now.leader, now.leader_epoch, now.partition_epoch) == sent and set(isr) <= set(now.replicas)
+
         self.call("alter_partition", {
             "broker_id": leader.broker_id, "broker_epoch": leader.broker_epoch, "topic": topic.name,
             "partition": part.partition, "leader_epoch": part.leader_epoch, "partition_epoch": part.partition_epoch,
@@ -261,14 +312,18 @@ class Simulation:
 
     def decommission(self) -> None:
         """An operator unregisters a broker that is down (scaling in)."""
-        down = [b for b in self.brokers.values() if not b.alive and b.broker_id in self.image.cluster.brokers]
+        now = self.clock.now_ms  # gone for a whole session: no incarnation may still acknowledge
+        down = [b for b in self.brokers.values() if not b.alive and b.broker_id in self.image.cluster.brokers
+                and all(until <= now for until in b.lease_until_ms.values())]
         if down:
-            self.call("unregister_broker", {"broker_id": self.rng.choice(down).broker_id}, must_succeed=True)
+            broker_id = self.rng.choice(down).broker_id
+            self.call("unregister_broker", {"broker_id": broker_id},
+                      must_succeed=lambda image: broker_id in image.cluster.brokers)
 
     def controller_failover(self) -> None:
-        """Another controller becomes active: heartbeat times are lost, the log and image stay."""
+        """The leader is deposed: a new term begins (heartbeat times are lost, the log stays)."""
         self.ops["failover"] += 1
-        self.controller.fail_over()
+        self.controller.elect()
 
     def advance_and_tick(self) -> None:
         self.clock.now_ms += self.rng.choice([10, 200, 700, 1500, 3500])
@@ -280,7 +335,13 @@ class Simulation:
                 if (v := self.image.kv.get(partition_stream_key(topic_id, partition, kind))) is not None]
 
     def close_lost(self, b: SimBroker) -> None:
-        """Steps 3-5 of a move on the old owner: close what it no longer leads, ask for the election."""
+        """Steps 3-5 of a move on the old owner: close what it no longer leads, ask for the election.
+
+        A broker also learns from the metadata which streams it holds open (an open whose answer
+        it never got may have committed)."""
+        for stream_id, st in self.image.streams.streams.items():
+            if st.state == STREAM_OPENED and st.owner == b.broker_id and st.owner_epoch == b.broker_epoch:
+                b.opened.setdefault(stream_id, st.epoch)
         for stream_id in sorted(b.opened):
             owner = self.image.streams.streams.get(stream_id)
             if owner is None:
@@ -314,18 +375,37 @@ class Simulation:
             if part.leader != b.broker_id or part.storage != STORAGE_S3:
                 continue
             for stream_id in self.streams_of(part.topic_id, part.partition):
-                if b.opened.get(stream_id) == part.leader_epoch:
+                stream = self.image.streams.streams.get(stream_id)
+                if stream is None:
+                    continue  # deleted meanwhile (the image moves on while earlier calls run)
+                held = (stream.state, stream.owner, stream.owner_epoch) == (STREAM_OPENED, b.broker_id, b.broker_epoch)
+                if b.opened.get(stream_id) == part.leader_epoch and held:
                     continue
-                stream = self.image.streams.streams[stream_id]
+                # not opened yet, or the metadata says it no longer holds it (a close whose
+                # answer it never got committed after all): open it (again)
                 reply = self.call("open_stream", {"stream_id": stream_id, "epoch": part.leader_epoch,
-                                                  "broker_id": b.broker_id, "broker_epoch": b.broker_epoch})
+                                                  "broker_id": b.broker_id, "broker_epoch": b.broker_epoch},
+                                  must_succeed=self.may_open(b, part.topic_id, part.partition, stream_id,
+                                                             part.leader_epoch))
                 if reply is not None:
                     b.opened[stream_id] = part.leader_epoch
-                elif stream.state != STREAM_OPENED and part.leader_epoch > stream.epoch and \
-                        self.image.cluster.brokers[b.broker_id].broker_epoch == b.broker_epoch and \
-                        not self.image.cluster.brokers[b.broker_id].fenced:
-                    self.fail(f"broker {b.broker_id} could not open closed stream {stream_id} "
-                              f"with leader epoch {part.leader_epoch} > {stream.epoch}")
+
+    @staticmethod
+    def may_open(b: SimBroker, topic_id: str, partition: int, stream_id: int,
+                 epoch: int) -> Callable[[MetadataImage], bool]:
+        """In ``image``, the partition's leader opening its closed stream with its leader epoch
+        (above the stream's, or the same one when this incarnation closed it) must succeed."""
+        def rightful(image: MetadataImage) -> bool:
+            stream = image.streams.streams.get(stream_id)
+            part = image.topics.partition(topic_id, partition)
+            reg = image.cluster.brokers.get(b.broker_id)
+            if stream is None or part is None or reg is None:
+                return False
+            reopen = epoch == stream.epoch and (stream.owner, stream.owner_epoch) == (b.broker_id, b.broker_epoch)
+            return (part.leader, part.leader_epoch) == (b.broker_id, epoch) and \
+                stream.state != STREAM_OPENED and (epoch > stream.epoch or reopen) and \
+                reg.broker_epoch == b.broker_epoch and not reg.fenced
+        return rightful
 
     def produce(self) -> None:
         """An owner commits the next object of one of its streams (sometimes at a wrong offset)."""
@@ -341,20 +421,27 @@ class Simulation:
         start = stream.end_offset if self.rng.random() < 0.85 else stream.end_offset + self.rng.choice([-1, 1])
         start = max(start, 0)
         key = f"o-{self.seed}-{self.step}"
-        rightful = stream.owner == b.broker_id and stream.epoch == b.opened[stream_id] and \
-            stream.state == STREAM_OPENED and start == stream.end_offset and \
-            self.image.cluster.brokers[b.broker_id].broker_epoch == b.broker_epoch
+        epoch = b.opened[stream_id]
+
+        def rightful(image: MetadataImage) -> bool:
+            now = image.streams.streams.get(stream_id)
+            reg = image.cluster.brokers.get(b.broker_id)
+            return now is not None and reg is not None and now.owner == b.broker_id and now.epoch == epoch and \
+                now.state == STREAM_OPENED and start == now.end_offset and reg.broker_epoch == b.broker_epoch
+
         self.call("commit_object", {
             "object_key": key, "size": 100, "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
-            "ranges": [{"stream_id": stream_id, "epoch": b.opened[stream_id], "start_offset": start,
+            "ranges": [{"stream_id": stream_id, "epoch": epoch, "start_offset": start,
                         "end_offset": start + self.rng.randint(1, 50)}]}, must_succeed=rightful)
         if self.rng.random() < 0.1:  # a retried commit is idempotent
             stream_now = self.image.streams.streams.get(stream_id)
             if stream_now is not None and any(o.object_key == key for o in stream_now.objects):
                 self.call("commit_object", {
                     "object_key": key, "size": 100, "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
-                    "ranges": [{"stream_id": stream_id, "epoch": b.opened[stream_id], "start_offset": start,
-                                "end_offset": start + 1}]}, must_succeed=True)
+                    "ranges": [{"stream_id": stream_id, "epoch": epoch, "start_offset": start,
+                                "end_offset": start + 1}]},
+                    must_succeed=lambda image: stream_id in image.streams.streams and
+                    any(o.object_key == key for o in image.streams.streams[stream_id].objects))
 
     def trim(self) -> None:
         live = [b for b in self.alive() if b.opened]
@@ -404,9 +491,13 @@ class Simulation:
     def settle(self) -> None:
         """Liveness: with faults stopped, every s3 partition ends up led by a live broker that has
         opened its streams at the partition's leader epoch."""
+        self.controller.faults = Faults(drop=0.0, duplicate=0.0, depose=0.0, stale_client=0.0, reorder=0.0)
         for b in self.brokers.values():
             b.bad_dirs.clear()  # faults stopped: full or failed log dirs recover too
         for _round in range(8):
+            # The second passes with the network at work: Raft delivers what is in flight before
+            # the clock jumps (a jump alone would expire every command in flight, round after round).
+            self.controller.quiesce()
             self.clock.now_ms += REELECTION_TIMEOUT_MS + 1
             for b in self.alive():
                 self.close_lost(b)
@@ -453,6 +544,7 @@ class Simulation:
             old = before.cluster.brokers.get(broker_id)
             if old is not None and reg.broker_epoch < old.broker_epoch:
                 self.fail(f"broker {broker_id} epoch went back {old.broker_epoch} -> {reg.broker_epoch}")
+        placed = False
         for topic, part in after.topics.all_partitions():
             if part.leader != NO_LEADER:
                 reg = after.cluster.brokers.get(part.leader)
@@ -466,7 +558,7 @@ class Simulation:
                 self.fail(f"{topic.name}-{part.partition} ISR {part.isr} not a non-empty subset of {part.replicas}")
             old_part = before.topics.partition(part.topic_id, part.partition)
             if old_part is None or old_part.directories != part.directories:
-                self.check_new_dirs(before, topic.name, old_part, part)
+                placed = True
             if old_part is not None and old_part != part:
                 if part.partition_epoch <= old_part.partition_epoch or part.leader_epoch < old_part.leader_epoch:
                     self.fail(f"{topic.name}-{part.partition} epochs went back: {old_part} -> {part}")
@@ -476,6 +568,26 @@ class Simulation:
                 for stream_id in self.streams_of_image(after, part.topic_id, part.partition):
                     if stream_id not in after.streams.streams:
                         self.fail(f"{topic.name}-{part.partition} points at missing stream {stream_id}")
+        if placed:
+            self.check_placements(before, after)
+
+    def check_placements(self, before: MetadataImage, after: MetadataImage) -> None:
+        """Replay the step's records one at a time and check every new placement against the
+        log dirs as they were just before it: a heartbeat in the same step may bring a dir back
+        online (or take it offline) before (or after) the placement."""
+        log = self.controller.log
+        first = bisect.bisect_right(log, before.offset, key=lambda item: item[0])
+        image = before
+        for offset, record in log[first:]:
+            if offset > after.offset:
+                break
+            nxt = advance_image(image, [record], offset, image.epoch)
+            if nxt.topics is not image.topics:
+                for topic, part in nxt.topics.all_partitions():
+                    old_part = image.topics.partition(part.topic_id, part.partition)
+                    if old_part is None or old_part.directories != part.directories:
+                        self.check_new_dirs(image, topic.name, old_part, part)
+            image = nxt
 
     def check_new_dirs(self, before: MetadataImage, name: str, old: Any, part: Any) -> None:
         """A replica newly placed on a log dir never lands on an offline one, nor on a saturated one
@@ -542,23 +654,43 @@ def run_seed(seed: int, steps: int = 200) -> SimulationResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m metadata_quorum.simulation [FIRST_SEED] [COUNT] [STEPS]``: run seeds, print a summary."""
-    import sys
+    """``python -m metadata_quorum.simulation [FIRST_SEED] [COUNT] [STEPS]`` or ``--seed N [--count C]
+    [--steps S]``: run seeds, print a summary and, for each failing seed, the command replaying it."""
+    import argparse
+    import traceback
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    first = int(args[0]) if args else 0
-    count = int(args[1]) if len(args) > 1 else 100
-    steps = int(args[2]) if len(args) > 2 else 200
+    parser = argparse.ArgumentParser(prog="python -m metadata_quorum.simulation")
+    parser.add_argument("first", nargs="?", type=int, default=None, help="first seed (default 0)")
+    parser.add_argument("count_pos", nargs="?", type=int, default=None, metavar="count")
+    parser.add_argument("steps_pos", nargs="?", type=int, default=None, metavar="steps")
+    parser.add_argument("--seed", type=int, default=None, help="the first (or only) seed")
+    parser.add_argument("--count", type=int, default=None, help="how many seeds (default 1 with --seed, else 100)")
+    parser.add_argument("--steps", type=int, default=None, help="actions per seed (default 200)")
+    args = parser.parse_args(argv)
+    first = args.seed if args.seed is not None else (args.first or 0)
+    count = args.count if args.count is not None else args.count_pos if args.count_pos is not None else \
+        (1 if args.seed is not None else 100)
+    steps = args.steps if args.steps is not None else args.steps_pos if args.steps_pos is not None else 200
     totals: Counter[str] = Counter()
+    failed: list[int] = []
     for seed in range(first, first + count):
-        result = run_seed(seed, steps)
+        try:
+            result = run_seed(seed, steps)
+        except Exception as e:  # an invariant broken, or a crash: either way this seed fails
+            failed.append(seed)
+            print(f"FAILED seed {seed}: {type(e).__name__}: {e}")
+            if not isinstance(e, InvariantViolation):
+                traceback.print_exc()
+                print(f"  replay: python -m metadata_quorum.simulation --seed {seed} --steps {steps}")
+            continue
         totals.update(result.errors)
+        totals.update({f"quorum:{k}": v for k, v in result.quorum.items()})
         totals["moves_completed"] += result.moves_completed
     for key, value in sorted(totals.items()):
         print(f"{key:50s} {value}")
-    return 0
+    print(f"{count - len(failed)} of {count} seeds passed ({steps} steps each)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

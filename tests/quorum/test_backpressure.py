@@ -158,7 +158,7 @@ async def test_a_batch_past_the_expected_wait_is_refused_in_part_and_a_heartbeat
         "log_dirs": [{"dir_id": "d", "path": "/tmp/ferry-d"}]}, 2.0)
     epoch = reply["broker_epoch"]
     node.hold = True  # Raft stops committing
-    controller._op_cost_ms = 1.0  # measured cost of one operation
+    controller.core.op_cost_ms = 1.0  # measured cost of one operation
     futures = controller.submit_many([("put_kv", {"key": f"k{i}", "value": "v"}) for i in range(600)], 1000)
     refused = [f for f in futures if f.done() and f.exception() is not None]
     assert len(refused) == 100 and controller.shed_ops == 100  # 500 fit in half of 1,000 ms

@@ -1,0 +1,261 @@
+"""The controller's state machine on its own: events in, effects out, no loop, socket or clock."""
+from __future__ import annotations
+
+from typing import Any
+
+from metadata_quorum.controller_core import (Answer, ControllerCore, CoreConfig, FixedSlice, NotLeader,
+                                             NotLeaderError, PlannedCommand, Refusal, to_command)
+from metadata_quorum.controller_result import ControllerResult, OpContext
+from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.operations import WRITE_OPERATIONS
+from metadata_quorum.raft import AppliedCommand, CommittedLog
+from metadata_quorum.records import KVRecord, NoOpRecord, decode_record
+
+import pytest
+
+
+def put(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    if not args.get("key"):
+        raise FerryError(ErrorCode.INVALID_REQUEST, "key is required")
+    return ControllerResult((KVRecord(key=args["key"], value=args.get("value")),), {"at": ctx.next_offset})
+
+
+def get(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    return ControllerResult((), {"value": image.kv.get(args["key"])})
+
+
+OPS = dict(WRITE_OPERATIONS, put=put, get=get)
+
+
+def make(**overrides: Any) -> tuple[ControllerCore, CommittedLog]:
+    state = CommittedLog(10_000)
+    return ControllerCore(CoreConfig(node_id=1, **overrides), state, OPS), state
+
+
+def commit(core: ControllerCore, state: CommittedLog, commands: list[PlannedCommand], now_ms: int) -> list[AppliedCommand]:
+    applied = []
+    for planned in commands:
+        a = state.apply_committed(to_command(planned))
+        core.committed(a, now_ms)
+        applied.append(a)
+    return applied
+
+
+def activate(core: ControllerCore, state: CommittedLog, epoch: int = 1, now_ms: int = 1000) -> None:
+    core.became_leader(epoch, now_ms)
+    core.run(FixedSlice(now_ms))
+    ready = core.take_ready()
+    assert len(ready.commands) == 1 and not core.active
+    commit(core, state, ready.commands, now_ms)
+    assert core.active and core.active_since_ms == now_ms
+
+
+def kv_log(state: CommittedLog) -> list[Any]:
+    return [decode_record(r) for _o, r in state.read(0, 10_000).records]
+
+
+def test_a_new_leader_commits_a_noop_first_and_only_then_runs_writes() -> None:
+    core, state = make()
+    with pytest.raises(NotLeaderError):
+        core.submit("put", {"key": "a"}, 0)
+    core.became_leader(3, 1000)
+    token = core.submit("put", {"key": "a", "value": "1"}, 1000)
+    core.run(FixedSlice(1000))
+    ready = core.take_ready()
+    assert [c.plan.batches for c in ready.commands] == [((NoOpRecord(term=3, leader_id=1),),)]
+    assert not ready.outcomes and not core.active
+    commit(core, state, ready.commands, 1000)
+    core.run(FixedSlice(1001))
+    ready = core.take_ready()
+    assert [c.prev for c in ready.commands] == [state.last_command_id]  # chained after the NoOp
+    commit(core, state, ready.commands, 1002)
+    assert core.take_ready().outcomes == [Answer(token, {"at": 1}, 1, (KVRecord("a", "1"),))]
+    assert kv_log(state) == [NoOpRecord(term=3, leader_id=1), KVRecord("a", "1")]
+
+
+def test_queued_operations_form_one_command_and_a_read_waits_for_the_writes_before_it() -> None:
+    core, state = make()
+    activate(core, state)
+    a = core.submit("put", {"key": "a", "value": "1"}, 1000)
+    r = core.submit("get", {"key": "a"}, 1000)
+    bad = core.submit("put", {}, 1000)
+    core.run(FixedSlice(1000))
+    ready = core.take_ready()
+    assert len(ready.commands) == 1
+    assert not ready.outcomes  # even a refusal waits for the writes before it
+    commit(core, state, ready.commands, 1001)
+    outcomes = core.take_ready().outcomes
+    assert {o.token for o in outcomes} == {a, r, bad}
+    assert [o.reply for o in outcomes if o.token == r] == [{"value": "1"}]  # type: ignore[union-attr]
+    assert [type(o) for o in outcomes if o.token == bad] == [Refusal]
+    late_bad = core.submit("put", {}, 1002)
+    core.run(FixedSlice(1002))
+    (refused,) = core.take_ready().outcomes  # nothing uncommitted before it: refused at once
+    assert isinstance(refused, Refusal) and refused.token == late_bad
+    assert refused.error.error is ErrorCode.INVALID_REQUEST
+
+
+def fence_ops() -> dict[str, Any]:
+    """``fence`` writes a KV marker; ``use`` is refused while it is set (a refusal read off state)."""
+    def fence(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+        return ControllerResult((KVRecord(key="fenced", value="1"),), {})
+
+    def use(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+        if image.kv.get("fenced"):
+            raise FerryError(ErrorCode.STREAM_FENCED, "fenced")
+        return ControllerResult((), {"ok": True})
+
+    return dict(OPS, fence=fence, use=use)
+
+
+def test_a_refusal_read_off_uncommitted_records_waits_for_them_and_is_retriable_if_they_are_lost() -> None:
+    state = CommittedLog(10_000)
+    core = ControllerCore(CoreConfig(node_id=1), state, fence_ops())
+    activate(core, state)
+    core.submit("fence", {}, 1000)
+    core.run(FixedSlice(1000))
+    fence_cmd = core.take_ready().commands
+    use = core.submit("use", {}, 1000)
+    core.run(FixedSlice(1000))
+    assert not core.take_ready().outcomes  # the fence it failed on is not committed yet
+    commit(core, state, fence_cmd, 1001)
+    outcomes = {o.token: o for o in core.take_ready().outcomes}
+    assert isinstance(outcomes[use], Refusal) and outcomes[use].error.error is ErrorCode.STREAM_FENCED
+
+    # The same, but the leader is deposed before the fence commits: nothing was decided.
+    state2 = CommittedLog(10_000)
+    core2 = ControllerCore(CoreConfig(node_id=1), state2, fence_ops())
+    activate(core2, state2)
+    core2.submit("fence", {}, 1000)
+    core2.run(FixedSlice(1000))
+    core2.take_ready()
+    use2 = core2.submit("use", {}, 1000)
+    core2.run(FixedSlice(1000))
+    assert not core2.take_ready().outcomes
+    core2.lost_leadership("deposed")
+    outcomes2 = {o.token: o for o in core2.take_ready().outcomes}
+    assert isinstance(outcomes2[use2], NotLeader)
+
+
+def test_a_rejected_command_fails_its_operations_and_the_view_is_rebuilt() -> None:
+    core, state = make()
+    activate(core, state)
+    token = core.submit("put", {"key": "mine", "value": "1"}, 1000)
+    core.run(FixedSlice(1000))
+    mine = core.take_ready().commands
+    # Another leader's command commits first: the leader's one no longer follows the log.
+    state.apply_committed(to_command(PlannedCommand("x.9.0", state.last_command_id, 9,
+                                                     mine[0].plan.__class__(((KVRecord("theirs", "1"),),), False, False))))
+    applied = commit(core, state, mine, 1001)
+    assert not applied[0].accepted
+    assert [type(o) for o in core.take_ready().outcomes] == [NotLeader]
+    again = core.submit("put", {"key": "mine", "value": "2"}, 1002)
+    core.run(FixedSlice(1002))
+    commit(core, state, core.take_ready().commands, 1002)
+    assert [o.token for o in core.take_ready().outcomes] == [again]
+    assert kv_log(state)[-2:] == [KVRecord("theirs", "1"), KVRecord("mine", "2")]
+
+
+def test_losing_leadership_fails_everything_and_forgets_sessions() -> None:
+    core, state = make(max_inflight_commands=1)
+    activate(core, state)
+    core.sessions.last_heartbeat_ms[7] = 5
+    first = core.submit("put", {"key": "a", "value": "1"}, 1000)
+    core.run(FixedSlice(1000))
+    core.take_ready()
+    queued = core.submit("put", {"key": "b", "value": "1"}, 1000)
+    core.run(FixedSlice(1000))  # one command in flight at most: b waits
+    assert not core.take_ready()
+    core.lost_leadership("deposed")
+    outcomes = core.take_ready().outcomes
+    assert {o.token for o in outcomes} == {first, queued}
+    assert all(isinstance(o, NotLeader) and o.hide_self for o in outcomes)
+    assert core.last_heartbeat_ms == {} and not core.is_leader and not core.has_work()
+
+
+def test_commands_not_committed_in_time_fail_retriably_and_the_noop_is_retried() -> None:
+    core, state = make(commit_timeout_ms=100)
+    core.became_leader(1, 1000)
+    core.run(FixedSlice(1000))
+    core.take_ready()  # the NoOp is lost
+    core.tick(1050)
+    assert core.inflight_commands == 1
+    core.tick(1101)
+    assert core.inflight_commands == 0 and core.has_work()
+    core.run(FixedSlice(1101))
+    retry = core.take_ready().commands
+    assert len(retry) == 1 and retry[0].plan.batches[0][0] == NoOpRecord(term=1, leader_id=1)
+    commit(core, state, retry, 1102)
+    assert core.active
+    token = core.submit("put", {"key": "a", "value": "1"}, 1200)
+    core.run(FixedSlice(1200))
+    core.take_ready()
+    core.tick(1301)
+    (timed_out,) = core.take_ready().outcomes
+    assert isinstance(timed_out, Refusal) and timed_out.token == token
+    assert timed_out.error.error is ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_admission_refuses_what_the_queue_would_keep_too_long_but_never_a_heartbeat() -> None:
+    core, state = make()
+    activate(core, state)
+    core.op_cost_ms = 1.0
+    tokens = core.submit_many([("put", {"key": f"k{i}", "value": "v"}) for i in range(600)], 1000, 1000)
+    refused = [o for o in core.take_ready().outcomes if isinstance(o, Refusal)]
+    assert len(tokens) == 600 and len(refused) == 100 and core.shed_ops == 100
+    assert refused[0].error.error is ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    with pytest.raises(FerryError) as err:
+        core.submit("put", {"key": "x"}, 1000, budget_ms=10)
+    assert err.value.error is ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    core.submit("broker_heartbeat", {"broker_id": 1, "broker_epoch": 0}, 1000, budget_ms=10)  # admitted
+
+
+def test_a_cancelled_operation_is_never_run() -> None:
+    core, state = make()
+    activate(core, state)
+    token = core.submit("put", {"key": "late", "value": "1"}, 1000)
+    core.cancel(token)
+    core.run(FixedSlice(1000))
+    assert not core.take_ready()
+
+
+def test_sessions_start_at_activation_renew_on_arrival_and_tick_fences_the_silent() -> None:
+    core, state = make(session_timeout_ms=1000)
+    activate(core, state, now_ms=0)
+    reg = core.submit("register_broker", {"broker_id": 4, "incarnation_id": "i4", "endpoints": ["http://h:1"],
+                                          "log_dirs": [{"dir_id": "d", "path": "/d"}]}, 0)
+    core.run(FixedSlice(0))
+    commit(core, state, core.take_ready().commands, 0)
+    epoch = [o for o in core.take_ready().outcomes if o.token == reg][0].reply["broker_epoch"]  # type: ignore[union-attr]
+    core.submit("broker_heartbeat", {"broker_id": 4, "broker_epoch": epoch, "metadata_offset": epoch}, 10)
+    assert core.last_heartbeat_ms[4] == 10  # counted on arrival, before it runs
+    core.run(FixedSlice(20))
+    commit(core, state, core.take_ready().commands, 20)
+    assert not state.image.cluster.brokers[4].fenced
+    # A new term: sessions are forgotten, then every unfenced broker gets a full one at activation.
+    core.lost_leadership("deposed")
+    core.take_ready()
+    activate(core, state, epoch=2, now_ms=500)
+    assert core.last_heartbeat_ms == {4: 500}
+    core.tick(1400)
+    core.run(FixedSlice(1400))
+    commit(core, state, core.take_ready().commands, 1400)
+    assert not state.image.cluster.brokers[4].fenced
+    core.tick(1501)
+    core.run(FixedSlice(1501))
+    commit(core, state, core.take_ready().commands, 1501)
+    assert state.image.cluster.brokers[4].fenced
+
+
+def test_reelection_in_a_new_term_drops_the_old_terms_view() -> None:
+    core, state = make()
+    core.observe_leadership(True, 1, 0)
+    core.run(FixedSlice(0))
+    core.take_ready()
+    core.observe_leadership(True, 2, 0)
+    assert core.epoch == 2 and not core.active
+    core.run(FixedSlice(0))
+    (noop,) = core.take_ready().commands
+    assert noop.epoch == 2
+    core.observe_leadership(False, 2, 0)
+    assert not core.is_leader
