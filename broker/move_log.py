@@ -114,9 +114,17 @@ class MoveLog:
             if topic_id is None:
                 return halves
             prefix += f"{topic_id}/" + (f"{partition}/" if partition is not None else "")
-        for key, value in image.kv.items():
-            if key.startswith(prefix):  # decode only the keys asked for
-                halves.extend(h for h in decode_halves(value) if partition is None or h.partition == partition)
+        if topic is not None and partition is not None:
+            # one partition's keys, looked up by name: scanning the whole KV (two stream keys per
+            # partition) for every finished half made a bulk move quadratic on the broker
+            topic_id = image.topics.by_name[topic]
+            keys = [move_kv_key(topic_id, partition, role, b) for b in image.cluster.brokers
+                    for role in (ROLE_SOURCE, ROLE_TARGET)]
+            values = [v for k in keys if (v := image.kv.get(k)) is not None]
+        else:
+            values = [v for k, v in image.kv.items() if k.startswith(prefix)]  # decode only the keys asked for
+        for value in values:
+            halves.extend(h for h in decode_halves(value) if partition is None or h.partition == partition)
         return halves
 
     def timeline_for(self, half: MoveHalf) -> MoveTimeline | None:

@@ -94,8 +94,12 @@ class PartitionManager:
         # count walks every slot, and a move of thousands of partitions changes thousands of states
         # (counting on each change made a 5,000-partition move quadratic and starved the broker).
         for state in sm.PartitionState:
-            metrics.partitions.labels(state.value).set_function(
-                lambda state=state: sum(1 for s in self.slots.values() if s.status.state is state))
+            metrics.partitions.labels(state.value).set_function(self._counter_of(state))
+
+    def _counter_of(self, state: sm.PartitionState) -> Callable[[], float]:
+        def count() -> float:
+            return float(sum(1 for s in self.slots.values() if s.status.state is state))
+        return count
 
     # ------------------------------------------------------------------ lookups
     def storage_for(self, log_dir: str | None) -> Any:

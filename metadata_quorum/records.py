@@ -218,11 +218,15 @@ def record_type(record: Record) -> str:
 _SCALARS = frozenset({int, str, bool, float, type(None)})
 
 
-@functools.lru_cache(maxsize=None)
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
 def _field_names(cls: type) -> tuple[str, ...] | None:
     """A dataclass's field names (None for other types), looked up once per class: encoding
     thousands of records per command made ``dataclasses.fields`` a visible cost."""
-    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+    if cls not in _FIELD_NAMES:
+        _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+    return _FIELD_NAMES[cls]
 
 
 def _to_plain(value: Any) -> Any:

@@ -52,6 +52,12 @@ class ClusterProbe:
         self.controllers = controllers
         self.peak_queue_depth = 0
         self._sampling: asyncio.Task[None] | None = None
+        # the metadata log followed while a round runs: (offset, record type, fences a broker)
+        self._tail: list[tuple[int, str, bool]] = []
+        self._tail_start = -1
+        self._tail_next = -1
+        self._tail_dropped: list[int] = []  # offsets where the log had dropped records not yet read
+        self._tailing: asyncio.Task[None] | None = None
 
     async def health(self) -> list[dict[str, Any]]:
         out = []
@@ -90,9 +96,61 @@ class ClusterProbe:
                 self.peak_queue_depth = max(self.peak_queue_depth, int(h.get("queue_depth", 0)))
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
+    def start_tail(self, offset: int) -> None:
+        """Follow the metadata log from ``offset`` while a round runs. A move of 10,000 partitions
+        writes more records than the controllers retain (``log_retention_records``): read after
+        the round, the first of them were already dropped and fencings could not be counted."""
+        self._tail, self._tail_dropped = [], []
+        self._tail_start = self._tail_next = offset
+        self._tailing = asyncio.get_running_loop().create_task(self._follow())
+
+    async def stop_tail(self) -> None:
+        if self._tailing is not None:
+            self._tailing.cancel()
+            await asyncio.gather(self._tailing, return_exceptions=True)
+            self._tailing = None
+
+    async def _follow(self) -> None:
+        turn = 0
+        while True:
+            url = self.controllers[turn % len(self.controllers)]
+            try:
+                async with self.session.get(f"{url}/v1/log", params={
+                        "offset": str(self._tail_next), "max_records": "20000", "max_wait_ms": "500"},
+                        timeout=aiohttp.ClientTimeout(total=30)) as r:
+                    body = await r.json()
+                    if r.status != 200:
+                        raise OSError(str(body))
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                turn += 1
+                await asyncio.sleep(0.2)
+                continue
+            if "snapshot" in body:
+                self._tail_dropped.append(self._tail_next)
+                self._tail_next = int(body["snapshot"]["offset"]) + 1
+                continue
+            for e in body.get("records", []):
+                rec = e["record"]
+                fenced = rec.get("type") == "BrokerRegistrationChange" and rec.get("fields", {}).get("fenced") is True
+                self._tail.append((int(e["offset"]), str(rec.get("type")), fenced))
+                self._tail_next = int(e["offset"]) + 1
+
     async def records_between(self, start: int, end: int) -> Counter[str]:
         """Record types committed in ``[start, end)``."""
-        counts: Counter[str] = Counter()
+        if self._tailing is not None and self._tail_start <= start:
+            deadline = time.monotonic() + 60
+            while self._tail_next < end and time.monotonic() < deadline and not self._tailing.done():
+                await asyncio.sleep(0.1)
+            if self._tail_next >= end:
+                counts: Counter[str] = Counter()
+                for offset, kind, fenced in self._tail:
+                    if start <= offset < end:
+                        counts[kind] += 1
+                        counts["fenced"] += fenced
+                if any(start <= o < end for o in self._tail_dropped):
+                    counts["(snapshot: older records dropped)"] += 1
+                return counts
+        counts = Counter()
         offset = start
         while offset < end:
             async with self.session.get(f"{self.controllers[0]}/v1/log",
@@ -185,6 +243,8 @@ async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, par
     targets = {p: ids[(ids.index(b) + 1) % len(ids)] for p, b in placed.items()}
     term0, offset0 = await probe.term_and_offset()
     row.update(phase="create", term_start=term0, offset_start=offset0)
+    await probe.stop_tail()
+    probe.start_tail(offset0)
     probe.start_sampling()
     started = time.monotonic()
     try:
@@ -316,6 +376,7 @@ async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, conso
                 console.print(f"  {n}: failed while in {row['failed_in']}: {row['error']}")
                 break
             await delete_and_wait(admin, cluster, f"scale-{n}")
+        await probe.stop_tail()
     by = {str(r["partitions"]): r for r in rounds}
 
     def column(key: str) -> dict[str, Any]:
