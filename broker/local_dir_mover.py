@@ -20,7 +20,7 @@ from typing import Callable, Protocol
 
 from broker import local_dir_move as mv
 from broker import replication_throttle as thr
-from broker.local_log import LocalLog
+from broker.local_log import LocalLog, fsync_dir
 from broker.local_replica import LocalReplica
 from broker.log_dirs import delete_dir_name, future_dir_name, partition_dir_name
 
@@ -109,17 +109,17 @@ def _swap(slot: MovingSlot, future: LocalLog, target_dir: str, on_swapped: Calla
         return False
     future.write_epochs(list(current.epochs))
     future.flush()
-    _fsync_dir(future.dir_path)
+    fsync_dir(future.dir_path)
     _crash_point("flushed")
     old_path = current.dir_path
     old_root = os.path.dirname(old_path)
     doomed = os.path.join(old_root, delete_dir_name(slot.topic, replica.partition, uuid.uuid4().hex))
     os.replace(old_path, doomed)  # from here on, start-up promotes the (complete, flushed) future
-    _fsync_dir(old_root)
+    fsync_dir(old_root)
     _crash_point("renamed-current")
     new_path = os.path.join(target_dir, partition_dir_name(slot.topic, replica.partition))
     os.replace(future.dir_path, new_path)
-    _fsync_dir(target_dir)
+    fsync_dir(target_dir)
     _crash_point("renamed-future")
     future.moved_to(new_path)
     future.recovery_point = future.log_end_offset
@@ -137,11 +137,3 @@ def _swap(slot: MovingSlot, future: LocalLog, target_dir: str, on_swapped: Calla
 def future_path(target_dir: str, topic: str, partition: int) -> str:
     """Where a move's future log lives (the name cut to 255 characters, as Kafka cuts it)."""
     return os.path.join(target_dir, future_dir_name(topic, partition, uuid.uuid4().hex))
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

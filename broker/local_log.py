@@ -482,6 +482,15 @@ def _read_file(path: str) -> bytes:
         return b""
 
 
+def fsync_dir(path: str) -> None:
+    """Make the renames and creations inside directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _append_file(path: str, data: bytes) -> None:
     with open(path, "ab") as f:
         f.write(data)

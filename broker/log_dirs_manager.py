@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from broker.local_dir_move import ACTION_DELETE, ACTION_PROMOTE, ACTION_RESUME, recovery_actions
+from broker.local_log import fsync_dir
 from broker.log_dirs import (FUTURE_SUFFIX, MAX_DIR_NAME_CHARS, LogDirInfo, LogDirState, delete_dir_name,
                              future_dir_name, next_dir_state, parse_dir_name, partition_dir_name, validate_log_dir)
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -304,21 +305,13 @@ def _move_replica_dir(src_root: str, dst_root: str, topic: str, partition: int,
     if max_bytes_per_second > 0:
         copied = sum(os.path.getsize(os.path.join(d, f)) for d, _s, files in os.walk(future) for f in files)
         time.sleep(max(0.0, copied / max_bytes_per_second - (time.monotonic() - started)))
-    _fsync_dir(dst_root)
+    fsync_dir(dst_root)
     doomed = os.path.join(src_root, delete_dir_name(topic, partition, uid))
     os.replace(current, doomed)
     os.replace(future, os.path.join(dst_root, partition_dir_name(topic, partition)))
-    _fsync_dir(dst_root)
-    _fsync_dir(src_root)
+    fsync_dir(dst_root)
+    fsync_dir(src_root)
     shutil.rmtree(doomed, ignore_errors=True)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _ = Any

@@ -97,9 +97,7 @@ class PartitionManager:
             metrics.partitions.labels(state.value).set_function(self._counter_of(state))
 
     def _counter_of(self, state: sm.PartitionState) -> Callable[[], float]:
-        def count() -> float:
-            return float(sum(1 for s in self.slots.values() if s.status.state is state))
-        return count
+        return lambda: float(self.state_counts()[state.value])
 
     # ------------------------------------------------------------------ lookups
     def storage_for(self, log_dir: str | None) -> Any:
