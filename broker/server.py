@@ -1,4 +1,5 @@
-"""The broker process: `ferry broker --id N --config FILE` (aiohttp; API in docs/broker-api.md).
+"""The broker process: `ferry broker --id N --config FILE`, its lifecycle and the core both front
+ends call (HTTP in http_api.py, API in docs/broker-api.md; Kafka's protocol in kafka/).
 
 Start-up: bind the HTTP port, open the stream storage (its WAL dir), register with the
 controllers, follow the committed metadata log (each delta opens/closes partitions through the
@@ -28,51 +29,30 @@ from broker.local_partitions import LocalPartitions, LocalSlot
 from broker.local_replica import LocalReplica
 from broker.log_dirs_manager import LogDirsManager
 from broker import replica_fetch_http
+from broker.http_api import BrokerHttpApi
 from broker.log_dirs_report import LogDirReport, TopicFilter, alter_replica_log_dirs, log_dirs_report
 from broker.metrics import BrokerMetrics
+from broker.move_timeline import MoveTimeline
 from broker.partition_manager import PartitionManager, Slot
 from broker.compaction import compaction_loop
 from broker.retention import retention_loop
 from stream_storage.compaction import CompactionPolicy
 from stream_storage.gc import GarbageCollector, gc_loop
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
-from broker.fetch_guard import sound_batches
 from broker.freshness import FreshnessTrackingFollower
 from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
 from broker.kafka.listener import KafkaListener
 from broker.kafka.sasl import Users
-from metadata_quorum.auth_middleware import broker_auth_middleware
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
 from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.http_parsing import check_query_names, errors_middleware, path_int, query_int, query_str, \
-    read_json_object
-from metadata_quorum.ops.validation import INT32_MAX, as_int, as_list, as_mapping, as_str
 from metadata_quorum.records import NO_LEADER
 from stream_storage import batches
 from stream_storage.record_validator import ValidationPolicy, validate_produce_records
 
 log = logging.getLogger("ferry.broker")
-
-FETCH_DEFAULT_MAX_BYTES = 1024 * 1024
-FETCH_DEFAULT_MAX_WAIT_MS = 500
-ALTER_LOG_DIRS_MAX_ENTRIES = 100_000
-TOPIC_NAME_MAX_CHARS = 249  # Kafka's limit
-LOG_DIR_MAX_CHARS = 4096  # PATH_MAX
-MOVES_MAX_LIMIT = 10_000
-ACKS_BY_NAME = {"all": -1, "-1": -1, "0": 0, "1": 1}  # Kafka's producer acks
-
-
-def _partition_param(request: web.Request) -> int:
-    return path_int(request.match_info, "partition", maximum=INT32_MAX)
-
-
-def _epoch_param(request: web.Request) -> int | None:
-    """The client's leader epoch, or None when it has none (-1, as Kafka's fetch sends)."""
-    epoch = query_int(request.query, "leader_epoch", -1, minimum=-INT32_MAX - 1, maximum=INT32_MAX, allow_negative=True)
-    return None if epoch == -1 else epoch
 
 
 @dataclass(frozen=True)
@@ -90,11 +70,6 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     leader_epoch: int
-
-
-def _int_param(request: web.Request, name: str, default: int | None = None, minimum: int = 0,
-               maximum: int | None = None) -> int:
-    return query_int(request.query, name, default, minimum=minimum, maximum=maximum, allow_negative=minimum < 0)
 
 
 class Broker:
@@ -185,28 +160,9 @@ class Broker:
         return self.follower.offset if self.follower is not None else -1
 
     # ------------------------------------------------------------------ lifecycle
-    def app(self) -> web.Application:
-        middlewares = [errors_middleware("docs/broker-api.md")]
-        if self.config.security is not None:  # bearer tokens (metadata_quorum/auth.py)
-            middlewares.append(broker_auth_middleware(self.config.security))
-        app = web.Application(middlewares=middlewares,
-                              client_max_size=self.config.max_batch_bytes + 1)
-        app.router.add_post("/v1/produce/{topic}/{partition}", self.produce)
-        app.router.add_get("/v1/fetch/{topic}/{partition}", self.fetch)
-        app.router.add_get("/v1/offsets/{topic}/{partition}", self.list_offsets)
-        app.router.add_get("/v1/metadata", self.metadata)
-        app.router.add_get("/v1/log-dirs", self.describe_log_dirs)
-        app.router.add_post("/v1/log-dirs/alter", self.alter_log_dirs)
-        app.router.add_post("/v1/delete-records", self.delete_records_http)
-        app.router.add_get("/v1/moves", self.moves)
-        app.router.add_get(replica_fetch_http.PATH, replica_fetch_http.handler(self.serve_replica_fetch))
-        app.router.add_get("/v1/health", self.health)
-        app.router.add_get("/metrics", self.prometheus)
-        return app
-
     async def start(self) -> None:
         await asyncio.to_thread(self.log_dirs.prepare)
-        self._runner = web.AppRunner(self.app(), access_log=None)
+        self._runner = web.AppRunner(BrokerHttpApi(self).app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
         await site.start()
@@ -534,94 +490,6 @@ class Broker:
             return offset, found_ts, replica.leader_epoch
         raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest or timestamp")
 
-    # ------------------------------------------------------------------ HTTP front end
-    def _slot_for(self, request: web.Request, for_write: bool) -> Slot | LocalSlot:
-        topic, partition = request.match_info["topic"], _partition_param(request)
-        return self.partition_slot(topic, partition, for_write, _epoch_param(request))
-
-    async def produce(self, request: web.Request) -> web.Response:
-        check_query_names(request.query, ("acks", "leader_epoch"))
-        topic, partition = request.match_info["topic"], _partition_param(request)
-        acks_raw = query_str(request.query, "acks", "-1")
-        try:
-            acks = ACKS_BY_NAME[acks_raw or ""]
-        except KeyError:
-            self.metrics.produce_errors.labels("INVALID_REQUIRED_ACKS").inc()
-            raise FerryError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks_raw!r}; use -1, 1 or 0") from None
-        # the partition is checked before the body is read, so a refused produce costs no upload
-        try:
-            self.partition_slot(topic, partition, True, _epoch_param(request))
-            try:
-                body = bytearray(await request.read())
-            except web.HTTPRequestEntityTooLarge:
-                raise FerryError(ErrorCode.MESSAGE_TOO_LARGE, f"the record batch exceeds max_batch_bytes "
-                                 f"{self.config.max_batch_bytes}") from None
-        except FerryError as exc:
-            self.metrics.produce_errors.labels(exc.error.name).inc()
-            raise
-        result = await self.append_records(topic, partition, body, acks, _epoch_param(request))
-        return web.json_response({"base_offset": result.base_offset, "last_offset": result.last_offset,
-                                  "leader_epoch": result.leader_epoch, "log_append_time_ms": result.log_append_time_ms,
-                                  "log_start_offset": result.log_start_offset})
-
-    async def fetch(self, request: web.Request) -> web.StreamResponse:
-        check_query_names(request.query, ("offset", "max_bytes", "max_wait_ms", "leader_epoch"))
-        topic, partition = request.match_info["topic"], _partition_param(request)
-        offset = _int_param(request, "offset")
-        result = await self.read_records(topic, partition, offset,
-                                         _int_param(request, "max_bytes", FETCH_DEFAULT_MAX_BYTES, minimum=1,
-                                                    maximum=INT32_MAX),
-                                         _int_param(request, "max_wait_ms", FETCH_DEFAULT_MAX_WAIT_MS,
-                                                    maximum=INT32_MAX),
-                                         _epoch_param(request))
-        data = sound_batches(result.data, offset)
-        return web.Response(body=data, content_type="application/octet-stream", headers={
-            "X-Ferry-High-Watermark": str(result.high_watermark),
-            "X-Ferry-Log-Start-Offset": str(result.log_start_offset),
-            "X-Ferry-Leader-Epoch": str(result.leader_epoch)})
-
-    async def list_offsets(self, request: web.Request) -> web.Response:
-        check_query_names(request.query, ("spec", "timestamp_ms", "leader_epoch"))
-        topic, partition = request.match_info["topic"], _partition_param(request)
-        spec = query_str(request.query, "spec", "latest") or "latest"
-        if spec not in ("earliest", "latest", "timestamp"):
-            raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec[:80]!r}; use earliest, latest or timestamp")
-        ts = _int_param(request, "timestamp_ms") if spec == "timestamp" else -1
-        offset, found_ts, epoch = await self.offset_at(topic, partition, spec, ts, _epoch_param(request))
-        return web.json_response({"offset": offset, "timestamp_ms": found_ts, "leader_epoch": epoch})
-
-    # ------------------------------------------------------------------ metadata
-    async def metadata(self, request: web.Request) -> web.Response:
-        check_query_names(request.query, ("topics",))
-        image = self.manager.image if self.manager is not None else None
-        if image is None:
-            return web.json_response({"metadata_offset": -1, "broker_id": self.broker_id, "brokers": [], "topics": [],
-                                      "controllers": list(self.config.controllers)})
-        names_raw = query_str(request.query, "topics")
-        names = [n for n in names_raw.split(",") if n] if names_raw else sorted(image.topics.by_name)
-        brokers = []
-        urls: dict[int, str | None] = {}
-        for bid, reg in sorted(image.cluster.brokers.items()):
-            urls[bid] = reg.endpoints[0] if reg.endpoints else None
-            brokers.append({"broker_id": bid, "url": urls[bid], "rack": reg.rack, "fenced": reg.fenced,
-                            "in_controlled_shutdown": reg.in_controlled_shutdown})
-        topics: list[dict[str, Any]] = []
-        for name in names:
-            topic_id = image.topics.by_name.get(name)
-            topic = image.topics.by_id.get(topic_id) if topic_id else None
-            if topic is None:
-                topics.append({"name": name, "topic_id": None, "error": "UNKNOWN_TOPIC_OR_PARTITION", "partitions": []})
-                continue
-            parts = [{"partition": p.partition, "leader": p.leader, "leader_url": urls.get(p.leader),
-                      "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
-                      "replicas": list(p.replicas), "isr": list(p.isr), "adding_replicas": list(p.adding_replicas),
-                      "removing_replicas": list(p.removing_replicas), "directories": list(p.directories)}
-                     for _, p in sorted(topic.partitions.items())]
-            topics.append({"name": name, "topic_id": topic_id, "storage": topic.storage, "error": None,
-                           "partitions": parts})
-        return web.json_response({"metadata_offset": image.offset, "broker_id": self.broker_id, "brokers": brokers,
-                                  "topics": topics, "controllers": list(self.config.controllers)})
-
     # ------------------------------------------------------------------ log dirs
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:
         """This broker's log dirs and the replicas in them (the HTTP and Kafka front ends' answer)."""
@@ -635,86 +503,26 @@ class Broker:
             return [FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"broker {self.broker_id} is starting")] * len(moves)
         return await alter_replica_log_dirs(self.log_dirs, self.manager, moves, self.local)
 
-    async def describe_log_dirs(self, request: web.Request) -> web.Response:
-        check_query_names(request.query, ("topics",))
-        names_raw = query_str(request.query, "topics")
-        wanted = {n for n in names_raw.split(",") if n} if names_raw else None
-        dirs = []
-        for report in self.log_dirs_report(lambda topic, _p: wanted is None or topic in wanted):
-            dirs.append({"logDir": report.path, "error": report.error.name if report.error else None,
-                         "state": report.state, "totalBytes": report.total_bytes, "usableBytes": report.usable_bytes,
-                         "partitions": [{"partition": f"{r.topic}-{r.partition}", "size": r.size_bytes,
-                                         "offsetLag": r.offset_lag, "isFuture": r.is_future}
-                                        for r in sorted(report.replicas, key=lambda r: f"{r.topic}-{r.partition}")]})
-        return web.json_response({"version": 1, "brokers": [{"broker": self.broker_id, "logDirs": dirs}]})
+    def move_timelines(self, topic: str | None, partition: int | None, limit: int) -> list[MoveTimeline]:
+        """The timelines of moves of this broker's partitions it remembers (``/v1/moves``)."""
+        return self.manager.moves(topic, partition, limit) if self.manager else []
 
-    async def alter_log_dirs(self, request: web.Request) -> web.Response:
-        check_query_names(request.query, ())
-        body = await read_json_object(request)
-        parsed = []
-        for raw in as_list(body.get("partitions"), "partitions", ALTER_LOG_DIRS_MAX_ENTRIES):
-            item = as_mapping(raw, "partitions[]")
-            parsed.append((as_str(item.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
-                           as_int(item.get("partition"), "partitions[].partition", 0, INT32_MAX),
-                           as_str(item.get("log_dir"), "partitions[].log_dir", LOG_DIR_MAX_CHARS)))
-        assert self.manager is not None
-        results = []
-        for (topic, partition, path), exc in zip(parsed, await self.alter_replica_log_dirs(parsed)):
-            entry: dict[str, Any] = {"topic": topic, "partition": partition, "log_dir": path,
-                                     "error": exc.error.name if exc is not None else None}
-            if exc is not None:
-                entry["message"] = exc.message
-            results.append(entry)
-        return web.json_response({"results": results})
-
-    async def delete_records_http(self, request: web.Request) -> web.Response:
-        """``{"partitions": [{"topic", "partition", "offset"}]}`` → one result per partition, each
-        with ``low_watermark`` or its own error (Kafka's DeleteRecords answer)."""
-        check_query_names(request.query, ())
-        body = await read_json_object(request)
-        parsed = []
-        for raw in as_list(body.get("partitions"), "partitions", ALTER_LOG_DIRS_MAX_ENTRIES):
-            entry = as_mapping(raw, "partitions[]")
-            parsed.append((as_str(entry.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
-                           as_int(entry.get("partition"), "partitions[].partition", 0, INT32_MAX),
-                           as_int(entry.get("offset"), "partitions[].offset", -1)))
-        outcomes = await asyncio.gather(*(self.delete_records(t, p, o) for t, p, o in parsed), return_exceptions=True)
-        results = []
-        for (topic, partition, _offset), outcome in zip(parsed, outcomes):
-            result: dict[str, Any] = {"topic": topic, "partition": partition}
-            if isinstance(outcome, FerryError):
-                result.update(low_watermark=-1, error=outcome.error.name, message=outcome.message)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                result.update(low_watermark=outcome, error=None)
-            results.append(result)
-        return web.json_response({"partitions": results})
-
-    # ------------------------------------------------------------------ moves, health, metrics
-    async def moves(self, request: web.Request) -> web.Response:
-        check_query_names(request.query, ("topic", "partition", "limit"))
-        topic = query_str(request.query, "topic", max_chars=TOPIC_NAME_MAX_CHARS) or None
-        partition = _int_param(request, "partition", -1, minimum=-1, maximum=INT32_MAX)
-        limit = _int_param(request, "limit", 100, minimum=1, maximum=MOVES_MAX_LIMIT)
-        out = self.manager.moves(topic, None if partition < 0 else partition, limit) if self.manager else []
-        return web.json_response({"moves": [m.to_json() for m in out]})
-
-    async def health(self, request: web.Request) -> web.Response:
+    # ------------------------------------------------------------------ health, metrics
+    def health_report(self) -> dict[str, Any]:
+        """The broker's state, session, lease and partition counts (``/v1/health``)."""
         hb = self.heartbeater.state
-        return web.json_response({
-            "broker_id": self.broker_id, "state": self.state, "url": self.url, "broker_epoch": hb.broker_epoch,
-            "fenced": hb.fenced, "metadata_offset": self._metadata_offset(),
-            "lease_valid": self.write_lease_valid(), "last_heartbeat_error": hb.last_error,
-            "partitions": self.manager.state_counts() if self.manager else {}})
+        return {"broker_id": self.broker_id, "state": self.state, "url": self.url, "broker_epoch": hb.broker_epoch,
+                "fenced": hb.fenced, "metadata_offset": self._metadata_offset(),
+                "lease_valid": self.write_lease_valid(), "last_heartbeat_error": hb.last_error,
+                "partitions": self.manager.state_counts() if self.manager else {}}
 
-    async def prometheus(self, request: web.Request) -> web.Response:
+    def storage_stats(self) -> dict[str, float]:
+        """The stream storages' counters summed over the log dirs (the ``/metrics`` storage gauges)."""
         totals: dict[str, float] = {}
         for storage in self.storages.values():
             for name, value in storage.stats().items():
                 totals[name] = totals.get(name, 0) + value
-        self.metrics.set_storage_stats(totals)
-        return web.Response(body=self.metrics.render(), content_type="text/plain")
+        return totals
 
 
 async def run(config: BrokerConfig) -> int:
