@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from stream_storage.recovery import recoverable_tail
+from stream_storage.recovery import recoverable_chain
 from stream_storage.wal import KIND_DATA, KIND_VOID, WalEntry, _parse_segment
 
 MAGIC = b"FRYWAL01"
@@ -280,35 +280,28 @@ def deletable(objects: Sequence[ObjectSummary], committed_end: Callable[[int], i
 
 # -- recovery ------------------------------------------------------------------------------------
 
-def recovery_plan(objects: Iterable[WalObject], stream_id: int, from_offset: int,
-                  owner_epoch: int | None) -> list[list[WalEntry]]:
-    """The acknowledged tail of ``stream_id`` from one broker's WAL objects, one run per WAL
-    (a broker has one WAL per log dir; each run starts where the previous one ended).
+def recovery_plan(owners: Sequence[tuple[Iterable[WalObject], int | None]], stream_id: int,
+                  from_offset: int) -> list[WalEntry]:
+    """The acknowledged tail of ``stream_id`` from the WAL objects of one or more brokers, each
+    given with ``owner_epoch``: the epoch that broker last held the stream with, as the controller
+    recorded it (entries of later epochs were never that broker's to acknowledge). A broker has
+    one WAL per log dir, and several brokers take part when owners died one after another before
+    any recovered its predecessor's tail (the controller's ``wal_owners``): the run continues from
+    one WAL to another where the first ends (``recovery.recoverable_chain``).
 
-    Fenced by epoch: ``owner_epoch`` is the epoch the broker held the stream with, as the
-    controller recorded it; entries of later epochs were never that broker's to acknowledge.
     An old owner that was stopped and resumed can only add objects with entries of its own
     epoch, sealed before it stopped: the new owner either listed them (they reached S3 before it
     opened the stream, so the old owner may have acknowledged them) or they sit past the offsets
     it recovered, where its own, higher-epoch entries win and its void marker drops them on any
-    later recovery from the same WAL.
+    later recovery from the same WAL; and once the new owner has recovered, the controller no
+    longer names the old owner's WAL to anyone.
     """
-    by_wal: dict[str, list[WalEntry]] = {}
-    for obj in objects:
-        parsed = parse_key(obj.key)
-        wal = parsed.wal if parsed is not None else ""
-        by_wal.setdefault(wal, []).extend(e for e in obj.entries if e.stream_id == stream_id)
-    runs: list[list[WalEntry]] = []
-    cursor = from_offset
-    progress = True
-    while progress:  # a stream moved between log dirs continues in another WAL
-        progress = False
-        for wal in sorted(by_wal):
-            run = recoverable_tail(by_wal[wal], stream_id, cursor, owner_epoch)
-            if run:
-                runs.append(run)
-                cursor = run[-1].end_offset
-                del by_wal[wal]
-                progress = True
-                break
-    return runs
+    wals: list[tuple[list[WalEntry], int | None]] = []
+    for objects, owner_epoch in owners:
+        by_wal: dict[str, list[WalEntry]] = {}
+        for obj in objects:
+            parsed = parse_key(obj.key)
+            by_wal.setdefault(parsed.wal if parsed is not None else "", []).extend(
+                e for e in obj.entries if e.stream_id == stream_id)
+        wals.extend((by_wal[w], owner_epoch) for w in sorted(by_wal))
+    return recoverable_chain(wals, stream_id, from_offset)

@@ -208,3 +208,58 @@ async def test_seeded_crash_recovery_with_s3_errors_loses_nothing_acknowledged(m
         assert got[:len(acked[sid])] == acked[sid]  # every acknowledged record, once, in order
         assert len(set(got)) == len(got)  # an unanswered append may be there too, never twice
     await b.close()
+
+
+@pytest.mark.parametrize("mode", ["s3", "local"])
+async def test_owner_that_dies_before_recovering_leaves_both_wals_to_the_next(make_storage, controller, clock,
+                                                                               mode: str) -> None:
+    """Broker 1 acknowledges a tail and dies; broker 2 takes the stream over and dies too before it
+    has recovered that tail; broker 3 must read broker 1's WAL as well as broker 2's."""
+    store = MemoryObjectStore()
+    wal = (lambda: s3_wal()) if mode == "s3" else (lambda: WalConfig())
+    a = make_storage(1, store, wal=wal(), upload_interval_ms=60_000)
+    b = make_storage(2, store, wal=wal(), upload_interval_ms=60_000)
+    c = make_storage(3, store, wal=wal())
+    by_id = {1: a, 2: b, 3: c}
+    for s in (a, b, c):
+        await s.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 0)
+    await a.append(sid, batch("up"))
+    await a.force_upload(sid)
+    for i in range(3):
+        await a.append(sid, batch(f"tail{i}"))
+    await a.uploader.stop()  # broker 1 crashes with its tail only in its WAL
+    clock.skew_ms += 60_000
+    heartbeat(controller, 2, b.broker_epoch)
+    heartbeat(controller, 3, c.broker_epoch)
+    info = await b.open_stream(sid, 1, previous_owner=1, previous_epoch=0)
+    assert info.wal_owners == ((1, 0),)
+    await b.uploader.stop()  # broker 2 crashes before recovering anything
+    clock.skew_ms += 60_000
+    heartbeat(controller, 3, c.broker_epoch)
+    info = await c.open_stream(sid, 2, previous_owner=2, previous_epoch=1)
+    assert info.wal_owners == ((1, 0), (2, 1))
+    # the predecessor's WAL alone does not hold the tail: reading only it was the loss
+    if mode == "s3":
+        assert await c.recover_from_peer_wal(2, sid, previous_epoch=1) == 0
+    else:
+        assert await c.recover_from_wal(b.config.wal_dir, sid, previous_epoch=1) == 0
+    got = await c.recover_from_owners(sid, info.wal_owners, lambda bid: [by_id[bid].config.wal_dir])
+    assert got.offsets == 6 and got.unreachable == ()
+    assert keys_of(await read_all(c, sid)) == [f"{t}-{i}".encode() for t in ["up", "tail0", "tail1", "tail2"]
+                                               for i in range(2)]
+    stream = controller.image.streams.streams[sid]
+    assert stream.end_offset == 8 and stream.wal_owners == ()  # committed, and nobody reads those WALs again
+    await c.append(sid, batch("c0"))
+    await c.uploader.stop()  # broker 3 dies after recovering and serving: only its own WAL is named
+    heartbeat(controller, 1, a.broker_epoch)
+    clock.skew_ms += 60_000
+    heartbeat(controller, 1, a.broker_epoch)
+    d = make_storage(4, store, wal=wal())
+    await d.start()
+    info = await d.open_stream(sid, 3, previous_owner=3, previous_epoch=2)
+    assert info.wal_owners == ((3, 2),)
+    assert (await d.recover_from_owners(sid, info.wal_owners, lambda bid: [by_id[bid].config.wal_dir])).offsets == 2
+    assert keys_of(await read_all(d, sid))[-2:] == [b"c0-0", b"c0-1"]
+    await d.close()
