@@ -248,17 +248,20 @@ class ObjectSummary:
     size_bytes: int
     data_ends: dict[int, int] = field(default_factory=dict)
     voids: frozenset[int] = frozenset()
+    data_epochs: dict[int, int] = field(default_factory=dict)  # per stream, the highest epoch of its data
 
 
 def summarize(key: str, seq: int, size_bytes: int, entries: Iterable[WalEntry]) -> ObjectSummary:
     ends: dict[int, int] = {}
+    epochs: dict[int, int] = {}
     voids: set[int] = set()
     for entry in entries:
         if entry.kind == KIND_VOID:
             voids.add(entry.stream_id)
         elif entry.kind == KIND_DATA:
             ends[entry.stream_id] = max(ends.get(entry.stream_id, 0), entry.end_offset)
-    return ObjectSummary(key, seq, size_bytes, ends, frozenset(voids))
+            epochs[entry.stream_id] = max(epochs.get(entry.stream_id, entry.epoch), entry.epoch)
+    return ObjectSummary(key, seq, size_bytes, ends, frozenset(voids), epochs)
 
 
 def deletable(objects: Sequence[ObjectSummary], committed_end: Callable[[int], int]) -> list[str]:
@@ -266,10 +269,50 @@ def deletable(objects: Sequence[ObjectSummary], committed_end: Callable[[int], i
     objects (``committed_end(stream) >= end``; a released stream answers "all"), and every void
     marker in it still has work to do only while an earlier object that stays holds data of that
     stream (the marker is what keeps those stale entries from being recovered)."""
+    return _unneeded(objects, lambda obj, sid, end: committed_end(sid) < end)
+
+
+@dataclass(frozen=True)
+class StreamView:
+    """What the metadata image says of a stream, as far as deciding whether a WAL needs it."""
+
+    epoch: int
+    end_offset: int  # everything below is in committed stream objects
+    owner: int
+    opened: bool
+    wal_owners: frozenset[int]  # brokers whose WALs the next recovery reads (the controller's wal_owners)
+
+
+def orphan_deletable(objects: Sequence[ObjectSummary], broker_id: int,
+                     stream_of: Callable[[int], StreamView | None]) -> list[str]:
+    """Keys of one WAL's objects of ``broker_id`` — a broker that is not live, so nobody trims
+    them — that no recovery can need. Data of a stream in an object is needed unless:
+
+    * the stream is gone, or its committed end covers it; or
+    * the stream has moved on to a later epoch than that data's and the broker's WAL is neither
+      the stream's current owner's nor named in its ``wal_owners``: the broker's ownership ended
+      with a clean close (everything it acknowledged was committed) or a later owner recovered
+      its tail and said so.
+
+    Metadata only moves forward (epochs grow; a broker enters ``wal_owners`` in the very record
+    that moves the epoch past its own), so a stale image only keeps objects longer. Void markers
+    stay while an earlier object that stays holds data of their stream, as in :func:`deletable`.
+    """
+    def needed(obj: ObjectSummary, sid: int, end: int) -> bool:
+        view = stream_of(sid)
+        if view is None or view.end_offset >= end:
+            return False
+        moved_on = view.epoch > obj.data_epochs.get(sid, view.epoch)
+        return not moved_on or broker_id in view.wal_owners or (view.opened and view.owner == broker_id)
+
+    return _unneeded(objects, needed)
+
+
+def _unneeded(objects: Sequence[ObjectSummary], needed: Callable[[ObjectSummary, int, int], bool]) -> list[str]:
     live_data: set[int] = set()  # streams with data in earlier objects that stay
     out: list[str] = []
     for obj in sorted(objects, key=lambda o: o.seq):
-        data_done = all(committed_end(sid) >= end for sid, end in obj.data_ends.items())
+        data_done = not any(needed(obj, sid, end) for sid, end in obj.data_ends.items())
         voids_done = not (obj.voids & live_data)
         if data_done and voids_done:
             out.append(obj.key)

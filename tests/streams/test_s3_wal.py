@@ -13,6 +13,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage.batches import build_batch
 from stream_storage.config import WalConfig
 from stream_storage.memory_store import FAULT_LOST_REPLY, MemoryObjectStore
+from stream_storage.wal_gc import DeadWalCollector, live_brokers
 from stream_storage.wal_objects import broker_prefix
 from tests.streams.conftest import heartbeat, read_all, retrying
 
@@ -263,3 +264,44 @@ async def test_owner_that_dies_before_recovering_leaves_both_wals_to_the_next(ma
     assert (await d.recover_from_owners(sid, info.wal_owners, lambda bid: [by_id[bid].config.wal_dir])).offsets == 2
     assert keys_of(await read_all(d, sid))[-2:] == [b"c0-0", b"c0-1"]
     await d.close()
+
+
+async def test_dead_brokers_wal_objects_are_deleted_once_no_recovery_needs_them(make_storage, controller,
+                                                                                 clock) -> None:
+    """Broker 1 dies with a tail of two streams in its WAL objects. While a stream is not yet
+    recovered (and while a recovery is pending after a takeover) its objects stay; once both
+    streams are recovered and committed elsewhere, the garbage collector deletes them all."""
+    store = MemoryObjectStore()
+    a = make_storage(1, store, wal=s3_wal(), upload_interval_ms=60_000)
+    b = make_storage(2, store, wal=s3_wal(), upload_interval_ms=60_000)
+    for s in (a, b):
+        await s.start()
+    s1, s2 = await a.create_stream(), await a.create_stream()
+    for sid in (s1, s2):
+        await a.open_stream(sid, 0)
+        await a.append(sid, batch(f"s{sid}-up"))
+        await a.force_upload(sid)
+        await a.append(sid, batch(f"s{sid}-tail"))
+    await a.uploader.stop()  # broker 1 crashes
+    dead = wal_keys(store, 1)
+    assert dead
+    gc = DeadWalCollector(store, "wal", lambda: controller.image)
+    assert await gc.run_once() == 0  # broker 1 is still live as far as the metadata says
+    clock.skew_ms += 60_000
+    heartbeat(controller, 2, b.broker_epoch)
+    controller.write("tick", {})
+    assert 1 not in live_brokers(controller.image)
+    assert await gc.run_once() == 0 and wal_keys(store, 1) == dead  # s1 and s2: tails not recovered
+    info = await b.open_stream(s1, 1, previous_owner=1, previous_epoch=0)
+    assert await gc.run_once() == 0  # taken over, recovery pending: broker 1 is in wal_owners
+    assert (await b.recover_from_owners(s1, info.wal_owners)).offsets == 2
+    holding_s2 = {k for k in dead if store.objects[k].find(f"s{s2}-tail".encode()) >= 0}
+    await gc.run_once()
+    assert holding_s2 and holding_s2 <= set(wal_keys(store, 1))  # s2's tail is still only there
+    info = await b.open_stream(s2, 1, previous_owner=1, previous_epoch=0)
+    assert (await b.recover_from_owners(s2, info.wal_owners)).offsets == 2
+    await gc.run_once()
+    assert wal_keys(store, 1) == [] and gc.deleted_total == len(dead)
+    for sid in (s1, s2):  # nothing acknowledged was lost on the way
+        assert keys_of(await read_all(b, sid)) == [f"s{sid}-{t}-{i}".encode() for t in ("up", "tail") for i in range(2)]
+    await b.close()

@@ -7,7 +7,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage.wal import KIND_DATA, KIND_VOID, encode_entry
 from stream_storage.wal_objects import (
     HEADER_BYTES, SEQ_PER_MS, ObjectSummary, Resolved, Seal, Wait, WalBatchPlanner, WalBatchPolicy, WalObject,
-    deletable, encode_header, object_key, parse_key, parse_object, recovery_plan, summarize, wal_prefix)
+    ObjectSummary, StreamView, deletable, encode_header, orphan_deletable, object_key, parse_key, parse_object, recovery_plan, summarize, wal_prefix)
 
 
 def planner(interval_ms: float = 250, max_bytes: int = 1000, max_inflight: int = 2) -> WalBatchPlanner:
@@ -171,3 +171,26 @@ def test_recovery_continues_across_the_wals_of_owners_that_died_one_after_anothe
     assert [(e.epoch, e.start_offset, e.end_offset) for e in run] == [(4, 0, 10), (3, 10, 20), (3, 20, 30)]
     assert recovery_plan([(second, 4)], 5, 0)[-1].end_offset == 10  # the predecessor's WAL alone: a loss
 
+
+
+def test_orphan_objects_go_only_once_no_recovery_can_need_them() -> None:
+    def summary(seq: int, *entries: tuple[int, int, int, int, int]) -> ObjectSummary:
+        obj = _obj(seq, *entries)
+        return summarize(obj.key, obj.seq, 0, obj.entries)
+
+    objs = [summary(1, (KIND_DATA, 5, 3, 0, 10)), summary(2, (KIND_DATA, 5, 3, 10, 20), (KIND_DATA, 6, 1, 0, 4))]
+    FIRST = objs[0].key
+    views = {5: StreamView(epoch=3, end_offset=10, owner=1, opened=True, wal_owners=frozenset()),
+             6: StreamView(epoch=1, end_offset=4, owner=1, opened=True, wal_owners=frozenset())}
+    assert orphan_deletable(objs, 1, views.get) == [FIRST]  # [10, 20) of 5 is not committed
+    views[5] = StreamView(epoch=4, end_offset=10, owner=2, opened=True, wal_owners=frozenset({1}))
+    assert orphan_deletable(objs, 1, views.get) == [FIRST]  # taken over, not yet recovered
+    views[5] = StreamView(epoch=4, end_offset=12, owner=2, opened=True, wal_owners=frozenset())
+    assert len(orphan_deletable(objs, 1, views.get)) == 2  # recovered (and said so), or closed cleanly
+    views.pop(6)
+    views[5] = StreamView(epoch=3, end_offset=12, owner=1, opened=False, wal_owners=frozenset())
+    assert orphan_deletable(objs, 1, views.get) == [FIRST]  # same epoch: its own tail
+    # a void marker stays while an earlier object with data of its stream stays
+    voided = [summary(1, (KIND_DATA, 7, 2, 0, 10)), summary(2, (KIND_VOID, 7, 4, 0, 0))]
+    views[7] = StreamView(epoch=4, end_offset=0, owner=1, opened=True, wal_owners=frozenset())
+    assert orphan_deletable(voided, 1, views.get) == []
