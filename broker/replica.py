@@ -408,6 +408,7 @@ class Replica:
     async def drain(self, timeout_s: float = 10.0) -> None:
         """Step 2: no new appends (the caller already refuses them); wait for those in flight."""
         self.closed = True
+        self.storage.hurry_wal()  # those in flight and the meta of step 3: no batching window
         async with self._data_arrived:
             self._data_arrived.notify_all()
         try:

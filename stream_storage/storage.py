@@ -288,6 +288,8 @@ class StreamStorage:
             handle = self._writable(stream_id)
             tail = recoverable_chain(sources, stream_id, handle.next_offset)
         # all queued at once: the WAL group-commits them, offsets stay in order
+        if tail:
+            self.hurry_wal()
         await asyncio.gather(*(self._append_entry(handle, e.start_offset, e.end_offset, e.payload) for e in tail))
         if tail:
             await self.force_upload(stream_id)
@@ -327,6 +329,13 @@ class StreamStorage:
         if tail:
             await self.force_upload(stream_id)
         return tail[-1].end_offset - tail[0].start_offset if tail else 0
+
+    def hurry_wal(self) -> None:
+        """Appends on a move's critical path follow (a closing partition's last appends and meta,
+        a recovered tail): with the WAL in S3, seal them at once rather than after the batching
+        window. The local WAL syncs as soon as it can anyway."""
+        if isinstance(self.wal, S3WriteAheadLog):
+            self.wal.hurry()
 
     def fence(self, stream_id: int, reason: str = "a newer epoch owns it") -> None:
         """The broker learned another owner has the stream: stop accepting appends at once."""
