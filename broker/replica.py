@@ -3,8 +3,9 @@
 This is the I/O side of steps 3, 4 and 6 of a move: ``close`` persists the partition meta
 (clean shutdown, offsets, leader-epoch checkpoint, producer state) and force-uploads and closes
 both streams; ``open`` opens them with an epoch above the previous owner's, reads the meta and,
-when the previous owner did not close them, replays that owner's WAL tail so that nothing it
-acknowledged is lost.
+when earlier owners did not close them, replays the WAL tails of every owner the controller names
+(``wal_owners``: the previous one, and any before it that died before its tail was recovered) so
+that nothing they acknowledged is lost.
 
 Partition offsets are stream offsets. Only acknowledged data (``high_watermark``) is served.
 """
