@@ -305,3 +305,55 @@ async def test_dead_brokers_wal_objects_are_deleted_once_no_recovery_needs_them(
     for sid in (s1, s2):  # nothing acknowledged was lost on the way
         assert keys_of(await read_all(b, sid)) == [f"s{sid}-{t}-{i}".encode() for t in ("up", "tail") for i in range(2)]
     await b.close()
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+async def test_seeded_second_crash_during_recovery_loses_nothing_acknowledged(make_storage, controller, clock,
+                                                                             seed: int) -> None:
+    """Broker 1 acknowledges appends to several streams and dies; broker 2 takes them over and, per
+    stream at random, recovers all, nothing, or dies part-way through the recovery (S3 errors
+    injected meanwhile); broker 3 recovers from what the controller names."""
+    rng = random.Random(seed)
+    store = MemoryObjectStore(seed=seed)
+    a = make_storage(1, retrying(store), wal=s3_wal(interval_ms=rng.choice([0, 2, 10]), object_bytes=2048),
+                     upload_interval_ms=60_000)
+    b = make_storage(2, retrying(store), wal=s3_wal(interval_ms=rng.choice([0, 5])), upload_interval_ms=60_000)
+    c = make_storage(3, retrying(store), wal=s3_wal())
+    for s in (a, b, c):
+        await s.start()
+    sids = [await a.create_stream() for _ in range(4)]
+    acked: dict[int, list[bytes]] = {sid: [] for sid in sids}
+    for sid in sids:
+        await a.open_stream(sid, 0)
+        for i in range(rng.randint(3, 12)):
+            await a.append(sid, batch(f"s{sid}-{i}", 1))
+            acked[sid].append(f"s{sid}-{i}-0".encode())
+            if rng.random() < 0.2:
+                await a.force_upload(sid)
+    await a.uploader.stop()  # broker 1 dies
+    clock.skew_ms += 60_000
+    heartbeat(controller, 2, b.broker_epoch)
+    heartbeat(controller, 3, c.broker_epoch)
+    store.error_rate = store.lost_reply_rate = 0.03
+    for sid in sids:
+        info = await b.open_stream(sid, 1, previous_owner=1, previous_epoch=0)
+        fate = rng.choice(["all", "none", "part"])
+        if fate == "none":
+            continue
+        task = asyncio.ensure_future(b.recover_from_owners(sid, info.wal_owners))
+        if fate == "part":
+            await asyncio.sleep(rng.uniform(0, 0.01))
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    await b.uploader.stop()  # broker 2 dies too
+    store.error_rate = store.lost_reply_rate = 0.0
+    clock.skew_ms += 60_000
+    heartbeat(controller, 3, c.broker_epoch)
+    for sid in sids:
+        info = await c.open_stream(sid, 2, previous_owner=2, previous_epoch=1)
+        assert (2, 1) in info.wal_owners
+        await c.recover_from_owners(sid, info.wal_owners)
+        got = keys_of(await read_all(c, sid))
+        assert got == acked[sid]  # every acknowledged record, once, in order
+        assert controller.image.streams.streams[sid].wal_owners == ()
+    await c.close()
