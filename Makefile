@@ -27,8 +27,8 @@ chaos: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not integration and not spark" tests
 
-demo: $(STAMP)
-	$(VENV)/bin/ferry demo
+demo: $(STAMP)  # `make demo WAL=s3`: the brokers' WAL in S3
+	$(VENV)/bin/ferry demo $(if $(WAL),--wal $(WAL))
 
 perf: $(STAMP)
 	$(VENV)/bin/ferry perf quorum

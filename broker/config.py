@@ -54,6 +54,9 @@ class BrokerConfig:
     retention_check_interval_ms: PositiveInt = 300000  # Kafka's log.retention.check.interval.ms
     gc_interval_ms: PositiveInt = 300000  # how often the lowest live broker collects unnamed objects from S3
     gc_grace_ms: NonNegativeInt = 600000  # an unnamed object younger than this is left alone (an upload about to commit)
+    # wal.mode = s3: how often the same broker deletes the WAL objects of brokers that are not live once no
+    # recovery needs them (they trim nothing themselves any more)
+    dead_wal_gc_interval_ms: PositiveInt = 5000
     alter_log_dirs_max_bytes_per_second: NonNegativeInt = 0  # replica.alter.log.dirs.io.max.bytes.per.second; 0 = unlimited
     shutdown_timeout_ms: PositiveInt = 30000
     # storage=local replication, as Kafka names them (replica.lag.time.max.ms, replica.fetch.wait.max.ms,

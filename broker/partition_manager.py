@@ -266,7 +266,7 @@ class PartitionManager:
         epoch = sm.stream_open_epoch(leader_epoch, s_epoch, opened, owner, self.broker_id,
                                      meta.owner_epoch if meta is not None else -1,
                                      me.broker_epoch if me is not None else -1)
-        return StreamPlan(stream_id, epoch, owner if opened else -1, s_epoch)
+        return StreamPlan(stream_id, epoch, owner if opened else -1, s_epoch, meta.wal_owners if meta is not None else ())
 
     async def _open(self, slot: Slot) -> None:
         tp = slot.tp

@@ -3,8 +3,9 @@
 This is the I/O side of steps 3, 4 and 6 of a move: ``close`` persists the partition meta
 (clean shutdown, offsets, leader-epoch checkpoint, producer state) and force-uploads and closes
 both streams; ``open`` opens them with an epoch above the previous owner's, reads the meta and,
-when the previous owner did not close them, replays that owner's WAL tail so that nothing it
-acknowledged is lost.
+when earlier owners did not close them, replays the WAL tails of every owner the controller names
+(``wal_owners``: the previous one, and any before it that died before its tail was recovered) so
+that nothing they acknowledged is lost.
 
 Partition offsets are stream offsets. Only acknowledged data (``high_watermark``) is served.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -44,6 +44,9 @@ class StreamPlan:
     epoch: int
     previous_owner: int  # -1 = nobody held it open (a clean close)
     previous_epoch: int
+    # earlier owners whose WALs may hold an acknowledged tail, as this broker's image has them
+    # (the open's reply is what counts; this only says whether this broker's own WAL is one)
+    wal_owners: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,34 +113,39 @@ class Replica:
         started = time.monotonic()
         marks: dict[str, float] = {}
         for plan in (meta, data):
-            if plan.previous_owner != self.broker_id and self.storage.stream(plan.stream_id) is None:
+            own_wal_named = any(b == self.broker_id for b, _e in plan.wal_owners)
+            if plan.previous_owner != self.broker_id and not own_wal_named and \
+                    self.storage.stream(plan.stream_id) is None:
                 # this broker's own WAL may still hold entries of an older ownership that was fenced
                 # or closed; they were never acknowledged or are in S3 already: never replay them
                 self.storage.release_stream(plan.stream_id)
 
         async def open_meta() -> dict[str, bytes]:
-            await self.storage.open_stream(meta.stream_id, meta.epoch, previous_owner=meta.previous_owner,
-                                           previous_epoch=meta.previous_epoch)
-            if meta.previous_owner >= 0 and meta.previous_owner != self.broker_id:
-                await self._recover_from_peer(meta)
+            info = await self.storage.open_stream(meta.stream_id, meta.epoch, previous_owner=meta.previous_owner,
+                                                  previous_epoch=meta.previous_epoch)
+            if info.wal_owners:
+                unclean.add(meta.stream_id)
+                await self._recover_from_owners(meta.stream_id, info.wal_owners)
             marks["meta_opened"] = time.monotonic()
             # compaction is ours to schedule (after serving), never on a move's critical path
             self.meta_stream = MetaStream(self.storage, meta.stream_id, snapshot_min_bytes=1 << 40)
             return await self.meta_stream.load()
 
         async def open_data() -> int:
-            await self.storage.open_stream(data.stream_id, data.epoch, previous_owner=data.previous_owner,
-                                           previous_epoch=data.previous_epoch)
+            info = await self.storage.open_stream(data.stream_id, data.epoch, previous_owner=data.previous_owner,
+                                                  previous_epoch=data.previous_epoch)
             marks["data_opened"] = time.monotonic()
-            if data.previous_owner >= 0 and data.previous_owner != self.broker_id:
-                return await self._recover_from_peer(data)
+            if info.wal_owners:
+                unclean.add(data.stream_id)
+                return await self._recover_from_owners(data.stream_id, info.wal_owners)
             return 0
 
+        unclean: set[int] = set()  # streams whose earlier owners did not close them
         # the meta stream is read while the data stream opens (and recovers): step 6 is their max
         values, recovered = await asyncio.gather(open_meta(), open_data())
         loaded = time.monotonic()
         self.meta = pm.PartitionMeta.decode(values.get(META_KEY))
-        nobody_held_it = data.previous_owner < 0 and meta.previous_owner < 0
+        nobody_held_it = data.previous_owner < 0 and meta.previous_owner < 0 and not unclean
         fresh = META_KEY not in values and int(self.storage.stream(data.stream_id).durable_end) == 0
         clean = nobody_held_it and (self.meta.clean_shutdown or fresh)
         handle = self.storage.stream(data.stream_id)
@@ -175,30 +183,22 @@ class Replica:
         return OpenResult(clean=clean, recovered_records=recovered, end_offset=end,
                           wal_unreachable=self._wal_unreachable)
 
-    async def _recover_from_peer(self, plan: StreamPlan) -> int:
-        """The previous owner did not close the stream: bring back its WAL tail (nothing it
-        acknowledged is lost while its WALs are reachable; one per log dir it had). With
-        ``wal.mode = s3`` its WAL objects are in the bucket: nothing of that broker is needed."""
-        if self.storage.config.wal.mode == "s3":
-            n = int(await self.storage.recover_from_peer_wal(plan.previous_owner, plan.stream_id, plan.previous_epoch))
-            if n:
-                log.info("%s-%d: recovered %d offsets of stream %d from broker %d's WAL objects", self.topic,
-                         self.partition, n, plan.stream_id, plan.previous_owner)
-            return n
-        wal_dirs = [d for d in self._wal_dirs_of(plan.previous_owner) if os.path.isdir(d)]
-        if not wal_dirs:
+    async def _recover_from_owners(self, stream_id: int, owners: tuple[tuple[int, int], ...]) -> int:
+        """Earlier owners did not close the stream: bring back the tail their WALs hold (nothing
+        they acknowledged is lost while their WALs are reachable: their WAL dirs, one per log dir,
+        or with ``wal.mode = s3`` their WAL objects, for which nothing of those brokers is
+        needed). Every owner the controller names is read, not only the last one: an owner that
+        died before recovering its predecessor's tail left it in the predecessor's WAL."""
+        result = await self.storage.recover_from_owners(stream_id, owners, self._wal_dirs_of)
+        if result.unreachable:
             self._wal_unreachable = True
-            log.warning("%s-%d: no WAL of broker %d is reachable; stream %d is recovered from S3 only "
-                        "(what that broker had not uploaded is lost)", self.topic, self.partition,
-                        plan.previous_owner, plan.stream_id)
-            return 0
-        n = 0
-        for wal_dir in wal_dirs:  # only the WAL that held the stream last has a tail beyond S3
-            n += int(await self.storage.recover_from_wal(wal_dir, plan.stream_id, plan.previous_epoch))
-        if n:
-            log.info("%s-%d: recovered %d offsets of stream %d from broker %d's WAL", self.topic, self.partition,
-                     n, plan.stream_id, plan.previous_owner)
-        return n
+            log.warning("%s-%d: no WAL of broker(s) %s is reachable; stream %d is recovered from what else "
+                        "remains (what they had not uploaded is lost)", self.topic, self.partition,
+                        ", ".join(map(str, result.unreachable)), stream_id)
+        if result.offsets:
+            log.info("%s-%d: recovered %d offsets of stream %d from the WALs of broker(s) %s", self.topic,
+                     self.partition, result.offsets, stream_id, ", ".join(str(b) for b, _e in owners))
+        return result.offsets
 
     async def _rebuild_indexes(self, start: int, end: int) -> bool:
         """After an unclean shutdown: producer state, time index and size from the unrecorded tail.
@@ -409,6 +409,7 @@ class Replica:
     async def drain(self, timeout_s: float = 10.0) -> None:
         """Step 2: no new appends (the caller already refuses them); wait for those in flight."""
         self.closed = True
+        self.storage.hurry_wal()  # those in flight and the meta of step 3: no batching window
         async with self._data_arrived:
             self._data_arrived.notify_all()
         try:

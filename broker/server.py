@@ -38,6 +38,7 @@ from broker.compaction import compaction_loop
 from broker.retention import retention_loop
 from stream_storage.compaction import CompactionPolicy
 from stream_storage.gc import GarbageCollector, gc_loop
+from stream_storage.wal_gc import DeadWalCollector
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
 from broker.kafka.forwarding import QuorumForwarder
@@ -208,6 +209,10 @@ class Broker:
                                      str(self.storage.config.object_key_prefix), self.config.gc_grace_ms)
         self._background.append(asyncio.create_task(gc_loop(collector, self.config.gc_interval_ms,
                                                             self._is_gc_collector)))
+        if self.storage.config.wal.mode == "s3":  # dead brokers' WAL objects, once nothing needs them
+            wal_gc = DeadWalCollector(self.object_store, self.storage.config.wal.key_prefix, lambda: self.image)
+            self._background.append(asyncio.create_task(wal_gc.loop(self.config.dead_wal_gc_interval_ms,
+                                                                    self._is_gc_collector)))
         cfg = self.storage.config
         if cfg.compaction_interval_ms > 0:
             policy = CompactionPolicy(cfg.compaction_target_bytes, cfg.compaction_min_age_ms,

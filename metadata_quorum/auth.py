@@ -35,7 +35,8 @@ MIN_SECRET_CHARS = 16
 
 # Controller writes only a broker may send (register, heartbeat, ISR changes, stream state).
 BROKER_ONLY_WRITES = frozenset({"register_broker", "broker_heartbeat", "alter_partition", "create_stream",
-                                "open_stream", "close_stream", "commit_object", "trim_stream", "tick"})
+                                "open_stream", "close_stream", "commit_object", "trim_stream", "stream_recovered",
+                                "tick"})
 
 
 class Principal(enum.Enum):

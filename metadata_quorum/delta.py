@@ -210,6 +210,7 @@ class MetadataDelta:
             end_offset=r.end_offset,
             objects=objects,
             owner_epoch=r.owner_epoch,
+            wal_owners=r.wal_owners,
         )
 
     def _unref(self, object_key: str, stream_id: int) -> None:

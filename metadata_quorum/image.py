@@ -254,6 +254,7 @@ class StreamMetadata:
     end_offset: int = 0
     objects: tuple[StreamObjectRecord, ...] = ()
     owner_epoch: int = -1
+    wal_owners: tuple[tuple[int, int], ...] = ()  # see StreamRecord
 
     @property
     def is_opened(self) -> bool:
@@ -268,6 +269,7 @@ class StreamMetadata:
             start_offset=self.start_offset,
             end_offset=self.end_offset,
             owner_epoch=self.owner_epoch,
+            wal_owners=self.wal_owners,
         )
 
     def to_records(self) -> list[Record]:
@@ -280,6 +282,7 @@ class StreamMetadata:
             "state": self.state,
             "owner": self.owner,
             "owner_epoch": self.owner_epoch,
+            "wal_owners": [list(o) for o in self.wal_owners],
             "start_offset": self.start_offset,
             "end_offset": self.end_offset,
             "objects": [

@@ -31,6 +31,7 @@ WRITE_OPERATIONS: dict[str, WriteOperation] = {
     "trim_stream": streams.trim_stream,
     "collect_garbage": streams.collect_garbage,
     "compact_objects": streams.compact_objects,
+    "stream_recovered": streams.stream_recovered,
     "alter_configs": configs.alter_configs,
     "put_kv": configs.put_kv,
 }

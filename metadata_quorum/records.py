@@ -120,6 +120,11 @@ class StreamRecord:
 
     ``owner_epoch`` is the owner's broker epoch when it opened the stream (-1 = none), so a
     restarted broker (same id, new incarnation) is not mistaken for the one that opened it.
+    ``wal_owners`` are the ``(broker_id, stream epoch)`` of earlier owners that lost the stream
+    without closing it and whose WALs may still hold acknowledged records past ``end_offset``:
+    an open that takes the stream over adds the owner it replaces, and only the owner that has
+    recovered and committed their tails clears the list (``stream_recovered``). So an owner that
+    dies before it recovered its predecessor's tail leaves both WALs to the next one.
     """
 
     stream_id: int
@@ -129,6 +134,7 @@ class StreamRecord:
     start_offset: int = 0
     end_offset: int = 0
     owner_epoch: int = -1
+    wal_owners: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

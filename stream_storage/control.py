@@ -23,6 +23,9 @@ class OpenedStream:
     epoch: int
     start_offset: int
     end_offset: int
+    # (broker_id, stream epoch) of earlier owners whose WALs may hold an acknowledged tail past
+    # end_offset: the opener recovers from all of them, then calls stream_recovered
+    wal_owners: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,10 @@ class StreamControl(Protocol):
 
     async def close_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> None: ...
 
+    async def stream_recovered(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> None:
+        """The tails of the open's ``wal_owners`` are recovered and committed: clear the list."""
+        ...
+
     async def commit_object(self, object_key: str, size: int, broker_id: int, broker_epoch: int,
                             ranges: Sequence[tuple[StreamRange, int]], close_stream_ids: Sequence[int] = ()) -> None:
         """Commit all ``(range, epoch)`` pairs atomically; the same key again is an idempotent retry.
@@ -70,6 +77,16 @@ class StreamControl(Protocol):
         ...
 
     async def describe_stream(self, stream_id: int) -> StreamDescription: ...
+
+
+def parse_wal_owners(raw: Any) -> tuple[tuple[int, int], ...]:
+    """``[[broker_id, epoch], ...]`` of an open's reply, strictly (absent: none)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(
+            isinstance(o, list) and len(o) == 2 and all(type(v) is int for v in o) for o in raw):
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"wal_owners must be [[broker_id, epoch], ...], got {raw!r}"[:200])
+    return tuple((int(b), int(e)) for b, e in raw)
 
 
 def parse_description(reply: dict[str, Any]) -> StreamDescription:
@@ -104,7 +121,11 @@ class OpStreamControl:
         reply = await self._write("open_stream", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
                                                   "broker_epoch": broker_epoch})
         return OpenedStream(int(reply["stream_id"]), int(reply["epoch"]), int(reply["start_offset"]),
-                            int(reply["end_offset"]))
+                            int(reply["end_offset"]), parse_wal_owners(reply.get("wal_owners")))
+
+    async def stream_recovered(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> None:
+        await self._write("stream_recovered", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
+                                               "broker_epoch": broker_epoch})
 
     async def close_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> None:
         await self._write("close_stream", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,

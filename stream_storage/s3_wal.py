@@ -70,6 +70,7 @@ class S3WriteAheadLog:
         self._puts: set[asyncio.Task[None]] = set()
         self._trim_lock = asyncio.Lock()
         self._closing = False
+        self._hurry_until_ms = 0.0
         self._open = False
         self._failed: str | None = None
         # counters (the local WAL's names, so /metrics reads either): one "sync" is one PUT
@@ -142,9 +143,18 @@ class S3WriteAheadLog:
         self._kick.set()
         return await fut
 
+    def hurry(self) -> None:
+        """For one batching window from now, seal each append at once instead of waiting for
+        the window to fill: a partition closing for a move (its last appends and its meta) or a
+        failover's recovered tail is on a move's critical path; ordinary produce is not."""
+        self._hurry_until_ms = time.monotonic() * 1000 + self.policy.interval_ms
+        self._kick.set()
+
     async def _run(self) -> None:
         while True:
-            action = self.planner.next_action(time.monotonic() * 1000, int(time.time() * 1000), flush=self._closing)
+            now_ms = time.monotonic() * 1000
+            action = self.planner.next_action(now_ms, int(time.time() * 1000),
+                                              flush=self._closing or now_ms < self._hurry_until_ms)
             if isinstance(action, Seal):
                 self._seal(action)
                 continue

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from stream_storage.recovery import recoverable_tail
+from stream_storage.recovery import recoverable_chain
 from stream_storage.wal import KIND_DATA, KIND_VOID, WalEntry, _parse_segment
 
 MAGIC = b"FRYWAL01"
@@ -248,17 +248,20 @@ class ObjectSummary:
     size_bytes: int
     data_ends: dict[int, int] = field(default_factory=dict)
     voids: frozenset[int] = frozenset()
+    data_epochs: dict[int, int] = field(default_factory=dict)  # per stream, the highest epoch of its data
 
 
 def summarize(key: str, seq: int, size_bytes: int, entries: Iterable[WalEntry]) -> ObjectSummary:
     ends: dict[int, int] = {}
+    epochs: dict[int, int] = {}
     voids: set[int] = set()
     for entry in entries:
         if entry.kind == KIND_VOID:
             voids.add(entry.stream_id)
         elif entry.kind == KIND_DATA:
             ends[entry.stream_id] = max(ends.get(entry.stream_id, 0), entry.end_offset)
-    return ObjectSummary(key, seq, size_bytes, ends, frozenset(voids))
+            epochs[entry.stream_id] = max(epochs.get(entry.stream_id, entry.epoch), entry.epoch)
+    return ObjectSummary(key, seq, size_bytes, ends, frozenset(voids), epochs)
 
 
 def deletable(objects: Sequence[ObjectSummary], committed_end: Callable[[int], int]) -> list[str]:
@@ -266,10 +269,50 @@ def deletable(objects: Sequence[ObjectSummary], committed_end: Callable[[int], i
     objects (``committed_end(stream) >= end``; a released stream answers "all"), and every void
     marker in it still has work to do only while an earlier object that stays holds data of that
     stream (the marker is what keeps those stale entries from being recovered)."""
+    return _unneeded(objects, lambda obj, sid, end: committed_end(sid) < end)
+
+
+@dataclass(frozen=True)
+class StreamView:
+    """What the metadata image says of a stream, as far as deciding whether a WAL needs it."""
+
+    epoch: int
+    end_offset: int  # everything below is in committed stream objects
+    owner: int
+    opened: bool
+    wal_owners: frozenset[int]  # brokers whose WALs the next recovery reads (the controller's wal_owners)
+
+
+def orphan_deletable(objects: Sequence[ObjectSummary], broker_id: int,
+                     stream_of: Callable[[int], StreamView | None]) -> list[str]:
+    """Keys of one WAL's objects of ``broker_id`` — a broker that is not live, so nobody trims
+    them — that no recovery can need. Data of a stream in an object is needed unless:
+
+    * the stream is gone, or its committed end covers it; or
+    * the stream has moved on to a later epoch than that data's and the broker's WAL is neither
+      the stream's current owner's nor named in its ``wal_owners``: the broker's ownership ended
+      with a clean close (everything it acknowledged was committed) or a later owner recovered
+      its tail and said so.
+
+    Metadata only moves forward (epochs grow; a broker enters ``wal_owners`` in the very record
+    that moves the epoch past its own), so a stale image only keeps objects longer. Void markers
+    stay while an earlier object that stays holds data of their stream, as in :func:`deletable`.
+    """
+    def needed(obj: ObjectSummary, sid: int, end: int) -> bool:
+        view = stream_of(sid)
+        if view is None or view.end_offset >= end:
+            return False
+        moved_on = view.epoch > obj.data_epochs.get(sid, view.epoch)
+        return not moved_on or broker_id in view.wal_owners or (view.opened and view.owner == broker_id)
+
+    return _unneeded(objects, needed)
+
+
+def _unneeded(objects: Sequence[ObjectSummary], needed: Callable[[ObjectSummary, int, int], bool]) -> list[str]:
     live_data: set[int] = set()  # streams with data in earlier objects that stay
     out: list[str] = []
     for obj in sorted(objects, key=lambda o: o.seq):
-        data_done = all(committed_end(sid) >= end for sid, end in obj.data_ends.items())
+        data_done = not any(needed(obj, sid, end) for sid, end in obj.data_ends.items())
         voids_done = not (obj.voids & live_data)
         if data_done and voids_done:
             out.append(obj.key)
@@ -280,35 +323,28 @@ def deletable(objects: Sequence[ObjectSummary], committed_end: Callable[[int], i
 
 # -- recovery ------------------------------------------------------------------------------------
 
-def recovery_plan(objects: Iterable[WalObject], stream_id: int, from_offset: int,
-                  owner_epoch: int | None) -> list[list[WalEntry]]:
-    """The acknowledged tail of ``stream_id`` from one broker's WAL objects, one run per WAL
-    (a broker has one WAL per log dir; each run starts where the previous one ended).
+def recovery_plan(owners: Sequence[tuple[Iterable[WalObject], int | None]], stream_id: int,
+                  from_offset: int) -> list[WalEntry]:
+    """The acknowledged tail of ``stream_id`` from the WAL objects of one or more brokers, each
+    given with ``owner_epoch``: the epoch that broker last held the stream with, as the controller
+    recorded it (entries of later epochs were never that broker's to acknowledge). A broker has
+    one WAL per log dir, and several brokers take part when owners died one after another before
+    any recovered its predecessor's tail (the controller's ``wal_owners``): the run continues from
+    one WAL to another where the first ends (``recovery.recoverable_chain``).
 
-    Fenced by epoch: ``owner_epoch`` is the epoch the broker held the stream with, as the
-    controller recorded it; entries of later epochs were never that broker's to acknowledge.
     An old owner that was stopped and resumed can only add objects with entries of its own
     epoch, sealed before it stopped: the new owner either listed them (they reached S3 before it
     opened the stream, so the old owner may have acknowledged them) or they sit past the offsets
     it recovered, where its own, higher-epoch entries win and its void marker drops them on any
-    later recovery from the same WAL.
+    later recovery from the same WAL; and once the new owner has recovered, the controller no
+    longer names the old owner's WAL to anyone.
     """
-    by_wal: dict[str, list[WalEntry]] = {}
-    for obj in objects:
-        parsed = parse_key(obj.key)
-        wal = parsed.wal if parsed is not None else ""
-        by_wal.setdefault(wal, []).extend(e for e in obj.entries if e.stream_id == stream_id)
-    runs: list[list[WalEntry]] = []
-    cursor = from_offset
-    progress = True
-    while progress:  # a stream moved between log dirs continues in another WAL
-        progress = False
-        for wal in sorted(by_wal):
-            run = recoverable_tail(by_wal[wal], stream_id, cursor, owner_epoch)
-            if run:
-                runs.append(run)
-                cursor = run[-1].end_offset
-                del by_wal[wal]
-                progress = True
-                break
-    return runs
+    wals: list[tuple[list[WalEntry], int | None]] = []
+    for objects, owner_epoch in owners:
+        by_wal: dict[str, list[WalEntry]] = {}
+        for obj in objects:
+            parsed = parse_key(obj.key)
+            by_wal.setdefault(parsed.wal if parsed is not None else "", []).extend(
+                e for e in obj.entries if e.stream_id == stream_id)
+        wals.extend((by_wal[w], owner_epoch) for w in sorted(by_wal))
+    return recoverable_chain(wals, stream_id, from_offset)

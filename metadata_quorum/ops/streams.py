@@ -21,6 +21,9 @@ A stream is owned by at most one broker at a time, under an epoch:
   recorded for those streams succeeds without new records (a retry). Streams listed in
   ``close_stream_ids`` are closed by the same records (a closing owner's last upload: one
   controller write instead of two).
+* ``open_stream`` taking the stream over from an owner that did not close it adds that owner to
+  ``wal_owners`` (the WALs that may hold an acknowledged tail past ``end_offset``);
+  ``stream_recovered`` from the owner clears the list once it has recovered and committed them.
 * A stale broker epoch is refused with ``STALE_BROKER_EPOCH`` before anything else.
 """
 from __future__ import annotations
@@ -135,15 +138,45 @@ def open_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> C
             f"stream {stream_id} is still opened by broker {stream.owner} at epoch {stream.epoch}",
             {"owner": stream.owner, "stream_epoch": stream.epoch},
         )
-    record = replace(stream.to_record(), epoch=epoch, state=STREAM_OPENED, owner=broker_id, owner_epoch=broker_epoch)
+    wal_owners = stream.wal_owners
+    if stream.state == STREAM_OPENED and stream.owner >= 0:
+        # a takeover: the owner replaced did not close the stream, so its WAL may hold an
+        # acknowledged tail; it joins those of earlier owners nobody has recovered yet
+        wal_owners = add_wal_owner(wal_owners, stream.owner, stream.epoch)
+    record = replace(stream.to_record(), epoch=epoch, state=STREAM_OPENED, owner=broker_id, owner_epoch=broker_epoch,
+                     wal_owners=wal_owners)
     return ControllerResult((record,), {
         "stream_id": stream_id, "epoch": epoch, "start_offset": stream.start_offset, "end_offset": stream.end_offset,
+        "wal_owners": [list(o) for o in wal_owners],
     })
+
+
+def add_wal_owner(wal_owners: tuple[tuple[int, int], ...], broker_id: int,
+                  epoch: int) -> tuple[tuple[int, int], ...]:
+    """``wal_owners`` with ``(broker_id, epoch)`` added: one entry per broker, with the highest
+    epoch it held the stream with (its WAL's entries of earlier epochs are read under it too)."""
+    kept = tuple(o for o in wal_owners if o[0] != broker_id)
+    top = max([epoch] + [e for b, e in wal_owners if b == broker_id])
+    return kept + ((broker_id, top),)
 
 
 def _open_reply(stream: StreamMetadata) -> dict[str, Any]:
     return {"stream_id": stream.stream_id, "epoch": stream.epoch,
-            "start_offset": stream.start_offset, "end_offset": stream.end_offset}
+            "start_offset": stream.start_offset, "end_offset": stream.end_offset,
+            "wal_owners": [list(o) for o in stream.wal_owners]}
+
+
+def stream_recovered(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """The owner has recovered the tails of every WAL in ``wal_owners`` (its open's reply) and
+    committed them: no later owner needs to read those WALs again. Only the owner at the
+    stream's current epoch may say so (``STREAM_FENCED``); an empty list is a retry."""
+    broker_id, broker_epoch = _caller(image, args)
+    stream = _stream(image, req_int(args, "stream_id", 0))
+    epoch = req_int(args, "epoch", 0)
+    _check_owner(stream, broker_id, broker_epoch, epoch, need_opened=True)
+    if not stream.wal_owners:
+        return ControllerResult((), {})
+    return ControllerResult((replace(stream.to_record(), wal_owners=()),), {})
 
 
 def close_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
@@ -331,4 +364,4 @@ def describe_stream(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any
 
 
 __all__ = ["create_stream", "open_stream", "close_stream", "commit_object", "trim_stream",
-           "collect_garbage", "compact_objects", "object_created_ms", "gc_horizon_ms", "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]
+           "collect_garbage", "compact_objects", "stream_recovered", "add_wal_owner", "object_created_ms", "gc_horizon_ms", "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]

@@ -192,3 +192,34 @@ def test_bad_scenario_exits_2_with_the_field_named(tmp_path, capsys):
     assert cli.main(["run", str(bad), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
     assert "INVALID_CONFIG: steps[0].action must be one of" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_wal_mode_reaches_the_cluster(tmp_path, monkeypatch, capsys):
+    """`--wal s3` is passed to the local cluster the experiment starts; anything else is refused."""
+    from tools.autoscale import runner
+
+    seen: dict[str, object] = {}
+
+    class Stop(Exception):
+        pass
+
+    class FakeCluster:
+        def __init__(self, state_dir: str, **kw: object) -> None:
+            seen.update(kw)
+
+        def start(self) -> None:
+            raise Stop
+
+        def stop(self, graceful: bool = True) -> None:
+            pass
+
+    monkeypatch.setattr(runner, "LocalCluster", FakeCluster)
+    scenario = tmp_path / "t.yaml"
+    scenario.write_text(GOOD)
+    with pytest.raises(Stop):
+        cli.main(["run", str(scenario), "--out", str(tmp_path / "out"), "--no-progress", "--wal", "s3"])
+    assert seen["wal_mode"] == "s3"
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["run", "--wal", "nfs"])
+    assert "invalid choice" in capsys.readouterr().err
+    assert cli.build_parser().parse_args(["compare", "a.yaml", "b.yaml", "--wal", "s3"]).wal == "s3"

@@ -1,5 +1,6 @@
 """``wal.mode = s3`` on real processes (moto server, 3 controllers, 3 brokers, raw HTTP): a broker
-killed with kill -9 whose disk is then deleted loses nothing it acknowledged; a SIGSTOPped old
+killed with kill -9 whose disk is then deleted loses nothing it acknowledged, and its WAL objects
+are deleted once recovered elsewhere; a SIGSTOPped old
 owner, resumed after its partition moved, acknowledges nothing and its late WAL objects never
 count; a move and a controlled shutdown lose nothing. Stream uploads are rare here, so what the
 brokers acknowledged lives only in WAL objects when they fail.
@@ -29,7 +30,7 @@ ACKED_BEFORE_FAULT = 40
 @pytest.fixture(scope="module")
 def s3_wal_cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
     c = LocalCluster(str(tmp_path_factory.mktemp("s3-wal-cluster")), brokers=3, wal_mode="s3", broker_overrides=dict(
-        FAST, storage={"upload_interval_ms": 600000, "upload_bytes": 256 * 1024 * 1024,
+        FAST, dead_wal_gc_interval_ms=500, storage={"upload_interval_ms": 600000, "upload_bytes": 256 * 1024 * 1024,
                        "wal": {"object_interval_ms": 10}}))
     c.start()
     yield c
@@ -93,6 +94,11 @@ async def test_kill9_with_lost_disk_loses_nothing_acknowledged(s3_wal_cluster: L
             moves = (await r.json())["moves"]
         failover = [m for m in moves if m["to_broker"] == new_owner and m["complete"] and not m["clean"]]
         assert failover and not failover[0]["wal_unreachable"], moves
+        # nobody trims the dead broker's WAL objects but the garbage collector: gone once recovered
+        deadline = time.monotonic() + 10
+        while await wal_object_count(c, 1) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert await wal_object_count(c, 1) == 0
         for d in c.broker_log_dirs(1):  # the broker comes back on a blank disk
             os.makedirs(d, exist_ok=True)
         c.restart_broker(1)

@@ -35,7 +35,7 @@ def test_create_stream_allocates_increasing_ids_closed_at_epoch_minus_one() -> N
 def test_open_a_closed_stream_with_a_higher_epoch() -> None:
     c, sid = setup()
     out = run(c.image, "open_stream", op_args(c, sid, 0, 3))
-    assert out.reply == {"stream_id": sid, "epoch": 3, "start_offset": 0, "end_offset": 0}
+    assert out.reply == {"stream_id": sid, "epoch": 3, "start_offset": 0, "end_offset": 0, "wal_owners": []}
     stream = out.image.streams.streams[sid]
     assert (stream.state, stream.epoch, stream.owner) == (STREAM_OPENED, 3, 0)
 
@@ -96,6 +96,33 @@ def test_open_takes_over_from_a_dead_owner() -> None:
     assert out.image.streams.streams[sid].owner == 1
     # the old owner is fenced by the higher epoch
     expect_error(out.image, "commit_object", commit_args(c, sid, 0, 1, 0, 5), ErrorCode.STREAM_FENCED)
+
+
+def test_takeovers_name_every_wal_not_yet_recovered_until_the_owner_says_it_recovered_them() -> None:
+    c = controller(3)
+    sid = c.write("create_stream")["stream_id"]
+    c.write("open_stream", op_args(c, sid, 0, 1))
+    t1 = c.clock_ms() + SESSION_TIMEOUT_MS + 1
+    out = run(c.image, "open_stream", op_args(c, sid, 1, 2), now_ms=t1, heartbeats={0: c.clock_ms(), 1: t1, 2: t1})
+    assert out.reply["wal_owners"] == [[0, 1]]
+    # broker 1 dies before recovering broker 0's tail: the next owner is told about both WALs
+    t2 = t1 + SESSION_TIMEOUT_MS + 1
+    out = run(out.image, "open_stream", op_args(c, sid, 2, 3), now_ms=t2, heartbeats={0: t1, 1: t1, 2: t2})
+    assert out.reply["wal_owners"] == [[0, 1], [1, 2]]
+    assert out.image.streams.streams[sid].wal_owners == ((0, 1), (1, 2))
+    # a retried open gets the same list; only the owner at the current epoch clears it
+    again = run(out.image, "open_stream", op_args(c, sid, 2, 3), now_ms=t2, heartbeats={2: t2})
+    assert again.records == () and again.reply["wal_owners"] == [[0, 1], [1, 2]]
+    expect_error(out.image, "stream_recovered", op_args(c, sid, 2, 2), ErrorCode.STREAM_FENCED)
+    expect_error(out.image, "stream_recovered", op_args(c, sid, 1, 3), ErrorCode.STREAM_FENCED)
+    done = run(out.image, "stream_recovered", op_args(c, sid, 2, 3))
+    assert done.image.streams.streams[sid].wal_owners == ()
+    assert run(done.image, "stream_recovered", op_args(c, sid, 2, 3)).records == ()  # a retry
+    # a clean close and reopen names nobody; a close does not clear a list nobody recovered
+    closed = run(done.image, "close_stream", op_args(c, sid, 2, 3))
+    assert run(closed.image, "open_stream", op_args(c, sid, 0, 4)).reply["wal_owners"] == []
+    half = run(out.image, "close_stream", op_args(c, sid, 2, 3))
+    assert run(half.image, "open_stream", op_args(c, sid, 0, 4)).reply["wal_owners"] == [[0, 1], [1, 2]]
 
 
 def test_same_owner_may_reopen_with_a_higher_epoch() -> None:

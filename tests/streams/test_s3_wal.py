@@ -13,6 +13,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage.batches import build_batch
 from stream_storage.config import WalConfig
 from stream_storage.memory_store import FAULT_LOST_REPLY, MemoryObjectStore
+from stream_storage.wal_gc import DeadWalCollector, live_brokers
 from stream_storage.wal_objects import broker_prefix
 from tests.streams.conftest import heartbeat, read_all, retrying
 
@@ -208,3 +209,151 @@ async def test_seeded_crash_recovery_with_s3_errors_loses_nothing_acknowledged(m
         assert got[:len(acked[sid])] == acked[sid]  # every acknowledged record, once, in order
         assert len(set(got)) == len(got)  # an unanswered append may be there too, never twice
     await b.close()
+
+
+@pytest.mark.parametrize("mode", ["s3", "local"])
+async def test_owner_that_dies_before_recovering_leaves_both_wals_to_the_next(make_storage, controller, clock,
+                                                                               mode: str) -> None:
+    """Broker 1 acknowledges a tail and dies; broker 2 takes the stream over and dies too before it
+    has recovered that tail; broker 3 must read broker 1's WAL as well as broker 2's."""
+    store = MemoryObjectStore()
+    wal = (lambda: s3_wal()) if mode == "s3" else (lambda: WalConfig())
+    a = make_storage(1, store, wal=wal(), upload_interval_ms=60_000)
+    b = make_storage(2, store, wal=wal(), upload_interval_ms=60_000)
+    c = make_storage(3, store, wal=wal())
+    by_id = {1: a, 2: b, 3: c}
+    for s in (a, b, c):
+        await s.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 0)
+    await a.append(sid, batch("up"))
+    await a.force_upload(sid)
+    for i in range(3):
+        await a.append(sid, batch(f"tail{i}"))
+    await a.uploader.stop()  # broker 1 crashes with its tail only in its WAL
+    clock.skew_ms += 60_000
+    heartbeat(controller, 2, b.broker_epoch)
+    heartbeat(controller, 3, c.broker_epoch)
+    info = await b.open_stream(sid, 1, previous_owner=1, previous_epoch=0)
+    assert info.wal_owners == ((1, 0),)
+    await b.uploader.stop()  # broker 2 crashes before recovering anything
+    clock.skew_ms += 60_000
+    heartbeat(controller, 3, c.broker_epoch)
+    info = await c.open_stream(sid, 2, previous_owner=2, previous_epoch=1)
+    assert info.wal_owners == ((1, 0), (2, 1))
+    # the predecessor's WAL alone does not hold the tail: reading only it was the loss
+    if mode == "s3":
+        assert await c.recover_from_peer_wal(2, sid, previous_epoch=1) == 0
+    else:
+        assert await c.recover_from_wal(b.config.wal_dir, sid, previous_epoch=1) == 0
+    got = await c.recover_from_owners(sid, info.wal_owners, lambda bid: [by_id[bid].config.wal_dir])
+    assert got.offsets == 6 and got.unreachable == ()
+    assert keys_of(await read_all(c, sid)) == [f"{t}-{i}".encode() for t in ["up", "tail0", "tail1", "tail2"]
+                                               for i in range(2)]
+    stream = controller.image.streams.streams[sid]
+    assert stream.end_offset == 8 and stream.wal_owners == ()  # committed, and nobody reads those WALs again
+    await c.append(sid, batch("c0"))
+    await c.uploader.stop()  # broker 3 dies after recovering and serving: only its own WAL is named
+    heartbeat(controller, 1, a.broker_epoch)
+    clock.skew_ms += 60_000
+    heartbeat(controller, 1, a.broker_epoch)
+    d = make_storage(4, store, wal=wal())
+    await d.start()
+    info = await d.open_stream(sid, 3, previous_owner=3, previous_epoch=2)
+    assert info.wal_owners == ((3, 2),)
+    assert (await d.recover_from_owners(sid, info.wal_owners, lambda bid: [by_id[bid].config.wal_dir])).offsets == 2
+    assert keys_of(await read_all(d, sid))[-2:] == [b"c0-0", b"c0-1"]
+    await d.close()
+
+
+async def test_dead_brokers_wal_objects_are_deleted_once_no_recovery_needs_them(make_storage, controller,
+                                                                                 clock) -> None:
+    """Broker 1 dies with a tail of two streams in its WAL objects. While a stream is not yet
+    recovered (and while a recovery is pending after a takeover) its objects stay; once both
+    streams are recovered and committed elsewhere, the garbage collector deletes them all."""
+    store = MemoryObjectStore()
+    a = make_storage(1, store, wal=s3_wal(), upload_interval_ms=60_000)
+    b = make_storage(2, store, wal=s3_wal(), upload_interval_ms=60_000)
+    for s in (a, b):
+        await s.start()
+    s1, s2 = await a.create_stream(), await a.create_stream()
+    for sid in (s1, s2):
+        await a.open_stream(sid, 0)
+        await a.append(sid, batch(f"s{sid}-up"))
+        await a.force_upload(sid)
+        await a.append(sid, batch(f"s{sid}-tail"))
+    await a.uploader.stop()  # broker 1 crashes
+    dead = wal_keys(store, 1)
+    assert dead
+    gc = DeadWalCollector(store, "wal", lambda: controller.image)
+    assert await gc.run_once() == 0  # broker 1 is still live as far as the metadata says
+    clock.skew_ms += 60_000
+    heartbeat(controller, 2, b.broker_epoch)
+    controller.write("tick", {})
+    assert 1 not in live_brokers(controller.image)
+    assert await gc.run_once() == 0 and wal_keys(store, 1) == dead  # s1 and s2: tails not recovered
+    info = await b.open_stream(s1, 1, previous_owner=1, previous_epoch=0)
+    assert await gc.run_once() == 0  # taken over, recovery pending: broker 1 is in wal_owners
+    assert (await b.recover_from_owners(s1, info.wal_owners)).offsets == 2
+    holding_s2 = {k for k in dead if store.objects[k].find(f"s{s2}-tail".encode()) >= 0}
+    await gc.run_once()
+    assert holding_s2 and holding_s2 <= set(wal_keys(store, 1))  # s2's tail is still only there
+    info = await b.open_stream(s2, 1, previous_owner=1, previous_epoch=0)
+    assert (await b.recover_from_owners(s2, info.wal_owners)).offsets == 2
+    await gc.run_once()
+    assert wal_keys(store, 1) == [] and gc.deleted_total == len(dead)
+    for sid in (s1, s2):  # nothing acknowledged was lost on the way
+        assert keys_of(await read_all(b, sid)) == [f"s{sid}-{t}-{i}".encode() for t in ("up", "tail") for i in range(2)]
+    await b.close()
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+async def test_seeded_second_crash_during_recovery_loses_nothing_acknowledged(make_storage, controller, clock,
+                                                                             seed: int) -> None:
+    """Broker 1 acknowledges appends to several streams and dies; broker 2 takes them over and, per
+    stream at random, recovers all, nothing, or dies part-way through the recovery (S3 errors
+    injected meanwhile); broker 3 recovers from what the controller names."""
+    rng = random.Random(seed)
+    store = MemoryObjectStore(seed=seed)
+    a = make_storage(1, retrying(store), wal=s3_wal(interval_ms=rng.choice([0, 2, 10]), object_bytes=2048),
+                     upload_interval_ms=60_000)
+    b = make_storage(2, retrying(store), wal=s3_wal(interval_ms=rng.choice([0, 5])), upload_interval_ms=60_000)
+    c = make_storage(3, retrying(store), wal=s3_wal())
+    for s in (a, b, c):
+        await s.start()
+    sids = [await a.create_stream() for _ in range(4)]
+    acked: dict[int, list[bytes]] = {sid: [] for sid in sids}
+    for sid in sids:
+        await a.open_stream(sid, 0)
+        for i in range(rng.randint(3, 12)):
+            await a.append(sid, batch(f"s{sid}-{i}", 1))
+            acked[sid].append(f"s{sid}-{i}-0".encode())
+            if rng.random() < 0.2:
+                await a.force_upload(sid)
+    await a.uploader.stop()  # broker 1 dies
+    clock.skew_ms += 60_000
+    heartbeat(controller, 2, b.broker_epoch)
+    heartbeat(controller, 3, c.broker_epoch)
+    store.error_rate = store.lost_reply_rate = 0.03
+    for sid in sids:
+        info = await b.open_stream(sid, 1, previous_owner=1, previous_epoch=0)
+        fate = rng.choice(["all", "none", "part"])
+        if fate == "none":
+            continue
+        task = asyncio.ensure_future(b.recover_from_owners(sid, info.wal_owners))
+        if fate == "part":
+            await asyncio.sleep(rng.uniform(0, 0.01))
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    await b.uploader.stop()  # broker 2 dies too
+    store.error_rate = store.lost_reply_rate = 0.0
+    clock.skew_ms += 60_000
+    heartbeat(controller, 3, c.broker_epoch)
+    for sid in sids:
+        info = await c.open_stream(sid, 2, previous_owner=2, previous_epoch=1)
+        assert (2, 1) in info.wal_owners
+        await c.recover_from_owners(sid, info.wal_owners)
+        got = keys_of(await read_all(c, sid))
+        assert got == acked[sid]  # every acknowledged record, once, in order
+        assert controller.image.streams.streams[sid].wal_owners == ()
+    await c.close()

@@ -7,7 +7,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage.wal import KIND_DATA, KIND_VOID, encode_entry
 from stream_storage.wal_objects import (
     HEADER_BYTES, SEQ_PER_MS, ObjectSummary, Resolved, Seal, Wait, WalBatchPlanner, WalBatchPolicy, WalObject,
-    deletable, encode_header, object_key, parse_key, parse_object, recovery_plan, summarize, wal_prefix)
+    ObjectSummary, StreamView, deletable, encode_header, orphan_deletable, object_key, parse_key, parse_object, recovery_plan, summarize, wal_prefix)
 
 
 def planner(interval_ms: float = 250, max_bytes: int = 1000, max_inflight: int = 2) -> WalBatchPlanner:
@@ -138,21 +138,59 @@ def test_recovery_is_fenced_by_the_owner_epoch_and_by_void_markers() -> None:
         _obj(2, (KIND_DATA, 5, 3, 10, 20), (KIND_DATA, 6, 1, 0, 1)),
         _obj(3, (KIND_DATA, 5, 4, 20, 30)),  # written at an epoch the controller never gave this broker
     ]
-    (run,) = recovery_plan(objects, 5, 0, owner_epoch=3)
+    run = recovery_plan([(objects, 3)], 5, 0)
     assert [(e.start_offset, e.end_offset) for e in run] == [(0, 10), (10, 20)]
-    (run,) = recovery_plan(objects, 5, 10, owner_epoch=4)
+    run = recovery_plan([(objects, 4)], 5, 10)
     assert [(e.start_offset, e.end_offset) for e in run] == [(10, 20), (20, 30)]
-    assert recovery_plan(objects, 5, 30, owner_epoch=4) == []
+    assert recovery_plan([(objects, 4)], 5, 30) == []
     # the broker lost stream 5 at offset 10 and took it back at epoch 6: its void marker hides
     # the late epoch-3 object a stopped-and-resumed process of it stored (sealed before the void)
     later = objects[:2] + [_obj(4, (KIND_VOID, 5, 6, 10, 10)), _obj(5, (KIND_DATA, 5, 6, 10, 12))]
-    (run,) = recovery_plan(later, 5, 10, owner_epoch=6)
+    run = recovery_plan([(later, 6)], 5, 10)
     assert [(e.epoch, e.start_offset, e.end_offset) for e in run] == [(6, 10, 12)]
+    # read under its earlier ownership (epoch 3), the void marker of the later one does not count
+    run = recovery_plan([(later, 3)], 5, 10)
+    assert [(e.epoch, e.start_offset, e.end_offset) for e in run] == [(3, 10, 20)]
 
 
 def test_recovery_continues_across_the_wals_of_several_log_dirs() -> None:
     objects = [_obj(9, (KIND_DATA, 5, 2, 10, 20), prefix="wal/broker-1/a/"),
                _obj(3, (KIND_DATA, 5, 2, 0, 10), prefix="wal/broker-1/b/")]
-    runs = recovery_plan(objects, 5, 0, owner_epoch=2)
-    assert [[(e.start_offset, e.end_offset) for e in run] for run in runs] == [[(0, 10)], [(10, 20)]]
+    run = recovery_plan([(objects, 2)], 5, 0)
+    assert [(e.start_offset, e.end_offset) for e in run] == [(0, 10), (10, 20)]
 
+
+def test_recovery_continues_across_the_wals_of_owners_that_died_one_after_another() -> None:
+    """Broker 1 acknowledged [0, 30) at epoch 3 and died; broker 2 took the stream over at epoch 4,
+    copied [0, 10) of it into its own WAL and died too: the tail is read from both."""
+    first = [_obj(1, (KIND_DATA, 5, 3, 0, 10), (KIND_DATA, 5, 3, 10, 20), prefix="wal/broker-1/main/"),
+             _obj(2, (KIND_DATA, 5, 3, 20, 30), prefix="wal/broker-1/main/")]
+    second = [_obj(7, (KIND_DATA, 5, 4, 0, 10), prefix="wal/broker-2/main/"),
+              _obj(8, (KIND_DATA, 5, 5, 10, 40), prefix="wal/broker-2/main/")]  # epoch 5: never its own
+    run = recovery_plan([(first, 3), (second, 4)], 5, 0)
+    assert [(e.epoch, e.start_offset, e.end_offset) for e in run] == [(4, 0, 10), (3, 10, 20), (3, 20, 30)]
+    assert recovery_plan([(second, 4)], 5, 0)[-1].end_offset == 10  # the predecessor's WAL alone: a loss
+
+
+
+def test_orphan_objects_go_only_once_no_recovery_can_need_them() -> None:
+    def summary(seq: int, *entries: tuple[int, int, int, int, int]) -> ObjectSummary:
+        obj = _obj(seq, *entries)
+        return summarize(obj.key, obj.seq, 0, obj.entries)
+
+    objs = [summary(1, (KIND_DATA, 5, 3, 0, 10)), summary(2, (KIND_DATA, 5, 3, 10, 20), (KIND_DATA, 6, 1, 0, 4))]
+    FIRST = objs[0].key
+    views = {5: StreamView(epoch=3, end_offset=10, owner=1, opened=True, wal_owners=frozenset()),
+             6: StreamView(epoch=1, end_offset=4, owner=1, opened=True, wal_owners=frozenset())}
+    assert orphan_deletable(objs, 1, views.get) == [FIRST]  # [10, 20) of 5 is not committed
+    views[5] = StreamView(epoch=4, end_offset=10, owner=2, opened=True, wal_owners=frozenset({1}))
+    assert orphan_deletable(objs, 1, views.get) == [FIRST]  # taken over, not yet recovered
+    views[5] = StreamView(epoch=4, end_offset=12, owner=2, opened=True, wal_owners=frozenset())
+    assert len(orphan_deletable(objs, 1, views.get)) == 2  # recovered (and said so), or closed cleanly
+    views.pop(6)
+    views[5] = StreamView(epoch=3, end_offset=12, owner=1, opened=False, wal_owners=frozenset())
+    assert orphan_deletable(objs, 1, views.get) == [FIRST]  # same epoch: its own tail
+    # a void marker stays while an earlier object with data of its stream stays
+    voided = [summary(1, (KIND_DATA, 7, 2, 0, 10)), summary(2, (KIND_VOID, 7, 4, 0, 0))]
+    views[7] = StreamView(epoch=4, end_offset=0, owner=1, opened=True, wal_owners=frozenset())
+    assert orphan_deletable(voided, 1, views.get) == []

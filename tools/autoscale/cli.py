@@ -1,5 +1,5 @@
-"""`ferry autoscale run [SCENARIO.yaml] [--s3-endpoint URL] [--out DIR]`: run an autoscaling experiment;
-`ferry autoscale compare A.yaml B.yaml [--seeds K] [--out DIR]`: compare policies (tools/autoscale/compare.py).
+"""`ferry autoscale run [SCENARIO.yaml] [--s3-endpoint URL] [--wal local|s3] [--out DIR]`: run an autoscaling experiment;
+`ferry autoscale compare A.yaml B.yaml [--seeds K] [--wal local|s3] [--out DIR]`: compare policies (compare.py).
 
 Starts a local cluster (embedded moto by default, any S3 endpoint by flag), follows the scenario
 (tools/scenarios/default.yaml when none is given) under open-loop load, and writes a 1 s time
@@ -20,6 +20,11 @@ from metadata_quorum.errors import FerryError
 from tools.autoscale.scenario import load_scenario
 
 
+def add_wal_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wal", choices=("local", "s3"), default="local",
+                        help="the brokers' WAL: local files (default) or WAL objects in S3 (wal.mode = s3)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ferry autoscale", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -28,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--s3-endpoint", help="use this S3 endpoint (e.g. MinIO) instead of an embedded moto server")
     run.add_argument("--bucket", default="ferry", help="bucket on the S3 endpoint (default ferry)")
     run.add_argument("--out", help="output directory (default .ferry/autoscale/<scenario>-<time>)")
+    add_wal_argument(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     from tools.autoscale.compare import add_parser
 
@@ -60,11 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             progress.update(task, completed=min(t_s, scenario.duration_s), phase=phase)
 
         experiment = Experiment(scenario, out_dir, s3_endpoint=args.s3_endpoint, bucket=args.bucket,
-                                on_progress=on_progress)
+                                on_progress=on_progress, wal_mode=args.wal)
         summary = asyncio.run(experiment.run())
     print(json.dumps({k: summary[k] for k in ("verdict", "checks", "time_to_balance_s", "moves",
                                                "stall_per_moved_partition_ms", "p99_steady", "p99_during_moves",
-                                               "p99_during_moves_over_steady", "records")}, indent=2))
+                                               "p99_during_moves_over_steady", "records", "wal_mode")}, indent=2))
     print(f"time series, plots and summary in {out_dir}")
     return 0 if summary["verdict"] == "pass" else 1
 

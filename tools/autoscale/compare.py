@@ -151,7 +151,8 @@ def plot_comparison(frames: dict[str, pd.DataFrame], slos: dict[str, float], val
     return path
 
 
-def compare(paths: list[str], seeds: int, out_dir: Path, progress: bool = False) -> dict[str, Any]:
+def compare(paths: list[str], seeds: int, out_dir: Path, progress: bool = False,
+            wal_mode: str = "local") -> dict[str, Any]:
     from tools.autoscale.runner import Experiment
     from tools.autoscale.scenario import load_scenario
 
@@ -168,7 +169,7 @@ def compare(paths: list[str], seeds: int, out_dir: Path, progress: bool = False)
             run_dir = out_dir / scenario.name / f"seed-{seed}"
             if progress:
                 print(f"running {scenario.name} (seed {seed}) -> {run_dir}", file=sys.stderr, flush=True)
-            summary = asyncio.run(Experiment(scenario.with_seed(seed), run_dir).run())
+            summary = asyncio.run(Experiment(scenario.with_seed(seed), run_dir, wal_mode=wal_mode).run())
             frame = pd.read_csv(run_dir / "timeseries.csv", dtype={"live_brokers": str})
             capacity = scenario.policy.capacity_bytes_per_s if scenario.policy else None
             row = {"scenario": scenario.name, "seed": seed,
@@ -184,7 +185,7 @@ def compare(paths: list[str], seeds: int, out_dir: Path, progress: bool = False)
     (out_dir / "comparison.md").write_text(render_markdown(per_scenario, seeds), encoding="utf-8")
     plot_comparison(frames, {s.name: s.slo_p99_ms for s in scenarios}, {s.name: s.value_bytes for s in scenarios},
                     out_dir / "comparison.png")
-    report = {"scenarios": names, "seeds": seeds, "runs": rows,
+    report = {"scenarios": names, "seeds": seeds, "wal_mode": wal_mode, "runs": rows,
               "mean": {n: mean_row(per_scenario[n]) for n in names}, "out_dir": str(out_dir)}
     (out_dir / "comparison.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
@@ -195,6 +196,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("scenarios", nargs="+", help="scenario YAML files (two or more)")
     p.add_argument("--seeds", type=int, default=1, help="runs per scenario, seeds 0..K-1 (default 1)")
     p.add_argument("--out", help="report directory (default .ferry/autoscale/compare-<time>)")
+    from tools.autoscale.cli import add_wal_argument
+
+    add_wal_argument(p)
 
 
 def main_compare(args: argparse.Namespace) -> int:
@@ -204,7 +208,7 @@ def main_compare(args: argparse.Namespace) -> int:
         return 2
     out_dir = Path(args.out or Path(".ferry") / "autoscale" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
-        report = compare(args.scenarios, args.seeds, out_dir, progress=True)
+        report = compare(args.scenarios, args.seeds, out_dir, progress=True, wal_mode=args.wal)
     except FerryError as exc:
         print(f"Error: {exc.error.name}: {exc.message}", file=sys.stderr)
         return 2

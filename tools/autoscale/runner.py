@@ -40,8 +40,10 @@ TICK_S = 0.01
 
 class Experiment:
     def __init__(self, scenario: Scenario, out_dir: Path, s3_endpoint: str | None = None, bucket: str = "ferry",
-                 on_progress: Callable[[float, str], None] | None = None) -> None:
+                 on_progress: Callable[[float, str], None] | None = None, wal_mode: str = "local") -> None:
+        """``wal_mode``: the brokers' WAL, ``local`` files or WAL objects in S3 (``wal.mode = s3``)."""
         self.scn = scenario
+        self.wal_mode = wal_mode
         self.out_dir = out_dir
         self.s3_endpoint = s3_endpoint
         self.bucket = bucket
@@ -79,7 +81,8 @@ class Experiment:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.cluster = LocalCluster(str(self.out_dir / "cluster"), controllers=self.scn.controllers,
                                     brokers=self.scn.brokers, s3_endpoint=self.s3_endpoint, bucket=self.bucket,
-                                    broker_overrides={"metrics_interval_ms": self.scn.metrics_interval_ms})
+                                    broker_overrides={"metrics_interval_ms": self.scn.metrics_interval_ms},
+                                    wal_mode=self.wal_mode)
         if self.s3_endpoint:
             await asyncio.to_thread(_ensure_bucket, self.s3_endpoint, self.bucket)
         try:
@@ -468,6 +471,7 @@ class Experiment:
         first_step = self.scn.steps[0].at_s if self.scn.steps else None
         summary = summarize_run(frame, events, verification, first_step, steps=len(self.scn.steps))
         summary["scenario"] = self.scn.name
+        summary["wal_mode"] = self.wal_mode
         summary["verification"] = verification
         title = f"ferry autoscale: {self.scn.name}"
         plots = [plot_overview(frame, events, self.out_dir / "overview.png", title),

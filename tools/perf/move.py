@@ -13,6 +13,10 @@
    partitions under a steady produce load → every one of them acknowledged by another broker
    (detection by the session timeout, one batch electing all of them, the new owners' recovery of
    the dead broker's WAL tail). The broker is restarted between trials; victims rotate.
+
+``--wal s3`` runs the same with every broker's WAL in S3 (``wal.mode = s3``: an append is
+acknowledged once its WAL object is stored, and a dead broker's tail is recovered from the bucket
+alone); the JSON carries ``wal_mode``.
 """
 from __future__ import annotations
 
@@ -312,7 +316,8 @@ def render(result: dict[str, Any], console: Console) -> None:
                       "-" if s["timeline_p50_ms"] is None else f"{s['timeline_p50_ms']:.0f}",
                       *[f"{100 * s['step_share'][str(k)]:.0f}%" for k in range(1, 7)])
     console.print(table)
-    t2 = Table(title=f"Summary vs targets (S3 profile {result['s3_profile']})", title_justify="left")
+    t2 = Table(title=f"Summary vs targets (S3 profile {result['s3_profile']}, WAL {result.get('wal_mode', 'local')})",
+               title_justify="left")
     for col in ("measure", "value", "target", "met"):
         t2.add_column(col)
     targets = result["targets"]
@@ -357,7 +362,8 @@ def crash_row(result: dict[str, Any]) -> tuple[str, str, str, bool]:
 
 
 def render_crash(result: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"Crash failover (S3 profile {result['s3_profile']})", title_justify="left")
+    table = Table(title=f"Crash failover (S3 profile {result['s3_profile']}, WAL {result.get('wal_mode', 'local')})",
+                  title_justify="left")
     for col in ("measure", "value", "target", "met"):
         table.add_column(col)
     name, value, target, met = crash_row(result)
@@ -440,6 +446,8 @@ def main(argv: list[str]) -> int:
                         "(default: LocalCluster's)")
     parser.add_argument("--heartbeat-interval-ms", type=int, help="broker heartbeat interval (default: LocalCluster's)")
     parser.add_argument("--tick-interval-ms", type=int, help="controller tick interval (default: LocalCluster's)")
+    parser.add_argument("--wal", choices=["local", "s3"], default="local",
+                        help="the brokers' WAL: local files (default) or WAL objects in S3 (wal.mode = s3)")
     args = parser.parse_args(argv)
     for name in ("session_timeout_ms", "heartbeat_interval_ms", "tick_interval_ms"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -464,12 +472,12 @@ def main(argv: list[str]) -> int:
     if args.tick_interval_ms is not None:
         controller_overrides["tick_interval_ms"] = args.tick_interval_ms
     cluster = LocalCluster(state_dir, s3_profile=args.s3_profile, broker_overrides=broker_overrides,
-                           controller_overrides=controller_overrides)
+                           controller_overrides=controller_overrides, wal_mode=args.wal)
     try:
         started = time.monotonic()
         cluster.start()
         console.print(f"cluster up in {time.monotonic() - started:.1f} s (state in {state_dir}, "
-                      f"S3 profile {args.s3_profile})")
+                      f"S3 profile {args.s3_profile}, WAL {args.wal})")
         result = asyncio.run(run(cluster, {} if args.crash_only else sizes, args.moves, args.batch_partitions,
                                  requests, console, moves_only=args.moves_only or args.crash_only,
                                  crash_trials=0 if args.moves_only else args.crash_trials,
@@ -478,6 +486,7 @@ def main(argv: list[str]) -> int:
         cluster.stop()
     if not args.state_dir:
         shutil.rmtree(state_dir, ignore_errors=True)
+    result["wal_mode"] = args.wal
     if args.json:
         out = {k: v for k, v in result.items() if k != "sizes"}
         out["sizes"] = result["sizes"]
