@@ -192,6 +192,7 @@ class _Pending:
     token: Token
     name: str
     args: dict[str, Any]
+    queued_ms: int
     internal: bool = False
     cancelled: bool = False
 
@@ -294,7 +295,7 @@ class ControllerCore:
     def _enqueue(self, name: str, args: dict[str, Any], now_ms: int, internal: bool = False) -> Token:
         if name == "broker_heartbeat":
             self.sessions.note_arrival(self.state.image, args, now_ms)
-        pending = _Pending(next(self._tokens), name, args, internal)
+        pending = _Pending(next(self._tokens), name, args, now_ms, internal)
         (self._priority if name in PRIORITY_OPERATIONS else self._queue).append(pending)
         self._queued[pending.token] = pending
         return pending.token
@@ -510,11 +511,11 @@ class ControllerCore:
             return self._queue.popleft()
         return None
 
-    def _context(self, now_ms: int, next_offset: int, heartbeats: Mapping[int, int]) -> OpContext:
+    def _context(self, now_ms: int, next_offset: int, heartbeats: Mapping[int, int], queued_ms: int) -> OpContext:
         return OpContext(now_ms=now_ms, next_offset=next_offset, controller_id=self.config.node_id,
                          last_heartbeat_ms=heartbeats, session_timeout_ms=self.config.session_timeout_ms,
                          reelection_timeout_ms=self.config.reelection_timeout_ms,
-                         active_since_ms=self.active_since_ms)
+                         active_since_ms=self.active_since_ms, queued_ms=queued_ms)
 
     def _run_group(self, work: WorkSlice, priority_only: bool = False) -> None:
         view = self._view
@@ -538,7 +539,7 @@ class ControllerCore:
             next_offset = view.offset + 1
             now_ms = work.now_ms()
             try:
-                result = self.operations[op.name](view, op.args, self._context(now_ms, next_offset, heartbeats))
+                result = self.operations[op.name](view, op.args, self._context(now_ms, next_offset, heartbeats, op.queued_ms))
                 records = tuple(result.records)
                 new_view = advance_image(view, list(records), next_offset, self.epoch) if records else view
             except FerryError as e:

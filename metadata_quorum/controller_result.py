@@ -23,7 +23,11 @@ class OpContext:
     controller only, as in KRaft: heartbeats are not records. ``active_since_ms`` is when this
     controller became active: a broker it has not heard from yet counts as last heard then, so
     brokers that died during a controller failover are still fenced one session timeout later
-    (None: such brokers are never fenced by ``tick``).
+    (None: such brokers are never fenced by ``tick``). ``queued_ms`` is when the operation was
+    queued: sessions are judged then and not when it ran (``heartbeat_expired``), because an
+    operation queued before the controller's loop was held up runs right after the hold, before
+    the driver has read the heartbeats that waited and credited the hold to every session; judged
+    at its run time it fenced live brokers. Judging earlier only ever fences later.
     """
 
     now_ms: int
@@ -33,6 +37,7 @@ class OpContext:
     session_timeout_ms: int = 9000
     reelection_timeout_ms: int = 2000
     active_since_ms: int | None = None
+    queued_ms: int | None = None
 
 
 @dataclass(frozen=True)

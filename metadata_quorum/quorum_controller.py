@@ -300,6 +300,10 @@ class QuorumController:
     def _settle(self, outcome: Outcome) -> None:
         fut = self._futures.get(outcome.token)
         if isinstance(outcome, Answer):
+            if fut is None and outcome.reply.get("fenced_brokers"):
+                log.warning("fenced brokers %s: silent for %s ms (session timeout %d ms)",
+                            outcome.reply["fenced_brokers"], outcome.reply.get("silent_ms"),
+                            self.config.session_timeout_ms)
             result = (outcome.reply, outcome.offset)
             if fut is not None and not fut.done():
                 fut.set_result(result)

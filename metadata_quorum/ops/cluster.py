@@ -43,13 +43,18 @@ from metadata_quorum.records import (
 
 
 def heartbeat_expired(ctx: OpContext, broker_id: int, unknown_is_expired: bool = True) -> bool:
-    """Silent past the session timeout. A broker this controller has not heard from counts as
-    heard at its activation (``ctx.active_since_ms``) or, when that is unknown, as
-    ``unknown_is_expired`` says."""
+    """Silent past the session timeout, judged when the operation was queued (``OpContext``). A
+    broker this controller has not heard from counts as heard at its activation
+    (``ctx.active_since_ms``) or, when that is unknown, as ``unknown_is_expired`` says."""
     last = ctx.last_heartbeat_ms.get(broker_id, ctx.active_since_ms)
     if last is None:
         return unknown_is_expired
-    return ctx.now_ms - last > ctx.session_timeout_ms
+    return judged_at_ms(ctx) - last > ctx.session_timeout_ms
+
+
+def judged_at_ms(ctx: OpContext) -> int:
+    """When sessions are judged: when the operation was queued (see ``OpContext``)."""
+    return ctx.now_ms if ctx.queued_ms is None else min(ctx.now_ms, ctx.queued_ms)
 
 
 def check_broker_epoch(image: MetadataImage, broker_id: int, broker_epoch: int) -> BrokerRegistration:
@@ -204,7 +209,9 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
             candidate = move_s3_partition(builder, placement, part, set(), ctx.now_ms, True, ctx)
         if candidate != NO_LEADER:
             elected.append({"topic_id": part.topic_id, "partition": part.partition, "leader": candidate})
-    return ControllerResult(tuple(builder.records), {"fenced_brokers": fenced, "elected": elected})
+    silent_ms = {b: judged_at_ms(ctx) - ctx.last_heartbeat_ms.get(b, ctx.active_since_ms or 0) for b in fenced}
+    return ControllerResult(tuple(builder.records), {"fenced_brokers": fenced, "silent_ms": silent_ms,
+                                                     "elected": elected})
 
 
 def held_by_live_owner(builder: RecordBuilder, part: PartitionRegistration, candidate: int, ctx: OpContext) -> bool:

@@ -247,6 +247,36 @@ def test_sessions_start_at_activation_renew_on_arrival_and_tick_fences_the_silen
     assert state.image.cluster.brokers[4].fenced
 
 
+def test_a_tick_queued_before_the_loop_was_held_judges_sessions_when_it_was_queued() -> None:
+    """The driver's loop is held 2 s (a long request, a starved machine) with a tick queued: the
+    tick runs right after the hold, before the heartbeats that waited are read and the hold is
+    credited to every session. Judged at its run time it would fence a live broker."""
+    core, state = make(session_timeout_ms=1500)
+    activate(core, state, now_ms=0)
+    reg = core.submit("register_broker", {"broker_id": 4, "incarnation_id": "i4", "endpoints": ["http://h:1"],
+                                          "log_dirs": [{"dir_id": "d", "path": "/d"}]}, 0)
+    core.run(FixedSlice(0))
+    commit(core, state, core.take_ready().commands, 0)
+    epoch = [o for o in core.take_ready().outcomes if o.token == reg][0].reply["broker_epoch"]  # type: ignore[union-attr]
+    core.submit("broker_heartbeat", {"broker_id": 4, "broker_epoch": epoch, "metadata_offset": epoch}, 100)
+    core.run(FixedSlice(100))
+    commit(core, state, core.take_ready().commands, 100)
+    core.tick(1000)  # queued; the loop is then held until 3000
+    core.run(FixedSlice(3000))
+    commit(core, state, core.take_ready().commands, 3000)
+    assert not state.image.cluster.brokers[4].fenced
+    core.extend_sessions(2000)  # the driver credits the hold, then its next tick
+    core.tick(3000)
+    core.run(FixedSlice(3000))
+    commit(core, state, core.take_ready().commands, 3000)
+    assert not state.image.cluster.brokers[4].fenced
+    # Silent for a whole session after the credit: fenced.
+    core.tick(3601)
+    core.run(FixedSlice(3601))
+    commit(core, state, core.take_ready().commands, 3601)
+    assert state.image.cluster.brokers[4].fenced
+
+
 def test_reelection_in_a_new_term_drops_the_old_terms_view() -> None:
     core, state = make()
     core.observe_leadership(True, 1, 0)
