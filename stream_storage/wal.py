@@ -83,11 +83,7 @@ class _Segment:
 
 _PREALLOC_MIN_BYTES = 256 * 1024
 _PREALLOC_MAX_BYTES = 8 * 1024 * 1024
-#: zeros are written this much at a time, each piece under the lock the writer on the event loop
-#: takes too: a 1 MiB pwrite took 3-36 ms (median, p90) here once the kernel throttled dirty
-#: pages, and the loop waited that long on every write meanwhile; 64 KiB took 14-17 us
-_PREALLOC_CHUNK_BYTES = 64 * 1024
-_ZEROS = bytes(_PREALLOC_CHUNK_BYTES)
+_ZEROS = bytes(1024 * 1024)
 _IOV_MAX = 1024
 _SYNC_DEPTH = 2  # batches synced at once: concurrent fdatasyncs share the device's cache flushes
 
