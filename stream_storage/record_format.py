@@ -19,8 +19,8 @@ A producer's batch (consecutive offsets, nothing collected) is first walked by
 gives up, returning None, on anything else, including every error: the strict walk then runs from
 the start and either accepts the batch or names what is wrong. So the two accept exactly the same
 batches with the same summary (the tests check it over random and mutated batches), and the
-common case costs about half as much: the cost of the walk is the broker's largest per-byte cost
-on the produce path, on every request.
+common case costs about a quarter less (552k against 754k instructions for 64 records of 1 KiB):
+the walk is the largest single cost of the broker's produce path, paid on every request.
 """
 from __future__ import annotations
 
