@@ -172,6 +172,18 @@ def assign_offsets(buf: bytearray, base_offset: int, leader_epoch: int | None = 
     return next_offset
 
 
+def stamp_offsets(buf: bytearray, infos: Sequence[BatchInfo], base_offset: int, leader_epoch: int | None = None) -> int:
+    """:func:`assign_offsets` for batches already walked (``infos`` of ``buf``, in order): the
+    headers are not parsed again. Returns the next offset."""
+    next_offset = base_offset
+    for info in infos:
+        _BASE_OFFSET.pack_into(buf, info.position, next_offset)
+        if leader_epoch is not None:
+            _EPOCH.pack_into(buf, info.position + LEADER_EPOCH_OFFSET, leader_epoch)
+        next_offset += info.last_offset_delta + 1
+    return next_offset
+
+
 def read_records(buf: bytes | bytearray | memoryview) -> list[Record]:
     """Decode every record of every batch (tests, the meta stream, console tools)."""
     out: list[Record] = []

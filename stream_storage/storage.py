@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from stream_storage.batches import BatchInfo, assign_offsets, iter_batches, read_records, validate_batches
+from stream_storage.batches import BatchInfo, iter_batches, read_records, stamp_offsets, validate_batches
 from stream_storage.cache import BlockCache, IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
 from stream_storage.control import StreamControl, StreamDescription
@@ -395,7 +395,7 @@ class StreamStorage:
         try:
             handle = self._writable(stream_id)
             base = handle.next_offset
-            assign_offsets(buf, base, leader_epoch)
+            stamp_offsets(buf, infos, base, leader_epoch)
             await self._append_entry(handle, base, base + count, bytes(buf))
         finally:
             self.uploader.release_admitted(len(buf))

@@ -26,6 +26,7 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
 from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.produce_answer import success_answer
 from broker.kafka.wire import Request, api_versions_response
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
@@ -141,7 +142,8 @@ def _leader_of(exc: BaseException) -> tuple[int, int]:
 
 
 class DataApis:
-    """Handlers of the data-path APIs; each returns the response message, or None (acks=0)."""
+    """Handlers of the data-path APIs; each returns the response message, an answer already framed
+    (a successful single-partition produce), or None (acks=0)."""
 
     def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int]) -> None:
         self.core = core
@@ -190,7 +192,7 @@ class DataApis:
                  partitions=parts)
 
     # ------------------------------------------------------------------ Produce
-    async def produce(self, req: Request) -> ApiMessage | None:
+    async def produce(self, req: Request) -> ApiMessage | bytes | None:
         body: ProduceRequest = req.body  # type: ignore[assignment]
         acks = body.acks
         targets = [(topic.name, part.index, part.records) for topic in body.topic_data for part in topic.partition_data]
@@ -211,6 +213,13 @@ class DataApis:
             results = list(await asyncio.gather(*appends, return_exceptions=True))
         if acks == 0:
             return None
+        if len(targets) == 1 and not isinstance(results[0], BaseException):
+            # the common answer, from its encoded template (see produce_answer)
+            done = results[0]
+            answer = success_answer(req, targets[0][0], targets[0][1], done.base_offset, done.log_append_time_ms,
+                                    done.log_start_offset)
+            if answer is not None:
+                return answer
         PR = ProduceResponse.TopicProduceResponse
         PP = PR.PartitionProduceResponse
         by_topic: dict[str, list[object]] = {}

@@ -34,7 +34,8 @@ from metadata_quorum.errors import ErrorCode
 
 log = logging.getLogger("ferry.kafka")
 
-Handler = Callable[[Request], Awaitable[ApiMessage | None]]
+#: a handler answers with a message to encode, with an answer already framed (bytes), or None (acks=0)
+Handler = Callable[[Request], Awaitable[ApiMessage | bytes | None]]
 #: what a handled request's task returns: the framed answer (None for acks=0), the API's name,
 #: and when handling started and ended (monotonic seconds)
 Answer = tuple[Union[bytes, None], str, float, float]
@@ -76,7 +77,7 @@ class KafkaListener:
         started = time.monotonic()
         response = await handler(request)
         self.requests_handled += 1
-        payload = None if response is None else encode_response(request, response)
+        payload = response if response is None or isinstance(response, bytes) else encode_response(request, response)
         return payload, api_name(request.api_key), started, time.monotonic()
 
     @staticmethod

@@ -4,7 +4,7 @@ import pytest
 
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage.batches import (
-    assign_offsets, build_batch, header, offset_count, read_records, slice_from, validate_batches,
+    assign_offsets, build_batch, header, offset_count, read_records, slice_from, stamp_offsets, validate_batches,
 )
 
 
@@ -16,6 +16,15 @@ def test_build_and_stamp_offsets_keeps_crc_valid() -> None:
     assert [(i.base_offset, i.leader_epoch) for i in infos] == [(100, 7), (102, 7)]
     assert [(r.offset, r.key, r.value) for r in read_records(buf)] == [(100, b"a", b"1"), (101, b"b", b"2"),
                                                                       (102, None, b"3")]
+
+
+def test_stamping_walked_batches_is_assigning_offsets() -> None:
+    parts = [build_batch([(b"a", b"1"), (b"b", b"2")]), build_batch([(None, b"3")]), build_batch([(b"c", None)] * 5)]
+    walked, parsed = bytearray(b"".join(parts)), bytearray(b"".join(parts))
+    infos = validate_batches(walked)
+    assert stamp_offsets(walked, infos, 40, leader_epoch=3) == assign_offsets(parsed, 40, leader_epoch=3) == 48
+    assert walked == parsed
+    assert stamp_offsets(walked, infos, 7) == 15 and [i.base_offset for i in validate_batches(walked)] == [7, 9, 10]
 
 
 def test_corrupted_payload_fails_crc() -> None:

@@ -21,9 +21,10 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from stream_storage import batches
+from stream_storage import batches, record_format
 from stream_storage.batch_scan import CorruptBatch, DecodedBatch, scan_batches
 from stream_storage.compression import Codec
+from stream_storage.record_format import RecordsSummary, _walk_common, walk_records
 from stream_storage.record_validator import (
     LOG_APPEND_TIME, LONG_MAX, ValidatedBatch, ValidationPolicy, validate_produce_records,
 )
@@ -535,6 +536,90 @@ def test_a_well_framed_header_over_random_records_raises_only_ferry_errors(
     struct.pack_into(">qiibIhiqqqhii", header, 0, 0, 49 + len(payload), 0, 2, 0, attributes, max(count - 1, 0),
                      NOW_MS, NOW_MS, *producer, count)
     assert_refused_or_readable(fix_crc(bytes(header) + payload))
+
+
+# ---------------------------------------------------------------------------- the common-case walk
+
+def both_walks(buf: bytes | bytearray) -> tuple[RecordsSummary | ErrorCode, RecordsSummary | None]:
+    """The strict walk's summary (or its error) and the common-case walk's answer, over the
+    records of an uncompressed batch as its header declares them."""
+    count = int.from_bytes(buf[57:61], "big", signed=True)
+    common = _walk_common(buf, 61, len(buf), count)
+    try:  # a sink forces the strict walk
+        strict: RecordsSummary | ErrorCode = walk_records(buf, 61, len(buf), count, last_offset_delta=count - 1,
+                                                          consecutive_offsets=True, sink=[])
+    except FerryError as exc:
+        strict = exc.error
+    return strict, common
+
+
+def test_producer_batches_take_the_common_walk() -> None:
+    librdkafka_like = build([Rec(None, bytes(1024), (), NOW_MS)] * 64)
+    keyed = build([Rec(b"key-%d" % i, bytes(300 + i), (("trace", b"x" * i), ("n", None)), NOW_MS + i)
+                   for i in range(150)])
+    for buf in (librdkafka_like, keyed):
+        strict, common = both_walks(buf)
+        assert common is not None and common == strict
+    assert both_walks(keyed)[1] == RecordsSummary(0, 149)
+
+
+def test_the_common_walk_leaves_what_it_does_not_read_to_the_strict_walk() -> None:
+    # timestamp deltas of 3+ byte varints, a value of 8 KiB (a 3-byte record length): accepted, strictly
+    for records in ([Rec(None, b"v", (), NOW_MS), Rec(None, b"w", (), NOW_MS + 10 ** 6)],
+                    [Rec(None, bytes(8192), (), NOW_MS)]):
+        strict, common = both_walks(build(records))
+        assert common is None and isinstance(strict, RecordsSummary)
+    vb = validate_produce_records(build([Rec(None, b"v", (), NOW_MS), Rec(None, b"w", (), NOW_MS + 10 ** 6)]),
+                                  POLICY, NOW_MS + 10 ** 6)
+    assert vb.max_timestamp_ms == NOW_MS + 10 ** 6
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=records_strategy, same_time=st.booleans(), data=st.data())
+def test_the_common_walk_accepts_only_what_the_strict_walk_accepts(records: list[Rec], same_time: bool,
+                                                                    data: st.DataObject) -> None:
+    """Over valid and mutated batches: the common walk gives up, or gives the strict walk's summary;
+    and on a valid batch whose varints are all short it does not give up."""
+    if same_time:
+        records = [Rec(r.key, r.value, r.headers, NOW_MS) for r in records]
+    buf = bytearray(build(records))
+    kind = data.draw(st.sampled_from(["none", "byte", "insert", "delete", "count"]))
+    if kind == "byte":
+        buf[data.draw(st.integers(61, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    elif kind == "insert":
+        at = data.draw(st.integers(61, len(buf)))
+        buf[at:at] = bytes([data.draw(st.integers(0, 255))])
+    elif kind == "delete":
+        del buf[data.draw(st.integers(61, len(buf) - 1))]
+    elif kind == "count":
+        struct.pack_into(">i", buf, 57, data.draw(st.integers(1, len(records) + 2)))
+    strict, common = both_walks(buf)
+    if common is not None:
+        assert common == strict
+    if kind == "none":
+        assert isinstance(strict, RecordsSummary)
+        if same_time:
+            assert common is not None
+    # and the validator as a whole answers the same with or without the common walk
+    fixed = fix_crc(buf)
+    struct_count = int.from_bytes(fixed[57:61], "big", signed=True)
+    if struct_count >= 1:
+        fixed = patch(fixed, ">i", 23, struct_count - 1)
+    assert outcome(fixed) == outcome(fixed, strict_only=True)
+
+
+def outcome(buf: bytes, strict_only: bool = False) -> tuple[object, ...]:
+    """What validation answers: the error code and message, or what it accepted."""
+    saved = record_format._walk_common
+    if strict_only:
+        record_format._walk_common = lambda *_args: None  # type: ignore[assignment]
+    try:
+        vb = validate_produce_records(buf, POLICY, NOW_MS)
+    except FerryError as exc:
+        return exc.error, exc.message
+    finally:
+        record_format._walk_common = saved
+    return bytes(vb.data), vb.records_count, vb.max_timestamp_ms
 
 
 # ---------------------------------------------------------------------------- stored batches

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from tools.perf.kafka import MiB, BrokerSample, parse_broker_sample, path_costs
+from tools.perf.kafka import (MiB, BrokerSample, MachineSample, machine_costs, parse_broker_sample, parse_proc_stat,
+                             path_costs)
 
 
 def _metrics_text(requests: int, latency_s: float, fsyncs: int, sync_s: float, wal_bytes: int) -> str:
@@ -43,3 +44,17 @@ def test_a_round_without_requests_or_fsyncs_has_no_means() -> None:
     costs = path_costs(same, same, MiB)
     assert costs == {"broker_cpu_ms_per_mib": 0.0, "produce_latency_ms": None, "wal_fsync_ms": None,
                      "wal_kib_per_fsync": None}
+
+
+def test_machine_costs_are_per_mib_and_idle_is_a_share_of_all_cores() -> None:
+    idle, total = parse_proc_stat("cpu  100 5 50 800 20 1 2 3 0 0\ncpu0 50 2 25 400 10 0 1 1 0 0\n")
+    assert (idle, total) == (820, 981)
+    before = MachineSample(client_cpu_s=1.0, s3_cpu_s=2.0, idle_jiffies=820, total_jiffies=981)
+    after = MachineSample(client_cpu_s=1.4, s3_cpu_s=2.8, idle_jiffies=830, total_jiffies=1181)
+    costs = machine_costs(before, after, 8 * MiB)
+    assert costs["client_cpu_ms_per_mib"] == pytest.approx(50.0)
+    assert costs["s3_server_cpu_ms_per_mib"] == pytest.approx(100.0)
+    assert costs["machine_idle_pct"] == pytest.approx(5.0)
+    assert machine_costs(before, before, MiB)["machine_idle_pct"] is None
+    with pytest.raises(ValueError):
+        parse_proc_stat("intr 1 2 3")

@@ -12,7 +12,9 @@
    WAL fsync sets each request's latency, throughput follows the bytes in flight, so it is
    reported separately rather than as the comparison. Each path's broker CPU per MiB, mean
    produce latency, and WAL fsync time and bytes per fsync (the group commit) are reported too:
-   they say whether a round was bound by the broker's CPU or by the disk.
+   they say whether a round was bound by the broker's CPU or by the disk; so are the CPU per MiB
+   of the clients (this process) and of the S3 server, and how idle the machine's cores were: on
+   a machine whose cores are all busy, the paths' ratio is the ratio of everything they cost.
 2. End-to-end latency, produce → consumer-group member, at a steady rate: p50 / p99.
 3. The unavailability a librdkafka producer sees across a move (last acknowledgement before the
    move's gap → first after it), p50 / p99 over ``--moves`` moves of one partition back and forth.
@@ -160,6 +162,46 @@ def path_costs(before: BrokerSample, after: BrokerSample, payload_bytes: int) ->
     }
 
 
+@dataclass(frozen=True)
+class MachineSample:
+    """What else ran on the machine by a moment: this process (the clients: librdkafka's threads
+    or the HTTP client), the S3 server, and every core's idle and total time (jiffies)."""
+
+    client_cpu_s: float
+    s3_cpu_s: float
+    idle_jiffies: int
+    total_jiffies: int
+
+
+def parse_proc_stat(text: str) -> tuple[int, int]:
+    """(idle, total) jiffies of all cores from /proc/stat's first line (idle includes iowait)."""
+    fields = text.split("\n", 1)[0].split()
+    if not fields or fields[0] != "cpu":
+        raise ValueError(f"not /proc/stat: {text[:40]!r}")
+    values = [int(v) for v in fields[1:]]
+    return values[3] + values[4], sum(values[:8])  # guest time is already counted in user
+
+
+def machine_costs(before: MachineSample, after: MachineSample, payload_bytes: int) -> dict[str, float | None]:
+    """The CPU the rest of the machine spent on a round: the clients and the S3 server per MiB, and
+    how idle the cores were (near 0: the round was bound by the machine's CPU, not by latency)."""
+    mib = payload_bytes / MiB
+    total = after.total_jiffies - before.total_jiffies
+    return {
+        "client_cpu_ms_per_mib": (after.client_cpu_s - before.client_cpu_s) * 1000 / mib,
+        "s3_server_cpu_ms_per_mib": (after.s3_cpu_s - before.s3_cpu_s) * 1000 / mib,
+        "machine_idle_pct": 100 * (after.idle_jiffies - before.idle_jiffies) / total if total > 0 else None,
+    }
+
+
+def machine_sample(s3_pid: int | None) -> MachineSample:
+    with open("/proc/stat", encoding="ascii") as f:
+        idle, total = parse_proc_stat(f.read())
+    own = os.times()
+    s3_cpu = process_cpu_s(s3_pid) if s3_pid is not None else None
+    return MachineSample(own.user + own.system, s3_cpu or 0.0, idle, total)
+
+
 def broker_sample(url: str, pid: int) -> BrokerSample:
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
@@ -180,6 +222,7 @@ async def throughput(cluster: LocalCluster, admin: Admin, total_bytes: int) -> d
         await admin.wait_for_leader(TopicPartition(topic, p), 3)
     body = encode_batch([(None, os.urandom(RECORD_BYTES), None, None)] * (BATCH_BYTES // RECORD_BYTES))
     broker, pid = cluster.broker_url(3), cluster.broker_pid(3)
+    s3_pid = cluster.s3.process.pid if cluster.s3 is not None and cluster.s3.process is not None else None
     requests = max(PARTITIONS, total_bytes // len(body))
     sink, port = start_tcp_sink()
     paths: dict[str, Callable[[], Awaitable[float]]] = {
@@ -196,9 +239,13 @@ async def throughput(cluster: LocalCluster, admin: Admin, total_bytes: int) -> d
             rounds["raw_tcp"].append(await send_frames(port, body, requests, PARTITIONS, RAW_PIPELINE))
             for name, run_path in paths.items():
                 before = await asyncio.to_thread(broker_sample, broker, pid)
+                machine_before = machine_sample(s3_pid)
                 rounds[name].append(await run_path())
+                machine_after = machine_sample(s3_pid)
                 after = await asyncio.to_thread(broker_sample, broker, pid)
-                costs[name].append(path_costs(before, after, total_bytes if name != "http" else requests * len(body)))
+                sent = total_bytes if name != "http" else requests * len(body)
+                costs[name].append({**path_costs(before, after, sent),
+                                    **machine_costs(machine_before, machine_after, sent)})
     finally:
         from tools.proc import stop_process
         stop_process(sink)
@@ -336,7 +383,7 @@ async def run(cluster: LocalCluster, total_bytes: int, moves: int, e2e_s: float,
 
 def render(result: dict[str, Any], console: Console) -> None:
     table = Table(title="ferry perf kafka")
-    for col in ("measure", "value", "target", "met", "broker: CPU/MiB, produce latency, fsync"):
+    for col in ("measure", "value", "target", "met", "broker: CPU/MiB, produce latency, fsync; other CPU/MiB; cores idle"):
         table.add_column(col)
 
     def row(name: str, value: str, target: str, met: bool | None, costs: str = "") -> None:
@@ -348,7 +395,9 @@ def render(result: dict[str, Any], console: Console) -> None:
         def fmt(key: str, digits: int) -> str:
             return "-" if c.get(key) is None else f"{c[key]:.{digits}f}"
         return (f"{fmt('broker_cpu_ms_per_mib', 1)} ms, {fmt('produce_latency_ms', 1)} ms, "
-                f"{fmt('wal_fsync_ms', 1)} ms / {fmt('wal_kib_per_fsync', 0)} KiB")
+                f"{fmt('wal_fsync_ms', 1)} ms / {fmt('wal_kib_per_fsync', 0)} KiB; client "
+                f"{fmt('client_cpu_ms_per_mib', 1)}, S3 server {fmt('s3_server_cpu_ms_per_mib', 1)} ms/MiB; "
+                f"idle {fmt('machine_idle_pct', 0)}%")
 
     ratio = result.get("kafka_vs_http")
     inflight = result["requests_in_flight"]
