@@ -311,14 +311,22 @@ class Simulation:
             "isr": isr}, must_succeed=rightful)
 
     def decommission(self) -> None:
-        """An operator unregisters a broker that is down (scaling in)."""
-        now = self.clock.now_ms  # gone for a whole session: no incarnation may still acknowledge
-        down = [b for b in self.brokers.values() if not b.alive and b.broker_id in self.image.cluster.brokers
-                and all(until <= now for until in b.lease_until_ms.values())]
-        if down:
-            broker_id = self.rng.choice(down).broker_id
-            self.call("unregister_broker", {"broker_id": broker_id},
-                      must_succeed=lambda image: broker_id in image.cluster.brokers)
+        """An operator unregisters a broker (scaling in): mostly one that is down, sometimes one that
+        is still up, or paused (SIGSTOP, a GC pause) with its write lease still running. Its
+        registration goes at once; its streams must not change hands while its lease runs
+        (``owner_changed``)."""
+        registered = [b for b in self.brokers.values() if b.broker_id in self.image.cluster.brokers]
+        now = self.clock.now_ms
+        down = [b for b in registered if not b.alive and all(until <= now for until in b.lease_until_ms.values())]
+        pool = down if down and self.rng.random() < 0.6 else registered
+        if not pool:
+            return
+        b = self.rng.choice(pool)
+        if self.call("unregister_broker", {"broker_id": b.broker_id},
+                     must_succeed=lambda image: b.broker_id in image.cluster.brokers) is not None or \
+                b.broker_id not in self.image.cluster.brokers:
+            self.ops["unregistered_live" if b.alive else "unregistered_down"] += 1
+            b.alive = False  # a zombie now: it may still acknowledge until its lease runs out
 
     def controller_failover(self) -> None:
         """The leader is deposed: a new term begins (heartbeat times are lost, the log stays)."""
