@@ -46,8 +46,14 @@ class Faults:
     drop: float = 0.05
     duplicate: float = 0.03
     depose: float = 0.0015
-    stale_client: float = 0.05
-    reorder: float = 0.3  # a request reaches a node that still believes it leads an old term
+    #: a request reaches a node that still believes it leads an old term (when one does)
+    stale_client: float = 0.25
+    reorder: float = 0.3
+    #: a deposed leader was cut off from the other controllers (why it lost its term) and goes on
+    #: believing it leads, active, until it hears from them again: for up to ``isolation_ms``
+    #: (pysyncobj's leader steps down after ``leaderFallbackTimeout`` without a majority)
+    isolate: float = 0.5
+    isolation_ms: int = 2000
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,10 @@ class SimQuorum:
         # (stream, old owner, its broker epoch, new owner)
         self.on_owner_change: Callable[[int, int, int, int], None] | None = None
         self.events = 0
-        self.counts: dict[str, int] = {"depose": 0, "drop": 0, "duplicate": 0, "lost_entries": 0, "stale_client": 0}
+        self.counts: dict[str, int] = {"depose": 0, "drop": 0, "duplicate": 0, "lost_entries": 0, "stale_client": 0,
+                                       "isolated": 0}
+        #: node id -> until when (clock ms) every message to or from it is lost
+        self.isolated_until_ms: dict[int, int] = {}
         self._next_tick_ms = clock() + TICK_INTERVAL_MS
         self.elect()
         self.run_until(lambda: self.leader() is not None and self.leader().core.active)  # type: ignore[union-attr]
@@ -235,7 +244,9 @@ class SimQuorum:
             reorder = self.rng.random() < self.faults.reorder
             msg = self.network.pop(self.rng.randrange(len(self.network)) if reorder else 0)
             r = self.rng.random()
-            if r < self.faults.drop:
+            if self._cut_off(msg, now):
+                self.counts["drop"] += 1
+            elif r < self.faults.drop:
                 self.counts["drop"] += 1
             else:
                 if r < self.faults.drop + self.faults.duplicate:
@@ -244,13 +255,33 @@ class SimQuorum:
                 self.deliver(msg)
         self.settle()
 
+    def _cut_off(self, msg: Append | AppendReply, now_ms: int) -> bool:
+        src = msg.leader if isinstance(msg, Append) else msg.src
+        return any(self.isolated_until_ms.get(n, 0) > now_ms for n in (src, msg.dst))
+
     def elect(self) -> None:
-        """A new term: a node whose log is as up to date as a majority's wins with a majority's votes."""
+        """A new term: a node whose log is as up to date as a majority's wins with a majority's votes.
+
+        Often the old leader was cut off (``Faults.isolate``): it takes no part in the election
+        and hears nothing for a while, so it goes on believing it leads its old term."""
         majority = len(self.nodes) // 2 + 1
         term = max(n.term for n in self.nodes) + 1
-        candidates = [c for c in self.nodes if sum(n.last() <= c.last() for n in self.nodes) >= majority]
+        old = self.leader()
+        now = self.clock()
+        reachable = [n for n in self.nodes if self.isolated_until_ms.get(n.node_id, 0) <= now]
+        if old is not None and old in reachable and len(reachable) > majority and \
+                self.rng.random() < self.faults.isolate:
+            self.counts["isolated"] += 1
+            self.isolated_until_ms[old.node_id] = now + self.rng.randint(1, self.faults.isolation_ms)
+            reachable.remove(old)
+        if len(reachable) < majority:
+            reachable = list(self.nodes)
+        candidates = [c for c in reachable if sum(n.last() <= c.last() for n in reachable) >= majority]
+        if not candidates:
+            reachable = list(self.nodes)
+            candidates = [c for c in self.nodes if sum(n.last() <= c.last() for n in self.nodes) >= majority]
         winner = self.rng.choice(candidates)
-        others = [n for n in self.nodes if n is not winner and n.last() <= winner.last()]
+        others = [n for n in reachable if n is not winner and n.last() <= winner.last()]
         voters = [winner] + self.rng.sample(others, majority - 1)
         for node in voters:
             self._set_term(node, term)

@@ -499,7 +499,8 @@ class Simulation:
     def settle(self) -> None:
         """Liveness: with faults stopped, every s3 partition ends up led by a live broker that has
         opened its streams at the partition's leader epoch."""
-        self.controller.faults = Faults(drop=0.0, duplicate=0.0, depose=0.0, stale_client=0.0, reorder=0.0)
+        self.controller.faults = Faults(drop=0.0, duplicate=0.0, depose=0.0, stale_client=0.0, reorder=0.0, isolate=0.0)
+        self.controller.isolated_until_ms.clear()  # cut-off controllers are heard again
         for b in self.brokers.values():
             b.bad_dirs.clear()  # faults stopped: full or failed log dirs recover too
         for _round in range(8):
