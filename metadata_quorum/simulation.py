@@ -87,6 +87,7 @@ class Simulation:
         self.controller = SimQuorum(self.rng, self.clock, self._advance, WRITE_OPERATIONS, config, faults,
                                     fail=self.fail)
         self.controller.on_owner_change = self.owner_changed
+        self.controller.on_fenced_for_silence = self.fenced_for_silence
         self.brokers = {b: SimBroker(b) for b in range(max_brokers)}
         self.ops: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -159,6 +160,14 @@ class Simulation:
         if until > self.clock.now_ms:
             self.fail(f"stream {stream_id} went from broker {old_owner} (epoch {old_epoch}) to {new_owner} at "
                       f"{self.clock.now_ms} while {old_owner} could still acknowledge (lease until {until})")
+
+    def fenced_for_silence(self, broker_id: int, broker_epoch: int) -> None:
+        """No broker is fenced for silence while its lease may still let it acknowledge: the
+        fence is what lets another broker take its streams over."""
+        until = self.brokers[broker_id].lease_until_ms.get(broker_epoch, 0)
+        if until > self.clock.now_ms:
+            self.fail(f"broker {broker_id} (epoch {broker_epoch}) fenced at {self.clock.now_ms} while it could "
+                      f"still acknowledge (lease until {until})")
 
     @property
     def image(self) -> MetadataImage:
@@ -501,6 +510,7 @@ class Simulation:
         opened its streams at the partition's leader epoch."""
         self.controller.faults = Faults(drop=0.0, duplicate=0.0, depose=0.0, stale_client=0.0, reorder=0.0, isolate=0.0)
         self.controller.isolated_until_ms.clear()  # cut-off controllers are heard again
+        self.controller.cut_off_brokers.clear()
         for b in self.brokers.values():
             b.bad_dirs.clear()  # faults stopped: full or failed log dirs recover too
         for _round in range(8):
