@@ -59,6 +59,7 @@ def test_regression_seeds(seed: int) -> None:
     6041,  # a placement judged against a dir state from before a heartbeat in the same step
     3365,  # settling jumped the clock with no network events: every command in flight expired
     3671,  # a broker never learned that a close whose answer it lost had committed
+    608,  # a leader cut off with a broker answered its heartbeat: fenced inside the lease it granted
 ])
 def test_soak_regression_seeds(seed: int) -> None:
     """Seeds of ``make soak`` (40 steps) that once failed."""
