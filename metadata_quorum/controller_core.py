@@ -557,12 +557,12 @@ class ControllerCore:
                 batches.append(records)
                 records_in_group += len(records)
                 answers.append((op.token, dict(result.reply), view.offset, records))
+            elif op.name == "broker_heartbeat":
+                # Rides on the group's command, or on a barrier: answered once a command of this
+                # term sent after it commits (``_submit_barrier``).
+                answers.append((op.token, dict(result.reply), view.offset, ()))
             elif view.offset <= self.state.high_watermark - 1 and not batches:
                 self._out(Answer(op.token, dict(result.reply), view.offset))
-            elif op.name == "broker_heartbeat" and self._session_committed(view, op.args):
-                # nothing uncommitted concerns this broker: its answer is the committed state's
-                hw = self.state.high_watermark
-                self._out(Answer(op.token, dict(result.reply, metadata_high_watermark=hw), hw - 1))
             else:
                 heapq.heappush(self._commit_waiters, (view.offset, next(self._waiter_ids), op.token, dict(result.reply)))
         if ops_in_group:
@@ -571,6 +571,8 @@ class ControllerCore:
         if batches:
             self._view = view
             self._submit(batches, _Inflight(answers, now_ms))
+        elif answers:
+            self._submit_barrier(_Inflight(answers, now_ms))
 
     def _refuse(self, token: Token, error: FerryError, view: Any) -> None:
         """Refuse now if the view the operation failed against is committed, else once it is.
@@ -585,11 +587,27 @@ class ControllerCore:
         else:
             heapq.heappush(self._commit_waiters, (view.offset, next(self._waiter_ids), token, error))
 
-    def _session_committed(self, view: Any, args: dict[str, Any]) -> bool:
-        """The broker's registration in the view is the committed one (no change to it in flight)."""
-        broker_id = int(args["broker_id"])
-        committed = self.state.image.cluster.brokers.get(broker_id)
-        return committed is not None and committed is view.cluster.brokers.get(broker_id)
+    def _submit_barrier(self, inflight: _Inflight) -> None:
+        """A command with no records, in this term, answering ``inflight`` once it commits.
+
+        A heartbeat's answer grants a write lease (``is_fenced`` false, counted from when the
+        broker sent it) or orders a shutdown; read off this leader's committed image alone, it
+        may come from a leader already deposed and cut off from the quorum (pysyncobj's leader
+        believes it leads until ``leaderFallbackTimeout``), which has not seen the new leader fence
+        the broker or unfence it again, while the new leader counts the broker's session from its
+        own activation or the heartbeats it received. A command of this term committing after
+        the heartbeat was run proves no other leader was active yet when it was run (the
+        majorities that committed it and elected any later leader meet in a node that took this
+        term's entry before voting), so the new leader's count starts after the lease's. It
+        consumes no metadata offset (``LogCore.apply`` adds no batch), and heartbeats run together,
+        or with other operations' records, share one command.
+        """
+        command_id = f"{self.config.node_id}.{self.epoch}.{next(self._command_ids)}"
+        self.state.expect(command_id, self._view)
+        self._ready.commands.append(PlannedCommand(command_id, self._view_last_id, self.epoch,
+                                                   CommandPlan((), False, False)))
+        self._view_last_id = command_id
+        self._inflight[command_id] = inflight
 
     def _fail_waiters_beyond(self, committed_offset: int) -> None:
         keep = []

@@ -27,12 +27,14 @@ from metadata_quorum.controller_result import WriteOperation
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, MetadataImage
 from metadata_quorum.raft import AppliedCommand, Command, CommittedLog, advance_image
-from metadata_quorum.records import STREAM_OPENED, Record, decode_record
+from metadata_quorum.records import (STREAM_OPENED, BrokerRegistrationChangeRecord, Record, UnregisterBrokerRecord,
+                                     decode_record)
 
 KEEP_ALL_RECORDS = 1 << 62
 TICK_INTERVAL_MS = 200
 MAX_EVENTS_PER_WRITE = 300
 MAX_IN_FLIGHT_MESSAGES = 48  # beyond this the network loses the oldest (a full buffer)
+MAX_BROKER_IDS = 8  # broker ids a cut may put on a cut-off controller's side
 
 
 class InvariantViolation(AssertionError):
@@ -46,8 +48,14 @@ class Faults:
     drop: float = 0.05
     duplicate: float = 0.03
     depose: float = 0.0015
-    stale_client: float = 0.05
-    reorder: float = 0.3  # a request reaches a node that still believes it leads an old term
+    #: a request reaches a node that still believes it leads an old term (when one does)
+    stale_client: float = 0.25
+    reorder: float = 0.3
+    #: a deposed leader was cut off from the other controllers (why it lost its term) and goes on
+    #: believing it leads, active, until it hears from them again: for up to ``isolation_ms``
+    #: (pysyncobj's leader steps down after ``leaderFallbackTimeout`` without a majority)
+    isolate: float = 0.5
+    isolation_ms: int = 2000
 
 
 @dataclass(frozen=True)
@@ -120,8 +128,16 @@ class SimQuorum:
         self._decoded: dict[int, list[tuple[int, Record]]] = {}  # first offset -> its committed records
         # (stream, old owner, its broker epoch, new owner)
         self.on_owner_change: Callable[[int, int, int, int], None] | None = None
+        # (broker id, broker epoch): fenced for silence (not a controlled shutdown, nor an unregistration)
+        self.on_fenced_for_silence: Callable[[int, int], None] | None = None
         self.events = 0
-        self.counts: dict[str, int] = {"depose": 0, "drop": 0, "duplicate": 0, "lost_entries": 0, "stale_client": 0}
+        self.counts: dict[str, int] = {"depose": 0, "drop": 0, "duplicate": 0, "lost_entries": 0, "stale_client": 0,
+                                       "isolated": 0}
+        #: node id -> until when (clock ms) every message to or from it is lost
+        self.isolated_until_ms: dict[int, int] = {}
+        #: broker id -> (the node cut off with it, until when): it reaches that controller only,
+        #: and may stay cut off from the others after that node hears the new term again
+        self.cut_off_brokers: dict[int, tuple[int, int]] = {}
         self._next_tick_ms = clock() + TICK_INTERVAL_MS
         self.elect()
         self.run_until(lambda: self.leader() is not None and self.leader().core.active)  # type: ignore[union-attr]
@@ -158,9 +174,12 @@ class SimQuorum:
     def write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Run one operation on the leader; raises its ``FerryError`` (``NOT_CONTROLLER`` or
         ``REQUEST_TIMED_OUT`` when its fate is unknown: it may still commit)."""
-        if not self.run_until(lambda: self._target() is not None):
+        client = args.get("broker_id") if isinstance(args.get("broker_id"), int) else None
+        if client is not None and self._reaches(client) is not None and self._target(client) is None:
+            raise FerryError(ErrorCode.NOT_CONTROLLER, f"broker {client} reaches no active controller")
+        if not self.run_until(lambda: self._target(client) is not None):
             raise FerryError(ErrorCode.NOT_CONTROLLER, "no active controller")
-        node = self._target()
+        node = self._target(client)
         assert node is not None
         self.answered_image = node.state.image
         try:
@@ -178,7 +197,23 @@ class SimQuorum:
             raise outcome.error
         raise FerryError(ErrorCode.NOT_CONTROLLER, outcome.why)
 
-    def _target(self) -> SimNode | None:
+    def _reaches(self, client: int) -> SimNode | None:
+        """The one controller a broker cut off with it can reach, while the cut lasts."""
+        side = self.cut_off_brokers.get(client)
+        if side is None or side[1] <= self.clock():
+            return None
+        return self.nodes[side[0]]
+
+    def _target(self, client: int | None = None) -> SimNode | None:
+        """The node a request reaches: the active leader of the highest term; for a broker cut off
+        with an old leader, that one only (while it still believes it leads, else none); now and
+        then, for anyone, an old leader that still believes it leads."""
+        side = self._reaches(client) if client is not None else None
+        if side is not None:
+            if not (side.core.is_leader and side.core.active):
+                return None
+            self.counts["stale_client"] += 1
+            return side
         active = [n for n in self.nodes if n.core.is_leader and n.core.active]
         if not active:
             return None
@@ -235,7 +270,9 @@ class SimQuorum:
             reorder = self.rng.random() < self.faults.reorder
             msg = self.network.pop(self.rng.randrange(len(self.network)) if reorder else 0)
             r = self.rng.random()
-            if r < self.faults.drop:
+            if self._cut_off(msg, now):
+                self.counts["drop"] += 1
+            elif r < self.faults.drop:
                 self.counts["drop"] += 1
             else:
                 if r < self.faults.drop + self.faults.duplicate:
@@ -244,13 +281,36 @@ class SimQuorum:
                 self.deliver(msg)
         self.settle()
 
+    def _cut_off(self, msg: Append | AppendReply, now_ms: int) -> bool:
+        src = msg.leader if isinstance(msg, Append) else msg.src
+        return any(self.isolated_until_ms.get(n, 0) > now_ms for n in (src, msg.dst))
+
     def elect(self) -> None:
-        """A new term: a node whose log is as up to date as a majority's wins with a majority's votes."""
+        """A new term: a node whose log is as up to date as a majority's wins with a majority's votes.
+
+        Often the old leader was cut off (``Faults.isolate``): it takes no part in the election
+        and hears nothing for a while, so it goes on believing it leads its old term."""
         majority = len(self.nodes) // 2 + 1
         term = max(n.term for n in self.nodes) + 1
-        candidates = [c for c in self.nodes if sum(n.last() <= c.last() for n in self.nodes) >= majority]
+        old = self.leader()
+        now = self.clock()
+        reachable = [n for n in self.nodes if self.isolated_until_ms.get(n.node_id, 0) <= now]
+        if old is not None and old in reachable and len(reachable) > majority and \
+                self.rng.random() < self.faults.isolate:
+            self.counts["isolated"] += 1
+            until = self.isolated_until_ms[old.node_id] = now + self.rng.randint(1, self.faults.isolation_ms)
+            for broker_id in range(MAX_BROKER_IDS):
+                if self.rng.random() < 0.3:
+                    self.cut_off_brokers[broker_id] = (old.node_id, until + self.rng.randint(0, self.faults.isolation_ms))
+            reachable.remove(old)
+        if len(reachable) < majority:
+            reachable = list(self.nodes)
+        candidates = [c for c in reachable if sum(n.last() <= c.last() for n in reachable) >= majority]
+        if not candidates:
+            reachable = list(self.nodes)
+            candidates = [c for c in self.nodes if sum(n.last() <= c.last() for n in self.nodes) >= majority]
         winner = self.rng.choice(candidates)
-        others = [n for n in self.nodes if n is not winner and n.last() <= winner.last()]
+        others = [n for n in reachable if n is not winner and n.last() <= winner.last()]
         voters = [winner] + self.rng.sample(others, majority - 1)
         for node in voters:
             self._set_term(node, term)
@@ -383,6 +443,8 @@ class SimQuorum:
         if not node.replayed.same_content(node.state.image):
             self.fail(f"node {node.node_id}: the image differs from the replay of its committed log "
                       f"at offset {applied.next_offset - 1}")
+        if first and self.on_fenced_for_silence is not None and node.replayed.cluster is not before.cluster:
+            self._check_fences(before, node.replayed, [r for _o, r in records])
         for stream_id, stream in node.replayed.streams.streams.items():
             old = before.streams.streams.get(stream_id)
             if old is stream or stream.state != STREAM_OPENED:
@@ -393,6 +455,21 @@ class SimQuorum:
             if old is not None and old.state == STREAM_OPENED and old.owner != stream.owner \
                     and self.on_owner_change is not None and first:
                 self.on_owner_change(stream_id, old.owner, old.owner_epoch, stream.owner)
+
+    def _check_fences(self, before: MetadataImage, after: MetadataImage, records: list[Record]) -> None:
+        """Report brokers this command fenced for silence: ones neither shutting down (asked in
+        this command or before) nor unregistered by it."""
+        assert self.on_fenced_for_silence is not None
+        excused = {r.broker_id for r in records
+                   if isinstance(r, UnregisterBrokerRecord) or
+                   (isinstance(r, BrokerRegistrationChangeRecord) and r.in_controlled_shutdown)}
+        for broker_id, reg in after.cluster.brokers.items():
+            old = before.cluster.brokers.get(broker_id)
+            if old is None or old.broker_epoch != reg.broker_epoch or old.fenced or not reg.fenced:
+                continue
+            if old.in_controlled_shutdown or broker_id in excused:
+                continue
+            self.on_fenced_for_silence(broker_id, reg.broker_epoch)
 
     def check(self) -> None:
         for node in self.nodes:

@@ -87,6 +87,7 @@ class Simulation:
         self.controller = SimQuorum(self.rng, self.clock, self._advance, WRITE_OPERATIONS, config, faults,
                                     fail=self.fail)
         self.controller.on_owner_change = self.owner_changed
+        self.controller.on_fenced_for_silence = self.fenced_for_silence
         self.brokers = {b: SimBroker(b) for b in range(max_brokers)}
         self.ops: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -159,6 +160,14 @@ class Simulation:
         if until > self.clock.now_ms:
             self.fail(f"stream {stream_id} went from broker {old_owner} (epoch {old_epoch}) to {new_owner} at "
                       f"{self.clock.now_ms} while {old_owner} could still acknowledge (lease until {until})")
+
+    def fenced_for_silence(self, broker_id: int, broker_epoch: int) -> None:
+        """No broker is fenced for silence while its lease may still let it acknowledge: the
+        fence is what lets another broker take its streams over."""
+        until = self.brokers[broker_id].lease_until_ms.get(broker_epoch, 0)
+        if until > self.clock.now_ms:
+            self.fail(f"broker {broker_id} (epoch {broker_epoch}) fenced at {self.clock.now_ms} while it could "
+                      f"still acknowledge (lease until {until})")
 
     @property
     def image(self) -> MetadataImage:
@@ -311,14 +320,22 @@ class Simulation:
             "isr": isr}, must_succeed=rightful)
 
     def decommission(self) -> None:
-        """An operator unregisters a broker that is down (scaling in)."""
-        now = self.clock.now_ms  # gone for a whole session: no incarnation may still acknowledge
-        down = [b for b in self.brokers.values() if not b.alive and b.broker_id in self.image.cluster.brokers
-                and all(until <= now for until in b.lease_until_ms.values())]
-        if down:
-            broker_id = self.rng.choice(down).broker_id
-            self.call("unregister_broker", {"broker_id": broker_id},
-                      must_succeed=lambda image: broker_id in image.cluster.brokers)
+        """An operator unregisters a broker (scaling in): mostly one that is down, sometimes one that
+        is still up, or paused (SIGSTOP, a GC pause) with its write lease still running. Its
+        registration goes at once; its streams must not change hands while its lease runs
+        (``owner_changed``)."""
+        registered = [b for b in self.brokers.values() if b.broker_id in self.image.cluster.brokers]
+        now = self.clock.now_ms
+        down = [b for b in registered if not b.alive and all(until <= now for until in b.lease_until_ms.values())]
+        pool = down if down and self.rng.random() < 0.6 else registered
+        if not pool:
+            return
+        b = self.rng.choice(pool)
+        if self.call("unregister_broker", {"broker_id": b.broker_id},
+                     must_succeed=lambda image: b.broker_id in image.cluster.brokers) is not None or \
+                b.broker_id not in self.image.cluster.brokers:
+            self.ops["unregistered_live" if b.alive else "unregistered_down"] += 1
+            b.alive = False  # a zombie now: it may still acknowledge until its lease runs out
 
     def controller_failover(self) -> None:
         """The leader is deposed: a new term begins (heartbeat times are lost, the log stays)."""
@@ -491,7 +508,9 @@ class Simulation:
     def settle(self) -> None:
         """Liveness: with faults stopped, every s3 partition ends up led by a live broker that has
         opened its streams at the partition's leader epoch."""
-        self.controller.faults = Faults(drop=0.0, duplicate=0.0, depose=0.0, stale_client=0.0, reorder=0.0)
+        self.controller.faults = Faults(drop=0.0, duplicate=0.0, depose=0.0, stale_client=0.0, reorder=0.0, isolate=0.0)
+        self.controller.isolated_until_ms.clear()  # cut-off controllers are heard again
+        self.controller.cut_off_brokers.clear()
         for b in self.brokers.values():
             b.bad_dirs.clear()  # faults stopped: full or failed log dirs recover too
         for _round in range(8):

@@ -35,6 +35,7 @@ from metadata_quorum.records import (
     STORAGE_S3,
     STREAM_OPENED,
     BrokerRegistrationChangeRecord,
+    KVRecord,
     partition_stream_key,
     LogDirSpec,
     RegisterBrokerRecord,
@@ -55,6 +56,29 @@ def heartbeat_expired(ctx: OpContext, broker_id: int, unknown_is_expired: bool =
 def judged_at_ms(ctx: OpContext) -> int:
     """When sessions are judged: when the operation was queued (see ``OpContext``)."""
     return ctx.now_ms if ctx.queued_ms is None else min(ctx.now_ms, ctx.queued_ms)
+
+
+def session_end_ms(ctx: OpContext, broker_id: int) -> int:
+    """The last time at which this controller does not yet count the broker's session expired
+    (``heartbeat_expired`` turns true just after it). The broker's own lease ends no later: it
+    runs from the *send* time of a heartbeat this controller counted at its *arrival*. A broker
+    not heard from counts as heard at activation, or now when that is unknown (it may have
+    heartbeated to the previous controller a moment ago)."""
+    last = ctx.last_heartbeat_ms.get(broker_id, ctx.active_since_ms)
+    return (ctx.now_ms if last is None else last) + ctx.session_timeout_ms
+
+
+def unregistered_session_key(broker_id: int) -> str:
+    """KV key holding ``session_end_ms`` of an incarnation unregistered while its session was
+    live: durable (a new active controller knows nothing of the old one's heartbeats) and read by
+    ``held_by_live_owner``, ``register_broker`` and ``streams.open_stream``."""
+    return f"broker/{broker_id}/unregistered_session_end_ms"
+
+
+def unregistered_session_live(raw: str | None, now_ms: int) -> bool:
+    """An unregistered incarnation of the broker may still hold a write lease at ``now_ms``
+    (``raw``: the value under ``unregistered_session_key``, None when there is none)."""
+    return raw is not None and now_ms <= int(raw)
 
 
 def check_broker_epoch(image: MetadataImage, broker_id: int, broker_epoch: int) -> BrokerRegistration:
@@ -105,7 +129,17 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
             f"another incarnation of broker {broker_id} ({existing.incarnation_id}) is still alive; "
             f"retry after its session expires ({ctx.session_timeout_ms} ms without heartbeats)",
         )
+    departed = image.kv.get(unregistered_session_key(broker_id))
+    if existing is None and unregistered_session_live(departed, ctx.now_ms):
+        raise FerryError(
+            ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+            f"broker {broker_id} was unregistered while its session was live; its old incarnation may "
+            f"still serve until {departed} (epoch ms): retry after that",
+            {"retry_after_ms": int(departed or 0) - ctx.now_ms + 1},
+        )
     builder = RecordBuilder(image)
+    if departed is not None:
+        builder.add(KVRecord(key=unregistered_session_key(broker_id), value=None))
     epoch = ctx.next_offset
     builder.add(RegisterBrokerRecord(
         broker_id=broker_id, incarnation_id=incarnation_id, broker_epoch=epoch, endpoints=endpoints,
@@ -201,8 +235,8 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
         if part.reelection_deadline_ms > ctx.now_ms:
             continue
         candidate = election_candidate(builder, part)
-        if candidate != NO_LEADER and part.storage == STORAGE_S3 and held_by_live_owner(builder, part, candidate, ctx):
-            continue
+        if part.storage == STORAGE_S3 and held_by_live_owner(builder, part, candidate, ctx):
+            continue  # with no candidate too: a broker it would move to could not open the streams yet
         if candidate != NO_LEADER:
             elect(builder, part, candidate)
         elif part.storage == STORAGE_S3:
@@ -228,6 +262,8 @@ def held_by_live_owner(builder: RecordBuilder, part: PartitionRegistration, cand
         stream = builder.view.stream(int(raw)) if raw is not None else None
         if stream is None or stream.state != STREAM_OPENED or stream.owner == candidate:
             continue
+        if unregistered_session_live(builder.view.kv(unregistered_session_key(stream.owner)), ctx.now_ms):
+            return True  # unregistered, but its lease may still let it acknowledge
         reg = builder.view.broker(stream.owner)
         if reg is not None and not reg.fenced and not heartbeat_expired(ctx, stream.owner) and \
                 stream.owner_epoch in (-1, reg.broker_epoch):
@@ -236,17 +272,32 @@ def held_by_live_owner(builder: RecordBuilder, part: PartitionRegistration, cand
 
 
 def unregister_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
-    """Remove a broker for good (Kafka's UnregisterBroker, for scaling in): it is fenced, its s3
-    partitions go to live brokers, it leaves every ISR, then its registration is removed. Streams
-    it still holds can be taken over at once."""
+    """Remove a broker for good (Kafka's UnregisterBroker, for scaling in), at once, as Kafka does
+    even for a live broker: it is fenced, leaves every ISR, its s3 partitions get new replicas,
+    and its registration is removed (its heartbeats and stream calls now fail).
+
+    Who may take its streams over depends on whether it may still acknowledge writes. If it was
+    fenced (a completed controlled shutdown: it closed its streams; or a session expiry) or is
+    silent past the session timeout, its s3 partitions are led elsewhere at once. Otherwise — a
+    live broker, or one paused (SIGSTOP, a GC pause) or cut off that resumes within its session
+    — its write lease may still hold: its s3 partitions wait leaderless, their streams stay its
+    own, and the end of its session as this controller counts it is recorded
+    (``unregistered_session_key``). Until then ``tick`` elects no leader for them, a new leader
+    elected otherwise gets ``STREAM_NOT_CLOSED`` on open, and the broker id may not register
+    again; then ``tick`` elects, as after a session expiry.
+    """
     broker_id = req_int(args, "broker_id", 0)
     reg = image.cluster.brokers.get(broker_id)
     if reg is None:
         raise FerryError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
     builder = RecordBuilder(image)
+    may_acknowledge = not reg.fenced and not heartbeat_expired(ctx, broker_id, unknown_is_expired=False)
     if not reg.fenced:
         builder.add(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=reg.broker_epoch, fenced=True))
-    evacuate(builder, Placement(image), broker_id, "dead", ctx)
+    # "shutdown": new replicas, no leader until tick finds the streams free; "dead": led at once
+    evacuate(builder, Placement(image), broker_id, "shutdown" if may_acknowledge else "dead", ctx)
+    if may_acknowledge:
+        builder.add(KVRecord(key=unregistered_session_key(broker_id), value=str(session_end_ms(ctx, broker_id))))
     builder.add(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.broker_epoch))
     return ControllerResult(tuple(builder.records), {})
 
@@ -275,4 +326,4 @@ def describe_cluster(image: MetadataImage, args: dict[str, Any]) -> dict[str, An
 
 
 __all__ = ["register_broker", "unregister_broker", "broker_heartbeat", "tick", "describe_cluster", "check_broker_epoch",
-           "heartbeat_expired"]
+           "heartbeat_expired", "session_end_ms", "unregistered_session_key", "unregistered_session_live"]

@@ -9,7 +9,8 @@ A stream is owned by at most one broker at a time, under an epoch:
   it at the same epoch, since nobody else can have written since), and the stream must be CLOSED — or OPENED by this same broker id, or
   by an incarnation that is gone (unregistered, fenced, silent past the session timeout, or
   replaced by a newer registration), whose ownership is then taken over and whose later calls are
-  fenced by the higher epoch. A stream OPENED by another live broker answers
+  fenced by the higher epoch. An incarnation unregistered while its session was live is not gone
+  until that session would have expired (``cluster.unregister_broker``). A stream OPENED by another live broker answers
   ``STREAM_NOT_CLOSED`` (retriable: the owner is closing it).
 * ``close_stream``, ``commit_object``, ``trim_stream``: the caller must be the owner incarnation
   (broker id and the broker epoch it opened with) and give the stream's current epoch
@@ -34,7 +35,8 @@ from typing import Any
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import STREAM_ID_COUNTER_KEY, MetadataImage, StreamMetadata
-from metadata_quorum.ops.cluster import check_broker_epoch, heartbeat_expired
+from metadata_quorum.ops.cluster import (check_broker_epoch, heartbeat_expired, unregistered_session_key,
+                                        unregistered_session_live)
 from metadata_quorum.ops.validation import as_int, as_mapping, invalid, req_int, req_list, req_str
 from metadata_quorum.records import (
     STREAM_CLOSED,
@@ -110,7 +112,11 @@ def create_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
 
 
 def _owner_gone(image: MetadataImage, stream: StreamMetadata, ctx: OpContext) -> bool:
-    """The incarnation that opened the stream is gone: unregistered, fenced, silent, or replaced."""
+    """The incarnation that opened the stream is gone: unregistered, fenced, silent, or replaced.
+    Not while an incarnation unregistered with a live session may still acknowledge
+    (``cluster.unregister_broker``)."""
+    if unregistered_session_live(image.kv.get(unregistered_session_key(stream.owner)), ctx.now_ms):
+        return False
     reg = image.cluster.brokers.get(stream.owner)
     return reg is None or reg.fenced or heartbeat_expired(ctx, stream.owner) or \
         stream.owner_epoch not in (-1, reg.broker_epoch)

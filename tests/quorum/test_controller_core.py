@@ -289,3 +289,51 @@ def test_reelection_in_a_new_term_drops_the_old_terms_view() -> None:
     assert noop.epoch == 2
     core.observe_leadership(False, 2, 0)
     assert not core.is_leader
+
+
+def _registered(core: ControllerCore, state: CommittedLog, broker_id: int = 4) -> int:
+    """Register and unfence ``broker_id``; returns its broker epoch."""
+    reg = core.submit("register_broker", {"broker_id": broker_id, "incarnation_id": f"i{broker_id}",
+                                          "endpoints": ["http://h:1"], "log_dirs": [{"dir_id": "d", "path": "/d"}]},
+                      1000)
+    core.run(FixedSlice(1000))
+    commit(core, state, core.take_ready().commands, 1000)
+    epoch = int([o for o in core.take_ready().outcomes if o.token == reg][0].reply["broker_epoch"])  # type: ignore[union-attr]
+    core.submit("broker_heartbeat", {"broker_id": broker_id, "broker_epoch": epoch, "metadata_offset": epoch}, 1000)
+    core.run(FixedSlice(1000))
+    commit(core, state, core.take_ready().commands, 1000)
+    core.take_ready()
+    assert not state.image.cluster.brokers[broker_id].fenced
+    return epoch
+
+
+def test_a_heartbeat_is_answered_only_after_a_command_of_this_term_sent_after_it_commits() -> None:
+    """Its answer grants a write lease: a leader already deposed (cut off, still believing it
+    leads) must not give one off its stale image. The barrier adds no metadata record."""
+    core, state = make()
+    activate(core, state)
+    epoch = _registered(core, state)
+    offset = state.high_watermark
+    beat = {"broker_id": 4, "broker_epoch": epoch, "metadata_offset": offset - 1}
+    token = core.submit("broker_heartbeat", beat, 1010)
+    core.run(FixedSlice(1010))
+    ready = core.take_ready()
+    assert not ready.outcomes and [c.plan.batches for c in ready.commands] == [()]
+    (applied,) = commit(core, state, ready.commands, 1011)
+    assert applied.accepted and state.high_watermark == offset  # no record, no offset
+    (answer,) = core.take_ready().outcomes
+    assert isinstance(answer, Answer) and answer.token == token and answer.reply["is_fenced"] is False
+    # heartbeats run together share one barrier; one run with a write rides on the write's command
+    tokens = [core.submit("broker_heartbeat", beat, 1020) for _ in range(3)]
+    core.run(FixedSlice(1020))
+    assert len(core.take_ready().commands) == 1
+    core.lost_leadership("deposed")  # the barrier never commits: the answers are retriable
+    assert {o.token for o in core.take_ready().outcomes if isinstance(o, NotLeader)} == set(tokens)
+    activate(core, state, epoch=2, now_ms=1030)
+    hb = core.submit("broker_heartbeat", beat, 1030)
+    put_token = core.submit("put", {"key": "k", "value": "v"}, 1030)
+    core.run(FixedSlice(1030))
+    ready = core.take_ready()
+    assert len(ready.commands) == 1 and not ready.outcomes
+    commit(core, state, ready.commands, 1031)
+    assert {o.token for o in core.take_ready().outcomes} == {hb, put_token}

@@ -314,20 +314,85 @@ def test_controlled_shutdown_removes_the_broker_from_local_isrs_it_follows() -> 
     assert out.reply["should_shut_down"] is True
 
 
-def test_unregister_broker_moves_its_partitions_and_removes_it() -> None:
+def _owner_with_open_stream() -> tuple[Any, int]:
+    """Brokers 0-2; broker 0 leads s3 partition t-0 with its data stream open, and leads local
+    partition l-0 (ISR 0, 1)."""
     c = controller(3)
     c.write("create_topics", {"topics": [{"name": "t", "assignments": {"0": [0], "1": [1]}},
                                          {"name": "l", "storage": "local", "assignments": {"0": [0, 1]}}]})
     sid = int(c.image.kv[f"partition/{c.image.topics.get('t').topic_id}/0/data"])  # type: ignore[union-attr]
     c.write("open_stream", {"stream_id": sid, "epoch": 0, "broker_id": 0, "broker_epoch": epoch_of(c.image, 0)})
-    out = run(c.image, "unregister_broker", {"broker_id": 0}, now_ms=c.clock_ms(), heartbeats=c.last_heartbeat_ms)
+    return c, sid
+
+
+def test_unregister_of_a_live_broker_removes_it_at_once_but_keeps_its_streams_until_its_session_ends() -> None:
+    """Kafka removes a live broker at once; its write lease may still hold (a paused owner that
+    resumes within its session), so nobody may open its streams before that session ends."""
+    c, sid = _owner_with_open_stream()
+    now, beats = c.clock_ms(), dict(c.last_heartbeat_ms)
+    session_end = beats[0] + SESSION_TIMEOUT_MS
+    out = run(c.image, "unregister_broker", {"broker_id": 0}, now_ms=now, heartbeats=beats)
     assert 0 not in out.image.cluster.brokers
-    moved = partition(out.image, "t", 0)
-    assert moved.leader in (1, 2) and moved.replicas == (moved.leader,)
     assert partition(out.image, "l", 0).leader == 1 and partition(out.image, "l", 0).isr == (1,)
-    # the new owner may take the stream over at once
+    waiting = partition(out.image, "t", 0)
+    assert waiting.leader == NO_LEADER and waiting.replicas in ((1,), (2,)) and waiting.removing_replicas == (0,)
+    assert out.image.streams.streams[sid].owner == 0  # still its own
+    new_owner = waiting.replicas[0]
+    # the deadline passes, but tick elects nobody while the old session may be live, even on a new
+    # active controller that never heard from broker 0 (the session's end is in the log)
+    for at, heartbeats in ((waiting.reelection_deadline_ms, beats), (session_end, {})):
+        ticked = run(out.image, "tick", {}, now_ms=at, heartbeats=heartbeats)
+        assert partition(ticked.image, "t", 0).leader == NO_LEADER
+    # a leader elected by hand cannot open the stream; the broker id cannot register again
+    elected = run(out.image, "elect_leaders", {"partitions": [{"topic": "t", "partition": 0}]}, now_ms=now)
+    part = partition(elected.image, "t", 0)
+    assert part.leader == new_owner
+    open_args = {"stream_id": sid, "epoch": part.leader_epoch, "broker_id": new_owner,
+                 "broker_epoch": epoch_of(out.image, new_owner)}
+    expect_error(elected.image, "open_stream", open_args, ErrorCode.STREAM_NOT_CLOSED, now_ms=session_end,
+                 heartbeats={})
+    expect_error(out.image, "register_broker", register_args(0, "next"), ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                 now_ms=session_end, heartbeats={})
+    # once the session is over: tick elects, the new leader takes the stream, broker 0 may return
+    after = session_end + 1
+    ticked = run(out.image, "tick", {}, now_ms=after, heartbeats={new_owner: after})
+    part = partition(ticked.image, "t", 0)
+    assert part.leader == new_owner and part.removing_replicas == ()
+    taken = run(ticked.image, "open_stream", dict(open_args, epoch=part.leader_epoch), now_ms=after,
+                heartbeats={new_owner: after})
+    assert taken.image.streams.streams[sid].owner == new_owner
+    back = run(taken.image, "register_broker", register_args(0, "next"), now_ms=after, heartbeats={})
+    assert back.image.cluster.brokers[0].incarnation_id == "next"
+    assert partition(back.image, "t", 0).leader == new_owner  # nothing else changes
+    assert "broker/0/unregistered_session_end_ms" not in back.image.kv
+    expect_error(out.image, "unregister_broker", {"broker_id": 0}, ErrorCode.BROKER_ID_NOT_REGISTERED)
+
+
+def test_unregister_of_a_broker_that_cannot_acknowledge_hands_its_streams_over_at_once() -> None:
+    """Silent past its session: its lease is over, so its partitions are led elsewhere at once and
+    the new leader takes its streams."""
+    c, sid = _owner_with_open_stream()
+    now = c.last_heartbeat_ms[0] + SESSION_TIMEOUT_MS + 1
+    beats = {1: now, 2: now, 0: c.last_heartbeat_ms[0]}
+    out = run(c.image, "unregister_broker", {"broker_id": 0}, now_ms=now, heartbeats=beats)
+    moved = partition(out.image, "t", 0)
+    assert 0 not in out.image.cluster.brokers and moved.leader in (1, 2) and moved.replicas == (moved.leader,)
+    assert not any(k.startswith("broker/") for k in out.image.kv)
     taken = run(out.image, "open_stream", {"stream_id": sid, "epoch": moved.leader_epoch, "broker_id": moved.leader,
                                            "broker_epoch": epoch_of(out.image, moved.leader)},
-                now_ms=c.clock_ms(), heartbeats=c.last_heartbeat_ms)
+                now_ms=now, heartbeats=beats)
     assert taken.image.streams.streams[sid].owner == moved.leader
-    expect_error(out.image, "unregister_broker", {"broker_id": 0}, ErrorCode.BROKER_ID_NOT_REGISTERED)
+
+
+def test_unregister_after_a_controlled_shutdown_needs_no_wait() -> None:
+    """The autoscaling harness's path: the broker closed its streams and was fenced by its
+    controlled shutdown, then it is unregistered; nothing waits for its session."""
+    c, sid = _owner_with_open_stream()
+    epoch = epoch_of(c.image, 0)
+    shut = {"broker_id": 0, "broker_epoch": epoch, "metadata_offset": c.image.offset, "want_shutdown": True}
+    c.write("broker_heartbeat", shut)
+    c.write("close_stream", {"stream_id": sid, "epoch": 0, "broker_id": 0, "broker_epoch": epoch})
+    assert c.write("broker_heartbeat", dict(shut, metadata_offset=c.image.offset))["should_shut_down"]
+    c.write("unregister_broker", {"broker_id": 0})
+    assert 0 not in c.image.cluster.brokers and not any(k.startswith("broker/") for k in c.image.kv)
+    c.write("register_broker", register_args(0, "next"))  # the id is free at once

@@ -11,7 +11,8 @@ import pytest
 from metadata_quorum import simulation
 from metadata_quorum.image import PartitionRegistration
 from metadata_quorum.ops import placement, streams
-from metadata_quorum.simulation import InvariantViolation, Simulation, run_seed
+from metadata_quorum.sim_quorum import Faults
+from metadata_quorum.simulation import SESSION_TIMEOUT_MS, InvariantViolation, Simulation, run_seed
 
 SEEDS = range(50)
 STEPS = 60
@@ -36,6 +37,9 @@ def test_invariants_hold_on_200_seeds() -> None:
                     "register_broker:DUPLICATE_BROKER_REGISTRATION", "broker_heartbeat:NOT_CONTROLLER"]:
         assert errors[outcome] > 0, outcome
     assert ops["commit_object"] > 100 and ops["tick"] > 100 and ops["failover"] > 40
+    assert ops["unregistered_live"] > 20  # an operator removed brokers whose lease could still run
+    # old leaders cut off from the quorum went on answering: brokers cut off with them, and others
+    assert quorum["isolated"] > 20 and quorum["stale_client"] > 50
     # and the replicated log misbehaved: leaders deposed, uncommitted entries lost, messages dropped
     assert quorum["depose"] > 20 and quorum["lost_entries"] > 10
     assert quorum["drop"] > 500 and quorum["duplicate"] > 500
@@ -55,6 +59,7 @@ def test_regression_seeds(seed: int) -> None:
     6041,  # a placement judged against a dir state from before a heartbeat in the same step
     3365,  # settling jumped the clock with no network events: every command in flight expired
     3671,  # a broker never learned that a close whose answer it lost had committed
+    608,  # a leader cut off with a broker answered its heartbeat: fenced inside the lease it granted
 ])
 def test_soak_regression_seeds(seed: int) -> None:
     """Seeds of ``make soak`` (40 steps) that once failed."""
@@ -113,3 +118,39 @@ def test_the_checks_catch_a_placement_on_an_offline_dir(monkeypatch: pytest.Monk
     with pytest.raises(InvariantViolation, match="offline dir"):
         for seed in SEEDS:
             run_seed(seed, STEPS)
+
+
+def test_a_leader_cut_off_with_a_broker_grants_no_lease_the_new_leader_does_not_count() -> None:
+    """A network cut leaves the old leader with broker 0 only: the old leader goes on believing it
+    leads (pysyncobj's leader does until leaderFallbackTimeout), the others elect a new one. A
+    heartbeat answered off the old leader's image would renew broker 0's lease past the session
+    the new leader counts, and the new leader would fence it (and give its streams away) while it
+    could still acknowledge; the answer must wait for a commit the old leader cannot get."""
+    sim = Simulation(5, steps=0, faults=Faults(drop=0.0, duplicate=0.0, depose=0.0, stale_client=0.0, isolate=0.0))
+    for _ in range(3):
+        sim.register()
+    q = sim.controller
+    broker = next(b for b in sim.brokers.values() if b.alive)
+    old = q.leader()
+    assert old is not None and old.core.active
+    now = sim.clock.now_ms
+    q.isolated_until_ms[old.node_id] = now + 2500
+    q.cut_off_brokers[broker.broker_id] = (old.node_id, now + 60_000)
+    q.elect()
+    assert q.run_until(lambda: any(n.core.active and n is not old for n in q.nodes))
+    assert old.core.active  # it still believes it leads
+    lease_before = broker.lease_until_ms.get(broker.broker_epoch, 0)
+    for _ in range(3):
+        sim.clock.now_ms += 400
+        assert sim.beat(broker) is None and sim.indeterminate  # never answered
+    assert broker.lease_until_ms.get(broker.broker_epoch, 0) == lease_before
+    assert q.counts["stale_client"] >= 3
+    # the new leader fences the silent broker one session after its activation, checked against
+    # the broker's lease (``fenced_for_silence``): an answered heartbeat above would outlast it
+    for _ in range(SESSION_TIMEOUT_MS // 100):
+        if sim.image.cluster.brokers[broker.broker_id].fenced:
+            break
+        sim.clock.now_ms += 100
+        sim.call("tick", {})
+    assert sim.image.cluster.brokers[broker.broker_id].fenced
+    assert sim.clock.now_ms < now + 1200 + SESSION_TIMEOUT_MS  # within the lease a stale answer would give
