@@ -27,6 +27,7 @@ from metadata_quorum.backoff import STEP_BACKOFF, retry_after_ms_of
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
+from stream_storage.control import description_from_image
 
 if TYPE_CHECKING:
     from broker.log_dirs_manager import LogDirsManager
@@ -35,7 +36,9 @@ log = logging.getLogger("ferry.broker.partitions")
 
 WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 CLOSE_ATTEMPTS = 20
-PREFETCH_OBJECTS = 8
+# The old owner's last meta-stream object holds the partition meta as a snapshot: the new owner
+# needs that object alone (older ones only when it holds no snapshot, read on demand)
+PREFETCH_OBJECTS = 1
 ELECT_COALESCE_S = 0.002
 ELECT_BATCH_MAX = 500
 ELECT_ATTEMPTS = 20
@@ -266,7 +269,11 @@ class PartitionManager:
         epoch = sm.stream_open_epoch(leader_epoch, s_epoch, opened, owner, self.broker_id,
                                      meta.owner_epoch if meta is not None else -1,
                                      me.broker_epoch if me is not None else -1)
-        return StreamPlan(stream_id, epoch, owner if opened else -1, s_epoch)
+        # the committed objects as the image has them: it holds the previous owner's close (this
+        # broker saw the election that followed it), so step 6 asks the controller for none of them
+        described = description_from_image(self.image, stream_id)
+        return StreamPlan(stream_id, epoch, owner if opened else -1, s_epoch,
+                          described.objects if described is not None else ())
 
     async def _open(self, slot: Slot) -> None:
         tp = slot.tp

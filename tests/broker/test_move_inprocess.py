@@ -162,6 +162,60 @@ async def test_moves_back_and_forth_keep_every_record_and_time_each_step(cluster
     assert meta_stream.start_offset > 0 and len(meta_stream.objects) <= META_COMPACT_FORCE_RECORDS
 
 
+async def test_a_clean_move_costs_one_put_and_one_get_whatever_the_meta_history(
+        cluster: InProcessCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 4 is one PUT and one commit (which closes both streams); step 6 reads the partition
+    meta from that object alone — one GET, however many moves wrote the meta stream before — and
+    asks the controller for nothing the metadata image already holds (no describe_stream)."""
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "h", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    owner = 1
+    acked: list[tuple[int, bytes]] = []
+    for round_no in range(4):  # a history of closes in the meta stream, one object each
+        slot = await c.serving(owner, "h", 0)
+        for i in range(3):
+            acked.append((await append(slot, b"h%d-%d" % (round_no, i)), b"h%d-%d" % (round_no, i)))
+        owner = 2 if owner == 1 else 1
+        c.controller.write("alter_partition_reassignments",
+                           {"reassignments": [{"topic": "h", "partition": 0, "replicas": [owner]}]})
+    slot = await c.serving(owner, "h", 0)
+    meta_sid = slot.replica.meta_stream_id
+    assert len(c.controller.image.streams.streams[meta_sid].objects) >= 4
+    acked.append((await append(slot, b"last"), b"last"))
+    await asyncio.sleep(0.05)  # background work of the earlier moves (timelines) settles
+
+    ops: list[str] = []
+    reads: list[str] = []
+    write, read = c.controller.write, c.controller.read
+
+    def counting_write(op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        ops.append(op)
+        return write(op, args)
+
+    def counting_read(op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        reads.append(op)
+        return read(op, args)
+
+    monkeypatch.setattr(c.controller, "write", counting_write)
+    monkeypatch.setattr(c.controller, "read", counting_read)
+    c.store.calls.clear()
+    old = slot.replica
+    target = 2 if owner == 1 else 1
+    c.controller.write("alter_partition_reassignments",
+                       {"reassignments": [{"topic": "h", "partition": 0, "replicas": [target]}]})
+    moved = await c.serving(target, "h", 0)
+    calls = dict(c.store.calls)
+    assert calls == {"put": 1, "get": 1}, calls  # no LIST, no GET of older meta objects
+    assert "describe_stream" not in reads, reads
+    assert ops.count("commit_object") == 1 and "close_stream" not in ops, ops
+    assert ops.count("open_stream") == 2 and ops.count("elect_leaders") == 1, ops
+    assert [(r.offset, r.value) for r in await read_all(moved)] == acked
+    # the state the old owner closed with, from its snapshot (a clean open: no index rebuild)
+    assert (moved.replica.size_bytes, moved.replica.meta.time_index) == (old.size_bytes, old.meta.time_index)
+    assert moved.replica.meta.leader_epochs[:-1] == old.meta.leader_epochs
+
+
 async def test_dead_owner_wal_recovered_and_stale_owner_fenced(cluster: InProcessCluster) -> None:
     c = cluster
     c.controller.write("create_topics", {"topics": [{"name": "f", "num_partitions": 1, "replication_factor": 1,
