@@ -328,6 +328,12 @@ class Broker:
                 for s in self.manager.serving() if s.replica is not None]
 
     # ------------------------------------------------------------------ the core both front ends call
+    async def await_handoff(self, topic: str, partition: int) -> None:
+        """A produce for a partition changing hands here waits (bounded) for the hand-off to settle."""
+        if self.manager is not None and self.config.produce_handoff_wait_ms > 0:
+            await self.manager.await_handoff(topic, partition, lambda: self._view(topic, partition),
+                                             self.config.produce_handoff_wait_ms / 1000)
+
     def _view(self, topic: str, partition: int) -> admission.LeaderView | None:
         assert self.manager is not None
         image = self.manager.image
@@ -428,6 +434,7 @@ class Broker:
         started = time.monotonic()
         try:
             admission.check_acks(acks)
+            await self.await_handoff(topic, partition)
             slot = self.partition_slot(topic, partition, for_write=True, client_leader_epoch=client_leader_epoch)
             if len(body) > self.config.max_batch_bytes:
                 raise FerryError(ErrorCode.MESSAGE_TOO_LARGE,
@@ -549,6 +556,7 @@ class Broker:
             self.metrics.produce_errors.labels("INVALID_REQUIRED_ACKS").inc()
             raise FerryError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks_raw!r}; use -1, 1 or 0") from None
         # the partition is checked before the body is read, so a refused produce costs no upload
+        await self.await_handoff(topic, partition)
         try:
             self.partition_slot(topic, partition, True, _epoch_param(request))
             try:
