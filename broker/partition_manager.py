@@ -150,7 +150,10 @@ class PartitionManager:
             replica_leader_epoch=slot.replica.leader_epoch if slot.replica is not None else -1)
 
     def _handoff_pending(self, topic: str, partition: int, view: Callable[[], admission.LeaderView | None]) -> bool:
-        return admission.handoff_pending(self.broker_id, view(), self.serving_state(self.slot_by_name(topic, partition)))
+        slot = self.slot_by_name(topic, partition)
+        if slot is None or (slot.status.accepts_produce and slot.replica is not None and not slot.replica.closed):
+            return False  # the common case, decided without building the image's view
+        return admission.handoff_pending(self.broker_id, view(), self.serving_state(slot))
 
     async def await_handoff(self, topic: str, partition: int, view: Callable[[], admission.LeaderView | None],
                             timeout_s: float) -> None:
