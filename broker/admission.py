@@ -57,6 +57,24 @@ def check_serving(topic: str, partition: int, broker_id: int, view: LeaderView |
         raise not_leader(topic, partition, broker_id, view, state.state_name if state else None, leader_url)
 
 
+def handoff_pending(broker_id: int, view: LeaderView | None, state: ServingState | None) -> bool:
+    """Whether a produce that finds the partition not served here is held for a hand-off under
+    way instead of being refused at once: this broker opens it as the elected leader (it serves
+    in a moment), or it is closing it (or has just closed it) and no new leader is named yet.
+
+    A refused client backs off exponentially (Kafka's ``retry.backoff.ms`` doubling), so a
+    refusal during a ~0.1 s move lands its retry well after the move ended; a request held
+    here is answered the moment the hand-off settles: appended when the partition serves, or
+    ``NOT_LEADER_OR_FOLLOWER`` naming the new leader. The caller bounds the wait."""
+    if view is None or state is None or (state.accepts_requests and not state.replica_closed):
+        return False
+    if view.leader == broker_id:
+        return state.state_name == "OPENING"
+    if view.leader == NO_LEADER:
+        return state.state_name in ("CLOSING", "CLOSED")
+    return False
+
+
 def check_leader_epoch(topic: str, partition: int, client_epoch: int | None, current_epoch: int) -> None:
     """Kafka's fencing of a client's stale (or too new) view: ``-1``/None means the client
     does not say."""

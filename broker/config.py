@@ -59,6 +59,8 @@ class BrokerConfig:
     dead_wal_gc_interval_ms: PositiveInt = 5000
     alter_log_dirs_max_bytes_per_second: NonNegativeInt = 0  # replica.alter.log.dirs.io.max.bytes.per.second; 0 = unlimited
     shutdown_timeout_ms: PositiveInt = 30000
+    # a produce for a partition changing hands here waits this long for the hand-off (0 = refuse at once)
+    produce_handoff_wait_ms: NonNegativeInt = 1000
     # storage=local replication, as Kafka names them (replica.lag.time.max.ms, replica.fetch.wait.max.ms,
     # replica.high.watermark.checkpoint.interval.ms, request.timeout.ms of an acks=all produce)
     replica_lag_time_max_ms: PositiveInt = 30000

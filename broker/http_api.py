@@ -51,6 +51,8 @@ class HttpBrokerCore(BrokerCore, Protocol):
     def partition_slot(self, topic: str, partition: int, for_write: bool,
                        client_leader_epoch: int | None = None) -> Slot | LocalSlot: ...
 
+    def await_handoff(self, topic: str, partition: int) -> Awaitable[None]: ...
+
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]: ...
 
     def alter_replica_log_dirs(self, moves: list[tuple[str, int, str]]) -> Awaitable[list[FerryError | None]]: ...
@@ -118,6 +120,7 @@ class BrokerHttpApi:
             core.metrics.produce_errors.labels("INVALID_REQUIRED_ACKS").inc()
             raise FerryError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks_raw!r}; use -1, 1 or 0") from None
         # the partition is checked before the body is read, so a refused produce costs no upload
+        await core.await_handoff(topic, partition)
         try:
             core.partition_slot(topic, partition, True, _epoch_param(request))
             try:

@@ -8,6 +8,7 @@ timeline (move_timeline.py), publishes its half in the metadata log's KV, and lo
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import shutil
@@ -15,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from broker import admission
 from broker import partition as sm
 from broker.log_dirs import choose_log_dir, partition_dir_name
 from broker.metrics import BrokerMetrics
@@ -27,6 +29,7 @@ from metadata_quorum.backoff import STEP_BACKOFF, retry_after_ms_of
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
+from stream_storage.control import description_from_image
 
 if TYPE_CHECKING:
     from broker.log_dirs_manager import LogDirsManager
@@ -35,7 +38,9 @@ log = logging.getLogger("ferry.broker.partitions")
 
 WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 CLOSE_ATTEMPTS = 20
-PREFETCH_OBJECTS = 8
+# The old owner's last meta-stream object holds the partition meta as a snapshot: the new owner
+# needs that object alone (older ones only when it holds no snapshot, read on demand)
+PREFETCH_OBJECTS = 1
 ELECT_COALESCE_S = 0.002
 ELECT_BATCH_MAX = 500
 ELECT_ATTEMPTS = 20
@@ -90,6 +95,8 @@ class PartitionManager:
         self._incoming: dict[int, Any] = {}  # meta stream id of a partition moving here -> its storage
         self._prefetched: set[str] = set()
         self.stopping = False
+        self._changed = asyncio.Event()  # set (and replaced) whenever the image or a slot's state changes
+        self._handoff_lines: dict[tuple[str, int], collections.deque[asyncio.Future[None]]] = {}
         # Partitions by state are counted when /metrics is scraped, not on every state change: a
         # count walks every slot, and a move of thousands of partitions changes thousands of states
         # (counting on each change made a 5,000-partition move quadratic and starved the broker).
@@ -134,6 +141,58 @@ class PartitionManager:
                 out[s.log_dir] = out.get(s.log_dir, 0) + 1
         return out
 
+    def serving_state(self, slot: Slot | None) -> admission.ServingState | None:
+        if slot is None:
+            return None
+        return admission.ServingState(
+            accepts_requests=slot.status.accepts_produce and slot.replica is not None,
+            state_name=slot.status.state.value, replica_closed=slot.replica is None or slot.replica.closed,
+            replica_leader_epoch=slot.replica.leader_epoch if slot.replica is not None else -1)
+
+    def _handoff_pending(self, topic: str, partition: int, view: Callable[[], admission.LeaderView | None]) -> bool:
+        slot = self.slot_by_name(topic, partition)
+        if slot is None or (slot.status.accepts_produce and slot.replica is not None and not slot.replica.closed):
+            return False  # the common case, decided without building the image's view
+        return admission.handoff_pending(self.broker_id, view(), self.serving_state(slot))
+
+    async def await_handoff(self, topic: str, partition: int, view: Callable[[], admission.LeaderView | None],
+                            timeout_s: float) -> None:
+        """Return once the partition is not changing hands here (``admission.handoff_pending``), or
+        after ``timeout_s``; the caller then serves or refuses as usual.
+
+        Requests held for one partition leave in arrival order, each after the one before it ran
+        on to its first await (its append is queued to the WAL by then), and a request arriving
+        while others are held queues behind them: a pipelining idempotent producer's batches reach
+        the WAL in the order sent. Returns without yielding when nothing is under way."""
+        key = (topic, partition)
+        line = self._handoff_lines.get(key)
+        if line is None and not self._handoff_pending(topic, partition, view):
+            return
+        if line is None:
+            line = self._handoff_lines[key] = collections.deque()
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        line.append(turn)
+        if len(line) == 1:
+            turn.set_result(None)
+        deadline = time.monotonic() + timeout_s
+        try:
+            await asyncio.wait_for(asyncio.shield(turn), timeout_s)
+            while self._handoff_pending(topic, partition, view) and time.monotonic() < deadline:
+                await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            head = line[0] is turn
+            line.remove(turn)
+            if not line:
+                self._handoff_lines.pop(key, None)
+            elif head and not line[0].done():
+                line[0].set_result(None)  # the next one's turn, once this one has run on
+
+    def _notify_changed(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
     def busy(self) -> bool:
         return any(s.status.busy or (s.task is not None and not s.task.done()) for s in self.slots.values())
 
@@ -153,6 +212,7 @@ class PartitionManager:
             self._target(tp, new or old, lead=False, seen_ms=seen_ms, gained=False,
                          elect=new is not None and new.leader == NO_LEADER)
         self._prefetch_incoming(delta, image)
+        self._notify_changed()
 
     def _prefetch_incoming(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """A partition moving here has no leader until the old owner closes its streams (step 4).
@@ -228,6 +288,7 @@ class PartitionManager:
 
     # ------------------------------------------------------------------ actions
     def _run(self, slot: Slot, actions: tuple[sm.Action, ...]) -> None:
+        self._notify_changed()  # every change of a slot's state comes through here
         for action in actions:
             if action is sm.Action.OPEN:
                 slot.task = self._spawn(self._open(slot))
@@ -266,7 +327,12 @@ class PartitionManager:
         epoch = sm.stream_open_epoch(leader_epoch, s_epoch, opened, owner, self.broker_id,
                                      meta.owner_epoch if meta is not None else -1,
                                      me.broker_epoch if me is not None else -1)
-        return StreamPlan(stream_id, epoch, owner if opened else -1, s_epoch, meta.wal_owners if meta is not None else ())
+        # the committed objects as the image has them: it holds the previous owner's close (this
+        # broker saw the election that followed it), so step 6 asks the controller for none of them
+        described = description_from_image(self.image, stream_id)
+        return StreamPlan(stream_id, epoch, owner if opened else -1, s_epoch,
+                          meta.wal_owners if meta is not None else (),
+                          described.objects if described is not None else ())
 
     async def _open(self, slot: Slot) -> None:
         tp = slot.tp

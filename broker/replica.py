@@ -22,6 +22,7 @@ from broker import partition_meta as pm
 from broker.load_sampler import LoadCounters
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage import batches
+from stream_storage.control import ObjectRef
 from stream_storage.meta_stream import MetaStream
 from stream_storage.stream import FENCED as STREAM_HANDLE_FENCED
 
@@ -47,6 +48,13 @@ class StreamPlan:
     # earlier owners whose WALs may hold an acknowledged tail, as this broker's image has them
     # (the open's reply is what counts; this only says whether this broker's own WAL is one)
     wal_owners: tuple[tuple[int, int], ...] = ()
+    # the stream's committed objects as the metadata image says (the open starts with them; the
+    # meta stream is read from the last one first, see MetaStream.load)
+    objects: tuple[ObjectRef, ...] = ()
+
+    @property
+    def last_object_start(self) -> int | None:
+        return max((o.start_offset for o in self.objects), default=None)
 
 
 @dataclass(frozen=True)
@@ -122,18 +130,19 @@ class Replica:
 
         async def open_meta() -> dict[str, bytes]:
             info = await self.storage.open_stream(meta.stream_id, meta.epoch, previous_owner=meta.previous_owner,
-                                                  previous_epoch=meta.previous_epoch)
+                                                  previous_epoch=meta.previous_epoch, known_objects=meta.objects)
             if info.wal_owners:
                 unclean.add(meta.stream_id)
                 await self._recover_from_owners(meta.stream_id, info.wal_owners)
             marks["meta_opened"] = time.monotonic()
             # compaction is ours to schedule (after serving), never on a move's critical path
             self.meta_stream = MetaStream(self.storage, meta.stream_id, snapshot_min_bytes=1 << 40)
-            return await self.meta_stream.load()
+            # the previous owner's close wrote the meta as a snapshot into its last object: one read
+            return await self.meta_stream.load(latest_from=meta.last_object_start)
 
         async def open_data() -> int:
             info = await self.storage.open_stream(data.stream_id, data.epoch, previous_owner=data.previous_owner,
-                                                  previous_epoch=data.previous_epoch)
+                                                  previous_epoch=data.previous_epoch, known_objects=data.objects)
             marks["data_opened"] = time.monotonic()
             if info.wal_owners:
                 unclean.add(data.stream_id)
@@ -441,18 +450,16 @@ class Replica:
         return m
 
     async def persist_meta(self, clean: bool) -> None:
-        """Step 3: the partition meta, as one record of the meta stream."""
+        """Step 3: the partition meta, as a snapshot of the meta stream: the next owner reads it
+        from the last object the close uploads and nothing before it (step 6: one GET)."""
         assert self.meta_stream is not None, "persist_meta before open"
-        value = self.meta_snapshot(clean).encode()
+        self.meta_stream.state.values[META_KEY] = self.meta_snapshot(clean).encode()
+        await self.meta_stream.compact()
         handle = self.storage.stream(self.meta_stream_id)
-        if handle is not None and handle.durable_end - handle.start_offset >= META_COMPACT_FORCE_RECORDS:
-            # moves came too fast for the background compaction: write this meta as a snapshot,
-            # and trim the history before it when the streams close (one extra controller write)
-            self.meta_stream.state.values[META_KEY] = value
-            await self.meta_stream.compact()
+        if handle is not None and handle.durable_end - handle.start_offset > META_COMPACT_FORCE_RECORDS:
+            # moves came too fast for the background compaction: trim the history before this
+            # snapshot when the streams close (one extra controller write)
             self._flush_meta_on_close = True
-            return
-        await self.meta_stream.put(META_KEY, value)
 
     async def prepare_close(self) -> None:
         """Before the streams' final upload: a meta snapshot written at step 3 trims the history

@@ -289,6 +289,12 @@ class Broker:
                 for s in self.manager.serving() if s.replica is not None]
 
     # ------------------------------------------------------------------ the core both front ends call
+    async def await_handoff(self, topic: str, partition: int) -> None:
+        """A produce for a partition changing hands here waits (bounded) for the hand-off to settle."""
+        if self.manager is not None and self.config.produce_handoff_wait_ms > 0:
+            await self.manager.await_handoff(topic, partition, lambda: self._view(topic, partition),
+                                             self.config.produce_handoff_wait_ms / 1000)
+
     def _view(self, topic: str, partition: int) -> admission.LeaderView | None:
         assert self.manager is not None
         image = self.manager.image
@@ -389,6 +395,7 @@ class Broker:
         started = time.monotonic()
         try:
             admission.check_acks(acks)
+            await self.await_handoff(topic, partition)
             slot = self.partition_slot(topic, partition, for_write=True, client_leader_epoch=client_leader_epoch)
             if len(body) > self.config.max_batch_bytes:
                 raise FerryError(ErrorCode.MESSAGE_TOO_LARGE,

@@ -95,20 +95,34 @@ class MetaStream:
         self.state = KVState()
         self._trim_to: int | None = None
 
-    async def load(self) -> dict[str, bytes]:
-        """Replay from the stream's start (the last snapshot, once compacted) to its end."""
-        self.state = KVState()
-        first = await self.storage.fetch(self.stream_id, self._log_start(), self.fetch_bytes)
-        result = first
-        offset = first.start_offset
+    async def load(self, latest_from: int | None = None) -> dict[str, bytes]:
+        """Replay from the stream's start (the last snapshot, once compacted) to its end.
+
+        ``latest_from`` (e.g. where the stream's last committed object starts, as the metadata
+        says) is read first: when a snapshot lies between it and the end, nothing before that
+        snapshot can change the map, so the stream's older objects are not read at all.
+        """
+        start = self._log_start()
+        if latest_from is not None and latest_from > start:
+            tail = await self._replay(latest_from)
+            if tail.snapshot_offset is not None:
+                self.state = tail
+                return dict(tail.values)
+        self.state = await self._replay(start)
+        return dict(self.state.values)
+
+    async def _replay(self, from_offset: int) -> KVState:
+        state = KVState()
+        result = await self.storage.fetch(self.stream_id, from_offset, self.fetch_bytes)
+        offset = result.start_offset
         while True:
             if result.data:
-                self.state.apply(_from_offset(result.data, offset))
+                state.apply(_from_offset(result.data, offset))
             if result.next_offset >= result.high_watermark or not result.data:
                 break
             offset = result.next_offset
             result = await self.storage.fetch(self.stream_id, offset, self.fetch_bytes)
-        return dict(self.state.values)
+        return state
 
     def _log_start(self) -> int:
         handle = self.storage.stream(self.stream_id)

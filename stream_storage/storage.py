@@ -202,7 +202,8 @@ class StreamStorage:
         return await self.control.create_stream()
 
     async def open_stream(self, stream_id: int, epoch: int, previous_owner: int | None = None,
-                          previous_epoch: int | None = None) -> OpenInfo:
+                          previous_epoch: int | None = None,
+                          known_objects: tuple[ObjectRef, ...] | list[ObjectRef] = ()) -> OpenInfo:
         """Take ownership at ``epoch`` (idempotent for the same epoch); recover this WAL's tail.
 
         ``previous_owner`` is the stream's owner before this open, when the caller knows it (-1 =
@@ -212,6 +213,11 @@ class StreamStorage:
         ``previous_epoch`` is the stream's epoch before this open: when this broker was its owner,
         only entries up to that epoch are its tail. Raises STREAM_FENCED if the epoch is not newer,
         STREAM_NOT_CLOSED while another live broker still owns it.
+        ``known_objects``: the stream's committed objects as the caller's metadata image names
+        them, from an image that holds the previous owner's last commit (e.g. the new owner of a
+        move saw the election that followed the close). Reads of those offsets then start at
+        once, without asking the controller for the list; an offset they do not cover is looked
+        up as usual.
         """
         existing = self.handles.get(stream_id)
         if existing is not None and existing.epoch == epoch and existing.state == OPEN:
@@ -232,6 +238,8 @@ class StreamStorage:
                 stream_id, existing.taken_end, existing.durable_end)))
         handle = StreamHandle(stream_id, opened.epoch, opened.start_offset, opened.end_offset, opened.end_offset,
                               opened.end_offset, opened.end_offset)
+        handle.objects = sorted((o for o in known_objects if opened.start_offset < o.end_offset <= opened.end_offset),
+                                key=lambda o: o.start_offset)
         self.cache.reset(stream_id, opened.end_offset)
         self.handles[stream_id] = handle
         self._closed_by_commit.discard(stream_id)

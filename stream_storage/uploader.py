@@ -29,6 +29,7 @@ from stream_storage.object_store import ObjectStore, ObjectStoreError
 from stream_storage.stream import CLOSED, FAILED, FENCED, StreamHandle
 from stream_storage.wal_api import WalLog
 
+INLINE_BUILD_BYTES = 1024 * 1024  # objects up to this size are built on the event loop (≈ 0.2 ms)
 log = logging.getLogger(__name__)
 
 
@@ -265,9 +266,14 @@ class Uploader:
                 parts = [(h, c) for h, c in parts if h.state not in (FENCED, FAILED)]
                 if not parts:
                     return
-                # Built on a thread: joining and checksumming MiBs would stall the loop's appends.
-                built = await asyncio.get_running_loop().run_in_executor(
-                    None, build_object, [(h.stream_id, c) for h, c in parts], self.config.object_block_bytes)
+                streams = [(h.stream_id, c) for h, c in parts]
+                if sum(len(x.data) for _h, c in parts for x in c) <= INLINE_BUILD_BYTES:
+                    # small (a move's last upload, typically): a thread hop costs more than the
+                    # build, and on a busy machine it is a wait on the move's critical path
+                    built = build_object(streams, self.config.object_block_bytes)
+                else:  # on a thread: joining and checksumming MiBs would stall the loop's appends
+                    built = await asyncio.get_running_loop().run_in_executor(
+                        None, build_object, streams, self.config.object_block_bytes)
                 key = self._new_key()
                 await self._put(key, built)
                 put_done = (key, built)

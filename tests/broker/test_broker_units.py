@@ -144,3 +144,25 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
         broker._confirm_ack("t", slot, replica)  # nothing moved: acknowledged
     finally:
         server_mod.time.monotonic = real_monotonic  # type: ignore[assignment]
+
+
+def test_a_produce_is_held_only_while_its_partition_changes_hands_here() -> None:
+    from broker.admission import LeaderView, ServingState, handoff_pending
+
+    def state(name: str, accepts: bool = False, closed: bool = True) -> ServingState:
+        return ServingState(accepts_requests=accepts, state_name=name, replica_closed=closed, replica_leader_epoch=3)
+
+    me, other, nobody = 1, 2, -1
+    # the elected new owner still opening: held until it serves
+    assert handoff_pending(me, LeaderView(me, 4), state("OPENING"))
+    # the old owner closing, or closed, while no leader is named yet: held until one is
+    assert handoff_pending(me, LeaderView(nobody, 3), state("CLOSING"))
+    assert handoff_pending(me, LeaderView(nobody, 3), state("CLOSED"))
+    # served, led elsewhere, unknown, no slot here, fenced: answered at once, as before
+    assert not handoff_pending(me, LeaderView(me, 4), state("SERVING", accepts=True, closed=False))
+    assert not handoff_pending(me, LeaderView(other, 4), state("CLOSING"))
+    assert not handoff_pending(me, LeaderView(other, 4), state("CLOSED"))
+    assert not handoff_pending(me, None, state("OPENING"))
+    assert not handoff_pending(me, LeaderView(me, 4), None)
+    assert not handoff_pending(me, LeaderView(me, 4), state("FENCED"))
+    assert not handoff_pending(me, LeaderView(nobody, 4), state("OPENING"))

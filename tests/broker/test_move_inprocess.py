@@ -162,6 +162,136 @@ async def test_moves_back_and_forth_keep_every_record_and_time_each_step(cluster
     assert meta_stream.start_offset > 0 and len(meta_stream.objects) <= META_COMPACT_FORCE_RECORDS
 
 
+async def test_a_clean_move_costs_one_put_and_one_get_whatever_the_meta_history(
+        cluster: InProcessCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 4 is one PUT and one commit (which closes both streams); step 6 reads the partition
+    meta from that object alone — one GET, however many moves wrote the meta stream before — and
+    asks the controller for nothing the metadata image already holds (no describe_stream)."""
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "h", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    owner = 1
+    acked: list[tuple[int, bytes]] = []
+    for round_no in range(4):  # a history of closes in the meta stream, one object each
+        slot = await c.serving(owner, "h", 0)
+        for i in range(3):
+            acked.append((await append(slot, b"h%d-%d" % (round_no, i)), b"h%d-%d" % (round_no, i)))
+        owner = 2 if owner == 1 else 1
+        c.controller.write("alter_partition_reassignments",
+                           {"reassignments": [{"topic": "h", "partition": 0, "replicas": [owner]}]})
+    slot = await c.serving(owner, "h", 0)
+    meta_sid = slot.replica.meta_stream_id
+    assert len(c.controller.image.streams.streams[meta_sid].objects) >= 4
+    acked.append((await append(slot, b"last"), b"last"))
+    await asyncio.sleep(0.05)  # background work of the earlier moves (timelines) settles
+
+    ops: list[str] = []
+    reads: list[str] = []
+    write, read = c.controller.write, c.controller.read
+
+    def counting_write(op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        ops.append(op)
+        return write(op, args)
+
+    def counting_read(op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        reads.append(op)
+        return read(op, args)
+
+    monkeypatch.setattr(c.controller, "write", counting_write)
+    monkeypatch.setattr(c.controller, "read", counting_read)
+    c.store.calls.clear()
+    old = slot.replica
+    target = 2 if owner == 1 else 1
+    c.controller.write("alter_partition_reassignments",
+                       {"reassignments": [{"topic": "h", "partition": 0, "replicas": [target]}]})
+    moved = await c.serving(target, "h", 0)
+    calls = dict(c.store.calls)
+    assert calls == {"put": 1, "get": 1}, calls  # no LIST, no GET of older meta objects
+    assert "describe_stream" not in reads, reads
+    assert ops.count("commit_object") == 1 and "close_stream" not in ops, ops
+    assert ops.count("open_stream") == 2 and ops.count("elect_leaders") == 1, ops
+    assert [(r.offset, r.value) for r in await read_all(moved)] == acked
+    # the state the old owner closed with, from its snapshot (a clean open: no index rebuild)
+    assert (moved.replica.size_bytes, moved.replica.meta.time_index) == (old.size_bytes, old.meta.time_index)
+    assert moved.replica.meta.leader_epochs[:-1] == old.meta.leader_epochs
+
+
+async def test_a_produce_during_a_move_is_held_until_the_hand_off_settles(cluster: InProcessCluster) -> None:
+    """On the old owner a held request returns once the new leader is named; on the new owner once
+    it serves (then its append is taken): neither waits out the bound, neither returns early."""
+    from broker.admission import LeaderView
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "w", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    await append(await c.serving(1, "w", 0), b"before")
+
+    def view(bid: int) -> Any:
+        def current() -> LeaderView | None:
+            image = c.managers[bid].image
+            reg = image.topics.partition(image.topics.by_name["w"], 0)
+            return None if reg is None else LeaderView(reg.leader, reg.leader_epoch)
+        return current
+
+    # nothing under way: returns at once, without yielding to the loop
+    waited = c.managers[1].await_handoff("w", 0, view(1), 5.0)
+    with pytest.raises(StopIteration):
+        waited.send(None)
+    done: dict[int, tuple[float, Any]] = {}
+
+    async def hold(bid: int) -> None:
+        await c.managers[bid].await_handoff("w", 0, view(bid), 5.0)
+        slot = c.managers[bid].slot_by_name("w", 0)
+        done[bid] = (time.monotonic(), view(bid)(), None if slot is None else slot.status.state)
+
+    started = time.monotonic()
+    c.controller.write("alter_partition_reassignments", {"reassignments": [{"topic": "w", "partition": 0,
+                                                                            "replicas": [2]}]})
+    old = asyncio.ensure_future(hold(1))
+    await asyncio.sleep(0)
+    assert not old.done()  # broker 1 is closing: held
+    while c.managers[2].slot_by_name("w", 0) is None or \
+            c.managers[2].slot_by_name("w", 0).status.state is not PartitionState.OPENING:
+        if (slot := c.managers[2].slot_by_name("w", 0)) is not None and slot.status.accepts_produce:
+            break
+        await asyncio.sleep(0.0005)
+    new = asyncio.ensure_future(hold(2))
+    await asyncio.wait_for(asyncio.gather(old, new), 4.0)
+    assert done[1][1].leader == 2  # the old owner let go once broker 2 was named
+    assert done[2][2] is PartitionState.SERVING  # the new owner once it served
+    assert max(t for t, _v, _s in done.values()) - started < 2.0
+    assert await append(await c.serving(2, "w", 0), b"after") == 1
+
+
+async def test_held_requests_leave_in_arrival_order_each_after_the_one_before_ran_on(
+        cluster: InProcessCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pipelining producer's batches held during a hand-off reach the WAL in the order sent: the
+    held requests leave one by one in arrival order, and one arriving after the hand-off settled
+    but before those ahead of it left queues behind them."""
+    manager = cluster.managers[1]
+    pending = {"now": True}
+    monkeypatch.setattr(manager, "_handoff_pending", lambda topic, partition, view: pending["now"])
+    order: list[int] = []
+
+    async def request(n: int) -> None:
+        await manager.await_handoff("p", 0, lambda: None, 5.0)
+        order.append(n)  # what runs before the request's first await (its append to the WAL)
+
+    held = [asyncio.ensure_future(request(n)) for n in range(5)]
+    await asyncio.sleep(0.01)
+    assert order == []
+    pending["now"] = False
+    manager._notify_changed()
+    late = asyncio.ensure_future(request(5))  # the hand-off settled, but five are still ahead of it
+    await asyncio.wait_for(asyncio.gather(*held, late), 2.0)
+    assert order == [0, 1, 2, 3, 4, 5]
+    assert manager._handoff_lines == {}
+    # a bounded wait: a hand-off that never settles lets the request go on (to be refused)
+    pending["now"] = True
+    started = time.monotonic()
+    await manager.await_handoff("p", 0, lambda: None, 0.05)
+    assert 0.04 < time.monotonic() - started < 1.0 and manager._handoff_lines == {}
+
+
 async def test_dead_owner_wal_recovered_and_stale_owner_fenced(cluster: InProcessCluster) -> None:
     c = cluster
     c.controller.write("create_topics", {"topics": [{"name": "f", "num_partitions": 1, "replication_factor": 1,

@@ -58,3 +58,47 @@ async def test_compaction_keeps_open_bounded_whatever_the_history(make_storage, 
     await meta_b.put_json({"clean_shutdown": True, "gone": None})
     assert meta_b.get_json("clean_shutdown") is True
     await b.close()
+
+
+async def test_load_from_the_last_object_reads_only_it_when_it_holds_a_snapshot(make_storage, memory_store,
+                                                                                 controller) -> None:
+    """``load(latest_from=...)`` (where the metadata says the last object starts) replays from the
+    last snapshot there; with no snapshot there it replays the whole stream, so no key is lost."""
+    a = make_storage(1, memory_store)
+    await a.start()
+    sid = await a.create_stream()
+    await a.open_stream(sid, 0)
+    meta = MetaStream(a, sid, snapshot_min_bytes=1 << 40)
+    for i in range(4):  # one object per update: a history to skip
+        await meta.put(f"k{i}", b"v%d" % i)
+        await a.force_upload(sid)
+    expected = {f"k{i}": b"v%d" % i for i in range(4)}
+
+    def last_start() -> int:
+        return max(o.start_offset for o in controller.image.streams.streams[sid].objects)
+
+    no_snapshot_at_end = last_start()
+    await meta.compact()
+    await a.force_upload(sid)
+    with_snapshot_at_end = last_start()
+    await a.close_stream(sid)
+
+    b = make_storage(2, memory_store)
+    await b.start()
+    await b.open_stream(sid, 1)
+    before = memory_store.calls["get"]
+    reader = MetaStream(b, sid)
+    assert await reader.load(latest_from=with_snapshot_at_end) == expected
+    assert memory_store.calls["get"] - before == 1  # the last object only (its index tail holds the blocks)
+    assert reader.state.snapshot_offset is not None and reader.state.bytes_since_snapshot == 0
+    await b.close_stream(sid)
+
+    c = make_storage(3, memory_store)
+    await c.start()
+    await c.open_stream(sid, 2)
+    fallback = MetaStream(c, sid)
+    # from an object holding updates only: the start is read too, and every key is there
+    assert await fallback.load(latest_from=no_snapshot_at_end) == expected
+    assert await MetaStream(c, sid).load() == expected
+    for s in (b, c):
+        await s.close()

@@ -316,6 +316,11 @@ def render(result: dict[str, Any], console: Console) -> None:
                       "-" if s["timeline_p50_ms"] is None else f"{s['timeline_p50_ms']:.0f}",
                       *[f"{100 * s['step_share'][str(k)]:.0f}%" for k in range(1, 7)])
     console.print(table)
+    if result.get("timeline_p50_ms") is not None:
+        console.print("t0→t6 (servers' timelines, all sizes): p50 {:.0f} ms, p99 {:.0f} ms; step p50 / p99 ms: {}".format(
+            result["timeline_p50_ms"], result["timeline_p99_ms"],
+            ", ".join(f"s{k} {_ms(result['step_p50_ms'][str(k)])} / {_ms(result['step_p99_ms'][str(k)])}"
+                      for k in range(1, 7))))
     t2 = Table(title=f"Summary vs targets (S3 profile {result['s3_profile']}, WAL {result.get('wal_mode', 'local')})",
                title_justify="left")
     for col in ("measure", "value", "target", "met"):
@@ -349,6 +354,10 @@ def render(result: dict[str, Any], console: Console) -> None:
                   f"(uploads) vs raw server {cpu['raw_server']:.2f} ms; client {cpu['client_to_broker']:.2f} / "
                   f"{cpu['client_to_raw']:.2f} ms.")
     console.print("AutoMQ documents about 1,500 ms per partition move.")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def crash_row(result: dict[str, Any]) -> tuple[str, str, str, bool]:
@@ -398,7 +407,15 @@ async def run(cluster: LocalCluster, sizes: dict[str, int], moves: int, batch_pa
                 "session": session_settings(cluster), "targets": targets_for(cluster.s3_profile),
                 "s3_profile": cluster.s3_profile, "sizes": []}
     smallest, largest = per_size[0], per_size[-1]
+    timelines = [m for s in per_size for m in s["per_move"] if m["total_ms"] is not None]
     return {
+        # the servers' own t0→t6 timelines (both owners' steps) beside the client-observed figures
+        "timeline_p50_ms": percentile([float(m["total_ms"]) for m in timelines], 50),
+        "timeline_p99_ms": percentile([float(m["total_ms"]) for m in timelines], 99),
+        "step_p50_ms": {str(k): percentile([float(m["steps_ms"][str(k)]) for m in timelines
+                                            if m["steps_ms"].get(str(k)) is not None], 50) for k in range(1, 7)},
+        "step_p99_ms": {str(k): percentile([float(m["steps_ms"][str(k)]) for m in timelines
+                                            if m["steps_ms"].get(str(k)) is not None], 99) for k in range(1, 7)},
         "crash_failover_p50_s": crash["p50_s"], "crash_failover_p99_s": crash["p99_s"], "crash": crash,
         "session": session_settings(cluster),
         "move_p50_ms": percentile(all_gaps, 50), "move_p99_ms": percentile(all_gaps, 99),
