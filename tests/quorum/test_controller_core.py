@@ -253,14 +253,7 @@ def test_a_tick_queued_before_the_loop_was_held_judges_sessions_when_it_was_queu
     credited to every session. Judged at its run time it would fence a live broker."""
     core, state = make(session_timeout_ms=1500)
     activate(core, state, now_ms=0)
-    reg = core.submit("register_broker", {"broker_id": 4, "incarnation_id": "i4", "endpoints": ["http://h:1"],
-                                          "log_dirs": [{"dir_id": "d", "path": "/d"}]}, 0)
-    core.run(FixedSlice(0))
-    commit(core, state, core.take_ready().commands, 0)
-    epoch = [o for o in core.take_ready().outcomes if o.token == reg][0].reply["broker_epoch"]  # type: ignore[union-attr]
-    core.submit("broker_heartbeat", {"broker_id": 4, "broker_epoch": epoch, "metadata_offset": epoch}, 100)
-    core.run(FixedSlice(100))
-    commit(core, state, core.take_ready().commands, 100)
+    _registered(core, state, now_ms=100)  # last heard at 100
     core.tick(1000)  # queued; the loop is then held until 3000
     core.run(FixedSlice(3000))
     commit(core, state, core.take_ready().commands, 3000)
@@ -291,17 +284,17 @@ def test_reelection_in_a_new_term_drops_the_old_terms_view() -> None:
     assert not core.is_leader
 
 
-def _registered(core: ControllerCore, state: CommittedLog, broker_id: int = 4) -> int:
-    """Register and unfence ``broker_id``; returns its broker epoch."""
+def _registered(core: ControllerCore, state: CommittedLog, broker_id: int = 4, now_ms: int = 1000) -> int:
+    """Register and unfence ``broker_id`` at ``now_ms``; returns its broker epoch."""
     reg = core.submit("register_broker", {"broker_id": broker_id, "incarnation_id": f"i{broker_id}",
                                           "endpoints": ["http://h:1"], "log_dirs": [{"dir_id": "d", "path": "/d"}]},
-                      1000)
-    core.run(FixedSlice(1000))
-    commit(core, state, core.take_ready().commands, 1000)
+                      now_ms)
+    core.run(FixedSlice(now_ms))
+    commit(core, state, core.take_ready().commands, now_ms)
     epoch = int([o for o in core.take_ready().outcomes if o.token == reg][0].reply["broker_epoch"])  # type: ignore[union-attr]
-    core.submit("broker_heartbeat", {"broker_id": broker_id, "broker_epoch": epoch, "metadata_offset": epoch}, 1000)
-    core.run(FixedSlice(1000))
-    commit(core, state, core.take_ready().commands, 1000)
+    core.submit("broker_heartbeat", {"broker_id": broker_id, "broker_epoch": epoch, "metadata_offset": epoch}, now_ms)
+    core.run(FixedSlice(now_ms))
+    commit(core, state, core.take_ready().commands, now_ms)
     core.take_ready()
     assert not state.image.cluster.brokers[broker_id].fenced
     return epoch
