@@ -16,7 +16,8 @@ together. While one batch syncs the next is written and synced too (two syncs in
 merges their cache flushes);
 batches are acknowledged in WAL order, each only after its own sync returned. A failed sync stops
 the WAL: nothing written after the last good sync is acknowledged. Segment files are preallocated with
-zeros a few MiB ahead of the writer (on a second thread), so that most syncs are ``fdatasync``
+zeros a few MiB ahead of the writer (on a second thread, which claims a range under the lock and
+writes it without: an append waits only if it reaches into that range), so that most syncs are ``fdatasync``
 calls that leave the file size unchanged and flush data blocks only; ``fdatasync`` also flushes
 the size whenever a write did extend the file, so durability never depends on the preallocation.
 Replay stops at the first entry whose length or CRC is wrong: zeros after it are preallocated
@@ -99,6 +100,15 @@ def entry_header(stream_id: int, epoch: int, start_offset: int, end_offset: int,
 def encode_entry(stream_id: int, epoch: int, start_offset: int, end_offset: int,
                  payload: bytes | bytearray | memoryview, kind: int = KIND_DATA) -> bytes:
     return entry_header(stream_id, epoch, start_offset, end_offset, payload, kind) + bytes(payload)
+
+
+def must_wait_for_zeros(write_start: int, write_length: int, zeroing: tuple[int, int]) -> bool:
+    """Whether a write of ``write_length`` bytes at ``write_start`` must wait for the zeros being
+    written to ``[zeroing)``: only if the two ranges overlap (zeros written after the data would
+    erase it). A claimed range starts at or past the write position it was claimed at, so a
+    write overlaps it only when the writer has caught up with the preallocation."""
+    start, end = zeroing
+    return write_start < end and start < write_start + write_length
 
 
 def _is_zeros(data: bytes, start: int) -> bool:
@@ -212,7 +222,12 @@ class WriteAheadLog:
         self._sync_pool = ThreadPoolExecutor(max_workers=_SYNC_DEPTH, thread_name_prefix="ferry-wal-sync")
         # Guards the active segment's fd, write position and preallocated end between the writer
         # thread and the preallocating thread: zeros are only ever written past the write position.
+        # The preallocator claims a range under the lock and writes its zeros without it, so the
+        # writer (on the event loop) never waits on a zero write unless it reaches into that range.
         self._lock = threading.Lock()
+        self._zeroed = threading.Condition(self._lock)  # notified when a claimed range is written
+        self._zeroing: tuple[int, int] | None = None  # [start, end) of the active segment being zeroed
+        self.zeroing_waits = 0  # writes that had to wait for zeros under them
         self._alloc_end = 0  # bytes of the active segment that exist on disk (zeros or data)
         self._alloc_generation = 0  # bumped when the active segment changes or shrinks
         self._prealloc_pending = False
@@ -349,6 +364,10 @@ class WriteAheadLog:
         fd = self._fd
         with self._lock:
             before = segment.size
+            if self._zeroing is not None and must_wait_for_zeros(before, length, self._zeroing):
+                self.zeroing_waits += 1
+                while self._zeroing is not None and must_wait_for_zeros(before, length, self._zeroing):
+                    self._zeroed.wait()
             extends = before + length > self._alloc_end
             try:
                 _pwrite_all(fd, pieces, before)
@@ -407,8 +426,9 @@ class WriteAheadLog:
             self._prealloc_pending = False
 
     def _preallocate(self, segment: _Segment) -> None:
-        """Zeros are written a chunk at a time, each under the lock and past the write position
-        as it is then: the writer (on the event loop) never waits long for the lock."""
+        """Zeros are written a chunk at a time, each past the write position as it is when the
+        chunk is claimed (under the lock); the write itself runs without the lock, so an append
+        waits for it only if it reaches into the chunk (see :func:`must_wait_for_zeros`)."""
         dup = -1
         try:
             with self._lock:
@@ -428,7 +448,14 @@ class WriteAheadLog:
                     pos = max(pos, segment.size)
                     if pos >= end:
                         break
-                    pos += os.pwrite(dup, memoryview(_ZEROS)[:min(len(_ZEROS), end - pos)], pos)
+                    claim_end = pos + min(len(_ZEROS), end - pos)
+                    self._zeroing = (pos, claim_end)
+                try:
+                    pos += os.pwrite(dup, memoryview(_ZEROS)[:claim_end - pos], pos)
+                finally:
+                    with self._lock:
+                        self._zeroing = None
+                        self._zeroed.notify_all()
             os.fsync(dup)  # size and allocation durable: later fdatasyncs flush data blocks only
             with self._lock:
                 if generation == self._alloc_generation and segment is self._segments[-1]:

@@ -2,11 +2,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+from typing import Any
 
 import pytest
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from stream_storage.wal import ENTRY_OVERHEAD, WriteAheadLog, read_wal
+import stream_storage.wal as wal_mod
+from stream_storage.wal import ENTRY_OVERHEAD, WriteAheadLog, must_wait_for_zeros, read_wal
 
 
 async def test_concurrent_appends_share_fsyncs_and_replay_in_order(tmp_path) -> None:
@@ -198,3 +201,77 @@ async def test_appends_racing_trims_rolls_and_preallocation_replay_in_order(tmp_
     positions = [e.position for e in replay.entries]
     assert positions == sorted(positions)
     assert all(e.payload == payloads[e.start_offset] for e in replay.entries)
+
+
+def test_a_write_waits_for_zeros_only_where_it_overlaps_them() -> None:
+    zeroing = (1000, 2000)
+    assert not must_wait_for_zeros(0, 1000, zeroing)  # ends where the zeros start
+    assert must_wait_for_zeros(0, 1001, zeroing)
+    assert must_wait_for_zeros(1000, 1, zeroing)
+    assert must_wait_for_zeros(1999, 10, zeroing)
+    assert not must_wait_for_zeros(2000, 10, zeroing)
+
+
+class _BlockedZeros:
+    """os.pwrite with writes of preallocation zeros held until ``release`` (or 10 s)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
+
+    def __call__(self, fd: int, data: Any, position: int) -> int:
+        if isinstance(data, memoryview) and data.obj is wal_mod._ZEROS:
+            self.entered.set()
+            self.release.wait(10)
+            try:
+                return int(self.real(fd, data, position))
+            finally:
+                self.finished.set()
+        return int(self.real(fd, data, position))
+
+
+async def test_an_append_does_not_wait_for_zeros_written_ahead_of_it(tmp_path, monkeypatch) -> None:
+    wal = WriteAheadLog(str(tmp_path), segment_bytes=8 * 1024 * 1024)
+    wal.open()
+    await wal.append(1, 1, 0, 1, b"a" * 1000)
+    for _ in range(500):  # bounded: the first zeros (up to ~512 KiB) go ahead of the writer
+        if wal.preallocated_bytes > 0:
+            break
+        await asyncio.sleep(0.01)
+    assert wal.preallocated_bytes > 0
+    blocked = _BlockedZeros(os.pwrite)
+    monkeypatch.setattr(wal_mod.os, "pwrite", blocked)
+    await wal.append(1, 1, 1, 2, b"b" * 300 * 1024)  # past half the zeros: more are claimed, beyond them
+    assert await asyncio.to_thread(blocked.entered.wait, 10)
+    await wal.append(1, 1, 2, 3, b"c" * 1000)  # inside the zeros already written
+    done_while_blocked = not blocked.finished.is_set()
+    blocked.release.set()
+    assert done_while_blocked and wal.zeroing_waits == 0
+    await wal.close()
+    assert [e.payload[:1] for e in read_wal(str(tmp_path)).entries] == [b"a", b"b", b"c"]
+
+
+async def test_an_append_into_zeros_being_written_waits_and_survives_them(tmp_path, monkeypatch) -> None:
+    blocked = _BlockedZeros(os.pwrite)
+    monkeypatch.setattr(wal_mod.os, "pwrite", blocked)
+    wal = WriteAheadLog(str(tmp_path), segment_bytes=8 * 1024 * 1024)
+    wal.open()
+    await wal.append(1, 1, 0, 1, b"a" * 1000)
+    assert await asyncio.to_thread(blocked.entered.wait, 10)  # zeros claimed right after "a"
+
+    def release_once_waiting() -> None:
+        for _ in range(1000):
+            if wal.zeroing_waits:
+                break
+            threading.Event().wait(0.01)
+        blocked.release.set()
+
+    releaser = threading.Thread(target=release_once_waiting)
+    releaser.start()
+    await wal.append(1, 1, 1, 2, b"b" * 1000)  # reaches into the claimed zeros: waits for them
+    releaser.join()
+    assert wal.zeroing_waits == 1 and blocked.finished.is_set()
+    await wal.close()
+    assert [e.payload for e in read_wal(str(tmp_path)).entries] == [b"a" * 1000, b"b" * 1000]
