@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import boto3
 import botocore.exceptions
 from botocore.config import Config
+from botocore.handlers import convert_body_to_file_like_object
 
 from stream_storage.config import S3Config
 from stream_storage.s3_cost import S3RequestObserver
@@ -53,8 +54,24 @@ def make_s3_client(config: S3Config) -> Any:
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    return session.client("s3", endpoint_url=config.endpoint_url, aws_access_key_id=access_key,
-                          aws_secret_access_key=secret_key, config=botocore_config)
+    client = session.client("s3", endpoint_url=config.endpoint_url, aws_access_key_id=access_key,
+                            aws_secret_access_key=secret_key, config=botocore_config)
+    send_bodies_whole(client)
+    return client
+
+
+def send_bodies_whole(client: Any) -> None:
+    """PUT bodies given as bytes go to the socket as they are, in one ``sendall``.
+
+    botocore wraps a bytes body in a BytesIO (so that it can rewind it for its own retries, which
+    are off here: the retrying store sends the same bytes again), and urllib3 then sends it 128 KiB
+    at a time: ~170 socket calls (sends, the polls before them, reads) for an 8 MiB object, each
+    giving up and taking back the GIL while the event loop runs appends. Sent whole, it takes ~15,
+    and an 8 MiB PUT costs its thread 3.9 instead of 5.4 ms of CPU (moto server, 2-core machine).
+    Nothing else changes: the same headers, Content-Length and SigV4 signature (payload unsigned
+    or hashed as configured)."""
+    for operation in ("PutObject", "UploadPart"):
+        client.meta.events.unregister(f"before-parameter-build.s3.{operation}", convert_body_to_file_like_object)
 
 
 def _map_error(exc: Exception, key: str) -> ObjectStoreError:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import uuid
 from collections import Counter
@@ -66,6 +67,25 @@ async def test_s3_store_ranged_get_list_delete_and_conditional_put(s3_server: S3
     await store.delete([prefix + "a", prefix + "b", prefix + "missing"])
     with pytest.raises(ObjectNotFound):
         await store.get(prefix + "a")
+    await store.close()
+
+
+@pytest.mark.parametrize("sign_payload", [False, True])
+async def test_a_put_body_goes_out_whole_signed_as_configured_and_reads_back_exactly(s3_server: S3Server,
+                                                                                     sign_payload: bool) -> None:
+    store = S3ObjectStore(s3_config(s3_server.endpoint_url, s3_server.bucket, sign_payload=sign_payload))
+    sent: list[Any] = []
+    store.client.meta.events.register("before-send.s3", lambda request, **_: sent.append(request))
+    data = random.Random(7).randbytes(3 * 1024 * 1024 + 7)
+    key = f"t-{uuid.uuid4().hex}/whole"
+    etag = await store.put(key, data)
+    (request,) = sent
+    assert type(request.body) is bytes and request.body == data  # one buffer, not a stream read in blocks
+    assert request.headers["Content-Length"] == str(len(data))
+    expected = hashlib.sha256(data).hexdigest() if sign_payload else "UNSIGNED-PAYLOAD"
+    assert request.headers["X-Amz-Content-SHA256"] == expected.encode()  # prepared headers are bytes
+    assert etag.strip('"') == hashlib.md5(data).hexdigest()
+    assert await store.get(key) == data
     await store.close()
 
 
