@@ -263,6 +263,7 @@ class WriteAheadLog:
             self._segments.append(_Segment(base, path))
             self._alloc_end = 0
             self._alloc_generation += 1
+            self._zeroing = None  # a claim in the old segment does not concern writes to this one
         if old is not None:
             if self.fsync:
                 os.fsync(old)

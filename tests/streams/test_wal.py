@@ -275,3 +275,20 @@ async def test_an_append_into_zeros_being_written_waits_and_survives_them(tmp_pa
     assert wal.zeroing_waits == 1 and blocked.finished.is_set()
     await wal.close()
     assert [e.payload for e in read_wal(str(tmp_path)).entries] == [b"a" * 1000, b"b" * 1000]
+
+
+async def test_zeros_still_being_written_in_a_rolled_segment_hold_up_no_append(tmp_path, monkeypatch) -> None:
+    blocked = _BlockedZeros(os.pwrite)
+    monkeypatch.setattr(wal_mod.os, "pwrite", blocked)
+    wal = WriteAheadLog(str(tmp_path), segment_bytes=8 * 1024 * 1024)
+    wal.open()
+    await wal.append(1, 1, 0, 1, b"a" * 1000)
+    assert await asyncio.to_thread(blocked.entered.wait, 10)  # zeros claimed right after "a", held
+    active = wal._segments[-1]
+    await asyncio.get_running_loop().run_in_executor(wal._pool, wal._new_segment, active.base + active.size)
+    await wal.append(2, 1, 0, 1, b"b" * 3000)  # over the same offsets, in the next segment: no wait
+    done_while_blocked = not blocked.finished.is_set()
+    blocked.release.set()
+    assert done_while_blocked and wal.zeroing_waits == 0
+    await wal.close()
+    assert [e.payload for e in read_wal(str(tmp_path)).entries] == [b"a" * 1000, b"b" * 3000]
