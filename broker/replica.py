@@ -198,7 +198,7 @@ class Replica:
         or with ``wal.mode = s3`` their WAL objects, for which nothing of those brokers is
         needed). Every owner the controller names is read, not only the last one: an owner that
         died before recovering its predecessor's tail left it in the predecessor's WAL."""
-        result = await self.storage.recover_from_owners(stream_id, owners, self._wal_dirs_of)
+        result = await self.storage.recovery.recover_from_owners(stream_id, owners, self._wal_dirs_of)
         if result.unreachable:
             self._wal_unreachable = True
             log.warning("%s-%d: no WAL of broker(s) %s is reachable; stream %d is recovered from what else "
