@@ -454,7 +454,9 @@ class Replica:
         from the last object the close uploads and nothing before it (step 6: one GET)."""
         assert self.meta_stream is not None, "persist_meta before open"
         self.meta_stream.state.values[META_KEY] = self.meta_snapshot(clean).encode()
-        await self.meta_stream.compact()
+        # a clean close is step 3 of a move: the snapshot does not wait behind other partitions'
+        # upload backlog (the close uploads it in its own object right after)
+        await self.meta_stream.compact(urgent=clean)
         handle = self.storage.stream(self.meta_stream_id)
         if handle is not None and handle.durable_end - handle.start_offset > META_COMPACT_FORCE_RECORDS:
             # moves came too fast for the background compaction: trim the history before this

@@ -307,13 +307,14 @@ class StreamStorage:
     # -- data --------------------------------------------------------------------------------
 
     async def append(self, stream_id: int, batches: bytes | bytearray, leader_epoch: int | None = None,
-                     validated: list[BatchInfo] | None = None) -> int:
+                     validated: list[BatchInfo] | None = None, urgent: bool = False) -> int:
         """Append Kafka v2 RecordBatches; returns the first offset once the WAL has fsynced them.
 
         Offsets (and the leader epoch, if given) are stamped into the batches; the CRC does not
         cover them. Raises STREAM_FENCED / STREAM_NOT_OPENED / CORRUPT_MESSAGE / MESSAGE_TOO_LARGE.
         ``validated``: the caller already ran :func:`validate_batches` on ``batches``, a bytearray
-        it hands over (stamped in place, not copied).
+        it hands over (stamped in place, not copied). ``urgent``: not held by the bound on bytes
+        not yet in S3 (``backlog.py``), for a few small appends on a move's critical path.
         """
         self._writable(stream_id)
         if len(batches) > self.config.max_append_bytes:
@@ -325,7 +326,7 @@ class StreamStorage:
             buf = bytearray(batches)
             infos = validate_batches(buf)
         count = sum(info.offset_count for info in infos)
-        await self.uploader.admit(len(buf))
+        await self.uploader.admit(len(buf), urgent)
         try:
             handle = self._writable(stream_id)
             base = handle.next_offset
@@ -670,6 +671,7 @@ class StreamStorage:
         return {
             "open_streams": len(self.handles),
             "pending_upload_bytes": self.uploader.pending_bytes,
+            "uploading_bytes": self.uploader.uploading_bytes,
             "admitted_append_bytes": self.uploader.admitted_bytes,
             "pending_upload_limit_bytes": self.uploader.buffered_limit_bytes,
             "wal_bytes": self.wal.size_bytes,
