@@ -673,7 +673,8 @@ class StreamStorage:
             "pending_upload_bytes": self.uploader.pending_bytes,
             "uploading_bytes": self.uploader.uploading_bytes,
             "admitted_append_bytes": self.uploader.admitted_bytes,
-            "pending_upload_limit_bytes": self.uploader.buffered_limit_bytes,
+            "uncommitted_bytes": self.uploader.backlog().total_bytes,  # what a close may have to upload
+            "uncommitted_limit_bytes": self.uploader.buffered_limit_bytes,
             "wal_bytes": self.wal.size_bytes,
             "wal_segments": self.wal.segment_count,
             "wal_fsyncs_total": self.wal.fsyncs,
