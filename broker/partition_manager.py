@@ -8,7 +8,6 @@ timeline (move_timeline.py), publishes its half in the metadata log's KV, and lo
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
 import shutil
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from broker import admission
 from broker import partition as sm
+from broker.handoff import HandoffWaits
 from broker.log_dirs import choose_log_dir, partition_dir_name
 from broker.metrics import BrokerMetrics
 from broker.move_log import MoveLog
@@ -95,8 +95,7 @@ class PartitionManager:
         self._incoming: dict[int, Any] = {}  # meta stream id of a partition moving here -> its storage
         self._prefetched: set[str] = set()
         self.stopping = False
-        self._changed = asyncio.Event()  # set (and replaced) whenever the image or a slot's state changes
-        self._handoff_lines: dict[tuple[str, int], collections.deque[asyncio.Future[None]]] = {}
+        self.handoffs = HandoffWaits()  # told whenever the image or a slot's state changes
         # Partitions by state are counted when /metrics is scraped, not on every state change: a
         # count walks every slot, and a move of thousands of partitions changes thousands of states
         # (counting on each change made a 5,000-partition move quadratic and starved the broker).
@@ -157,41 +156,9 @@ class PartitionManager:
 
     async def await_handoff(self, topic: str, partition: int, view: Callable[[], admission.LeaderView | None],
                             timeout_s: float) -> None:
-        """Return once the partition is not changing hands here (``admission.handoff_pending``), or
-        after ``timeout_s``; the caller then serves or refuses as usual.
-
-        Requests held for one partition leave in arrival order, each after the one before it ran
-        on to its first await (its append is queued to the WAL by then), and a request arriving
-        while others are held queues behind them: a pipelining idempotent producer's batches reach
-        the WAL in the order sent. Returns without yielding when nothing is under way."""
-        key = (topic, partition)
-        line = self._handoff_lines.get(key)
-        if line is None and not self._handoff_pending(topic, partition, view):
-            return
-        if line is None:
-            line = self._handoff_lines[key] = collections.deque()
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        line.append(turn)
-        if len(line) == 1:
-            turn.set_result(None)
-        deadline = time.monotonic() + timeout_s
-        try:
-            await asyncio.wait_for(asyncio.shield(turn), timeout_s)
-            while self._handoff_pending(topic, partition, view) and time.monotonic() < deadline:
-                await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            head = line[0] is turn
-            line.remove(turn)
-            if not line:
-                self._handoff_lines.pop(key, None)
-            elif head and not line[0].done():
-                line[0].set_result(None)  # the next one's turn, once this one has run on
-
-    def _notify_changed(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        """Hold a produce request while the partition changes hands here (``handoff.py``)."""
+        await self.handoffs.wait((topic, partition), lambda: self._handoff_pending(topic, partition, view),
+                                 timeout_s)
 
     def busy(self) -> bool:
         return any(s.status.busy or (s.task is not None and not s.task.done()) for s in self.slots.values())
@@ -212,7 +179,7 @@ class PartitionManager:
             self._target(tp, new or old, lead=False, seen_ms=seen_ms, gained=False,
                          elect=new is not None and new.leader == NO_LEADER)
         self._prefetch_incoming(delta, image)
-        self._notify_changed()
+        self.handoffs.changed()
 
     def _prefetch_incoming(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """A partition moving here has no leader until the old owner closes its streams (step 4).
@@ -288,7 +255,7 @@ class PartitionManager:
 
     # ------------------------------------------------------------------ actions
     def _run(self, slot: Slot, actions: tuple[sm.Action, ...]) -> None:
-        self._notify_changed()  # every change of a slot's state comes through here
+        self.handoffs.changed()  # every change of a slot's state comes through here
         for action in actions:
             if action is sm.Action.OPEN:
                 slot.task = self._spawn(self._open(slot))

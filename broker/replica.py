@@ -198,7 +198,7 @@ class Replica:
         or with ``wal.mode = s3`` their WAL objects, for which nothing of those brokers is
         needed). Every owner the controller names is read, not only the last one: an owner that
         died before recovering its predecessor's tail left it in the predecessor's WAL."""
-        result = await self.storage.recover_from_owners(stream_id, owners, self._wal_dirs_of)
+        result = await self.storage.recovery.recover_from_owners(stream_id, owners, self._wal_dirs_of)
         if result.unreachable:
             self._wal_unreachable = True
             log.warning("%s-%d: no WAL of broker(s) %s is reachable; stream %d is recovered from what else "
@@ -454,7 +454,9 @@ class Replica:
         from the last object the close uploads and nothing before it (step 6: one GET)."""
         assert self.meta_stream is not None, "persist_meta before open"
         self.meta_stream.state.values[META_KEY] = self.meta_snapshot(clean).encode()
-        await self.meta_stream.compact()
+        # a clean close is step 3 of a move: the snapshot does not wait behind other partitions'
+        # upload backlog (the close uploads it in its own object right after)
+        await self.meta_stream.compact(urgent=clean)
         handle = self.storage.stream(self.meta_stream_id)
         if handle is not None and handle.durable_end - handle.start_offset > META_COMPACT_FORCE_RECORDS:
             # moves came too fast for the background compaction: trim the history before this

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -537,6 +538,15 @@ class Broker:
         return totals
 
 
+def freeze_startup_heap() -> None:
+    """Move what start-up allocated (modules, boto3's service models, aiohttp, the config: ~110,000
+    objects that live as long as the process) out of the garbage collector's generations. A full
+    collection walked all of them: 100-160 ms on the event loop, a few times a minute under
+    produce, landing now and then inside a move's step 3 or 6; after the freeze it takes ~1 ms."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run(config: BrokerConfig) -> int:
     broker = Broker(config)
     loop = asyncio.get_running_loop()
@@ -555,6 +565,7 @@ async def run(config: BrokerConfig) -> int:
         log.error("broker %d could not start: %s", config.broker_id, exc)
         await broker.stop()
         return 1
+    freeze_startup_heap()
     await broker.stopped.wait()
     log.info("broker %d stopped", config.broker_id)
     return 0

@@ -158,10 +158,12 @@ class MetaStream:
         return await self.put_many({k: None if v is None else json.dumps(v, sort_keys=True).encode()
                                     for k, v in items.items()})
 
-    async def compact(self) -> int:
-        """Write a snapshot of the whole map and trim the stream to it; returns the snapshot offset."""
+    async def compact(self, urgent: bool = False) -> int:
+        """Write a snapshot of the whole map and trim the stream to it; returns the snapshot offset.
+        ``urgent``: on a move's critical path (a closing partition's meta), so not held behind the
+        broker's upload backlog (``StreamStorage.append``)."""
         batch = encode_snapshot(self.state.values)
-        offset = await self.storage.append(self.stream_id, batch)
+        offset = await self.storage.append(self.stream_id, batch, urgent=urgent)
         self.state.snapshot_offset = offset
         self.state.snapshot_bytes = len(batch)
         self.state.bytes_since_snapshot = 0

@@ -1,18 +1,12 @@
-"""Recovering streams' acknowledged tails from WALs: this broker's own, or a dead broker's.
+"""Which WAL entries are a stream's acknowledged tail: this broker's own WAL, or dead owners'.
 
-A failover recovers every partition of the dead broker, each with its own call; the dead WAL is
-read once and its entries are handed out stream by stream (re-read only if its files change),
-so recovering N partitions costs one WAL read, not N.
+Pure: the reading of WALs and the appending of what they hold is ``owner_recovery.py``.
 """
 from __future__ import annotations
 
-import asyncio
-import os
-import time
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from stream_storage.wal import KIND_VOID, WalEntry, list_segments, read_wal
+from stream_storage.wal import KIND_VOID, WalEntry
 
 
 def recoverable_tail(entries: Iterable[WalEntry], stream_id: int, from_offset: int,
@@ -72,62 +66,3 @@ def recoverable_chain(wals: Sequence[tuple[Iterable[WalEntry], int | None]], str
             return run
         run.append(entry)
         cursor = entry.end_offset
-
-
-def _signature(wal_dir: str) -> tuple[tuple[str, int, int], ...]:
-    out = []
-    for _base, path in list_segments(wal_dir):
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            continue
-        out.append((os.path.basename(path), st.st_size, st.st_mtime_ns))
-    return tuple(out)
-
-
-@dataclass
-class _Read:
-    signature: tuple[tuple[str, int, int], ...]
-    by_stream: dict[int, list[WalEntry]]
-    read_at: float
-
-
-class ForeignWals:
-    """Other brokers' WALs, read once (read-only) and served per stream; kept ``keep_s`` at most."""
-
-    def __init__(self, keep_s: float = 60.0) -> None:
-        self.keep_s = keep_s
-        self._reads: dict[str, _Read] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-        self.reads = 0
-
-    async def entries(self, wal_dir: str, stream_id: int) -> list[WalEntry]:
-        wal_dir = os.path.abspath(wal_dir)
-        self._expire()
-        lock = self._locks.setdefault(wal_dir, asyncio.Lock())
-        async with lock:
-            loop = asyncio.get_running_loop()
-            signature = await loop.run_in_executor(None, _signature, wal_dir)
-            cached = self._reads.get(wal_dir)
-            if cached is None or cached.signature != signature:
-                replay = await loop.run_in_executor(None, read_wal, wal_dir)
-                self.reads += 1
-                by_stream: dict[int, list[WalEntry]] = {}
-                for entry in replay.entries:
-                    by_stream.setdefault(entry.stream_id, []).append(entry)
-                cached = self._reads[wal_dir] = _Read(signature, by_stream, time.monotonic())
-            return list(cached.by_stream.get(stream_id, []))
-
-    def done(self, wal_dir: str, stream_id: int) -> None:
-        """The stream is recovered: drop its entries (and the whole read once none are left)."""
-        wal_dir = os.path.abspath(wal_dir)
-        cached = self._reads.get(wal_dir)
-        if cached is not None:
-            cached.by_stream.pop(stream_id, None)
-            if not cached.by_stream:
-                self._reads.pop(wal_dir, None)
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        for wal_dir in [d for d, r in self._reads.items() if now - r.read_at > self.keep_s]:
-            self._reads.pop(wal_dir, None)

@@ -10,15 +10,13 @@ Typical life of a stream on its owner::
 A move's new owner opens with a higher epoch; if the old owner died, the open's reply names the
 owners whose WALs may hold an acknowledged tail that never reached S3 (``wal_owners``: the dead
 broker, and any earlier owner that died before its tail was recovered), and the new owner calls
-:meth:`recover_from_owners` to bring it back from their WAL dirs (a shared volume) or their WAL
-objects (``wal.mode = s3``).
+``storage.recovery.recover_from_owners`` (``owner_recovery.py``) to bring it back from their WAL
+dirs (a shared volume) or their WAL objects (``wal.mode = s3``).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -35,11 +33,11 @@ from stream_storage.object_store import ObjectStore, ObjectStoreError
 from stream_storage.reader import ObjectReader, next_offset_of
 from stream_storage.stream import CLOSED, CLOSING, FAILED, FENCED, OPEN, StreamHandle, objects_for
 from stream_storage.uploader import Uploader
-from stream_storage.recovery import ForeignWals, recoverable_chain, recoverable_tail
+from stream_storage.owner_recovery import OwnerRecovery
+from stream_storage.recovery import recoverable_tail
 from stream_storage.wal import KIND_VOID, ReplayResult, WalEntry, WriteAheadLog
 from stream_storage.wal_api import WalLog
 from stream_storage.s3_wal import PeerWalReader, S3WriteAheadLog
-from stream_storage.wal_objects import recovery_plan
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +49,8 @@ class OpenInfo:
     start_offset: int
     end_offset: int
     recovered_offsets: int = 0
-    # earlier owners whose WALs may hold an acknowledged tail: recover_from_owners reads them
+    # earlier owners whose WALs may hold an acknowledged tail: recovery.recover_from_owners reads them
     wal_owners: tuple[tuple[int, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class Recovered:
-    """What :meth:`StreamStorage.recover_from_owners` brought back: ``offsets`` recovered, and the
-    owners none of whose WALs could be read (what they had not uploaded is lost, and said so)."""
-
-    offsets: int
-    unreachable: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,7 +76,6 @@ class StreamStorage:
         self.wal: WalLog = S3WriteAheadLog(store, config.wal, broker_id, wal_name, lambda: self.broker_epoch,
                                            config.controller_retry) if config.wal.mode == "s3" else \
             WriteAheadLog(config.wal_dir, config.wal_segment_bytes, config.wal_fsync)
-        self.peer_wals = PeerWalReader(store, config.wal.key_prefix)
         self.cache = LogCache(config.cache_bytes)
         self.index_cache = IndexCache(config.index_cache_entries)
         # room for a few sequential readers' readahead runs at once
@@ -97,7 +85,8 @@ class StreamStorage:
                                  lambda: (self.broker_id, self.broker_epoch))
         self.handles = self.uploader.handles
         self._replayed: list[WalEntry] = []
-        self.foreign_wals = ForeignWals()
+        self.recovery = OwnerRecovery(self, control, lambda: (self.broker_id, self.broker_epoch),
+                                      PeerWalReader(store, config.wal.key_prefix), config.wal.mode == "s3")
         self._image_lookup: Callable[[int], StreamDescription | None] | None = None
         self.replay: ReplayResult | None = None
         self._started = False
@@ -109,8 +98,6 @@ class StreamStorage:
         # when the stream is opened here again.
         self._closed_by_commit: set[int] = set()
         self._fenced_handles: dict[int, StreamHandle] = {}
-        # stream -> the open's wal_owners, until recover_from_owners has told the controller
-        self._unrecovered: dict[int, tuple[tuple[int, int], ...]] = {}
         self.compaction_runs = 0
         self.compaction_replaced_objects = 0
         self.compaction_bytes = 0
@@ -222,7 +209,7 @@ class StreamStorage:
         existing = self.handles.get(stream_id)
         if existing is not None and existing.epoch == epoch and existing.state == OPEN:
             return OpenInfo(stream_id, epoch, existing.start_offset, existing.durable_end,
-                            wal_owners=self._unrecovered.get(stream_id, ()))
+                            wal_owners=self.recovery.pending(stream_id))
         if existing is not None and existing.state == OPEN:
             # moving to a newer epoch on this broker: what the old epoch acknowledged goes to S3 first
             existing.state = CLOSING
@@ -245,10 +232,7 @@ class StreamStorage:
         self._closed_by_commit.discard(stream_id)
         self._fenced_handles.pop(stream_id, None)
         self.wal.reset_committed(stream_id, opened.end_offset)
-        if opened.wal_owners:
-            self._unrecovered[stream_id] = opened.wal_owners
-        else:
-            self._unrecovered.pop(stream_id, None)
+        self.recovery.opened(stream_id, opened.wal_owners)
         mine_before = previous_owner is None or previous_owner == self.broker_id
         stale = [e for e in self._replayed if e.stream_id == stream_id]
         tail = recoverable_tail(self._replayed, stream_id, opened.end_offset, previous_epoch) if mine_before else []
@@ -265,78 +249,16 @@ class StreamStorage:
         return OpenInfo(stream_id, opened.epoch, opened.start_offset, handle.durable_end,
                         handle.durable_end - opened.end_offset, opened.wal_owners)
 
-    async def recover_from_owners(self, stream_id: int, owners: Sequence[tuple[int, int]],
-                                  wal_dirs_of: Callable[[int], list[str]] | None = None) -> Recovered:
-        """After opening ``stream_id``, bring back the acknowledged tail that ``owners`` (the
-        open's ``wal_owners``: ``(broker_id, epoch it held the stream with)``) left in their WALs —
-        their WAL objects with ``wal.mode = s3``, else their WAL dirs (``wal_dirs_of``, a shared
-        volume) — then tell the controller, so that no later owner reads those WALs again.
-
-        All of them are read, not only the last owner's: an owner that died before it recovered
-        its predecessor's tail left that tail in the predecessor's WAL alone. When this returns,
-        what was recovered is committed in S3 and the controller's list is empty."""
-        opened_mono = time.monotonic()  # the stream is opened: a listing from now on is complete
+    async def append_recovered(self, stream_id: int, entries: Sequence[WalEntry]) -> None:
+        """Append a tail recovered from earlier owners' WALs (``self.recovery``) at the offsets
+        they acknowledged it with; durable here and committed in S3 when this returns."""
         handle = self._writable(stream_id)
-        unreachable: list[int] = []
-        if self.config.wal.mode == "s3":
-            listed = await asyncio.gather(*(self.peer_wals.objects(b, opened_mono) for b, _e in owners))
-            handle = self._writable(stream_id)
-            tail = recovery_plan([(objs, e) for objs, (_b, e) in zip(listed, owners)], stream_id, handle.next_offset)
-            read_dirs: list[str] = []
-        else:
-            sources: list[tuple[list[WalEntry], int | None]] = []
-            read_dirs = []
-            for broker_id, epoch in owners:
-                dirs = await asyncio.to_thread(_existing_dirs, wal_dirs_of(broker_id) if wal_dirs_of else [])
-                if not dirs:
-                    unreachable.append(broker_id)
-                for wal_dir in dirs:
-                    sources.append((await self.foreign_wals.entries(wal_dir, stream_id), epoch))
-                    read_dirs.append(wal_dir)
-            handle = self._writable(stream_id)
-            tail = recoverable_chain(sources, stream_id, handle.next_offset)
+        if not entries:
+            return
+        self.hurry_wal()
         # all queued at once: the WAL group-commits them, offsets stay in order
-        if tail:
-            self.hurry_wal()
-        await asyncio.gather(*(self._append_entry(handle, e.start_offset, e.end_offset, e.payload) for e in tail))
-        if tail:
-            await self.force_upload(stream_id)
-        for wal_dir in read_dirs:
-            self.foreign_wals.done(wal_dir, stream_id)
-        await self.control.stream_recovered(stream_id, handle.epoch, self.broker_id, self.broker_epoch)
-        self._unrecovered.pop(stream_id, None)
-        return Recovered(tail[-1].end_offset - tail[0].start_offset if tail else 0, tuple(unreachable))
-
-    async def recover_from_wal(self, wal_dir: str, stream_id: int, previous_epoch: int | None = None) -> int:
-        """After opening ``stream_id``, bring back its uncommitted tail from another broker's WAL
-        (read-only; that WAL is not changed). ``previous_epoch`` is the epoch that broker held the
-        stream with (entries of later epochs are not its tail). Returns how many offsets were
-        recovered; they are durable here and in S3 when this returns."""
-        handle = self._writable(stream_id)
-        tail = recoverable_tail(await self.foreign_wals.entries(wal_dir, stream_id), stream_id, handle.next_offset,
-                                previous_epoch)
-        # all queued at once: the WAL group-commits them with a few fsyncs, offsets stay in order
-        await asyncio.gather(*(self._append_entry(handle, e.start_offset, e.end_offset, e.payload) for e in tail))
-        if tail:
-            await self.force_upload(stream_id)
-        self.foreign_wals.done(wal_dir, stream_id)
-        return tail[-1].end_offset - tail[0].start_offset if tail else 0
-
-    async def recover_from_peer_wal(self, broker_id: int, stream_id: int, previous_epoch: int | None = None) -> int:
-        """After opening ``stream_id``, bring back its uncommitted tail from broker ``broker_id``'s
-        WAL objects in S3 (``wal.mode = s3``; nothing of that broker but the bucket is needed).
-        ``previous_epoch`` is the epoch that broker held the stream with: entries of later epochs
-        are not its tail. Returns how many offsets were recovered; they are durable here and
-        committed in S3 when this returns."""
-        opened_mono = time.monotonic()  # the stream is opened: a listing from now on is complete
-        handle = self._writable(stream_id)
-        objects = await self.peer_wals.objects(broker_id, opened_mono)
-        handle = self._writable(stream_id)
-        tail = recovery_plan([(objects, previous_epoch)], stream_id, handle.next_offset)
-        await asyncio.gather(*(self._append_entry(handle, e.start_offset, e.end_offset, e.payload) for e in tail))
-        if tail:
-            await self.force_upload(stream_id)
-        return tail[-1].end_offset - tail[0].start_offset if tail else 0
+        await asyncio.gather(*(self._append_entry(handle, e.start_offset, e.end_offset, e.payload) for e in entries))
+        await self.force_upload(stream_id)
 
     def hurry_wal(self) -> None:
         """Appends on a move's critical path follow (a closing partition's last appends and meta,
@@ -358,7 +280,7 @@ class StreamStorage:
         self.wal.release_stream(stream_id)
 
     def _forget(self, stream_id: int) -> None:
-        self._unrecovered.pop(stream_id, None)
+        self.recovery.forget(stream_id)
         handle = self.handles.pop(stream_id, None)
         if handle is not None and handle.state == CLOSED:
             self._closed_by_commit.add(stream_id)
@@ -369,6 +291,10 @@ class StreamStorage:
                 len(c.data) for c in self.cache.chunks_between(stream_id, handle.taken_end, handle.durable_end)))
         self.cache.drop(stream_id)
         self.wal.release_stream(stream_id)
+
+    def writable(self, stream_id: int) -> StreamHandle:
+        """The stream's open handle; STREAM_NOT_OPENED / STREAM_FENCED otherwise."""
+        return self._writable(stream_id)
 
     def _writable(self, stream_id: int) -> StreamHandle:
         handle = self.handles.get(stream_id)
@@ -381,13 +307,14 @@ class StreamStorage:
     # -- data --------------------------------------------------------------------------------
 
     async def append(self, stream_id: int, batches: bytes | bytearray, leader_epoch: int | None = None,
-                     validated: list[BatchInfo] | None = None) -> int:
+                     validated: list[BatchInfo] | None = None, urgent: bool = False) -> int:
         """Append Kafka v2 RecordBatches; returns the first offset once the WAL has fsynced them.
 
         Offsets (and the leader epoch, if given) are stamped into the batches; the CRC does not
         cover them. Raises STREAM_FENCED / STREAM_NOT_OPENED / CORRUPT_MESSAGE / MESSAGE_TOO_LARGE.
         ``validated``: the caller already ran :func:`validate_batches` on ``batches``, a bytearray
-        it hands over (stamped in place, not copied).
+        it hands over (stamped in place, not copied). ``urgent``: not held by the bound on bytes
+        not yet in S3 (``backlog.py``), for a few small appends on a move's critical path.
         """
         self._writable(stream_id)
         if len(batches) > self.config.max_append_bytes:
@@ -399,7 +326,7 @@ class StreamStorage:
             buf = bytearray(batches)
             infos = validate_batches(buf)
         count = sum(info.offset_count for info in infos)
-        await self.uploader.admit(len(buf))
+        await self.uploader.admit(len(buf), urgent)
         try:
             handle = self._writable(stream_id)
             base = handle.next_offset
@@ -744,8 +671,10 @@ class StreamStorage:
         return {
             "open_streams": len(self.handles),
             "pending_upload_bytes": self.uploader.pending_bytes,
+            "uploading_bytes": self.uploader.uploading_bytes,
             "admitted_append_bytes": self.uploader.admitted_bytes,
-            "pending_upload_limit_bytes": self.uploader.buffered_limit_bytes,
+            "uncommitted_bytes": self.uploader.backlog().total_bytes,  # what a close may have to upload
+            "uncommitted_limit_bytes": self.uploader.buffered_limit_bytes,
             "wal_bytes": self.wal.size_bytes,
             "wal_segments": self.wal.segment_count,
             "wal_fsyncs_total": self.wal.fsyncs,
@@ -784,6 +713,3 @@ def _below(data: bytes, hw: int) -> bytes:
 
 __all__ = ["StreamStorage", "OpenInfo", "FetchResult", "recoverable_tail"]
 
-
-def _existing_dirs(dirs: list[str]) -> list[str]:
-    return [d for d in dirs if os.path.isdir(d)]

@@ -21,6 +21,7 @@ from typing import Callable
 
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.ops.streams import object_created_ms
+from stream_storage import backlog
 from stream_storage.cache import IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
 from stream_storage.control import ObjectRef, StreamControl, is_fenced
@@ -54,6 +55,7 @@ class Uploader:
         self.broker = broker
         self.handles: dict[int, StreamHandle] = {}
         self.pending_bytes = 0  # durable in the WAL, not yet taken by an upload
+        self.uploading_bytes = 0  # taken by an upload, not committed yet
         self.admitted_bytes = 0  # admitted appends on their way to the WAL
         self.admit_waits = 0  # appends that waited for buffered bytes to be uploaded (backpressure)
         self.stats = UploadStats()
@@ -76,26 +78,30 @@ class Uploader:
 
     @property
     def buffered_limit_bytes(self) -> int:
-        return 4 * self.config.upload_bytes
+        return backlog.limit_bytes(self.config.upload_bytes, self.config.max_uncommitted_uploads)
+
+    def backlog(self) -> backlog.Backlog:
+        return backlog.Backlog(self.admitted_bytes, self.pending_bytes, self.uploading_bytes)
 
     def _update_room(self) -> None:
-        if self.pending_bytes + self.admitted_bytes < self.buffered_limit_bytes:
+        if backlog.has_room(self.backlog(), self.buffered_limit_bytes):
             self._room.set()
         else:
             self._room.clear()
 
     def _fits(self, size_bytes: int) -> bool:
-        buffered = self.pending_bytes + self.admitted_bytes
-        return buffered == 0 or buffered + size_bytes <= self.buffered_limit_bytes
+        return backlog.admits(self.backlog(), size_bytes, self.buffered_limit_bytes)
 
-    async def admit(self, size_bytes: int) -> None:
-        """Backpressure: an append waits while four uploads' worth of bytes are buffered or on
-        their way to the WAL (one append is always admitted when nothing is buffered).
+    async def admit(self, size_bytes: int, urgent: bool = False) -> None:
+        """Backpressure: an append waits while ``max_uncommitted_uploads`` uploads' worth of
+        bytes are not committed in S3 — on their way to the WAL, buffered, or being uploaded
+        (``backlog.py``: what a close may have to upload). One append is always admitted when
+        nothing is uncommitted; an ``urgent`` one (a closing partition's meta) at once.
 
         Appends are admitted in the order they asked (a small one never passes a large one that
         waits): appends reach the WAL in call order, which a pipelining idempotent producer's
         sequence check relies on."""
-        if not self._admit_queue and self._fits(size_bytes):
+        if urgent or (not self._admit_queue and self._fits(size_bytes)):
             self.admitted_bytes += size_bytes
             self._update_room()
             return
@@ -139,6 +145,7 @@ class Uploader:
         handle.taken_end = chunks[-1].end_offset
         size = sum(len(c.data) for c in chunks)
         self.pending_bytes -= size
+        self.uploading_bytes += size
         if handle.taken_end >= handle.durable_end:
             handle.oldest_pending_ms = None
         self._update_room()
@@ -223,10 +230,11 @@ class Uploader:
             if handle.last_commit is not None and not handle.last_commit.done():
                 previous.append(handle.last_commit)
             handle.last_commit = done
-        self._spawn(self._upload(parts, slot, previous, done, close_ids))
+        size = sum(len(c.data) for _h, chunks in parts for c in chunks)
+        self._spawn(self._upload(parts, slot, previous, done, size, close_ids))
 
     async def _upload(self, parts: list[tuple[StreamHandle, list[Chunk]]], slot: bool,
-                      previous: list[asyncio.Future[None]], done: asyncio.Future[None],
+                      previous: list[asyncio.Future[None]], done: asyncio.Future[None], size_bytes: int,
                       close_ids: frozenset[int] = frozenset()) -> None:
         try:
             await self._upload_and_commit(parts, previous, close_ids)
@@ -239,6 +247,8 @@ class Uploader:
                         handle.stream_id, handle.taken_end, handle.durable_end)))
                     handle.taken_end = max(handle.taken_end, handle.durable_end)
         finally:
+            self.uploading_bytes -= size_bytes  # committed, or given up (the streams carry why)
+            self._update_room()
             if slot:
                 self._slots.release()
             if not done.done():

@@ -280,16 +280,16 @@ async def test_held_requests_leave_in_arrival_order_each_after_the_one_before_ra
     await asyncio.sleep(0.01)
     assert order == []
     pending["now"] = False
-    manager._notify_changed()
+    manager.handoffs.changed()
     late = asyncio.ensure_future(request(5))  # the hand-off settled, but five are still ahead of it
     await asyncio.wait_for(asyncio.gather(*held, late), 2.0)
     assert order == [0, 1, 2, 3, 4, 5]
-    assert manager._handoff_lines == {}
+    assert manager.handoffs.lines == {}
     # a bounded wait: a hand-off that never settles lets the request go on (to be refused)
     pending["now"] = True
     started = time.monotonic()
     await manager.await_handoff("p", 0, lambda: None, 0.05)
-    assert 0.04 < time.monotonic() - started < 1.0 and manager._handoff_lines == {}
+    assert 0.04 < time.monotonic() - started < 1.0 and manager.handoffs.lines == {}
 
 
 async def test_dead_owner_wal_recovered_and_stale_owner_fenced(cluster: InProcessCluster) -> None:

@@ -125,7 +125,7 @@ async def test_gc_racing_uploads_commits_and_fences_never_deletes_a_named_object
                 heartbeat(controller, dst, brokers[dst].broker_epoch)
                 epoch[sid] += 1
                 await brokers[dst].open_stream(sid, epoch[sid], previous_owner=src)
-                await brokers[dst].recover_from_wal(wal_dirs[src], sid)
+                await brokers[dst].recovery.recover_from_wal(wal_dirs[src], sid)
                 brokers[src].fence(sid, "taken over")
             owner[sid] = dst
             locks[sid].release()

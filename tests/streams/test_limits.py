@@ -13,28 +13,51 @@ from stream_storage.wal import WriteAheadLog
 from tests.streams.conftest import batch_of, read_all
 
 
-async def test_appends_wait_while_four_uploads_worth_is_buffered(make_storage) -> None:
+async def test_appends_wait_while_the_uncommitted_backlog_is_at_its_bound(make_storage) -> None:
+    """Bytes admitted, buffered and being uploaded together never pass ``max_uncommitted_uploads``
+    uploads' worth: what a close has to upload stays bounded however fast appends come."""
     store = MemoryObjectStore(latency_ms=20)
-    a = make_storage(1, store, upload_bytes=4096, max_inflight_uploads=1)
+    a = make_storage(1, store, upload_bytes=4096, max_inflight_uploads=2, max_uncommitted_uploads=2)
     await a.start()
     sid = await a.create_stream()
     await a.open_stream(sid, 0)
-    peak = 0
+    peak = peak_uploading = 0
 
     async def watch() -> None:
-        nonlocal peak
+        nonlocal peak, peak_uploading
         while True:
-            peak = max(peak, a.uploader.pending_bytes + a.uploader.admitted_bytes)
+            up = a.uploader
+            peak = max(peak, up.pending_bytes + up.admitted_bytes + up.uploading_bytes)
+            peak_uploading = max(peak_uploading, up.uploading_bytes)
             await asyncio.sleep(0.001)
 
     watcher = asyncio.create_task(watch())
     batch = batch_of("bp", count=4, value_bytes=250)
     await asyncio.gather(*(a.append(sid, batch) for _ in range(120)))
     watcher.cancel()
-    assert peak <= 4 * 4096  # buffered + admitted bytes never exceed four uploads
-    assert peak > 0
+    assert peak <= 2 * 4096  # admitted + buffered + uploading never exceed two uploads
+    assert peak_uploading > 0 and a.uploader.admit_waits > 0
     await a.close_stream(sid)
+    assert a.uploader.uploading_bytes == 0
     assert len(await read_all(a, sid)) == 480
+    await a.close()
+
+
+async def test_an_urgent_append_is_not_held_behind_the_backlog(make_storage) -> None:
+    """A closing partition's meta snapshot goes to the WAL while other appends wait for room."""
+    store = MemoryObjectStore(latency_ms=200)
+    a = make_storage(1, store, upload_bytes=4096, max_uncommitted_uploads=1)
+    await a.start()
+    data, meta = await a.create_stream(), await a.create_stream()
+    await a.open_stream(data, 0)
+    await a.open_stream(meta, 0)
+    await a.append(data, batch_of("fill", count=20, value_bytes=250))  # at the bound: uploading for 200 ms
+    held = asyncio.ensure_future(a.append(data, batch_of("held", count=1, value_bytes=10)))
+    await asyncio.sleep(0.02)
+    assert not held.done()
+    assert await asyncio.wait_for(a.append(meta, batch_of("meta", count=1), urgent=True), 0.15) == 0
+    assert not held.done()  # still waiting for the upload to commit
+    assert await held == 20
     await a.close()
 
 

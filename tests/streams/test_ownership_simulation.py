@@ -71,7 +71,7 @@ async def test_random_moves_never_lose_or_duplicate_acknowledged_records(make_st
                     heartbeat(controller, b, s.broker_epoch)
             epoch += 1
             await brokers[target].open_stream(sid, epoch, previous_owner=owner)
-            await brokers[target].recover_from_wal(wal_dirs[owner], sid)
+            await brokers[target].recovery.recover_from_wal(wal_dirs[owner], sid)
             try:
                 await current.append(sid, batch_of(f"zombie{step}"))  # acknowledged by a fenced owner
             except FerryError:
@@ -92,7 +92,7 @@ async def test_random_moves_never_lose_or_duplicate_acknowledged_records(make_st
                     heartbeat(controller, b, s.broker_epoch)
             epoch += 1
             await brokers[target].open_stream(sid, epoch, previous_owner=owner)
-            await brokers[target].recover_from_wal(wal_dirs[owner], sid)
+            await brokers[target].recovery.recover_from_wal(wal_dirs[owner], sid)
             restarted = make_storage(owner, store, wal_dir=wal_dirs[owner], upload_bytes=2048)
             await restarted.start()
             brokers[owner] = restarted
@@ -141,7 +141,7 @@ async def test_random_moves_of_streams_sharing_objects(make_storage, controller,
         epoch[sid] += 1
         await brokers[target].open_stream(sid, epoch[sid], previous_owner=old)  # type: ignore[attr-defined]
         if recover:
-            await brokers[target].recover_from_wal(wal_dirs[old], sid)  # type: ignore[attr-defined]
+            await brokers[target].recovery.recover_from_wal(wal_dirs[old], sid)  # type: ignore[attr-defined]
         owner[sid] = target
 
     for step in range(50):

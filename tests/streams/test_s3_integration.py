@@ -143,7 +143,7 @@ async def test_race_to_open_over_s3_one_winner_and_loser_never_visible(s3_server
     clock.skew_ms += 60_000
     heartbeat(controller, loser.broker_id, loser.broker_epoch)
     await loser.open_stream(sid, 2)
-    assert await loser.recover_from_wal(winner.config.wal_dir, sid) == 3
+    assert await loser.recovery.recover_from_wal(winner.config.wal_dir, sid) == 3
     with pytest.raises(FerryError) as err:
         await winner.force_upload(sid)
     assert err.value.error == ErrorCode.STREAM_FENCED

@@ -83,7 +83,7 @@ async def test_dead_broker_with_its_disk_gone_is_recovered_from_s3(make_storage,
     clock.skew_ms += 60_000
     heartbeat(controller, 2, b.broker_epoch)
     await b.open_stream(sid, 1)
-    assert await b.recover_from_peer_wal(1, sid, previous_epoch=0) == 8
+    assert await b.recovery.recover_from_peer_wal(1, sid, previous_epoch=0) == 8
     assert keys_of(await read_all(b, sid)) == [f"{t}-{i}".encode() for t in ["up"] + [f"tail{j}" for j in range(4)]
                                                for i in range(2)]
     assert (await b.control.describe_stream(sid)).end_offset == 10  # committed, not only in b's WAL
@@ -147,7 +147,7 @@ async def test_a_late_object_of_a_stopped_owner_never_counts(make_storage, contr
     heartbeat(controller, 2, b.broker_epoch)
     heartbeat(controller, 3, c.broker_epoch)
     await b.open_stream(sid, 1)
-    assert await b.recover_from_peer_wal(1, sid, previous_epoch=0) == 2
+    assert await b.recovery.recover_from_peer_wal(1, sid, previous_epoch=0) == 2
     await b.append(sid, batch("b0"))
     gate.set()  # broker 1 resumes: its late object lands after the takeover
     await late
@@ -156,9 +156,9 @@ async def test_a_late_object_of_a_stopped_owner_never_counts(make_storage, contr
     clock.skew_ms += 60_000
     heartbeat(controller, 3, c.broker_epoch)
     await c.open_stream(sid, 2)
-    assert await c.recover_from_peer_wal(2, sid, previous_epoch=1) == 2
+    assert await c.recovery.recover_from_peer_wal(2, sid, previous_epoch=1) == 2
     # even a recovery that wrongly read broker 1's WAL again would stop at its epoch and offsets
-    assert await c.recover_from_peer_wal(1, sid, previous_epoch=0) == 0
+    assert await c.recovery.recover_from_peer_wal(1, sid, previous_epoch=0) == 0
     assert keys_of(await read_all(c, sid)) == [b"a0-0", b"a0-1", b"b0-0", b"b0-1"]
     await c.close()
     await a.abort()
@@ -204,7 +204,7 @@ async def test_seeded_crash_recovery_with_s3_errors_loses_nothing_acknowledged(m
     for sid in sids:
         desc = await b.control.describe_stream(sid)
         await b.open_stream(sid, desc.epoch + 1)
-        await b.recover_from_peer_wal(1, sid, previous_epoch=desc.epoch)
+        await b.recovery.recover_from_peer_wal(1, sid, previous_epoch=desc.epoch)
         got = keys_of(await read_all(b, sid))
         assert got[:len(acked[sid])] == acked[sid]  # every acknowledged record, once, in order
         assert len(set(got)) == len(got)  # an unanswered append may be there too, never twice
@@ -243,10 +243,10 @@ async def test_owner_that_dies_before_recovering_leaves_both_wals_to_the_next(ma
     assert info.wal_owners == ((1, 0), (2, 1))
     # the predecessor's WAL alone does not hold the tail: reading only it was the loss
     if mode == "s3":
-        assert await c.recover_from_peer_wal(2, sid, previous_epoch=1) == 0
+        assert await c.recovery.recover_from_peer_wal(2, sid, previous_epoch=1) == 0
     else:
-        assert await c.recover_from_wal(b.config.wal_dir, sid, previous_epoch=1) == 0
-    got = await c.recover_from_owners(sid, info.wal_owners, lambda bid: [by_id[bid].config.wal_dir])
+        assert await c.recovery.recover_from_wal(b.config.wal_dir, sid, previous_epoch=1) == 0
+    got = await c.recovery.recover_from_owners(sid, info.wal_owners, lambda bid: [by_id[bid].config.wal_dir])
     assert got.offsets == 6 and got.unreachable == ()
     assert keys_of(await read_all(c, sid)) == [f"{t}-{i}".encode() for t in ["up", "tail0", "tail1", "tail2"]
                                                for i in range(2)]
@@ -261,7 +261,7 @@ async def test_owner_that_dies_before_recovering_leaves_both_wals_to_the_next(ma
     await d.start()
     info = await d.open_stream(sid, 3, previous_owner=3, previous_epoch=2)
     assert info.wal_owners == ((3, 2),)
-    assert (await d.recover_from_owners(sid, info.wal_owners, lambda bid: [by_id[bid].config.wal_dir])).offsets == 2
+    assert (await d.recovery.recover_from_owners(sid, info.wal_owners, lambda bid: [by_id[bid].config.wal_dir])).offsets == 2
     assert keys_of(await read_all(d, sid))[-2:] == [b"c0-0", b"c0-1"]
     await d.close()
 
@@ -294,12 +294,12 @@ async def test_dead_brokers_wal_objects_are_deleted_once_no_recovery_needs_them(
     assert await gc.run_once() == 0 and wal_keys(store, 1) == dead  # s1 and s2: tails not recovered
     info = await b.open_stream(s1, 1, previous_owner=1, previous_epoch=0)
     assert await gc.run_once() == 0  # taken over, recovery pending: broker 1 is in wal_owners
-    assert (await b.recover_from_owners(s1, info.wal_owners)).offsets == 2
+    assert (await b.recovery.recover_from_owners(s1, info.wal_owners)).offsets == 2
     holding_s2 = {k for k in dead if store.objects[k].find(f"s{s2}-tail".encode()) >= 0}
     await gc.run_once()
     assert holding_s2 and holding_s2 <= set(wal_keys(store, 1))  # s2's tail is still only there
     info = await b.open_stream(s2, 1, previous_owner=1, previous_epoch=0)
-    assert (await b.recover_from_owners(s2, info.wal_owners)).offsets == 2
+    assert (await b.recovery.recover_from_owners(s2, info.wal_owners)).offsets == 2
     await gc.run_once()
     assert wal_keys(store, 1) == [] and gc.deleted_total == len(dead)
     for sid in (s1, s2):  # nothing acknowledged was lost on the way
@@ -340,7 +340,7 @@ async def test_seeded_second_crash_during_recovery_loses_nothing_acknowledged(ma
         fate = rng.choice(["all", "none", "part"])
         if fate == "none":
             continue
-        task = asyncio.ensure_future(b.recover_from_owners(sid, info.wal_owners))
+        task = asyncio.ensure_future(b.recovery.recover_from_owners(sid, info.wal_owners))
         if fate == "part":
             await asyncio.sleep(rng.uniform(0, 0.01))
             task.cancel()
@@ -352,7 +352,7 @@ async def test_seeded_second_crash_during_recovery_loses_nothing_acknowledged(ma
     for sid in sids:
         info = await c.open_stream(sid, 2, previous_owner=2, previous_epoch=1)
         assert (2, 1) in info.wal_owners
-        await c.recover_from_owners(sid, info.wal_owners)
+        await c.recovery.recover_from_owners(sid, info.wal_owners)
         got = keys_of(await read_all(c, sid))
         assert got == acked[sid]  # every acknowledged record, once, in order
         assert controller.image.streams.streams[sid].wal_owners == ()

@@ -102,7 +102,7 @@ async def test_taken_over_owner_is_fenced_and_its_later_appends_never_show(make_
     clock.skew_ms += 60_000
     heartbeat(controller, 2, b.broker_epoch)
     await b.open_stream(sid, 1)
-    assert await b.recover_from_wal(a.config.wal_dir, sid) == 0  # everything of a's was in S3
+    assert await b.recovery.recover_from_wal(a.config.wal_dir, sid) == 0  # everything of a's was in S3
     await b.append(sid, batch_of("b1"))
     # a still believes it owns the stream; its next upload is refused and fences it
     late = a.append(sid, batch_of("a-late"))
@@ -170,7 +170,7 @@ async def test_live_broker_recovers_dead_brokers_wal_read_only(make_storage, mem
     clock.skew_ms += 60_000
     heartbeat(controller, 2, b.broker_epoch)
     await b.open_stream(sid, 1)
-    assert await b.recover_from_wal(a.config.wal_dir, sid) == 12
+    assert await b.recovery.recover_from_wal(a.config.wal_dir, sid) == 12
     assert sorted(os.listdir(a.config.wal_dir)) == before  # the dead broker's WAL is untouched
     assert keys_of(await read_all(b, sid)) == expected_keys(["up"] + [f"tail{i}" for i in range(4)])
     desc = await b.control.describe_stream(sid)
@@ -310,9 +310,9 @@ async def test_failover_reads_the_dead_wal_once_for_all_its_streams(make_storage
     for sid in sids:
         await b.open_stream(sid, 1)
     fsyncs = b.wal.fsyncs
-    recovered = await asyncio.gather(*(b.recover_from_wal(a.config.wal_dir, sid) for sid in sids))
+    recovered = await asyncio.gather(*(b.recovery.recover_from_wal(a.config.wal_dir, sid) for sid in sids))
     assert recovered == [30, 30, 30]
-    assert b.foreign_wals.reads == 1
+    assert b.recovery.foreign_wals.reads == 1
     assert b.wal.fsyncs - fsyncs < 30  # re-appended with group commit, not one fsync per entry
     for sid in sids:
         assert keys_of(await read_all(b, sid)) == expected_keys([f"{sid}-{i}" for i in range(10)])
@@ -340,7 +340,7 @@ async def test_stream_returning_to_a_broker_pins_its_wal_again(make_storage, mem
     clock.skew_ms += 60_000
     heartbeat(controller, 2, b.broker_epoch)
     await b.open_stream(sid, 3)
-    assert await b.recover_from_wal(a.config.wal_dir, sid) == 15
+    assert await b.recovery.recover_from_wal(a.config.wal_dir, sid) == 15
     assert keys_of(await read_all(b, sid)) == expected_keys(["first"] + [f"back{i}" for i in range(5)])
     await b.close()
 
@@ -362,7 +362,7 @@ async def test_zombie_appends_are_voided_when_the_stream_comes_back(make_storage
     clock.skew_ms += 60_000
     heartbeat(controller, 2, b.broker_epoch)
     await b.open_stream(sid, 2, previous_owner=1)
-    assert await b.recover_from_wal(a.config.wal_dir, sid) == 0
+    assert await b.recovery.recover_from_wal(a.config.wal_dir, sid) == 0
     await a.append(sid, batch_of("zombie"))  # a has not learned it is fenced: only its WAL has this
     await b.close_stream(sid)
     heartbeat(controller, 1, a.broker_epoch)
@@ -371,7 +371,7 @@ async def test_zombie_appends_are_voided_when_the_stream_comes_back(make_storage
     clock.skew_ms += 60_000
     heartbeat(controller, 3, c.broker_epoch)
     await c.open_stream(sid, 4, previous_owner=1)
-    assert await c.recover_from_wal(a.config.wal_dir, sid) == 0
+    assert await c.recovery.recover_from_wal(a.config.wal_dir, sid) == 0
     assert keys_of(await read_all(c, sid)) == expected_keys(["a1"])
     await c.append(sid, batch_of("c1"))
     assert keys_of(await read_all(c, sid)) == expected_keys(["a1", "c1"])
@@ -445,7 +445,7 @@ async def test_late_writes_of_a_cut_off_owner_never_reappear_after_a_clean_move_
     clock.skew_ms += 60_000
     heartbeat(controller, 2, b.broker_epoch)
     await b.open_stream(sid, 2, previous_owner=1, previous_epoch=1)
-    assert await b.recover_from_wal(a.config.wal_dir, sid, previous_epoch=1) == 0
+    assert await b.recovery.recover_from_wal(a.config.wal_dir, sid, previous_epoch=1) == 0
     for i in range(3):  # offsets 3..12 at epoch 1, beyond what b will have written
         await a.append(sid, batch_of(f"late{i}"))
     await b.append(sid, batch_of("b1"))  # offsets 3..6
@@ -460,7 +460,7 @@ async def test_late_writes_of_a_cut_off_owner_never_reappear_after_a_clean_move_
     clock.skew_ms += 60_000
     heartbeat(controller, 3, c.broker_epoch)
     await c.open_stream(sid, 4, previous_owner=1, previous_epoch=3)
-    assert await c.recover_from_wal(a.config.wal_dir, sid, previous_epoch=3) == 3
+    assert await c.recovery.recover_from_wal(a.config.wal_dir, sid, previous_epoch=3) == 3
     assert keys_of(await read_all(c, sid)) == expected_keys(["a1", "b1", "a3"])
     await b.close()
     await c.close()
