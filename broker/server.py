@@ -126,11 +126,14 @@ class Broker:
         return await self.client.write(op, args)
 
     def _heartbeat_client(self) -> HeartbeatClient:
-        """The heartbeat thread's own controller connection; an answer slower than the next beat
-        is given up, so a slow answer never delays renewal."""
+        """The heartbeat thread's own controller connection. Heartbeats are pipelined, so a slow
+        answer delays no other beat: one is waited for up to a session (later, it could not renew
+        the lease), each attempt up to a third of one (a paused or cut-off controller is left for
+        the next in time for the new leader to hear the broker within its session)."""
         config = self.config
-        timeout_ms = max(config.heartbeat_interval_ms, config.session_timeout_ms // 3)
-        client = ControllerClient(list(config.controllers), timeout_ms=timeout_ms, attempt_timeout_ms=timeout_ms,
+        attempt_ms = max(config.heartbeat_interval_ms, config.session_timeout_ms // 3)
+        client = ControllerClient(list(config.controllers), timeout_ms=config.session_timeout_ms,
+                                  attempt_timeout_ms=attempt_ms,
                                   token=config.security.internal_token if config.security is not None else None)
         return HeartbeatClient(client.write, client.close)
 
