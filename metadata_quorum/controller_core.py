@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 # Served before anything else queued, and never refused for load: a broker whose heartbeat waits
 # behind a large move is fenced, and fencing moves its partitions (more load, more fencing).
 PRIORITY_OPERATIONS = frozenset({"broker_heartbeat", "register_broker"})
+#: how often ``tick`` also looks at every leaderless partition (ops/cluster.py ``tick``)
+LEADERLESS_SCAN_INTERVAL_MS = 1000
 PRIORITY_EXTRA_INFLIGHT = 16  # commands priority operations may add beyond max_inflight_commands
 OP_COST_START_MS = 0.05  # the first guess of one operation's run time, before any was measured
 
@@ -234,6 +236,7 @@ class ControllerCore:
         # (view offset the outcome was computed at, tie-break, token, reply or the error it raised)
         self._commit_waiters: list[tuple[int, int, Token, dict[str, Any] | FerryError]] = []
         self._ready = Ready()
+        self._leaderless_scan_ms = -LEADERLESS_SCAN_INTERVAL_MS  # when a tick last looked at every leaderless partition
 
     # -- effects -------------------------------------------------------------------------------------
 
@@ -308,7 +311,13 @@ class ControllerCore:
             return None
         if any(p.internal and p.name == name for p in self._queue):
             return None
-        return self._enqueue(name, {}, now_ms, internal=True)
+        args: dict[str, Any] = {}
+        if name == "tick":
+            due = now_ms - self._leaderless_scan_ms >= LEADERLESS_SCAN_INTERVAL_MS
+            if due:
+                self._leaderless_scan_ms = now_ms
+            args["elect_leaderless"] = due
+        return self._enqueue(name, args, now_ms, internal=True)
 
     def cancel(self, token: Token) -> None:
         """The caller stopped waiting: an operation not yet run is skipped (never run late)."""

@@ -401,3 +401,17 @@ def test_a_read_may_cut_a_large_batch_and_a_follower_applies_it_only_whole() -> 
     # the big batch arrives in one callback, with all of its records, once its last record came
     assert seen == [([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], True), ([12], True)]
     assert follower.next_offset == follower.fetch_offset == 13
+
+
+def test_the_controllers_tick_looks_at_leaderless_partitions_once_a_second() -> None:
+    from metadata_quorum.controller_core import LEADERLESS_SCAN_INTERVAL_MS
+
+    core, state = make()
+    activate(core, state)
+    asked = []
+    for now_ms in range(1000, 1000 + 2 * LEADERLESS_SCAN_INTERVAL_MS + 1, 200):
+        core.tick(now_ms)
+        asked.append(next(p.args["elect_leaderless"] for p in core._queue if p.internal))
+        core.run(FixedSlice(now_ms))
+        commit(core, state, core.take_ready().commands, now_ms)
+    assert asked == [True, False, False, False, False, True, False, False, False, False, True]

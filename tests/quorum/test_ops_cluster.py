@@ -227,6 +227,13 @@ def test_tick_elects_when_the_reelection_deadline_passes() -> None:
     part = partition(late.image, "t", 0)
     assert part.leader == 1 and part.reelection_deadline_ms == 0 and not part.is_reassigning
     assert late.reply["elected"] == [{"topic_id": part.topic_id, "partition": 0, "leader": 1}]
+    # a tick the controller runs between scans fences but does not look at leaderless partitions
+    between = run(c.image, "tick", {"elect_leaderless": False}, now_ms=deadline, heartbeats={0: deadline, 1: deadline})
+    assert between.records == () and between.reply["elected"] == []
+    # unless it fences a broker: then the scan runs in the same batch
+    gone_ms = deadline + SESSION_TIMEOUT_MS + 1
+    fencing = run(c.image, "tick", {"elect_leaderless": False}, now_ms=gone_ms, heartbeats={0: deadline, 1: gone_ms})
+    assert fencing.reply["fenced_brokers"] == [0] and partition(fencing.image, "t", 0).leader == 1
 
 
 def test_tick_waits_for_a_live_owner_still_closing_the_partition_then_elects_once_it_is_gone() -> None:
