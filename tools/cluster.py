@@ -41,8 +41,8 @@ LOCK_FILE = "cluster.lock"
 
 # Failure detection a little quicker than Kafka's defaults (2 s / 9 s) so that local runs and tests
 # see a dead broker fenced in seconds; every value can be overridden.
-LOCAL_BROKER_DEFAULTS: dict[str, Any] = {"heartbeat_interval_ms": 250, "session_timeout_ms": 1500}
-LOCAL_CONTROLLER_DEFAULTS: dict[str, Any] = {"session_timeout_ms": 1500, "tick_interval_ms": 100}  # the controllers fence on their own setting
+LOCAL_BROKER_DEFAULTS: dict[str, Any] = {"heartbeat_interval_ms": 500, "session_timeout_ms": 4000}
+LOCAL_CONTROLLER_DEFAULTS: dict[str, Any] = {"session_timeout_ms": 4000}  # the controllers fence on their own setting
 WAL_MODES = ("local", "s3")
 
 
