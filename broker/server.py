@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from broker import admission
-from broker.config import BrokerConfig, load_config, wal_dirs_of
+from broker.config import BrokerConfig, load_config, wal_dir_of, wal_dirs_of
 from broker.heartbeat_thread import HeartbeatClient, ThreadedHeartbeater
 from broker.load_sampler import LoadSampler, PartitionLoad
 from broker.local_partitions import LocalPartitions, LocalSlot
@@ -39,6 +39,7 @@ from broker.retention import retention_loop
 from stream_storage.compaction import CompactionPolicy
 from stream_storage.gc import GarbageCollector, gc_loop
 from stream_storage.wal_gc import DeadWalCollector
+from broker.peer_liveness import PeerDeathWatcher, ProcessLock
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
 from broker.kafka.forwarding import QuorumForwarder
@@ -108,6 +109,7 @@ class Broker:
         self.sampler = LoadSampler(config.broker_id, config.metrics_interval_ms)
         self._runner: web.AppRunner | None = None
         self._background: list[asyncio.Task[Any]] = []
+        self.process_lock: ProcessLock | None = None
         self.stopped = asyncio.Event()
         self._lease_warned_mono_s = -1e9
         self.url = config.advertised_url
@@ -165,6 +167,9 @@ class Broker:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        # held before registering, until the process ends: peers sharing the WAL root take a free
+        # lock as proof that this broker's process is gone (peer_liveness.py)
+        self.process_lock = await asyncio.to_thread(ProcessLock.acquire, self.config.effective_wal_dir)
         await asyncio.to_thread(self.log_dirs.prepare)
         self._runner = web.AppRunner(BrokerHttpApi(self).app(), access_log=None)
         await self._runner.setup()
@@ -207,6 +212,10 @@ class Broker:
         self.follower.start()
         self.heartbeater.start()
         self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
+        watcher = PeerDeathWatcher(self.broker_id, lambda: self.image,
+                                   lambda b: wal_dir_of(self.config.effective_wal_root, b), self.client.write,
+                                   lambda: self.heartbeater.state.broker_epoch, self.config.heartbeat_interval_ms)
+        self._background.append(asyncio.create_task(watcher.run()))
         collector = GarbageCollector(self.object_store, self.batcher.write,
                                      lambda: (self.broker_id, self.heartbeater.state.broker_epoch),
                                      str(self.storage.config.object_key_prefix), self.config.gc_grace_ms)
@@ -283,6 +292,8 @@ class Broker:
         await self.batcher.close()
         await self.client.close()
         await self.session_client.close()
+        if self.process_lock is not None:
+            self.process_lock.release()
         self.stopped.set()
 
     def _loads(self) -> list[PartitionLoad]:
