@@ -212,10 +212,11 @@ class Broker:
         self.follower.start()
         self.heartbeater.start()
         self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
-        watcher = PeerDeathWatcher(self.broker_id, lambda: self.image,
-                                   lambda b: wal_dir_of(self.config.effective_wal_root, b), self.client.write,
-                                   lambda: self.heartbeater.state.broker_epoch, self.config.heartbeat_interval_ms)
-        self._background.append(asyncio.create_task(watcher.run()))
+        if self.config.peer_probe_interval_ms > 0:
+            watcher = PeerDeathWatcher(self.broker_id, lambda: self.image,
+                                       lambda b: wal_dir_of(self.config.effective_wal_root, b), self.client.write,
+                                       lambda: self.heartbeater.state.broker_epoch, self.config.peer_probe_interval_ms)
+            self._background.append(asyncio.create_task(watcher.run()))
         collector = GarbageCollector(self.object_store, self.batcher.write,
                                      lambda: (self.broker_id, self.heartbeater.state.broker_epoch),
                                      str(self.storage.config.object_key_prefix), self.config.gc_grace_ms)
