@@ -61,6 +61,8 @@ class SimBroker:
     #: broker epoch -> until when that incarnation may acknowledge writes: its last answered
     #: heartbeat's send time plus the session timeout
     lease_until_ms: dict[int, int] = field(default_factory=dict)
+    #: its process is gone (killed), not just silent: a peer may prove it (its WAL lock is free)
+    gone: bool = False
 
 
 @dataclass
@@ -105,7 +107,7 @@ class Simulation:
             (5, self.create_topic), (1, self.delete_topic), (6, self.reassign), (3, self.elect),
             (16, self.broker_sync), (10, self.produce), (4, self.rogue_stream_call), (2, self.trim),
             (4, self.report_isr), (1, self.controller_failover), (1, self.decommission),
-            (10, self.advance_and_tick),
+            (10, self.advance_and_tick), (2, self.report_dead),
         ]
         weights = [w for w, _ in actions]
         for _ in range(3):
@@ -191,6 +193,7 @@ class Simulation:
         if reply is None:
             return
         b.broker_epoch, b.alive, b.opened, b.shutting_down, b.bad_dirs = int(reply["broker_epoch"]), True, {}, False, {}
+        b.gone = False
         self.beat(b)
 
     def beat(self, b: SimBroker) -> dict[str, Any] | None:
@@ -235,9 +238,29 @@ class Simulation:
             self.beat(b)
 
     def die(self) -> None:
+        """kill -9 (no close, no goodbye: its process is gone, so it acknowledges nothing more) or
+        a pause that never ends (it keeps its lease until that runs out)."""
         live = self.alive()
         if len(live) > 1:
-            self.rng.choice(live).alive = False  # kill -9: no close, no goodbye
+            b = self.rng.choice(live)
+            b.alive = False
+            if self.rng.random() < 0.5:
+                b.gone = True
+                b.lease_until_ms.pop(b.broker_epoch, None)
+
+    def report_dead(self) -> None:
+        """A live broker proves a killed one's process gone (broker/peer_liveness.py: its WAL lock
+        is free), naming the incarnation it last saw registered; a paused one is never reported."""
+        live = self.alive()
+        gone = [b for b in self.brokers.values() if b.gone]
+        if not live or not gone:
+            return
+        b, reporter = self.rng.choice(gone), self.rng.choice(live)
+        reply = self.call("report_broker_dead", {"broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
+                                                 "reporter_id": reporter.broker_id,
+                                                 "reporter_epoch": reporter.broker_epoch})
+        if reply is not None and reply["fenced"]:
+            self.ops["reported_dead_fenced"] += 1
 
     def shutdown(self) -> None:
         live = self.alive()
