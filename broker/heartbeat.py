@@ -164,8 +164,8 @@ class Heartbeater:
                 "saturated_log_dirs": saturated, "offline_log_dirs": offline}
         sent = time.monotonic()
         reply = await self._write("broker_heartbeat", args)
-        if not self._order.admit(sent):
-            return reply  # a later heartbeat's answer is already applied
+        if args["broker_epoch"] != self.state.broker_epoch or not self._order.admit(sent):
+            return reply  # about an incarnation registered over since, or older than one applied
         self.lease.bound_by(reply.get("session_timeout_ms"))  # before renewing with this answer
         self.state.fenced = bool(reply.get("is_fenced", False))
         if not self.state.fenced:  # a fenced broker holds no lease: it may not acknowledge writes

@@ -159,3 +159,21 @@ async def test_an_older_answer_never_overrides_a_newer_one() -> None:
     release["old"].set()
     await old  # sent first, answered last: "not fenced" is stale and changes nothing
     assert hb.state.fenced and hb.lease.sent_mono_s < 0
+
+
+async def test_an_answer_about_an_incarnation_registered_over_changes_nothing() -> None:
+    release = asyncio.Event()
+
+    async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        await release.wait()
+        return {"is_fenced": False, "is_caught_up": True}
+
+    hb = Heartbeater(write, broker_id=3, interval_ms=10, session_timeout_ms=1000,
+                     registration=lambda: {}, metadata_offset=lambda: 0, dir_states=lambda: ([], []))
+    hb.state.broker_epoch = 5
+    late = asyncio.create_task(hb.beat_once())
+    await asyncio.sleep(0.01)
+    hb.state.broker_epoch, hb.state.fenced = 9, True  # registered again meanwhile: fenced until told otherwise
+    release.set()
+    await late
+    assert hb.state.fenced and hb.lease.sent_mono_s < 0
