@@ -82,6 +82,8 @@ class Simulation:
         self.steps = steps
         self.step = 0
         self.trace: list[str] = []
+        #: (broker id, broker epoch) fenced other than by its own controlled shutdown (session, death)
+        self.fenced_otherwise: set[tuple[int, int]] = set()
         self.rng = random.Random(seed)
         self.clock = SimClock()
         config = CoreConfig(session_timeout_ms=SESSION_TIMEOUT_MS, reelection_timeout_ms=REELECTION_TIMEOUT_MS,
@@ -90,6 +92,7 @@ class Simulation:
                                     fail=self.fail)
         self.controller.on_owner_change = self.owner_changed
         self.controller.on_fenced_for_silence = self.fenced_for_silence
+        self.controller.on_tick_fenced = lambda broker_id, epoch: self.fenced_otherwise.add((broker_id, epoch))
         self.brokers = {b: SimBroker(b) for b in range(max_brokers)}
         self.ops: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -166,6 +169,7 @@ class Simulation:
     def fenced_for_silence(self, broker_id: int, broker_epoch: int) -> None:
         """No broker is fenced for silence while its lease may still let it acknowledge: the
         fence is what lets another broker take its streams over."""
+        self.fenced_otherwise.add((broker_id, broker_epoch))
         until = self.brokers[broker_id].lease_until_ms.get(broker_epoch, 0)
         if until > self.clock.now_ms:
             self.fail(f"broker {broker_id} (epoch {broker_epoch}) fenced at {self.clock.now_ms} while it could "
@@ -212,11 +216,15 @@ class Simulation:
             self.fail(f"heartbeat answered high watermark {reply['metadata_high_watermark']}, "
                       f"committed log end {self.controller.next_offset}")
         if reply is not None and not reply["is_fenced"]:
+            self.fenced_otherwise.discard((b.broker_id, b.broker_epoch))  # unfenced again
             b.lease_until_ms[b.broker_epoch] = max(b.lease_until_ms.get(b.broker_epoch, 0), sent_ms + SESSION_TIMEOUT_MS)
         if reply is not None and reply["should_shut_down"] and b.shutting_down:
             held = [sid for sid, st in self.image.streams.streams.items() if st.state == STREAM_OPENED and
                     st.owner == b.broker_id and st.owner_epoch == b.broker_epoch]
-            completed_now = was is not None and was.broker_epoch == b.broker_epoch and not was.fenced
+            # its shutdown completed with this heartbeat, not a fence committed while it was under way
+            # (a tick's or a death report's): the image read before the call can miss one in flight
+            completed_now = was is not None and was.broker_epoch == b.broker_epoch and not was.fenced and \
+                (b.broker_id, b.broker_epoch) not in self.fenced_otherwise
             if reg is None or not reg.fenced or (held and completed_now):
                 self.fail(f"broker {b.broker_id} told to shut down while unfenced or holding open streams {held}")
             self.close_lost(b)
