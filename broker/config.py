@@ -43,6 +43,8 @@ class BrokerConfig:
     storage: dict[str, Any] = field(default_factory=dict)  # StreamStorageConfig overrides (upload thresholds, …)
     heartbeat_interval_ms: PositiveInt = 2000
     session_timeout_ms: PositiveInt = 9000
+    # how often the other brokers' WAL locks are probed for a process that is gone (peer_liveness.py); 0 = never
+    peer_probe_interval_ms: NonNegativeInt = 250
     metrics_interval_ms: PositiveInt = 10000
     meta_checkpoint_interval_ms: NonNegativeInt = 30000  # 0 = only on close
     metadata_poll_wait_ms: PositiveInt = 5000

@@ -9,6 +9,14 @@ lease always ends before the controller can fence the broker — provided the le
 than the controllers' session timeout: when a reply states the controller's
 ``session_timeout_ms``, the lease never lasts longer than that. Only a heartbeat answered
 "not fenced" renews it; the broker's image must also be fresh (freshness.py).
+
+Heartbeats are pipelined: one leaves every ``interval_ms`` whether or not the ones before it were
+answered (at most a session's worth in flight). The controller answers a heartbeat only after a
+commit, so on a loaded quorum an answer can take longer than the interval; sent one after the
+other, heartbeats would then *arrive* that much further apart and a live broker would look silent.
+Answers can come back out of order (each rides its own connection): one is applied only if it was
+sent after the last one applied (:class:`AnswerOrder`), so an old "not fenced" never overrides a
+newer "fenced".
 """
 from __future__ import annotations
 
@@ -58,6 +66,26 @@ class BrokerLease:
         return self.sent_mono_s >= 0 and now_mono_s < self.sent_mono_s + self.session_timeout_s
 
 
+class AnswerOrder:
+    """Which heartbeat answers to apply when several are in flight: only one sent after the last
+    applied (pure: send times in, a yes/no out)."""
+
+    def __init__(self) -> None:
+        self.applied_sent_mono_s = float("-inf")
+
+    def admit(self, sent_mono_s: float) -> bool:
+        if sent_mono_s < self.applied_sent_mono_s:
+            return False
+        self.applied_sent_mono_s = sent_mono_s
+        return True
+
+
+def max_in_flight(interval_ms: int, session_timeout_ms: int) -> int:
+    """Heartbeats that may wait for answers at once: a session's worth (an answer to one sent
+    longer ago than that could not renew the lease anyway)."""
+    return max(1, session_timeout_ms // max(1, interval_ms))
+
+
 class Heartbeater:
     """Registers the broker, then heartbeats every ``interval_ms`` until stopped."""
 
@@ -77,6 +105,10 @@ class Heartbeater:
         self.on_registered = on_registered
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._order = AnswerOrder()
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._max_in_flight = max_in_flight(interval_ms, session_timeout_ms)
+        self._registering = asyncio.Lock()
         self.shutdown_granted = asyncio.Event()
 
     async def register(self, timeout_s: float = 30.0) -> int:
@@ -116,10 +148,12 @@ class Heartbeater:
         self._wake.set()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        tasks = [t for t in (self._task, *self._in_flight) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             try:
-                await self._task
+                await task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
                 pass
 
@@ -130,6 +164,8 @@ class Heartbeater:
                 "saturated_log_dirs": saturated, "offline_log_dirs": offline}
         sent = time.monotonic()
         reply = await self._write("broker_heartbeat", args)
+        if args["broker_epoch"] != self.state.broker_epoch or not self._order.admit(sent):
+            return reply  # about an incarnation registered over since, or older than one applied
         self.lease.bound_by(reply.get("session_timeout_ms"))  # before renewing with this answer
         self.state.fenced = bool(reply.get("is_fenced", False))
         if not self.state.fenced:  # a fenced broker holds no lease: it may not acknowledge writes
@@ -143,30 +179,45 @@ class Heartbeater:
 
     async def _loop(self) -> None:
         while True:
-            try:
-                await self.beat_once()
-            except FerryError as exc:
-                self.state.last_error = str(exc)
-                if exc.error in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
-                    log.warning("heartbeat refused (%s); registering again", exc)
-                    try:
-                        await self.register(timeout_s=self.interval_s * 4)
-                    except Exception as reg_exc:  # noqa: BLE001 - keep trying on the next beat
-                        log.warning("re-registration failed: %s", reg_exc)
-                else:
-                    log.warning("heartbeat failed: %s", exc)
-                if self._on_failure:
-                    self._on_failure()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a heartbeat failure must not kill the loop
-                self.state.last_error = str(exc)
-                log.warning("heartbeat failed: %r", exc)
-                if self._on_failure:
-                    self._on_failure()
+            if len(self._in_flight) < self._max_in_flight:
+                task = asyncio.create_task(self._beat(), name="heartbeat-beat")
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
             interval = self.interval_s / 4 if self.state.want_shutdown else self.interval_s
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=interval)
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
+
+    async def _beat(self) -> None:
+        """One heartbeat and what its failure calls for; never raises (it runs beside the others)."""
+        epoch = self.state.broker_epoch
+        try:
+            await self.beat_once()
+        except FerryError as exc:
+            self.state.last_error = str(exc)
+            if exc.error in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
+                log.warning("heartbeat refused (%s); registering again", exc)
+                await self._register_again(epoch)
+            else:
+                log.warning("heartbeat failed: %s", exc)
+            if self._on_failure:
+                self._on_failure()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a heartbeat failure must not kill the loop
+            self.state.last_error = str(exc)
+            log.warning("heartbeat failed: %r", exc)
+            if self._on_failure:
+                self._on_failure()
+
+    async def _register_again(self, refused_epoch: int) -> None:
+        """Register once for all the heartbeats of ``refused_epoch`` refused together."""
+        async with self._registering:
+            if self.state.broker_epoch != refused_epoch:
+                return  # another refused heartbeat registered already
+            try:
+                await self.register(timeout_s=self.interval_s * 4)
+            except Exception as reg_exc:  # noqa: BLE001 - keep trying on the next beat
+                log.warning("re-registration failed: %s", reg_exc)

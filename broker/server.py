@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from broker import admission
-from broker.config import BrokerConfig, load_config, wal_dirs_of
+from broker.config import BrokerConfig, load_config, wal_dir_of, wal_dirs_of
 from broker.heartbeat_thread import HeartbeatClient, ThreadedHeartbeater
 from broker.load_sampler import LoadSampler, PartitionLoad
 from broker.local_partitions import LocalPartitions, LocalSlot
@@ -40,6 +40,7 @@ from broker.retention import retention_loop
 from stream_storage.compaction import CompactionPolicy
 from stream_storage.gc import GarbageCollector, gc_loop
 from stream_storage.wal_gc import DeadWalCollector
+from broker.peer_liveness import PeerDeathWatcher, ProcessLock
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
 from broker.kafka.forwarding import QuorumForwarder
@@ -109,6 +110,7 @@ class Broker:
         self.sampler = LoadSampler(config.broker_id, config.metrics_interval_ms)
         self._runner: web.AppRunner | None = None
         self._background: list[asyncio.Task[Any]] = []
+        self.process_lock: ProcessLock | None = None
         self.stopped = asyncio.Event()
         self._lease_warned_mono_s = -1e9
         self.url = config.advertised_url
@@ -127,11 +129,14 @@ class Broker:
         return await self.client.write(op, args)
 
     def _heartbeat_client(self) -> HeartbeatClient:
-        """The heartbeat thread's own controller connection; an answer slower than the next beat
-        is given up, so a slow answer never delays renewal."""
+        """The heartbeat thread's own controller connection. Heartbeats are pipelined, so a slow
+        answer delays no other beat: one is waited for up to a session (later, it could not renew
+        the lease), each attempt up to a third of one (a paused or cut-off controller is left for
+        the next in time for the new leader to hear the broker within its session)."""
         config = self.config
-        timeout_ms = max(config.heartbeat_interval_ms, config.session_timeout_ms // 3)
-        client = ControllerClient(list(config.controllers), timeout_ms=timeout_ms, attempt_timeout_ms=timeout_ms,
+        attempt_ms = max(config.heartbeat_interval_ms, config.session_timeout_ms // 3)
+        client = ControllerClient(list(config.controllers), timeout_ms=config.session_timeout_ms,
+                                  attempt_timeout_ms=attempt_ms,
                                   token=config.security.internal_token if config.security is not None else None)
         return HeartbeatClient(client.write, client.close)
 
@@ -163,6 +168,9 @@ class Broker:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        # held before registering, until the process ends: peers sharing the WAL root take a free
+        # lock as proof that this broker's process is gone (peer_liveness.py)
+        self.process_lock = await asyncio.to_thread(ProcessLock.acquire, self.config.effective_wal_dir)
         await asyncio.to_thread(self.log_dirs.prepare)
         self._runner = web.AppRunner(BrokerHttpApi(self).app(), access_log=None)
         await self._runner.setup()
@@ -205,6 +213,11 @@ class Broker:
         self.follower.start()
         self.heartbeater.start()
         self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
+        if self.config.peer_probe_interval_ms > 0:
+            watcher = PeerDeathWatcher(self.broker_id, lambda: self.image,
+                                       lambda b: wal_dir_of(self.config.effective_wal_root, b), self.client.write,
+                                       lambda: self.heartbeater.state.broker_epoch, self.config.peer_probe_interval_ms)
+            self._background.append(asyncio.create_task(watcher.run()))
         collector = GarbageCollector(self.object_store, self.batcher.write,
                                      lambda: (self.broker_id, self.heartbeater.state.broker_epoch),
                                      str(self.storage.config.object_key_prefix), self.config.gc_grace_ms)
@@ -281,6 +294,8 @@ class Broker:
         await self.batcher.close()
         await self.client.close()
         await self.session_client.close()
+        if self.process_lock is not None:
+            self.process_lock.release()
         self.stopped.set()
 
     def _loads(self) -> list[PartitionLoad]:

@@ -36,7 +36,7 @@ MIN_SECRET_CHARS = 16
 # Controller writes only a broker may send (register, heartbeat, ISR changes, stream state).
 BROKER_ONLY_WRITES = frozenset({"register_broker", "broker_heartbeat", "alter_partition", "create_stream",
                                 "open_stream", "close_stream", "commit_object", "trim_stream", "stream_recovered",
-                                "tick"})
+                                "report_broker_dead", "tick"})
 
 
 class Principal(enum.Enum):

@@ -262,18 +262,23 @@ class MetadataLogFollower:
 
     ``callback(records, delta, new_image)`` is called once per batch, in order: ``records`` is a
     list of ``(offset, record)`` (empty after a snapshot), ``delta`` the ``MetadataDelta`` from the
-    previous image. A batch never splits one controller operation's records.
+    previous image. A batch never splits one controller operation's records: the controller may
+    cut a large one across answers (``batch_end`` false), and its records wait here until the rest
+    of it came.
     """
 
     def __init__(self, client: ControllerClient, callback: BatchCallback | None = None,
                  start_offset: int = 0, image: Any = None, max_wait_ms: int = 1000,
-                 max_records: int = 5000) -> None:
+                 max_records: int = 2000) -> None:
         from metadata_quorum.image import EMPTY_IMAGE
 
         self.client = client
         self.callback = callback
         self.image = EMPTY_IMAGE if image is None else image
-        self.next_offset = start_offset if image is None else image.offset + 1
+        self.next_offset = start_offset if image is None else image.offset + 1  # the image's next
+        # where the next fetch starts: past ``next_offset`` while a batch cut short is unfinished
+        self.fetch_offset = self.next_offset
+        self._unfinished: tuple[list[tuple[int, Record]], Any] | None = None
         self.max_wait_ms = max_wait_ms
         self.max_records = max_records
         self.high_watermark = -1
@@ -325,7 +330,7 @@ class MetadataLogFollower:
         while not self._stopped.is_set():
             url = self._controllers[self._current % len(self._controllers)]
             try:
-                body = await self.client.fetch_log(self.next_offset, self.max_wait_ms, self.max_records, url=url)
+                body = await self.client.fetch_log(self.fetch_offset, self.max_wait_ms, self.max_records, url=url)
                 failures = 0
             except (FerryError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 log.debug("metadata log fetch from %s failed: %r", url, e)
@@ -347,7 +352,7 @@ class MetadataLogFollower:
 
     async def poll_once(self, max_wait_ms: int = 0) -> int:
         """Fetch and apply one response; returns how many records (or snapshot records) it carried."""
-        body = await self.client.fetch_log(self.next_offset, max_wait_ms, self.max_records)
+        body = await self.client.fetch_log(self.fetch_offset, max_wait_ms, self.max_records)
         return await self.handle(body)
 
     async def handle(self, body: dict[str, Any]) -> int:
@@ -360,9 +365,10 @@ class MetadataLogFollower:
             snap = body["snapshot"]
             snap_offset = int(snap["offset"])
             records = [decode_record(r) for r in snap["records"]]
+            self._unfinished = None
             delta, new_image = snapshot_delta(self.image, records, snap_offset)
             self.image = new_image
-            self.next_offset = snap_offset + 1
+            self.next_offset = self.fetch_offset = snap_offset + 1
             self.snapshots_loaded += 1
             await self._emit([], delta, new_image)
             return len(records)
@@ -370,21 +376,28 @@ class MetadataLogFollower:
         if not entries:
             self._mark_caught_up()
             return 0
-        batch: list[tuple[int, Record]] = []
-        delta = MetadataDelta(self.image)
+        # records of a batch cut short by the controller wait here until the rest of it came
+        # (``batch_end``): the image never shows part of one operation
+        batch, delta = self._unfinished if self._unfinished is not None else ([], MetadataDelta(self.image))
+        first_offset = self.fetch_offset
         for entry in entries:
             offset = int(entry["offset"])
-            if offset < self.next_offset:
+            if offset < self.fetch_offset:
                 continue  # already applied (a retried fetch)
-            if offset != self.next_offset:
+            if offset != self.fetch_offset:
                 raise FerryError(ErrorCode.CORRUPT_MESSAGE,
-                                 f"metadata log gap: expected offset {self.next_offset}, got {offset}")
+                                 f"metadata log gap: expected offset {self.fetch_offset}, got {offset}")
             record = decode_record(entry["record"])
             delta.replay(record, offset)
             batch.append((offset, record))
-            self.next_offset = offset + 1
-        if not batch:
+            self.fetch_offset = offset + 1
+        if self.fetch_offset == first_offset:
             return 0
+        if body.get("batch_end") is False:
+            self._unfinished = (batch, delta)
+            return self.fetch_offset - first_offset
+        self._unfinished = None
+        self.next_offset = self.fetch_offset
         new_image = delta.apply()
         self.image = new_image
         await self._emit(batch, delta, new_image)

@@ -93,6 +93,7 @@ class ControllerConfig:
     commit_timeout_ms: PositiveInt = 5000
     request_timeout_ms: PositiveInt = 10000
     max_inflight_commands: PositiveInt = 256
+    max_inflight_records: PositiveInt = 8000
     max_group_ops: PositiveInt = 1000
     max_group_records: PositiveInt = 20000
     max_command_records: PositiveInt = 4000

@@ -18,6 +18,7 @@ WRITE_OPERATIONS: dict[str, WriteOperation] = {
     "unregister_broker": cluster.unregister_broker,
     "broker_heartbeat": cluster.broker_heartbeat,
     "tick": cluster.tick,
+    "report_broker_dead": cluster.report_broker_dead,
     "create_topics": topics.create_topics,
     "delete_topics": topics.delete_topics,
     "create_partitions": topics.create_partitions,

@@ -179,6 +179,7 @@ class LogSlice:
     high_watermark: int
     snapshot_offset: int | None = None
     snapshot_records: list[dict[str, Any]] | None = None
+    batch_end: bool = True  # the last record ends its batch (False only for a read that may cut one)
 
 
 class LogCore:
@@ -465,8 +466,14 @@ class CommittedLog:
                 self._snapshot_cache = result
         return result
 
-    def read(self, offset: int, max_records: int) -> LogSlice:
+    def read(self, offset: int, max_records: int, cut_batches: bool = False) -> LogSlice:
         """Whole batches starting at ``offset`` (at least one if any), or a snapshot if dropped.
+
+        With ``cut_batches`` at most ``max_records`` records, the last batch possibly cut short
+        (``batch_end`` says whether it was): one operation over thousands of partitions is one
+        batch of tens of thousands of records, and a reader that decodes it whole (one
+        ``json.loads``) holds its interpreter for seconds, its heartbeat thread included. Such a
+        reader must apply nothing of a batch until it has all of it.
 
         Batches are decoded on their first read, outside the lock.
         """
@@ -486,6 +493,8 @@ class CommittedLog:
                     if entry[0] + size <= offset:
                         continue
                     if entries and count + size > max_records:
+                        if cut_batches and count < max_records:
+                            entries.append(entry)
                         break
                     entries.append(entry)
                     count += size
@@ -500,7 +509,11 @@ class CommittedLog:
                 encoded = entry[3] = decode_batch(entry[2])
             base = entry[0]
             records.extend((base + k, r) for k, r in enumerate(encoded) if base + k >= offset)
-        return LogSlice(records=records, high_watermark=hw)
+        if not cut_batches or len(records) <= max_records:
+            return LogSlice(records=records, high_watermark=hw)
+        records = records[:max_records]
+        last = entries[-1]
+        return LogSlice(records=records, high_watermark=hw, batch_end=records[-1][0] == last[0] + last[2][0] - 1)
 
     def committed_offset_at_raft_index(self, raft_index: int) -> int:
         """The metadata log end offset once Raft entry ``raft_index`` was applied (best known)."""

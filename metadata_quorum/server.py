@@ -42,7 +42,7 @@ MAX_BATCH_OPS = 10_000
 OBSERVER_EXPIRY_MS = 5 * 60 * 1000
 LOOP_LAG_WARN_MS = 1000
 LOG_ANSWER_CACHE = 16  # encoded /v1/log answers kept for the next broker asking for the same piece
-MAX_LOG_RECORDS = 100_000  # per /v1/log answer (whole batches may go slightly past it)
+MAX_LOG_RECORDS = 100_000  # per /v1/log answer (a batch cut short is continued by the next)
 KNOWN_KINDS = frozenset({"write", "read", "log", "snapshot", "quorum", "health"})  # bounded metric labels
 
 
@@ -299,7 +299,7 @@ class ControllerServer:
                     break
         finally:
             self.controller.log_waiters -= 1
-        piece = self.state.read(offset, max_records)
+        piece = self.state.read(offset, max_records, cut_batches=True)
         if piece.snapshot_offset is not None:
             return _json({"snapshot": {"offset": piece.snapshot_offset, "records": piece.snapshot_records},
                           "high_watermark": piece.high_watermark})
@@ -307,7 +307,8 @@ class ControllerServer:
         cached = self._log_answers.get(key) if key is not None else None
         if cached is None:
             cached = json.dumps({"records": [{"offset": o, "record": r} for o, r in piece.records],
-                                 "high_watermark": piece.high_watermark}, separators=(",", ":")).encode()
+                                 "high_watermark": piece.high_watermark, "batch_end": piece.batch_end},
+                                separators=(",", ":")).encode()
             if key is not None:
                 self._log_answers[key] = cached
                 while len(self._log_answers) > LOG_ANSWER_CACHE:

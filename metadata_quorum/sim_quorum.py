@@ -130,6 +130,8 @@ class SimQuorum:
         self.on_owner_change: Callable[[int, int, int, int], None] | None = None
         # (broker id, broker epoch): fenced for silence (not a controlled shutdown, nor an unregistration)
         self.on_fenced_for_silence: Callable[[int, int], None] | None = None
+        # (broker id, broker epoch): fenced by a controller's own ``tick`` (a session that expired)
+        self.on_tick_fenced: Callable[[int, int], None] | None = None
         self.events = 0
         self.counts: dict[str, int] = {"depose": 0, "drop": 0, "duplicate": 0, "lost_entries": 0, "stale_client": 0,
                                        "isolated": 0}
@@ -404,6 +406,11 @@ class SimQuorum:
                         node.core.command_failed(planned.command_id, "not the Raft leader of its term")
                 for outcome in ready.outcomes:
                     self.outcomes[(node.node_id, outcome.token)] = (outcome, node.state.image)
+                    if isinstance(outcome, Answer) and self.on_tick_fenced is not None:
+                        for broker_id in outcome.reply.get("fenced_brokers", ()):
+                            reg = node.state.image.cluster.brokers.get(broker_id)
+                            if reg is not None:
+                                self.on_tick_fenced(broker_id, reg.broker_epoch)
         self.check()
 
     def _apply(self, node: SimNode) -> None:

@@ -61,6 +61,8 @@ class SimBroker:
     #: broker epoch -> until when that incarnation may acknowledge writes: its last answered
     #: heartbeat's send time plus the session timeout
     lease_until_ms: dict[int, int] = field(default_factory=dict)
+    #: its process is gone (killed), not just silent: a peer may prove it (its WAL lock is free)
+    gone: bool = False
 
 
 @dataclass
@@ -80,6 +82,8 @@ class Simulation:
         self.steps = steps
         self.step = 0
         self.trace: list[str] = []
+        #: (broker id, broker epoch) fenced other than by its own controlled shutdown (session, death)
+        self.fenced_otherwise: set[tuple[int, int]] = set()
         self.rng = random.Random(seed)
         self.clock = SimClock()
         config = CoreConfig(session_timeout_ms=SESSION_TIMEOUT_MS, reelection_timeout_ms=REELECTION_TIMEOUT_MS,
@@ -88,6 +92,7 @@ class Simulation:
                                     fail=self.fail)
         self.controller.on_owner_change = self.owner_changed
         self.controller.on_fenced_for_silence = self.fenced_for_silence
+        self.controller.on_tick_fenced = lambda broker_id, epoch: self.fenced_otherwise.add((broker_id, epoch))
         self.brokers = {b: SimBroker(b) for b in range(max_brokers)}
         self.ops: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -105,7 +110,7 @@ class Simulation:
             (5, self.create_topic), (1, self.delete_topic), (6, self.reassign), (3, self.elect),
             (16, self.broker_sync), (10, self.produce), (4, self.rogue_stream_call), (2, self.trim),
             (4, self.report_isr), (1, self.controller_failover), (1, self.decommission),
-            (10, self.advance_and_tick),
+            (10, self.advance_and_tick), (2, self.report_dead),
         ]
         weights = [w for w, _ in actions]
         for _ in range(3):
@@ -164,6 +169,7 @@ class Simulation:
     def fenced_for_silence(self, broker_id: int, broker_epoch: int) -> None:
         """No broker is fenced for silence while its lease may still let it acknowledge: the
         fence is what lets another broker take its streams over."""
+        self.fenced_otherwise.add((broker_id, broker_epoch))
         until = self.brokers[broker_id].lease_until_ms.get(broker_epoch, 0)
         if until > self.clock.now_ms:
             self.fail(f"broker {broker_id} (epoch {broker_epoch}) fenced at {self.clock.now_ms} while it could "
@@ -191,6 +197,7 @@ class Simulation:
         if reply is None:
             return
         b.broker_epoch, b.alive, b.opened, b.shutting_down, b.bad_dirs = int(reply["broker_epoch"]), True, {}, False, {}
+        b.gone = False
         self.beat(b)
 
     def beat(self, b: SimBroker) -> dict[str, Any] | None:
@@ -209,11 +216,15 @@ class Simulation:
             self.fail(f"heartbeat answered high watermark {reply['metadata_high_watermark']}, "
                       f"committed log end {self.controller.next_offset}")
         if reply is not None and not reply["is_fenced"]:
+            self.fenced_otherwise.discard((b.broker_id, b.broker_epoch))  # unfenced again
             b.lease_until_ms[b.broker_epoch] = max(b.lease_until_ms.get(b.broker_epoch, 0), sent_ms + SESSION_TIMEOUT_MS)
         if reply is not None and reply["should_shut_down"] and b.shutting_down:
             held = [sid for sid, st in self.image.streams.streams.items() if st.state == STREAM_OPENED and
                     st.owner == b.broker_id and st.owner_epoch == b.broker_epoch]
-            completed_now = was is not None and was.broker_epoch == b.broker_epoch and not was.fenced
+            # its shutdown completed with this heartbeat, not a fence committed while it was under way
+            # (a tick's or a death report's): the image read before the call can miss one in flight
+            completed_now = was is not None and was.broker_epoch == b.broker_epoch and not was.fenced and \
+                (b.broker_id, b.broker_epoch) not in self.fenced_otherwise
             if reg is None or not reg.fenced or (held and completed_now):
                 self.fail(f"broker {b.broker_id} told to shut down while unfenced or holding open streams {held}")
             self.close_lost(b)
@@ -235,9 +246,29 @@ class Simulation:
             self.beat(b)
 
     def die(self) -> None:
+        """kill -9 (no close, no goodbye: its process is gone, so it acknowledges nothing more) or
+        a pause that never ends (it keeps its lease until that runs out)."""
         live = self.alive()
         if len(live) > 1:
-            self.rng.choice(live).alive = False  # kill -9: no close, no goodbye
+            b = self.rng.choice(live)
+            b.alive = False
+            if self.rng.random() < 0.5:
+                b.gone = True
+                b.lease_until_ms.pop(b.broker_epoch, None)
+
+    def report_dead(self) -> None:
+        """A live broker proves a killed one's process gone (broker/peer_liveness.py: its WAL lock
+        is free), naming the incarnation it last saw registered; a paused one is never reported."""
+        live = self.alive()
+        gone = [b for b in self.brokers.values() if b.gone]
+        if not live or not gone:
+            return
+        b, reporter = self.rng.choice(gone), self.rng.choice(live)
+        reply = self.call("report_broker_dead", {"broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
+                                                 "reporter_id": reporter.broker_id,
+                                                 "reporter_epoch": reporter.broker_epoch})
+        if reply is not None and reply["fenced"]:
+            self.ops["reported_dead_fenced"] += 1
 
     def shutdown(self) -> None:
         live = self.alive()

@@ -75,6 +75,16 @@ def unregistered_session_key(broker_id: int) -> str:
     return f"broker/{broker_id}/unregistered_session_end_ms"
 
 
+def dead_incarnation_key(broker_id: int) -> str:
+    """KV key holding the broker epoch of an incarnation reported dead (``report_broker_dead``):
+    a heartbeat it sent before it died and that arrives late must not bring it back."""
+    return f"broker/{broker_id}/dead_epoch"
+
+
+def reported_dead(image: MetadataImage, reg: BrokerRegistration) -> bool:
+    return image.kv.get(dead_incarnation_key(reg.broker_id)) == str(reg.broker_epoch)
+
+
 def unregistered_session_live(raw: str | None, now_ms: int) -> bool:
     """An unregistered incarnation of the broker may still hold a write lease at ``now_ms``
     (``raw``: the value under ``unregistered_session_key``, None when there is none)."""
@@ -120,7 +130,7 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     rack = opt_str(args, "rack")
     log_dirs = _log_dirs(args.get("log_dirs"))
     existing = image.cluster.brokers.get(broker_id)
-    if existing is not None and existing.incarnation_id == incarnation_id:
+    if existing is not None and existing.incarnation_id == incarnation_id and not reported_dead(image, existing):
         # A retry of a registration that already committed: same epoch, nothing new.
         return ControllerResult((), {"broker_epoch": existing.broker_epoch})
     if existing is not None and not existing.fenced and not heartbeat_expired(ctx, broker_id):
@@ -140,6 +150,8 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     builder = RecordBuilder(image)
     if departed is not None:
         builder.add(KVRecord(key=unregistered_session_key(broker_id), value=None))
+    if image.kv.get(dead_incarnation_key(broker_id)) is not None:
+        builder.add(KVRecord(key=dead_incarnation_key(broker_id), value=None))
     epoch = ctx.next_offset
     builder.add(RegisterBrokerRecord(
         broker_id=broker_id, incarnation_id=incarnation_id, broker_epoch=epoch, endpoints=endpoints,
@@ -172,6 +184,10 @@ def broker_heartbeat(image: MetadataImage, args: dict[str, Any], ctx: OpContext)
     saturated = str_list(args.get("saturated_log_dirs"), "saturated_log_dirs")
     offline = str_list(args.get("offline_log_dirs"), "offline_log_dirs")
     reg = check_broker_epoch(image, broker_id, broker_epoch)
+    if reg.fenced and reported_dead(image, reg):
+        raise FerryError(ErrorCode.STALE_BROKER_EPOCH,
+                         f"broker {broker_id}'s incarnation with epoch {broker_epoch} was reported dead; register again",
+                         {"broker_epoch": reg.broker_epoch})
     builder = RecordBuilder(image)
     caught_up = metadata_offset >= reg.broker_epoch
     reported = reg.with_log_dir_changes(None, saturated, offline)
@@ -210,7 +226,15 @@ def broker_heartbeat(image: MetadataImage, args: dict[str, Any], ctx: OpContext)
 
 def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
     """Fence brokers silent past the session timeout and give their partitions away; elect
-    leaders for leaderless partitions whose re-election deadline passed."""
+    leaders for leaderless partitions whose re-election deadline passed.
+
+    The second part looks at every leaderless partition (~40 us each): during a move of 10,000
+    partitions that is 0.4 s a tick, on the loop that reads heartbeats. So the controller asks
+    for it only now and then (``elect_leaderless``, see ``LEADERLESS_SCAN_INTERVAL_MS``), and
+    always when this tick fences a broker: the dead broker's own partitions are led elsewhere in
+    the same batch whichever way (``evacuate``).
+    """
+    elect_leaderless = opt_bool(args, "elect_leaderless", True)
     builder = RecordBuilder(image)
     placement = Placement(image)
     fenced: list[int] = []
@@ -225,6 +249,8 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
     for broker_id in fenced:
         evacuate(builder, placement, broker_id, "dead", ctx)
     elected: list[dict[str, Any]] = []
+    if not elect_leaderless and not fenced:
+        return ControllerResult(tuple(builder.records), {"fenced_brokers": fenced, "silent_ms": {}, "elected": elected})
     leaderless = set(image.topics.leaderless) | {
         tp for tp in builder.view.changed_partitions()
         if (p := builder.view.partition(*tp)) is not None and p.leader == NO_LEADER}
@@ -246,6 +272,31 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
     silent_ms = {b: judged_at_ms(ctx) - ctx.last_heartbeat_ms.get(b, ctx.active_since_ms or 0) for b in fenced}
     return ControllerResult(tuple(builder.records), {"fenced_brokers": fenced, "silent_ms": silent_ms,
                                                      "elected": elected})
+
+
+def report_broker_dead(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    """A broker proved another broker's incarnation dead (broker/peer_liveness.py: it could take
+    that broker's WAL lock, which the kernel drops only when the process holding it is gone): fence
+    it now and give its partitions away in one batch, as ``tick`` does when a session expires.
+
+    The session timeout is there because a silent broker may still acknowledge writes until its
+    lease runs out; a broker whose process is gone acknowledges nothing, so waiting out its session
+    protects nothing. A report about an older incarnation, or one already fenced, changes nothing.
+    """
+    broker_id = req_int(args, "broker_id", 0)
+    broker_epoch = req_int(args, "broker_epoch")
+    check_broker_epoch(image, req_int(args, "reporter_id", 0), req_int(args, "reporter_epoch"))
+    reg = image.cluster.brokers.get(broker_id)
+    if reg is None or reg.broker_epoch != broker_epoch:
+        return ControllerResult((), {"fenced": False, "why": "a newer incarnation is registered (or none)"})
+    if reg.fenced:
+        return ControllerResult((), {"fenced": False, "why": "already fenced"})
+    builder = RecordBuilder(image)
+    builder.add(BrokerRegistrationChangeRecord(
+        broker_id=broker_id, broker_epoch=broker_epoch, fenced=True, in_controlled_shutdown=False))
+    builder.add(KVRecord(key=dead_incarnation_key(broker_id), value=str(broker_epoch)))
+    evacuate(builder, Placement(image), broker_id, "dead", ctx)
+    return ControllerResult(tuple(builder.records), {"fenced": True, "why": "its process is gone"})
 
 
 def held_by_live_owner(builder: RecordBuilder, part: PartitionRegistration, candidate: int, ctx: OpContext) -> bool:
@@ -325,5 +376,5 @@ def describe_cluster(image: MetadataImage, args: dict[str, Any]) -> dict[str, An
     }
 
 
-__all__ = ["register_broker", "unregister_broker", "broker_heartbeat", "tick", "describe_cluster", "check_broker_epoch",
+__all__ = ["register_broker", "unregister_broker", "broker_heartbeat", "report_broker_dead", "tick", "describe_cluster", "check_broker_epoch",
            "heartbeat_expired", "session_end_ms", "unregistered_session_key", "unregistered_session_live"]

@@ -276,6 +276,14 @@ def wal_only_cluster(tmp_path):  # type: ignore[no-untyped-def]
     c.stop()
 
 
+async def until(check: Any, timeout_s: float = 10.0) -> None:
+    """Poll ``check`` (a read of any controller's image, which may lag the leader's a little)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.1)
+
+
 async def test_killed_owner_recovered_from_its_wal_then_paused_owner_steps_down(wal_only_cluster: LocalCluster) -> None:
     c = wal_only_cluster
     create_topic(c, "kw", leader=1)
@@ -286,8 +294,12 @@ async def test_killed_owner_recovered_from_its_wal_then_paused_owner_steps_down(
             status, body = await produce(s, c.broker_url(1), "kw", 0, batch([b"w%d" % i]))
             assert status == 200
             acked.append((body["base_offset"], b"w%d" % i))
+        killed_epoch = c.controller_read("describe_cluster")["brokers"]
+        killed_epoch = next(b["broker_epoch"] for b in killed_epoch if b["broker_id"] == 1)
         c.kill_broker(1)  # kill -9: nothing of it reached S3
         await wait_serving(s, c.broker_url(2), "kw", 0, timeout_s=30)
+        # fenced on broker 2's proof that the process is gone (its WAL lock was free), not on silence
+        await until(lambda: c.controller_read("get_kv", {"key": "broker/1/dead_epoch"})["value"] == str(killed_epoch))
         recs = await fetch_all(s, c.broker_url(2), "kw", 0)
         assert_exactly_once_in_order(recs, acked)
         async with s.get(f"{c.broker_url(2)}/v1/moves", params={"topic": "kw"}) as r:
@@ -323,6 +335,8 @@ async def test_killed_owner_recovered_from_its_wal_then_paused_owner_steps_down(
         status, body = await produce(s, c.broker_url(2), "kw", 0, batch([b"w40"]))
         assert status == 200
         acked.append((body["base_offset"], b"w40"))
+        # a paused broker keeps its lock: fenced by its session's expiry, never reported dead
+        assert c.controller_read("get_kv", {"key": "broker/1/dead_epoch"})["value"] is None
         c.resume_broker(1)
         # the resumed old owner must not acknowledge anything: it steps down
         for _ in range(20):

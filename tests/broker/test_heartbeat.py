@@ -101,3 +101,79 @@ async def test_lease_never_outlasts_the_controllers_session_timeout() -> None:
     assert hb.lease.valid(sent + 0.39) and not hb.lease.valid(sent + 0.4)
     await hb.beat_once()
     assert hb.lease.session_timeout_s == 0.4  # a longer controller session never lengthens it
+
+
+class SlowController(ScriptedController):
+    """Answers each heartbeat after ``delay_s``; answers may be scripted per call."""
+
+    def __init__(self, answers: dict[str, list[Any]], delay_s: float) -> None:
+        super().__init__(answers)
+        self.delay_s = delay_s
+        self.sent_at: list[float] = []
+
+    async def write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "broker_heartbeat":
+            self.sent_at.append(asyncio.get_running_loop().time())
+            await asyncio.sleep(self.delay_s)
+        return await super().write(op, args)
+
+
+async def test_heartbeats_leave_every_interval_while_answers_are_slow() -> None:
+    # answers take 8 intervals: sent one after another, they would arrive 8 intervals apart
+    ok = {"is_fenced": False, "is_caught_up": True, "should_shut_down": False}
+    ctrl = SlowController({"register_broker": [{"broker_epoch": 5}], "broker_heartbeat": [ok]}, delay_s=0.08)
+    hb = heartbeater(ctrl)
+    await hb.register()
+    hb.start()
+    await asyncio.sleep(0.3)
+    await hb.stop()
+    gaps = [b - a for a, b in zip(ctrl.sent_at, ctrl.sent_at[1:])]
+    assert len(ctrl.sent_at) >= 10 and max(gaps) < 0.06, gaps
+    assert not hb.state.fenced and hb.lease.sent_mono_s > 0
+
+
+async def test_an_older_answer_never_overrides_a_newer_one() -> None:
+    from broker.heartbeat import AnswerOrder, max_in_flight
+    order = AnswerOrder()
+    assert order.admit(2.0) and not order.admit(1.0) and order.admit(2.0) and order.admit(3.5)
+    assert max_in_flight(250, 1500) == 6 and max_in_flight(2000, 1000) == 1
+
+    release: dict[str, asyncio.Event] = {"old": asyncio.Event(), "new": asyncio.Event()}
+    replies = {"old": {"is_fenced": False, "is_caught_up": True}, "new": {"is_fenced": True, "is_caught_up": True}}
+    which = iter(["old", "new"])
+
+    async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        name = next(which)
+        await release[name].wait()
+        return dict(replies[name])
+
+    hb = Heartbeater(write, broker_id=3, interval_ms=10, session_timeout_ms=1000,
+                     registration=lambda: {}, metadata_offset=lambda: 0, dir_states=lambda: ([], []))
+    old = asyncio.create_task(hb.beat_once())
+    await asyncio.sleep(0.01)
+    new = asyncio.create_task(hb.beat_once())
+    await asyncio.sleep(0.01)
+    release["new"].set()
+    await new
+    assert hb.state.fenced
+    release["old"].set()
+    await old  # sent first, answered last: "not fenced" is stale and changes nothing
+    assert hb.state.fenced and hb.lease.sent_mono_s < 0
+
+
+async def test_an_answer_about_an_incarnation_registered_over_changes_nothing() -> None:
+    release = asyncio.Event()
+
+    async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        await release.wait()
+        return {"is_fenced": False, "is_caught_up": True}
+
+    hb = Heartbeater(write, broker_id=3, interval_ms=10, session_timeout_ms=1000,
+                     registration=lambda: {}, metadata_offset=lambda: 0, dir_states=lambda: ([], []))
+    hb.state.broker_epoch = 5
+    late = asyncio.create_task(hb.beat_once())
+    await asyncio.sleep(0.01)
+    hb.state.broker_epoch, hb.state.fenced = 9, True  # registered again meanwhile: fenced until told otherwise
+    release.set()
+    await late
+    assert hb.state.fenced and hb.lease.sent_mono_s < 0

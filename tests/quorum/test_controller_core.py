@@ -330,3 +330,88 @@ def test_a_heartbeat_is_answered_only_after_a_command_of_this_term_sent_after_it
     assert len(ready.commands) == 1 and not ready.outcomes
     commit(core, state, ready.commands, 1031)
     assert {o.token for o in core.take_ready().outcomes} == {hb, put_token}
+
+
+def test_records_in_flight_are_bounded_but_a_heartbeat_barrier_is_not_held_back() -> None:
+    core, state = make(max_inflight_records=3, max_group_ops=2)
+    activate(core, state)
+    epoch = _registered(core, state)
+    for i in range(6):
+        core.submit("put", {"key": f"k{i}", "value": "v"}, 1000)
+    core.run(FixedSlice(1000))
+    first = core.take_ready().commands
+    # groups of 2 records: the second group leaves (2 < 3 in flight), the third waits
+    assert [len(c.plan.batches) for c in first] == [2, 2] and core.inflight_records == 4
+    hb = core.submit("broker_heartbeat", {"broker_id": 4, "broker_epoch": epoch, "metadata_offset": 0}, 1001)
+    core.run(FixedSlice(1001))
+    (barrier,) = core.take_ready().commands  # a heartbeat's barrier carries no records and is not held
+    assert barrier.plan.batches == () and core.inflight_records == 4
+    commit(core, state, first, 1002)
+    core.take_ready()
+    core.run(FixedSlice(1002))
+    assert [len(c.plan.batches) for c in core.take_ready().commands] == [2]
+    assert hb not in {o.token for o in core.take_ready().outcomes}
+
+
+def test_a_read_may_cut_a_large_batch_and_a_follower_applies_it_only_whole() -> None:
+    import asyncio
+
+    from metadata_quorum.client import MetadataLogFollower
+
+    def many(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+        return ControllerResult(tuple(KVRecord(f"m{i}", "1") for i in range(int(args["n"]))), {})
+
+    core, state = make()
+    core.operations = dict(OPS, many=many)
+    activate(core, state)  # offset 0: the NoOp
+    for name, args in (("put", {"key": "a", "value": "1"}), ("many", {"n": 10}), ("put", {"key": "b", "value": "1"})):
+        core.submit(name, args, 1000)
+        core.run(FixedSlice(1000))
+        commit(core, state, core.take_ready().commands, 1000)
+    # batches: [0] NoOp, [1] a, [2..11] m0..m9, [12] b
+    whole = state.read(1, 4)
+    assert [o for o, _ in whole.records] == [1] and whole.batch_end
+    pieces = []
+    offset = 1
+    while offset < state.high_watermark:
+        piece = state.read(offset, 4, cut_batches=True)
+        pieces.append(([o for o, _ in piece.records], piece.batch_end))
+        offset = piece.records[-1][0] + 1
+    assert pieces == [([1, 2, 3, 4], False), ([5, 6, 7, 8], False), ([9, 10, 11], True), ([12], True)]
+
+    seen: list[tuple[list[int], bool]] = []
+
+    def on_batch(records: list[tuple[int, Any]], delta: Any, image: Any) -> None:
+        seen.append(([o for o, _ in records], all(f"m{i}" in image.kv for i in range(10))))
+
+    class Scripted:
+        bootstrap = ["http://unused"]
+
+    follower = MetadataLogFollower(Scripted(), on_batch, start_offset=1)  # type: ignore[arg-type]
+
+    async def feed() -> None:
+        while follower.fetch_offset < state.high_watermark:
+            piece = state.read(follower.fetch_offset, 4, cut_batches=True)
+            await follower.handle({"records": [{"offset": o, "record": r} for o, r in piece.records],
+                                   "high_watermark": piece.high_watermark, "batch_end": piece.batch_end})
+            if not piece.batch_end:  # nothing of the cut batch is visible yet
+                assert "m0" not in follower.image.kv and follower.next_offset == 1
+
+    asyncio.run(feed())
+    # the big batch arrives in one callback, with all of its records, once its last record came
+    assert seen == [([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], True), ([12], True)]
+    assert follower.next_offset == follower.fetch_offset == 13
+
+
+def test_the_controllers_tick_looks_at_leaderless_partitions_once_a_second() -> None:
+    from metadata_quorum.controller_core import LEADERLESS_SCAN_INTERVAL_MS
+
+    core, state = make()
+    activate(core, state)
+    asked = []
+    for now_ms in range(1000, 1000 + 2 * LEADERLESS_SCAN_INTERVAL_MS + 1, 200):
+        core.tick(now_ms)
+        asked.append(next(p.args["elect_leaderless"] for p in core._queue if p.internal))
+        core.run(FixedSlice(now_ms))
+        commit(core, state, core.take_ready().commands, now_ms)
+    assert asked == [True, False, False, False, False, True, False, False, False, False, True]

@@ -227,6 +227,13 @@ def test_tick_elects_when_the_reelection_deadline_passes() -> None:
     part = partition(late.image, "t", 0)
     assert part.leader == 1 and part.reelection_deadline_ms == 0 and not part.is_reassigning
     assert late.reply["elected"] == [{"topic_id": part.topic_id, "partition": 0, "leader": 1}]
+    # a tick the controller runs between scans fences but does not look at leaderless partitions
+    between = run(c.image, "tick", {"elect_leaderless": False}, now_ms=deadline, heartbeats={0: deadline, 1: deadline})
+    assert between.records == () and between.reply["elected"] == []
+    # unless it fences a broker: then the scan runs in the same batch
+    gone_ms = deadline + SESSION_TIMEOUT_MS + 1
+    fencing = run(c.image, "tick", {"elect_leaderless": False}, now_ms=gone_ms, heartbeats={0: deadline, 1: gone_ms})
+    assert fencing.reply["fenced_brokers"] == [0] and partition(fencing.image, "t", 0).leader == 1
 
 
 def test_tick_waits_for_a_live_owner_still_closing_the_partition_then_elects_once_it_is_gone() -> None:
@@ -396,3 +403,39 @@ def test_unregister_after_a_controlled_shutdown_needs_no_wait() -> None:
     c.write("unregister_broker", {"broker_id": 0})
     assert 0 not in c.image.cluster.brokers and not any(k.startswith("broker/") for k in c.image.kv)
     c.write("register_broker", register_args(0, "next"))  # the id is free at once
+
+
+def test_a_broker_reported_dead_is_fenced_at_once_and_its_partitions_led_elsewhere() -> None:
+    c = controller(3)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 6}]})
+    before = c.image
+    dead_epoch = epoch_of(c.image, 0)
+    reporter = {"reporter_id": 1, "reporter_epoch": epoch_of(c.image, 1)}
+    # well inside broker 0's session: silence alone would not fence it yet
+    out = c.write("report_broker_dead", {"broker_id": 0, "broker_epoch": dead_epoch, **reporter})
+    assert out == {"fenced": True, "why": "its process is gone"}
+    assert c.image.cluster.brokers[0].fenced
+    for p in range(6):
+        if partition(before, "t", p).leader == 0:
+            assert partition(c.image, "t", p).leader in (1, 2)
+    # a heartbeat it sent before it died, arriving late, does not bring it back
+    expect_error(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": dead_epoch,
+                                               "metadata_offset": c.image.offset}, ErrorCode.STALE_BROKER_EPOCH)
+    # a second report, or one about an older incarnation, changes nothing
+    assert run(c.image, "report_broker_dead", {"broker_id": 0, "broker_epoch": dead_epoch, **reporter}).records == ()
+    # the same incarnation registering again (it was not dead after all) gets a new epoch
+    again = c.write("register_broker", {"broker_id": 0, "incarnation_id": "inc-0", "endpoints": ["http://127.0.0.1:9000"],
+                                        "log_dirs": log_dirs(0)})
+    assert again["broker_epoch"] > dead_epoch and "broker/0/dead_epoch" not in c.image.kv
+    stale = run(c.image, "report_broker_dead", {"broker_id": 0, "broker_epoch": dead_epoch, **reporter})
+    assert stale.records == () and stale.reply["fenced"] is False
+
+
+def test_a_report_from_a_stale_reporter_is_refused() -> None:
+    c = controller(2)
+    expect_error(c.image, "report_broker_dead", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+                                                 "reporter_id": 1, "reporter_epoch": 999_999},
+                 ErrorCode.STALE_BROKER_EPOCH)
+    expect_error(c.image, "report_broker_dead", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
+                                                 "reporter_id": 7, "reporter_epoch": 1},
+                 ErrorCode.BROKER_ID_NOT_REGISTERED)

@@ -36,6 +36,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from tools.admin import Admin
 from tools.client import Producer, TopicPartition, read_all
 from tools.cluster import LocalCluster
+from tools.perf import detection
 
 DEFAULT_SIZES = (1000, 2000, 5000, 10000)
 TARGETS = {"all_serving_s_10000": 60.0, "elections": 0, "fenced": 0, "create_s_10000": 30.0,
@@ -418,6 +419,10 @@ def render(result: dict[str, Any], console: Console) -> None:
                       cell(r, "records_per_move", "{:.1f}"), cell(r, "peak_queue_depth"),
                       cell(r, "raft_tick_gap_max_ms", "{:.0f}"), cell(r, "acknowledged"), lost, cell(r, "duplicated"))
     console.print(table)
+    fd = result.get("failure_detection")
+    if fd:
+        console.print(f"failure detection: heartbeat {fd['broker']['heartbeat_interval_ms']} ms, session "
+                      f"{fd['controller_session_timeout_ms']} ms, tick {fd['controller_tick_interval_ms']} ms")
     for r in result["rounds"]:
         if "error" in r:
             console.print(f"{r['partitions']} partitions failed in {r['failed_in']}: {r['error']}")
@@ -434,7 +439,9 @@ def main(argv: list[str]) -> int:
                         help="comma-separated sizes (default 1000,2000,5000,10000)")
     parser.add_argument("--records-per-partition", type=int, default=2)
     parser.add_argument("--state-dir")
+    detection.add_arguments(parser)
     args = parser.parse_args(argv)
+    broker_overrides, controller_overrides = detection.overrides(parser, args)
     try:
         sizes = [int(s) for s in args.partitions.split(",") if s.strip()]
     except ValueError:
@@ -443,12 +450,13 @@ def main(argv: list[str]) -> int:
         parser.error("--partitions needs at least one positive size")
     console = Console(stderr=args.json)
     state_dir = os.path.abspath(args.state_dir) if args.state_dir else tempfile.mkdtemp(prefix="ferry-perf-scale-")
-    cluster = LocalCluster(state_dir)
+    cluster = LocalCluster(state_dir, broker_overrides=broker_overrides, controller_overrides=controller_overrides)
     try:
         started = time.monotonic()
         cluster.start()
         console.print(f"cluster up in {time.monotonic() - started:.1f} s (state in {state_dir})")
         result = asyncio.run(run(cluster, sizes, args.records_per_partition, console))
+        result["failure_detection"] = detection.settings(cluster)
     finally:
         cluster.stop()
     if not args.state_dir:
