@@ -40,9 +40,8 @@ from metadata_quorum.errors import FerryError
 from tools.admin import Admin
 from tools.client import TopicPartition, encode_batch, raise_for_error
 from stream_storage.s3_profile import parse_profile
-from broker.config import BrokerConfig
-from metadata_quorum.config import ControllerConfig
 from tools.cluster import ROOT, LocalCluster
+from tools.perf import detection
 from tools.move_workload import ProduceLoad, fetch_timeline, move_once, percentile
 
 MiB = 1024 * 1024
@@ -404,7 +403,7 @@ async def run(cluster: LocalCluster, sizes: dict[str, int], moves: int, batch_pa
     all_gaps = [g for s in per_size for g in s["unavailability_ms"]]
     if not per_size:
         return {"crash_failover_p50_s": crash["p50_s"], "crash_failover_p99_s": crash["p99_s"], "crash": crash,
-                "session": session_settings(cluster), "targets": targets_for(cluster.s3_profile),
+                "session": detection.settings(cluster), "targets": targets_for(cluster.s3_profile),
                 "s3_profile": cluster.s3_profile, "sizes": []}
     smallest, largest = per_size[0], per_size[-1]
     timelines = [m for s in per_size for m in s["per_move"] if m["total_ms"] is not None]
@@ -417,7 +416,7 @@ async def run(cluster: LocalCluster, sizes: dict[str, int], moves: int, batch_pa
         "step_p99_ms": {str(k): percentile([float(m["steps_ms"][str(k)]) for m in timelines
                                             if m["steps_ms"].get(str(k)) is not None], 99) for k in range(1, 7)},
         "crash_failover_p50_s": crash["p50_s"], "crash_failover_p99_s": crash["p99_s"], "crash": crash,
-        "session": session_settings(cluster),
+        "session": detection.settings(cluster),
         "move_p50_ms": percentile(all_gaps, 50), "move_p99_ms": percentile(all_gaps, 99),
         "move_p50_ms_by_size": {s["size"]: s["p50_ms"] for s in per_size},
         "move_p99_ms_by_size": {s["size"]: s["p99_ms"] for s in per_size},
@@ -428,17 +427,6 @@ async def run(cluster: LocalCluster, sizes: dict[str, int], moves: int, batch_pa
         "produce_vs_raw_ratio": produce["ratio"], "produce": produce,
         "sizes": per_size, "targets": targets_for(cluster.s3_profile), "s3_profile": cluster.s3_profile,
     }
-
-
-def session_settings(cluster: LocalCluster) -> dict[str, Any]:
-    """The failure-detection settings the cluster ran with (what a crash failover waits for)."""
-    fields = BrokerConfig.__dataclass_fields__
-    return {"broker": {k: cluster.broker_overrides.get(k, fields[k].default)
-                       for k in ("heartbeat_interval_ms", "session_timeout_ms")},
-            "controller_session_timeout_ms": cluster.controller_overrides.get(
-                "session_timeout_ms", ControllerConfig.__dataclass_fields__["session_timeout_ms"].default),
-            "controller_tick_interval_ms": cluster.controller_overrides.get(
-                "tick_interval_ms", ControllerConfig.__dataclass_fields__["tick_interval_ms"].default)}
 
 
 def main(argv: list[str]) -> int:
@@ -459,16 +447,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--crash-trials", type=int, default=5, help="kill -9 failover trials (0: none)")
     parser.add_argument("--crash-partitions", type=int, default=10, help="partitions the killed broker leads")
     parser.add_argument("--crash-only", action="store_true", help="only the crash failover trials")
-    parser.add_argument("--session-timeout-ms", type=int, help="broker and controller session timeout "
-                        "(default: LocalCluster's)")
-    parser.add_argument("--heartbeat-interval-ms", type=int, help="broker heartbeat interval (default: LocalCluster's)")
-    parser.add_argument("--tick-interval-ms", type=int, help="controller tick interval (default: LocalCluster's)")
+    detection.add_arguments(parser)
     parser.add_argument("--wal", choices=["local", "s3"], default="local",
                         help="the brokers' WAL: local files (default) or WAL objects in S3 (wal.mode = s3)")
     args = parser.parse_args(argv)
-    for name in ("session_timeout_ms", "heartbeat_interval_ms", "tick_interval_ms"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be positive")
+    broker_overrides, controller_overrides = detection.overrides(parser, args)
     if args.crash_trials < 0 or args.crash_partitions < 1 or (args.crash_only and args.crash_trials < 1):
         parser.error("--crash-trials must be ≥ 0 (≥ 1 with --crash-only) and --crash-partitions ≥ 1")
     try:
@@ -480,14 +463,6 @@ def main(argv: list[str]) -> int:
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     requests = args.produce_requests or (600 if args.quick else 2000)
     state_dir = os.path.abspath(args.state_dir) if args.state_dir else tempfile.mkdtemp(prefix="ferry-perf-move-")
-    broker_overrides: dict[str, Any] = {}
-    controller_overrides: dict[str, Any] = {}
-    if args.session_timeout_ms is not None:  # the controllers fence on their own setting: both get it
-        broker_overrides["session_timeout_ms"] = controller_overrides["session_timeout_ms"] = args.session_timeout_ms
-    if args.heartbeat_interval_ms is not None:
-        broker_overrides["heartbeat_interval_ms"] = args.heartbeat_interval_ms
-    if args.tick_interval_ms is not None:
-        controller_overrides["tick_interval_ms"] = args.tick_interval_ms
     cluster = LocalCluster(state_dir, s3_profile=args.s3_profile, broker_overrides=broker_overrides,
                            controller_overrides=controller_overrides, wal_mode=args.wal)
     try:
