@@ -188,26 +188,30 @@ class _PlainRecords:
 
     def __init__(self) -> None:
         self.bodies: list[int] = []  # where each record's attributes byte is
-        self.ends: list[int] = []  # where each record ends
+        self.lengths: list[int] = []  # each record's length from there
         self.batches: list[tuple[int, int, int, int | None]] = []  # (records, base offset, first ts, append ts)
 
     def add_batch(self, data: bytes, p: int, end: int, count: int, base: int, first_ts: int,
                   append_ts: int | None) -> None:
-        bodies, ends = self.bodies, self.ends
+        add_body, add_length = self.bodies.append, self.lengths.append
         for _ in range(count):
-            b = data[p]
+            b = data[p]  # the record length, a zigzag varint: 1-2 bytes inline, longer ones by _varint
             if b < 0x80:
-                length, p = (b >> 1) ^ -(b & 1), p + 1
-            elif data[p + 1] < 0x80:
-                raw = (b & 0x7F) | (data[p + 1] << 7)
-                length, p = (raw >> 1) ^ -(raw & 1), p + 2
+                raw, p = b, p + 1
             else:
-                length, p = _varint(data, p)
-            if length < 1:
-                raise ValueError(f"a record of {length} bytes at byte {p}")
-            bodies.append(p)
-            p += length
-            ends.append(p)
+                c = data[p + 1]
+                if c < 0x80:
+                    raw, p = (b & 0x7F) | (c << 7), p + 2
+                else:
+                    length, p = _varint(data, p)
+                    if length < 1:
+                        raise ValueError(f"a record of {length} bytes at byte {p}")
+                    raw = length << 1
+            if raw & 1 or raw == 0:
+                raise ValueError(f"a record of {(raw >> 1) ^ -(raw & 1)} bytes at byte {p}")
+            add_body(p)
+            add_length(raw >> 1)
+            p += raw >> 1
         if p != end:
             raise ValueError(f"the records end at byte {p}, the batch at {end}")
         self.batches.append((count, base, first_ts, append_ts))
@@ -221,8 +225,9 @@ class _PlainRecords:
         first_base = self.batches[0][1]
         try:
             u8 = np.frombuffer(data, dtype=np.uint8)
-            ends = np.asarray(self.ends, dtype=np.int64)
-            p = np.asarray(self.bodies, dtype=np.int64) + 1  # the attributes byte
+            bodies = np.asarray(self.bodies, dtype=np.int64)
+            ends = bodies + np.asarray(self.lengths, dtype=np.int64)
+            p = bodies + 1  # the attributes byte
             ts_delta, p = _varints(u8, p, ends)
             offset_delta, p = _varints(u8, p, ends)
             key_len, p = _varints(u8, p, ends)
@@ -241,7 +246,7 @@ class _PlainRecords:
         columns = (offsets, stamps, log_append.astype(np.int64) * LOG_APPEND_TIME + (~log_append) * CREATE_TIME,
                    key_at, key_len, p, value_len)
         out.extend(*(c if keep.all() else c[keep] for c in columns))
-        self.bodies, self.ends, self.batches = [], [], []
+        self.bodies, self.lengths, self.batches = [], [], []
 
 
 def _varints(u8: Any, p: Any, ends: Any) -> tuple[Any, Any]:
