@@ -33,6 +33,8 @@ Options (case-insensitive, as Spark passes them):
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import re
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -365,26 +367,28 @@ def _index_crc(tail: bytes) -> int:
 
 
 _CLIENTS: dict[S3Config, Any] = {}
+SPARK_REUSED_WORKER_ENV = "SPARK_REUSE_WORKER"  # set by Spark in the Python workers it reuses across tasks
 
 
 def s3_client(s3: S3Config) -> Any:
     """One boto3 client per configuration per Python worker: building one loads botocore's service
     models (~0.1 s of JSON parsing), and Spark reuses its Python workers across tasks.
 
-    Once it is built, the objects the worker holds (imported modules, the client's ~50,000 objects
-    of service model) are frozen out of the garbage collector (:func:`gc.freeze`): a reused Spark
-    Python worker runs a full ``gc.collect()`` after every task, and the collector's oldest
-    generation also runs as a read allocates, each walk over all of them taking ~0.1 s of CPU. They
-    live as long as the worker; what the collector still sees is what a task allocates."""
+    In a reused Spark Python worker (``SPARK_REUSE_WORKER`` set, as Spark does when it reuses
+    them), the objects the worker holds once the client is built (imported modules, the client's
+    ~50,000 objects of service model) are then frozen out of the garbage collector
+    (:func:`gc.freeze`): such a worker runs a full ``gc.collect()`` after every task, and the
+    collector's oldest generation also runs as a read allocates, each walk over all of them taking
+    ~0.1 s of CPU. They live as long as the worker; what the collector still sees is what a task
+    allocates. Other processes (a driver, tests) are left as they are."""
     client = _CLIENTS.get(s3)
     if client is None:
-        import gc
-
         from stream_storage.s3_store import make_s3_client
 
         client = _CLIENTS[s3] = make_s3_client(s3)
-        gc.collect()  # garbage made so far is freed, not frozen
-        gc.freeze()
+        if os.environ.get(SPARK_REUSED_WORKER_ENV):
+            gc.collect()  # garbage made so far is freed, not frozen
+            gc.freeze()
     return client
 
 
