@@ -191,3 +191,27 @@ def test_object_not_found_is_what_a_missing_whole_object_raises():
 
     with pytest.raises(ObjectNotFound):
         get_range(MemoryS3({}), "b", "nope")
+
+
+def test_a_worker_builds_one_s3_client_per_endpoint_and_freezes_what_it_holds_out_of_the_gc(monkeypatch):
+    """Spark runs a full gc.collect() after every task of a reused Python worker: the modules and
+    the client's service model, built once, are frozen out of it instead of walked each time.
+    Outside such a worker (a driver, this test process) nothing is frozen."""
+    import gc
+
+    from tools.spark_read import source
+
+    monkeypatch.setattr(source, "_CLIENTS", {})
+    monkeypatch.delenv(source.SPARK_REUSED_WORKER_ENV, raising=False)
+    gc.unfreeze()
+    try:
+        config = S3Config(endpoint_url="http://127.0.0.1:9", bucket="b", region="us-east-1")
+        client = source.s3_client(config)
+        assert gc.get_freeze_count() == 0 and source.s3_client(config) is client
+        monkeypatch.setenv(source.SPARK_REUSED_WORKER_ENV, "1")
+        other = source.s3_client(S3Config(endpoint_url="http://127.0.0.1:10", bucket="b"))
+        frozen = gc.get_freeze_count()
+        assert other is not client and frozen > 10_000
+        assert source.s3_client(config) is client and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -306,3 +306,23 @@ def test_covering_objects_needs_every_offset():
     spans = (ObjectSpan("a", 0, 50, 1), ObjectSpan("b", 50, 80, 1), ObjectSpan("c", 90, 100, 1))
     assert [o.object_key for o in covering_objects(spans, 10, 80)] == ["a", "b"]
     assert covering_objects(spans, 60, 95) is None and covering_objects(spans, 95, 101) is None
+
+
+def test_batches_decode_where_they_lie_in_a_larger_buffer():
+    """A stream's run of blocks is decoded inside the whole fetched object: rows point into it, and
+    a batch running past the end of the range is corrupt even when the buffer goes on."""
+    data = batches(Codec.NONE, False)
+    junk = os.urandom(37)
+    whole = junk + data + junk
+    out = Columns()
+    assert decode_batches(whole, 1015, 1047, out, first_byte=len(junk), end_byte=len(junk) + len(data)) == 1100
+    alone = Columns()
+    decode_batches(data, 1015, 1047, alone)
+    assert out.offsets == alone.offsets == list(range(1015, 1047))
+    assert out.keys() == alone.keys() and out.values() == alone.values()
+    assert to_arrow(out, "t", 0).equals(to_arrow(alone, "t", 0))
+    with pytest.raises(FerryError) as err:  # the last batch cut short by the range, not by the buffer
+        decode_batches(whole, 0, 10**9, Columns(), "t-0", first_byte=len(junk), end_byte=len(junk) + len(data) - 1)
+    assert err.value.error == ErrorCode.CORRUPT_MESSAGE
+    with pytest.raises(ValueError):
+        decode_batches(data, 0, 10**9, Columns(), first_byte=10, end_byte=len(data) + 1)

@@ -129,11 +129,16 @@ def _varint(data: bytes, p: int) -> tuple[int, int]:
 
 
 def decode_batches(data: bytes, start_offset: int, end_offset: int, out: Columns, stream: str = "",
-                   check_batch_crc: bool = True) -> int:
-    """Append the records of ``data`` (whole batches) with ``start_offset <= offset < end_offset``
-    to ``out``; returns the offset just past the last batch walked. ``check_batch_crc=False`` when
-    a CRC over the same bytes (an object block's) already matched."""
-    position, total, next_offset = 0, len(data), start_offset
+                   check_batch_crc: bool = True, first_byte: int = 0, end_byte: int | None = None) -> int:
+    """Append the records of ``data[first_byte:end_byte]`` (whole batches) with ``start_offset <=
+    offset < end_offset`` to ``out``; returns the offset just past the last batch walked.
+    ``check_batch_crc=False`` when a CRC over the same bytes (an object block's) already matched.
+    The rows point into ``data`` itself: a stream's run of blocks in a whole fetched object is
+    decoded where it lies, not copied out first."""
+    total = len(data) if end_byte is None else end_byte
+    if not 0 <= first_byte <= total <= len(data):
+        raise ValueError(f"byte range {first_byte}..{total} is not within {len(data)} bytes")
+    position, next_offset = first_byte, start_offset
     data_index = out.add_buffer(data)
     side: bytearray | None = None  # keys and values of compressed batches (or with headers kept)
     side_index = -1
@@ -183,26 +188,30 @@ class _PlainRecords:
 
     def __init__(self) -> None:
         self.bodies: list[int] = []  # where each record's attributes byte is
-        self.ends: list[int] = []  # where each record ends
+        self.lengths: list[int] = []  # each record's length from there
         self.batches: list[tuple[int, int, int, int | None]] = []  # (records, base offset, first ts, append ts)
 
     def add_batch(self, data: bytes, p: int, end: int, count: int, base: int, first_ts: int,
                   append_ts: int | None) -> None:
-        bodies, ends = self.bodies, self.ends
+        add_body, add_length = self.bodies.append, self.lengths.append
         for _ in range(count):
-            b = data[p]
+            b = data[p]  # the record length, a zigzag varint: 1-2 bytes inline, longer ones by _varint
             if b < 0x80:
-                length, p = (b >> 1) ^ -(b & 1), p + 1
-            elif data[p + 1] < 0x80:
-                raw = (b & 0x7F) | (data[p + 1] << 7)
-                length, p = (raw >> 1) ^ -(raw & 1), p + 2
+                raw, p = b, p + 1
             else:
-                length, p = _varint(data, p)
-            if length < 1:
-                raise ValueError(f"a record of {length} bytes at byte {p}")
-            bodies.append(p)
-            p += length
-            ends.append(p)
+                c = data[p + 1]
+                if c < 0x80:
+                    raw, p = (b & 0x7F) | (c << 7), p + 2
+                else:
+                    length, p = _varint(data, p)
+                    if length < 1:
+                        raise ValueError(f"a record of {length} bytes at byte {p}")
+                    raw = length << 1
+            if raw & 1 or raw == 0:
+                raise ValueError(f"a record of {(raw >> 1) ^ -(raw & 1)} bytes at byte {p}")
+            add_body(p)
+            add_length(raw >> 1)
+            p += raw >> 1
         if p != end:
             raise ValueError(f"the records end at byte {p}, the batch at {end}")
         self.batches.append((count, base, first_ts, append_ts))
@@ -216,8 +225,9 @@ class _PlainRecords:
         first_base = self.batches[0][1]
         try:
             u8 = np.frombuffer(data, dtype=np.uint8)
-            ends = np.asarray(self.ends, dtype=np.int64)
-            p = np.asarray(self.bodies, dtype=np.int64) + 1  # the attributes byte
+            bodies = np.asarray(self.bodies, dtype=np.int64)
+            ends = bodies + np.asarray(self.lengths, dtype=np.int64)
+            p = bodies + 1  # the attributes byte
             ts_delta, p = _varints(u8, p, ends)
             offset_delta, p = _varints(u8, p, ends)
             key_len, p = _varints(u8, p, ends)
@@ -236,7 +246,7 @@ class _PlainRecords:
         columns = (offsets, stamps, log_append.astype(np.int64) * LOG_APPEND_TIME + (~log_append) * CREATE_TIME,
                    key_at, key_len, p, value_len)
         out.extend(*(c if keep.all() else c[keep] for c in columns))
-        self.bodies, self.ends, self.batches = [], [], []
+        self.bodies, self.lengths, self.batches = [], [], []
 
 
 def _varints(u8: Any, p: Any, ends: Any) -> tuple[Any, Any]:
@@ -299,42 +309,50 @@ def _binary_column(buffers: list[Any], used: list[int], buffer_of_row: Any, posi
     then cast to ``binary``, which gathers the bytes in C++: no Python object per row."""
     import numpy as np
     import pyarrow as pa
-    from numpy.lib.stride_tricks import sliding_window_view
 
     n = len(lengths)
     pos = np.asarray(positions, dtype=np.int64)
     lens = np.asarray(lengths, dtype=np.int64)
     valid = lens >= 0
     lens = np.where(valid, lens, 0)
-    views = np.zeros((n, 16), dtype=np.uint8)
-    words = views.view(np.int32)  # per row: length, prefix (or inline bytes), buffer index, offset
+    words = np.zeros((n, 4), dtype=np.int32)  # per row: length, prefix (or inline bytes), buffer index, offset
     words[:, 0] = lens
+    short = lens <= _INLINE_BYTES
     data_buffers = []
     for slot, index in enumerate(used):
         buf = buffers[index]
+        size = len(buf)
         rows = np.flatnonzero(buffer_of_row == index)
-        if len(buf) >= 1 << 31 or (len(rows) and int((pos[rows] + lens[rows]).max()) > len(buf)):
+        if size >= 1 << 31 or (len(rows) and int((pos[rows] + lens[rows]).max()) > size):
             raise ValueError("a key or value lies outside the bytes it was read from")
-        # the first 12 bytes of each slice (all of a short one, the 4-byte prefix of a long one), read
-        # through a sliding window; slices starting in the last 12 bytes of a buffer are copied singly
-        near_end = pos[rows] + _INLINE_BYTES > len(buf)
+        # each slice's first 12 bytes (all of a short one, the 4-byte prefix of a long one) as three
+        # little-endian words, gathered through a view of the buffer with a word at every byte; the
+        # slices starting in its last 12 bytes (short ones: the others would run past its end) are
+        # copied singly
+        near_end = pos[rows] + _INLINE_BYTES > size
         windowed = rows[~near_end]
         if len(windowed):
-            u8 = np.frombuffer(buf, dtype=np.uint8)
-            views[windowed, 4:16] = sliding_window_view(u8, _INLINE_BYTES)[pos[windowed]]
+            at = pos[windowed]
+            word_at_each_byte = np.ndarray((size - 3,), dtype="<i4", buffer=buf, strides=(1,))
+            words[windowed, 1] = word_at_each_byte[at]
+            inline = windowed[short[windowed]]
+            words[inline, 2] = word_at_each_byte[pos[inline] + 4]
+            words[inline, 3] = word_at_each_byte[pos[inline] + 8]
         for row in rows[near_end].tolist():
-            head = bytes(buf[pos[row]:pos[row] + min(lens[row], _INLINE_BYTES)])
-            views[row, 4:4 + len(head)] = np.frombuffer(head, dtype=np.uint8)
-        long_rows = rows[lens[rows] > _INLINE_BYTES]
+            head = bytes(buf[pos[row]:pos[row] + lens[row]])
+            words[row].view(np.uint8)[4:4 + len(head)] = np.frombuffer(head, dtype=np.uint8)
+        long_rows = rows[~short[rows]]
         words[long_rows, 2] = slot
         words[long_rows, 3] = pos[long_rows]
         data_buffers.append(pa.py_buffer(buf))
-    short = np.flatnonzero(lens < _INLINE_BYTES)  # inline bytes past a short slice's end must be zero
-    if len(short):
-        views[short, 4:16] *= (np.arange(_INLINE_BYTES)[None, :] < lens[short, None])
+    # inline bytes past a short slice's end must be zero: keep the first len - 4k bytes of word k
+    keep = np.asarray([0, 0xFF, 0xFFFF, 0xFFFFFF, -1], dtype=np.int32)
+    inline_rows = np.flatnonzero(short)
+    for k in range(3):
+        words[inline_rows, 1 + k] &= keep[np.clip(lens[inline_rows] - 4 * k, 0, 4)]
     nulls = n - int(valid.sum())
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    view_array = pa.Array.from_buffers(pa.binary_view(), n, [bitmap, pa.py_buffer(views), *data_buffers],
+    view_array = pa.Array.from_buffers(pa.binary_view(), n, [bitmap, pa.py_buffer(words), *data_buffers],
                                        null_count=nulls)
     return view_array.cast(pa.binary())
 

@@ -33,6 +33,8 @@ Options (case-insensitive, as Spark passes them):
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import re
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -365,16 +367,28 @@ def _index_crc(tail: bytes) -> int:
 
 
 _CLIENTS: dict[S3Config, Any] = {}
+SPARK_REUSED_WORKER_ENV = "SPARK_REUSE_WORKER"  # set by Spark in the Python workers it reuses across tasks
 
 
 def s3_client(s3: S3Config) -> Any:
     """One boto3 client per configuration per Python worker: building one loads botocore's service
-    models (~0.1 s of JSON parsing), and Spark reuses its Python workers across tasks."""
+    models (~0.1 s of JSON parsing), and Spark reuses its Python workers across tasks.
+
+    In a reused Spark Python worker (``SPARK_REUSE_WORKER`` set, as Spark does when it reuses
+    them), the objects the worker holds once the client is built (imported modules, the client's
+    ~50,000 objects of service model) are then frozen out of the garbage collector
+    (:func:`gc.freeze`): such a worker runs a full ``gc.collect()`` after every task, and the
+    collector's oldest generation also runs as a read allocates, each walk over all of them taking
+    ~0.1 s of CPU. They live as long as the worker; what the collector still sees is what a task
+    allocates. Other processes (a driver, tests) are left as they are."""
     client = _CLIENTS.get(s3)
     if client is None:
         from stream_storage.s3_store import make_s3_client
 
         client = _CLIENTS[s3] = make_s3_client(s3)
+        if os.environ.get(SPARK_REUSED_WORKER_ENV):
+            gc.collect()  # garbage made so far is freed, not frozen
+            gc.freeze()
     return client
 
 
@@ -447,8 +461,9 @@ def fetch_object(client: Any, s3: S3Config, read: ObjectRead) -> tuple[bytes, Ob
     return data, index_of_object(data, read.object_key)
 
 
-def slice_bytes(data: bytes, index: ObjectIndex, read: ObjectRead, piece: StreamSlice) -> bytes:
-    """The blocks of one stream slice in a fetched object, CRC-checked. Pure."""
+def slice_range(data: bytes, index: ObjectIndex, read: ObjectRead, piece: StreamSlice) -> tuple[int, int]:
+    """Where the blocks of one stream slice lie in a fetched object (first byte, end byte), their
+    CRCs checked. Pure."""
     task = ReadTask(piece.topic, piece.partition, piece.stream_id, piece.start_offset, piece.end_offset, ())
     blocks = blocks_for_task(index, task, ObjectSpan(read.object_key, piece.start_offset, piece.end_offset,
                                                      read.size))
@@ -456,7 +471,7 @@ def slice_bytes(data: bytes, index: ObjectIndex, read: ObjectRead, piece: Stream
     view = memoryview(data)
     for block in blocks:
         check_block(view[block.position: block.position + block.size], block, read.object_key)
-    return data[first:last]
+    return first, last
 
 
 def read_object_task(s3: S3Config, task: ObjectTask, include_headers: bool, max_rows: int,
@@ -502,8 +517,9 @@ def read_object_task(s3: S3Config, task: ObjectTask, include_headers: bool, max_
                     continue
                 out = columns.setdefault(key, Columns(include_headers))
                 name = f"{piece.topic}-{piece.partition} (stream {piece.stream_id})"
-                reached = decode_batches(slice_bytes(data, index, read, piece), piece.start_offset, piece.end_offset,
-                                         out, name, check_batch_crc=False)
+                first, last = slice_range(data, index, read, piece)
+                reached = decode_batches(data, piece.start_offset, piece.end_offset, out, name, check_batch_crc=False,
+                                         first_byte=first, end_byte=last)
                 if reached < piece.end_offset:
                     raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"{name}: object {read.object_key!r} ends at offset "
                                      f"{reached}, before {piece.end_offset}")
