@@ -508,10 +508,11 @@ class CommittedLog:
             if encoded is None:
                 encoded = entry[3] = decode_batch(entry[2])
             base = entry[0]
-            records.extend((base + k, r) for k, r in enumerate(encoded) if base + k >= offset)
-        if not cut_batches or len(records) <= max_records:
+            start = max(0, offset - base)
+            stop = min(len(encoded), start + max_records - len(records)) if cut_batches else len(encoded)
+            records.extend((base + k, encoded[k]) for k in range(start, stop))
+        if not cut_batches or not records:
             return LogSlice(records=records, high_watermark=hw)
-        records = records[:max_records]
         last = entries[-1]
         return LogSlice(records=records, high_watermark=hw, batch_end=records[-1][0] == last[0] + last[2][0] - 1)
 
