@@ -41,6 +41,13 @@ def commit(core: ControllerCore, state: CommittedLog, commands: list[PlannedComm
     return applied
 
 
+def tick(core: ControllerCore, state: CommittedLog, now_ms: int) -> None:
+    """The driver's timer at ``now_ms``: queue ``tick``, run it and commit what it wrote."""
+    core.tick(now_ms)
+    core.run(FixedSlice(now_ms))
+    commit(core, state, core.take_ready().commands, now_ms)
+
+
 def activate(core: ControllerCore, state: CommittedLog, epoch: int = 1, now_ms: int = 1000) -> None:
     core.became_leader(epoch, now_ms)
     core.run(FixedSlice(now_ms))
@@ -237,13 +244,9 @@ def test_sessions_start_at_activation_renew_on_arrival_and_tick_fences_the_silen
     core.take_ready()
     activate(core, state, epoch=2, now_ms=500)
     assert core.last_heartbeat_ms == {4: 500}
-    core.tick(1400)
-    core.run(FixedSlice(1400))
-    commit(core, state, core.take_ready().commands, 1400)
+    tick(core, state, 1400)
     assert not state.image.cluster.brokers[4].fenced
-    core.tick(1501)
-    core.run(FixedSlice(1501))
-    commit(core, state, core.take_ready().commands, 1501)
+    tick(core, state, 1501)
     assert state.image.cluster.brokers[4].fenced
 
 
@@ -259,14 +262,10 @@ def test_a_tick_queued_before_the_loop_was_held_judges_sessions_when_it_was_queu
     commit(core, state, core.take_ready().commands, 3000)
     assert not state.image.cluster.brokers[4].fenced
     core.extend_sessions(2000)  # the driver credits the hold, then its next tick
-    core.tick(3000)
-    core.run(FixedSlice(3000))
-    commit(core, state, core.take_ready().commands, 3000)
+    tick(core, state, 3000)
     assert not state.image.cluster.brokers[4].fenced
     # Silent for a whole session after the credit: fenced.
-    core.tick(3601)
-    core.run(FixedSlice(3601))
-    commit(core, state, core.take_ready().commands, 3601)
+    tick(core, state, 3601)
     assert state.image.cluster.brokers[4].fenced
 
 
