@@ -63,6 +63,8 @@ class SimBroker:
     lease_until_ms: dict[int, int] = field(default_factory=dict)
     #: its process is gone (killed), not just silent: a peer may prove it (its WAL lock is free)
     gone: bool = False
+    #: paused (SIGSTOP) at this time with a heartbeat stamped and not yet sent; None when running
+    paused_at_ms: int | None = None
 
 
 @dataclass
@@ -84,6 +86,8 @@ class Simulation:
         self.trace: list[str] = []
         #: (broker id, broker epoch) fenced other than by its own controlled shutdown (session, death)
         self.fenced_otherwise: set[tuple[int, int]] = set()
+        #: (broker id, broker epoch) -> when a tick fenced it for silence (its session expired)
+        self.silence_fenced_at_ms: dict[tuple[int, int], int] = {}
         self.rng = random.Random(seed)
         self.clock = SimClock()
         config = CoreConfig(session_timeout_ms=SESSION_TIMEOUT_MS, reelection_timeout_ms=REELECTION_TIMEOUT_MS,
@@ -92,13 +96,14 @@ class Simulation:
                                     fail=self.fail)
         self.controller.on_owner_change = self.owner_changed
         self.controller.on_fenced_for_silence = self.fenced_for_silence
-        self.controller.on_tick_fenced = lambda broker_id, epoch: self.fenced_otherwise.add((broker_id, epoch))
+        self.controller.on_tick_fenced = self.tick_fenced
         self.brokers = {b: SimBroker(b) for b in range(max_brokers)}
         self.ops: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.moves_completed = 0
         self._topic_seq = 0
         self.indeterminate = False  # the last call's outcome is unknown (it may still commit)
+        self.last_error: ErrorCode | None = None  # what the last call was refused with
 
     def _advance(self, ms: int) -> None:
         self.clock.now_ms += ms
@@ -110,7 +115,7 @@ class Simulation:
             (5, self.create_topic), (1, self.delete_topic), (6, self.reassign), (3, self.elect),
             (16, self.broker_sync), (10, self.produce), (4, self.rogue_stream_call), (2, self.trim),
             (4, self.report_isr), (1, self.controller_failover), (1, self.decommission),
-            (10, self.advance_and_tick), (2, self.report_dead),
+            (10, self.advance_and_tick), (2, self.report_dead), (2, self.resume),
         ]
         weights = [w for w, _ in actions]
         for _ in range(3):
@@ -139,10 +144,11 @@ class Simulation:
         self.trace.append(f"{self.step}: {op} {args}")
         del self.trace[:-40]
         before, before_offset = self.controller.image, self.controller.next_offset
-        self.indeterminate = False
+        self.indeterminate, self.last_error = False, None
         try:
             return self.controller.write(op, args)
         except FerryError as e:
+            self.last_error = e.error
             self.errors[f"{op}:{e.error.name}"] += 1
             if e.error in INDETERMINATE:
                 self.indeterminate = True
@@ -165,6 +171,10 @@ class Simulation:
         if until > self.clock.now_ms:
             self.fail(f"stream {stream_id} went from broker {old_owner} (epoch {old_epoch}) to {new_owner} at "
                       f"{self.clock.now_ms} while {old_owner} could still acknowledge (lease until {until})")
+
+    def tick_fenced(self, broker_id: int, broker_epoch: int) -> None:
+        self.fenced_otherwise.add((broker_id, broker_epoch))
+        self.silence_fenced_at_ms.setdefault((broker_id, broker_epoch), self.clock.now_ms)
 
     def fenced_for_silence(self, broker_id: int, broker_epoch: int) -> None:
         """No broker is fenced for silence while its lease may still let it acknowledge: the
@@ -189,33 +199,47 @@ class Simulation:
             return
         b = self.rng.choice(dead)
         b.incarnation += 1
-        reply = self.call("register_broker", {
-            "broker_id": b.broker_id, "incarnation_id": f"{b.broker_id}-{b.incarnation}",
-            "endpoints": [f"http://127.0.0.1:{9000 + b.broker_id}"],
-            "log_dirs": [{"dir_id": f"{b.broker_id}-{i}", "path": f"/sim/{b.broker_id}/{i}"} for i in range(2)],
-        })
+        reply = self.call("register_broker", self.registration(b))
         if reply is None:
             return
         b.broker_epoch, b.alive, b.opened, b.shutting_down, b.bad_dirs = int(reply["broker_epoch"]), True, {}, False, {}
         b.gone = False
         self.beat(b)
 
-    def beat(self, b: SimBroker) -> dict[str, Any] | None:
-        """One heartbeat; a broker told to shut down closes what it still holds and stops."""
+    @staticmethod
+    def registration(b: SimBroker) -> dict[str, Any]:
+        return {"broker_id": b.broker_id, "incarnation_id": f"{b.broker_id}-{b.incarnation}",
+                "endpoints": [f"http://127.0.0.1:{9000 + b.broker_id}"],
+                "log_dirs": [{"dir_id": f"{b.broker_id}-{i}", "path": f"/sim/{b.broker_id}/{i}"} for i in range(2)]}
+
+    def beat(self, b: SimBroker, sent_ms: int | None = None) -> dict[str, Any] | None:
+        """One heartbeat (stamped ``sent_ms``, by default a transit's time ago); a broker told to
+        shut down closes what it still holds and stops; one whose incarnation was fenced (its
+        session expired) registers again, as a broker refused with STALE_BROKER_EPOCH does."""
         was = self.image.cluster.brokers.get(b.broker_id)
-        sent_ms = self.clock.now_ms - self.rng.randint(0, MAX_REQUEST_TRANSIT_MS)
+        if sent_ms is None:
+            sent_ms = self.clock.now_ms - self.rng.randint(0, MAX_REQUEST_TRANSIT_MS)
         reply = self.call("broker_heartbeat", {
             "broker_id": b.broker_id, "broker_epoch": b.broker_epoch, "metadata_offset": self.image.offset,
             "want_shutdown": b.shutting_down,
             "saturated_log_dirs": sorted(d for d, st in b.bad_dirs.items() if st == "saturated"),
             "offline_log_dirs": sorted(d for d, st in b.bad_dirs.items() if st == "offline")})
         reg = self.image.cluster.brokers.get(b.broker_id)
+        if reply is None and reg is not None and b.broker_epoch == reg.broker_epoch and \
+                self.last_error is ErrorCode.STALE_BROKER_EPOCH:
+            self.register_again(b)
+            return None
         if reply is None and (reg is None or b.broker_epoch != reg.broker_epoch):
             b.alive = False  # replaced by a newer incarnation or unregistered: a zombie now
         if reply is not None and reply["metadata_high_watermark"] > self.controller.next_offset:
             self.fail(f"heartbeat answered high watermark {reply['metadata_high_watermark']}, "
                       f"committed log end {self.controller.next_offset}")
         if reply is not None and not reply["is_fenced"]:
+            fenced_at = self.silence_fenced_at_ms.get((b.broker_id, b.broker_epoch))
+            if fenced_at is not None and sent_ms < fenced_at:
+                self.fail(f"broker {b.broker_id} (epoch {b.broker_epoch}) was fenced for silence at {fenced_at} "
+                          f"and then unfenced by a heartbeat sent at {sent_ms}: its lease would run from before "
+                          f"the fence, while its streams may have changed hands")
             self.fenced_otherwise.discard((b.broker_id, b.broker_epoch))  # unfenced again
             b.lease_until_ms[b.broker_epoch] = max(b.lease_until_ms.get(b.broker_epoch, 0), sent_ms + SESSION_TIMEOUT_MS)
         if reply is not None and reply["should_shut_down"] and b.shutting_down:
@@ -255,6 +279,27 @@ class Simulation:
             if self.rng.random() < 0.5:
                 b.gone = True
                 b.lease_until_ms.pop(b.broker_epoch, None)
+            else:
+                b.paused_at_ms = self.clock.now_ms
+
+    def resume(self) -> None:
+        """A paused broker resumes (SIGCONT): the heartbeat it had stamped just before its pause
+        leaves now, maybe long after its session expired and its partitions were given away."""
+        paused = [b for b in self.brokers.values() if b.paused_at_ms is not None and not b.alive]
+        if not paused:
+            return
+        b = self.rng.choice(paused)
+        stamped_ms, b.paused_at_ms, b.alive = b.paused_at_ms, None, True
+        self.ops["resumed"] += 1
+        self.beat(b, sent_ms=stamped_ms)
+
+    def register_again(self, b: SimBroker) -> None:
+        """The same incarnation registers again and gets a new epoch (its beliefs about the
+        streams it opened stay as they were: it learns what changed from the log)."""
+        reply = self.call("register_broker", self.registration(b))
+        if reply is not None:
+            self.ops["registered_again"] += 1
+            b.broker_epoch = int(reply["broker_epoch"])
 
     def report_dead(self) -> None:
         """A live broker proves a killed one's process gone (broker/peer_liveness.py: its WAL lock
@@ -475,7 +520,8 @@ class Simulation:
             now = image.streams.streams.get(stream_id)
             reg = image.cluster.brokers.get(b.broker_id)
             return now is not None and reg is not None and now.owner == b.broker_id and now.epoch == epoch and \
-                now.state == STREAM_OPENED and start == now.end_offset and reg.broker_epoch == b.broker_epoch
+                now.state == STREAM_OPENED and start == now.end_offset and reg.broker_epoch == b.broker_epoch and \
+                now.owner_epoch == b.broker_epoch  # not one its earlier incarnation opened
 
         self.call("commit_object", {
             "object_key": key, "size": 100, "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,

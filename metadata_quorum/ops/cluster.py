@@ -81,8 +81,26 @@ def dead_incarnation_key(broker_id: int) -> str:
     return f"broker/{broker_id}/dead_epoch"
 
 
-def reported_dead(image: MetadataImage, reg: BrokerRegistration) -> bool:
-    return image.kv.get(dead_incarnation_key(reg.broker_id)) == str(reg.broker_epoch)
+def expired_incarnation_key(broker_id: int) -> str:
+    """KV key holding the broker epoch of an incarnation fenced because its session expired
+    (``tick``). Its heartbeats are refused from then on: it must register again.
+
+    A heartbeat answered "not fenced" renews the broker's write lease from the heartbeat's *send*
+    time. A broker paused (SIGSTOP, a stall) just after stamping a heartbeat sends it only when
+    it resumes, after the fence; had that heartbeat unfenced the incarnation, the broker would hold
+    a lease running from before the fence, and acknowledge writes to the WAL that the partition's
+    new owner had already read. A new registration is answered after the fence, so every
+    heartbeat of the new incarnation is sent after it, and the broker is unfenced only once its
+    image holds the registration, and with it the leaders that replaced it."""
+    return f"broker/{broker_id}/expired_epoch"
+
+
+def incarnation_ended(image: MetadataImage, reg: BrokerRegistration) -> bool:
+    """This incarnation was fenced without its consent (reported dead, or its session expired):
+    it is over, and the broker must register again."""
+    epoch = str(reg.broker_epoch)
+    return image.kv.get(dead_incarnation_key(reg.broker_id)) == epoch or \
+        image.kv.get(expired_incarnation_key(reg.broker_id)) == epoch
 
 
 def unregistered_session_live(raw: str | None, now_ms: int) -> bool:
@@ -130,7 +148,7 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     rack = opt_str(args, "rack")
     log_dirs = _log_dirs(args.get("log_dirs"))
     existing = image.cluster.brokers.get(broker_id)
-    if existing is not None and existing.incarnation_id == incarnation_id and not reported_dead(image, existing):
+    if existing is not None and existing.incarnation_id == incarnation_id and not incarnation_ended(image, existing):
         # A retry of a registration that already committed: same epoch, nothing new.
         return ControllerResult((), {"broker_epoch": existing.broker_epoch})
     if existing is not None and not existing.fenced and not heartbeat_expired(ctx, broker_id):
@@ -150,8 +168,9 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     builder = RecordBuilder(image)
     if departed is not None:
         builder.add(KVRecord(key=unregistered_session_key(broker_id), value=None))
-    if image.kv.get(dead_incarnation_key(broker_id)) is not None:
-        builder.add(KVRecord(key=dead_incarnation_key(broker_id), value=None))
+    for key in (dead_incarnation_key(broker_id), expired_incarnation_key(broker_id)):
+        if image.kv.get(key) is not None:
+            builder.add(KVRecord(key=key, value=None))
     epoch = ctx.next_offset
     builder.add(RegisterBrokerRecord(
         broker_id=broker_id, incarnation_id=incarnation_id, broker_epoch=epoch, endpoints=endpoints,
@@ -184,10 +203,10 @@ def broker_heartbeat(image: MetadataImage, args: dict[str, Any], ctx: OpContext)
     saturated = str_list(args.get("saturated_log_dirs"), "saturated_log_dirs")
     offline = str_list(args.get("offline_log_dirs"), "offline_log_dirs")
     reg = check_broker_epoch(image, broker_id, broker_epoch)
-    if reg.fenced and reported_dead(image, reg):
+    if reg.fenced and incarnation_ended(image, reg):
         raise FerryError(ErrorCode.STALE_BROKER_EPOCH,
-                         f"broker {broker_id}'s incarnation with epoch {broker_epoch} was reported dead; register again",
-                         {"broker_epoch": reg.broker_epoch})
+                         f"broker {broker_id}'s incarnation with epoch {broker_epoch} was fenced (its session "
+                         "expired, or it was reported dead); register again", {"broker_epoch": reg.broker_epoch})
     builder = RecordBuilder(image)
     caught_up = metadata_offset >= reg.broker_epoch
     reported = reg.with_log_dir_changes(None, saturated, offline)
@@ -245,6 +264,7 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
         builder.add(BrokerRegistrationChangeRecord(
             broker_id=broker_id, broker_epoch=reg.broker_epoch, fenced=True, in_controlled_shutdown=False,
         ))
+        builder.add(KVRecord(key=expired_incarnation_key(broker_id), value=str(reg.broker_epoch)))
         fenced.append(broker_id)
     for broker_id in fenced:
         evacuate(builder, placement, broker_id, "dead", ctx)

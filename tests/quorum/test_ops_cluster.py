@@ -268,6 +268,32 @@ def test_tick_moves_a_leaderless_partition_whose_targets_are_gone() -> None:
     assert part.leader in (0, 2) and part.replicas == (part.leader,)
 
 
+def test_a_broker_fenced_for_silence_must_register_again_before_it_is_unfenced() -> None:
+    """A heartbeat stamped before a pause arrives after the session expired: answered "not
+    fenced", it would renew the lease from its send time, before the fence."""
+    clock = ManualClock()
+    c = controller(2, clock)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 4}]})
+    expired_epoch = epoch_of(c.image, 0)
+    clock.advance(SESSION_TIMEOUT_MS // 2)
+    c.write("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch_of(c.image, 1), "metadata_offset": c.image.offset})
+    clock.advance(SESSION_TIMEOUT_MS // 2 + 1)
+    assert c.tick()["fenced_brokers"] == [0]
+    assert c.image.kv["broker/0/expired_epoch"] == str(expired_epoch)
+    assert all(partition(c.image, "t", p).leader == 1 for p in range(4))
+    before = c.image
+    expect_error(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": expired_epoch,
+                                               "metadata_offset": c.image.offset}, ErrorCode.STALE_BROKER_EPOCH)
+    assert c.image is before
+    # the same incarnation registering again gets a new epoch, unfenced once it has read that far
+    again = c.write("register_broker", register_args(0, "inc-0"))["broker_epoch"]
+    assert again > expired_epoch and "broker/0/expired_epoch" not in c.image.kv
+    reply = c.write("broker_heartbeat", {"broker_id": 0, "broker_epoch": again, "metadata_offset": again - 1})
+    assert reply["is_fenced"]
+    reply = c.write("broker_heartbeat", {"broker_id": 0, "broker_epoch": again, "metadata_offset": again})
+    assert not reply["is_fenced"]
+
+
 def test_partitions_left_without_brokers_are_led_again_when_one_returns() -> None:
     clock = ManualClock()
     c = controller(1, clock)
