@@ -203,7 +203,7 @@ class Simulation:
         if reply is None:
             return
         b.broker_epoch, b.alive, b.opened, b.shutting_down, b.bad_dirs = int(reply["broker_epoch"]), True, {}, False, {}
-        b.gone = False
+        b.gone, b.paused_at_ms = False, None  # a new process
         self.beat(b)
 
     @staticmethod
@@ -235,11 +235,13 @@ class Simulation:
             self.fail(f"heartbeat answered high watermark {reply['metadata_high_watermark']}, "
                       f"committed log end {self.controller.next_offset}")
         if reply is not None and not reply["is_fenced"]:
+            # Unfenced, it would renew its lease from the heartbeat's send time, which may be before
+            # the fence (stamped just before a pause), and acknowledge writes while its image still
+            # names it leader of partitions given away: such an incarnation must register again.
             fenced_at = self.silence_fenced_at_ms.get((b.broker_id, b.broker_epoch))
-            if fenced_at is not None and sent_ms < fenced_at:
+            if fenced_at is not None:
                 self.fail(f"broker {b.broker_id} (epoch {b.broker_epoch}) was fenced for silence at {fenced_at} "
-                          f"and then unfenced by a heartbeat sent at {sent_ms}: its lease would run from before "
-                          f"the fence, while its streams may have changed hands")
+                          f"and then unfenced by a heartbeat sent at {sent_ms}")
             self.fenced_otherwise.discard((b.broker_id, b.broker_epoch))  # unfenced again
             b.lease_until_ms[b.broker_epoch] = max(b.lease_until_ms.get(b.broker_epoch, 0), sent_ms + SESSION_TIMEOUT_MS)
         if reply is not None and reply["should_shut_down"] and b.shutting_down:
@@ -277,7 +279,7 @@ class Simulation:
             b = self.rng.choice(live)
             b.alive = False
             if self.rng.random() < 0.5:
-                b.gone = True
+                b.gone, b.paused_at_ms = True, None
                 b.lease_until_ms.pop(b.broker_epoch, None)
             else:
                 b.paused_at_ms = self.clock.now_ms
@@ -285,7 +287,7 @@ class Simulation:
     def resume(self) -> None:
         """A paused broker resumes (SIGCONT): the heartbeat it had stamped just before its pause
         leaves now, maybe long after its session expired and its partitions were given away."""
-        paused = [b for b in self.brokers.values() if b.paused_at_ms is not None and not b.alive]
+        paused = [b for b in self.brokers.values() if b.paused_at_ms is not None and not b.alive and not b.gone]
         if not paused:
             return
         b = self.rng.choice(paused)
