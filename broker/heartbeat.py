@@ -8,7 +8,11 @@ controller stamps a heartbeat when it receives it, which is after the broker sen
 lease always ends before the controller can fence the broker — provided the lease is not longer
 than the controllers' session timeout: when a reply states the controller's
 ``session_timeout_ms``, the lease never lasts longer than that. Only a heartbeat answered
-"not fenced" renews it; the broker's image must also be fresh (freshness.py).
+"not fenced" renews it; the broker's image must also be fresh (freshness.py). An incarnation the
+controller fenced for silence is never unfenced again: its heartbeats are refused with
+``STALE_BROKER_EPOCH`` and the broker registers again (metadata_quorum/ops/cluster.py,
+``expired_incarnation_key``). Otherwise a heartbeat stamped just before a pause and sent after the
+fence would renew the lease from before the fence.
 
 Heartbeats are pipelined: one leaves every ``interval_ms`` whether or not the ones before it were
 answered (at most a session's worth in flight). The controller answers a heartbeat only after a
