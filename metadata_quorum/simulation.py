@@ -86,7 +86,8 @@ class Simulation:
         self.trace: list[str] = []
         #: (broker id, broker epoch) fenced other than by its own controlled shutdown (session, death)
         self.fenced_otherwise: set[tuple[int, int]] = set()
-        #: (broker id, broker epoch) -> when a tick fenced it for silence (its session expired)
+        #: (broker id, broker epoch) -> when it was fenced for silence or reported dead (the fencing
+        #: command's records, as the first controller applied them)
         self.silence_fenced_at_ms: dict[tuple[int, int], int] = {}
         self.rng = random.Random(seed)
         self.clock = SimClock()
@@ -96,7 +97,7 @@ class Simulation:
                                     fail=self.fail)
         self.controller.on_owner_change = self.owner_changed
         self.controller.on_fenced_for_silence = self.fenced_for_silence
-        self.controller.on_tick_fenced = self.tick_fenced
+        self.controller.on_tick_fenced = lambda broker_id, epoch: self.fenced_otherwise.add((broker_id, epoch))
         self.brokers = {b: SimBroker(b) for b in range(max_brokers)}
         self.ops: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -172,14 +173,11 @@ class Simulation:
             self.fail(f"stream {stream_id} went from broker {old_owner} (epoch {old_epoch}) to {new_owner} at "
                       f"{self.clock.now_ms} while {old_owner} could still acknowledge (lease until {until})")
 
-    def tick_fenced(self, broker_id: int, broker_epoch: int) -> None:
-        self.fenced_otherwise.add((broker_id, broker_epoch))
-        self.silence_fenced_at_ms.setdefault((broker_id, broker_epoch), self.clock.now_ms)
-
     def fenced_for_silence(self, broker_id: int, broker_epoch: int) -> None:
         """No broker is fenced for silence while its lease may still let it acknowledge: the
         fence is what lets another broker take its streams over."""
         self.fenced_otherwise.add((broker_id, broker_epoch))
+        self.silence_fenced_at_ms.setdefault((broker_id, broker_epoch), self.clock.now_ms)
         until = self.brokers[broker_id].lease_until_ms.get(broker_epoch, 0)
         if until > self.clock.now_ms:
             self.fail(f"broker {broker_id} (epoch {broker_epoch}) fenced at {self.clock.now_ms} while it could "
