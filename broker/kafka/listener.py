@@ -30,7 +30,8 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from broker.kafka.sasl import MECHANISMS, SaslSession, Step, Users
 from broker.kafka.wire import (DEFAULT_MAX_REQUEST_BYTES, MIN_READ_BYTES, KafkaConnection, NeedData, Request,
-                               Unsupported, Violation, encode_error, encode_response, encode_unsupported)
+                               Unsupported, Violation, encode_error, encode_response, encode_unsupported,
+                               next_read_bytes)
 from metadata_quorum.errors import ErrorCode
 
 log = logging.getLogger("ferry.kafka")
@@ -108,6 +109,8 @@ class _KafkaProtocol(asyncio.BufferedProtocol):
         self.eof = False  # the client will send nothing more
         self.lost = False
         self.flush_scheduled = False  # a write of the answers ready is due at the end of this turn
+        self.read_bytes = MIN_READ_BYTES  # free space the next socket read is offered (next_read_bytes)
+        self.offered_bytes = 0  # what the last read was offered
 
     # -- asyncio.BufferedProtocol ---------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -117,9 +120,12 @@ class _KafkaProtocol(asyncio.BufferedProtocol):
         self.listener._connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.conn.get_buffer(MIN_READ_BYTES)
+        view = self.conn.get_buffer(self.read_bytes)
+        self.offered_bytes = len(view)
+        return view
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.read_bytes = next_read_bytes(self.offered_bytes, nbytes)
         self.conn.buffer_updated(nbytes)
         self._dispatch()
 
