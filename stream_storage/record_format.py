@@ -21,6 +21,14 @@ the start and either accepts the batch or names what is wrong. So the two accept
 batches with the same summary (the tests check it over random and mutated batches), and the
 common case costs about a quarter less (552k against 754k instructions for 64 records of 1 KiB):
 the walk is the largest single cost of the broker's produce path, paid on every request.
+
+Before either, :func:`_walk_uniform` tries the shape a producer of fixed-size values writes (every
+record the same size and layout, no headers, one-byte timestamp deltas, at most 64 records, as
+librdkafka's 64 KiB batches of 1 KiB records are): each field then sits at the same place in every
+record, so it is checked for all records at once with an extended slice (~5 us instead of ~60 us
+for 64 records of 1 KiB). It too only gives up, never refuses, and the tests hold it to the strict
+walk's answers over valid and mutated batches. Batches of records of varying sizes gain nothing
+from it and pay one failed slice comparison (well under a microsecond) before the common walk.
 """
 from __future__ import annotations
 
