@@ -21,6 +21,14 @@ the start and either accepts the batch or names what is wrong. So the two accept
 batches with the same summary (the tests check it over random and mutated batches), and the
 common case costs about a quarter less (552k against 754k instructions for 64 records of 1 KiB):
 the walk is the largest single cost of the broker's produce path, paid on every request.
+
+Before either, :func:`_walk_uniform` tries the shape a producer of fixed-size values writes (every
+record the same size and layout, no headers, one-byte timestamp deltas, at most 64 records, as
+librdkafka's 64 KiB batches of 1 KiB records are): each field then sits at the same place in every
+record, so it is checked for all records at once with an extended slice (~5 us instead of ~60 us
+for 64 records of 1 KiB). It too only gives up, never refuses, and the tests hold it to the strict
+walk's answers over valid and mutated batches. Batches of records of varying sizes gain nothing
+from it and pay one failed slice comparison (well under a microsecond) before the common walk.
 """
 from __future__ import annotations
 
@@ -33,6 +41,12 @@ _VARINT_MAX_BYTES = 5
 _VARLONG_MAX_BYTES = 10
 #: the zigzag-decoded value of every one- or two-byte varint, by its 14 payload bits
 _ZIGZAG_14 = tuple((raw >> 1) ^ -(raw & 1) for raw in range(1 << 14))
+#: one-byte varints (0..127) translated to their zigzag value + 64, as bytes: ``min``/``max`` of a
+#: translated run of one-byte timestamp deltas give their spread in C, not record by record
+_ZIGZAG_1_PLUS_64 = bytes(((raw >> 1) ^ -(raw & 1)) + 64 for raw in range(128)) + bytes(128)
+#: the one-byte offset deltas of records 0..63 (zigzag 0, 1, ... 63 = 0, 2, ... 126)
+_UNIFORM_MAX_RECORDS = 64
+_OFFSET_DELTA_BYTES = bytes(range(0, 2 * _UNIFORM_MAX_RECORDS, 2))
 
 
 @dataclass(frozen=True)
@@ -88,7 +102,7 @@ def walk_records(data: bytes | bytearray, position: int, end: int, count: int, *
     Raises INVALID_RECORD.
     """
     if consecutive_offsets and sink is None:
-        common = _walk_common(data, position, end, count)
+        common = _walk_uniform(data, position, end, count) or _walk_common(data, position, end, count)
         if common is not None:
             return common
     min_delta = max_delta = 0
@@ -214,6 +228,68 @@ def walk_records(data: bytes | bytearray, position: int, end: int, count: int, *
         raise FerryError(ErrorCode.INVALID_RECORD, f"{end - position} bytes remain at byte {position}"
                          f"{where} after the {count} records the batch declares")
     return RecordsSummary(min_delta, max_delta)
+
+
+def _walk_uniform(data: bytes | bytearray, position: int, end: int, count: int) -> RecordsSummary | None:
+    """The walk of a producer's batch whose records all share one size and layout: the same
+    record length, key length and value length, one-byte timestamp deltas, no headers, at most 64
+    records (what a producer of fixed-size values writes). Each field is then at the same place in
+    every record, so it is checked across all of them at once with an extended slice (a loop in
+    C) rather than record by record: ~5 us instead of ~75 us for 64 records of 1 KiB. Like
+    :func:`_walk_common` it never refuses anything: on any other shape, or anything wrong, it
+    gives up (None) and the record-by-record walks decide."""
+    if not 0 < count <= _UNIFORM_MAX_RECORDS:
+        return None
+    stride, rest = divmod(end - position, count)
+    if rest or stride < MIN_RECORD_BYTES:
+        return None
+    try:
+        length, at = _short_varint(data, position)
+        if at + length != stride or not _same_in_every_record(data, position, end, stride, 0, at):
+            return None
+        if data[position + at:end:stride].count(0) != count:  # the attributes byte is 0
+            return None
+        timestamp_deltas = data[position + at + 1:end:stride]
+        if max(timestamp_deltas) >= 0x80:
+            return None
+        if data[position + at + 2:end:stride] != _OFFSET_DELTA_BYTES[:count]:
+            return None
+        field = at + 3
+        for _ in range(2):  # key, then value: a length (-1 = null) and that many bytes
+            field_length, width = _short_varint(data, position + field)
+            if field_length < -1 or not _same_in_every_record(data, position, end, stride, field, width):
+                return None
+            field += width + max(field_length, 0)
+            if field >= stride:
+                return None
+        if field != stride - 1 or data[position + field:end:stride].count(0) != count:  # no headers
+            return None
+    except IndexError:
+        return None
+    spread = timestamp_deltas.translate(_ZIGZAG_1_PLUS_64)
+    return RecordsSummary(min(spread) - 64, max(spread) - 64)
+
+
+def _short_varint(data: bytes | bytearray, position: int) -> tuple[int, int]:
+    """A one- or two-byte zigzag varint at ``position``: (value, bytes); IndexError past the end
+    or for a longer one (the caller gives up either way)."""
+    byte = data[position]
+    if byte < 0x80:
+        return _ZIGZAG_14[byte], 1
+    following = data[position + 1]
+    if following >= 0x80:
+        raise IndexError
+    return _ZIGZAG_14[(byte & 0x7F) | (following << 7)], 2
+
+
+def _same_in_every_record(data: bytes | bytearray, position: int, end: int, stride: int, offset: int,
+                          width: int) -> bool:
+    """Whether bytes ``[offset, offset + width)`` of every record equal the first record's."""
+    count = (end - position) // stride
+    for k in range(offset, offset + width):
+        if data[position + k:end:stride] != data[position + k:position + k + 1] * count:
+            return False
+    return True
 
 
 def _walk_common(data: bytes | bytearray, position: int, end: int, count: int) -> RecordsSummary | None:

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Awaitable, Callable, Union
 
@@ -29,7 +30,8 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from broker.kafka.sasl import MECHANISMS, SaslSession, Step, Users
 from broker.kafka.wire import (DEFAULT_MAX_REQUEST_BYTES, MIN_READ_BYTES, KafkaConnection, NeedData, Request,
-                               Unsupported, Violation, encode_error, encode_response, encode_unsupported)
+                               Unsupported, Violation, encode_error, encode_response, encode_unsupported,
+                               next_read_bytes)
 from metadata_quorum.errors import ErrorCode
 
 log = logging.getLogger("ferry.kafka")
@@ -100,12 +102,15 @@ class _KafkaProtocol(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer: object = None
         # answers in request order: framed bytes ready to send, or the task that will make them
-        self.pending: deque[bytes | asyncio.Task[Answer]] = deque()
+        self.pending: deque[bytes | asyncio.Future[Answer]] = deque()
         self.reading_paused = False
         self.writing_paused = False
         self.closing = False  # no more requests: close once the pending answers are written
         self.eof = False  # the client will send nothing more
         self.lost = False
+        self.flush_scheduled = False  # a write of the answers ready is due at the end of this turn
+        self.read_bytes = MIN_READ_BYTES  # free space the next socket read is offered (next_read_bytes)
+        self.offered_bytes = 0  # what the last read was offered
 
     # -- asyncio.BufferedProtocol ---------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -115,9 +120,12 @@ class _KafkaProtocol(asyncio.BufferedProtocol):
         self.listener._connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.conn.get_buffer(MIN_READ_BYTES)
+        view = self.conn.get_buffer(self.read_bytes)
+        self.offered_bytes = len(view)
+        return view
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.read_bytes = next_read_bytes(self.offered_bytes, nbytes)
         self.conn.buffer_updated(nbytes)
         self._dispatch()
 
@@ -228,43 +236,106 @@ class _KafkaProtocol(asyncio.BufferedProtocol):
             if not task.cancelled() and task.exception() is not None:
                 log.error("Kafka request failed after its connection closed", exc_info=task.exception())
             return
+        # the answers of requests acknowledged together (one WAL sync) finish in the same turn of
+        # the loop: they are written at the end of it, in one send, not one send each
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_answers)
+
+    def _flush_answers(self) -> None:
+        self.flush_scheduled = False
+        if self.lost:
+            return
         freed = self._send_ready()
         if freed and not self.closing:
             self._dispatch()  # requests already received but held back by the in-flight limit
 
     def _send_ready(self) -> bool:
-        """Write the answers at the head of the line that are ready; True if any was."""
+        """Write the answers at the head of the line that are ready; True if any was taken."""
         transport = self.transport
-        pending = self.pending
-        sent = False
-        while pending and not self.lost:
-            head = pending[0]
-            if isinstance(head, bytes):
-                pending.popleft()
-                transport.write(head)  # type: ignore[union-attr]
-                sent = True
-                continue
-            if not head.done():
-                break
-            pending.popleft()
-            sent = True
-            if head.cancelled():
-                continue
-            exc = head.exception()
-            if exc is not None:
-                log.error("Kafka request failed; closing the connection", exc_info=exc)
-                self.closing = True
-                pending.clear()
-                transport.close()  # type: ignore[union-attr]
-                return sent
-            payload, api, started, done = head.result()
-            if payload is not None:
-                transport.write(payload)  # type: ignore[union-attr]
-            if self.listener.observe is not None:
-                self.listener.observe(api, done - started, time.monotonic() - done)
-        if self.closing and not pending and not self.lost and transport is not None and not transport.is_closing():
+        if self.lost or transport is None:
+            return False
+        ready = take_ready(self.pending)
+        for frame in coalesce_frames(ready.payloads):
+            transport.write(frame)
+        observe = self.listener.observe
+        if observe is not None and ready.handled:
+            now = time.monotonic()
+            for api, started, done in ready.handled:
+                observe(api, done - started, now - done)
+        if ready.failure is not None:
+            log.error("Kafka request failed; closing the connection", exc_info=ready.failure)
+            self.closing = True
             transport.close()
-        return sent
+            return True
+        if self.closing and not self.pending and not transport.is_closing():
+            transport.close()
+        return ready.taken > 0
+
+
+@dataclass
+class ReadyAnswers:
+    """What :func:`take_ready` took off the head of a connection's line of answers."""
+
+    payloads: list[bytes] = field(default_factory=list)  # framed answers to write, in request order
+    handled: list[tuple[str, float, float]] = field(default_factory=list)  # (api, started, done) to observe
+    failure: BaseException | None = None  # a request failed: the connection closes after ``payloads``
+    taken: int = 0  # entries removed from the line
+
+
+def take_ready(pending: deque[bytes | asyncio.Future[Answer]]) -> ReadyAnswers:
+    """Take the answers that are ready at the head of ``pending`` (answers go out strictly in
+    request order: the first one still running holds back those behind it). A failed request
+    ends the line: what follows it is dropped, since the connection closes."""
+    out = ReadyAnswers()
+    while pending:
+        head = pending[0]
+        if isinstance(head, bytes):
+            pending.popleft()
+            out.taken += 1
+            out.payloads.append(head)
+            continue
+        if not head.done():
+            break
+        pending.popleft()
+        out.taken += 1
+        if head.cancelled():
+            continue
+        exc = head.exception()
+        if exc is not None:
+            out.failure = exc
+            pending.clear()
+            break
+        payload, api, started, done = head.result()
+        if payload is not None:
+            out.payloads.append(payload)
+        out.handled.append((api, started, done))
+    return out
+
+
+#: answers up to this size are joined into one write; a larger one (a fetch) is written alone, uncopied
+COALESCE_MAX_BYTES = 64 * 1024
+
+
+def coalesce_frames(payloads: list[bytes]) -> list[bytes]:
+    """The writes for ``payloads``: consecutive small answers joined (one send for the answers of a
+    group commit), each large one on its own (joining would copy it)."""
+    out: list[bytes] = []
+    run: list[bytes] = []
+    run_bytes = 0
+    for payload in payloads:
+        if len(payload) > COALESCE_MAX_BYTES or run_bytes + len(payload) > COALESCE_MAX_BYTES:
+            if run:
+                out.append(run[0] if len(run) == 1 else b"".join(run))
+                run, run_bytes = [], 0
+            if len(payload) > COALESCE_MAX_BYTES:
+                out.append(payload)
+                continue
+        run.append(payload)
+        run_bytes += len(payload)
+    if run:
+        out.append(run[0] if len(run) == 1 else b"".join(run))
+    return out
 
 
 def _sasl_response(event: Request, step: Step) -> ApiMessage:

@@ -36,7 +36,20 @@ _FRAME = struct.Struct(">i")
 _HEADER_START = struct.Struct(">hhi")  # api key, api version, correlation id
 _ERROR_ONLY = struct.Struct(">ih")  # correlation id, error code
 INITIAL_BUFFER_BYTES = 64 * 1024  # a connection's receive buffer; it grows to fit the largest frame
-MIN_READ_BYTES = 64 * 1024  # free space offered to each socket read
+MIN_READ_BYTES = 64 * 1024  # free space offered to a socket read
+MAX_READ_BYTES = 256 * 1024  # ... and to a read of a connection whose reads fill what they are offered
+
+
+def next_read_bytes(offered: int, received: int) -> int:
+    """Free space to offer a connection's next socket read, given what the last read was offered
+    and received. A read that filled its space (a producer pipelining 64 KiB requests: the socket
+    holds more) earns a larger one, up to :data:`MAX_READ_BYTES`: one read then takes several
+    requests, where reads of 64 KiB took one or two reads and wake-ups of the protocol per
+    request; any other read goes back to :data:`MIN_READ_BYTES`, so an idle or chatty connection
+    keeps a small buffer."""
+    if received >= offered > 0:
+        return min(MAX_READ_BYTES, max(MIN_READ_BYTES, 2 * offered))
+    return MIN_READ_BYTES
 MAX_IDLE_BUFFER_BYTES = 4 * 1024 * 1024  # a larger buffer is dropped once it holds nothing
 
 

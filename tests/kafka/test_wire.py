@@ -10,8 +10,9 @@ from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.producer.produce import ProduceRequest
 
 from broker.kafka.apis import SUPPORTED_VERSIONS, check_table, request_class
-from broker.kafka.wire import (NEED_DATA, KafkaConnection, Request, Unsupported, Violation, api_versions_response,
-                               encode_response, encode_unsupported)
+from broker.kafka.wire import (MAX_READ_BYTES, MIN_READ_BYTES, NEED_DATA, KafkaConnection, Request, Unsupported,
+                               Violation, api_versions_response, encode_response, encode_unsupported,
+                               next_read_bytes)
 from metadata_quorum.errors import ErrorCode
 
 
@@ -206,3 +207,12 @@ def test_a_frame_cut_inside_its_last_field_closes_the_connection() -> None:
     conn.receive_data(cut)
     event = conn.next_event()
     assert isinstance(event, Violation) and "frame ends 10 bytes before" in event.reason
+
+
+def test_reads_that_fill_their_space_get_more_up_to_the_cap_and_others_the_minimum() -> None:
+    assert next_read_bytes(MIN_READ_BYTES, MIN_READ_BYTES) == 2 * MIN_READ_BYTES  # filled: a streaming producer
+    assert next_read_bytes(2 * MIN_READ_BYTES, 2 * MIN_READ_BYTES) == min(MAX_READ_BYTES, 4 * MIN_READ_BYTES)
+    assert next_read_bytes(MAX_READ_BYTES, MAX_READ_BYTES) == MAX_READ_BYTES
+    assert next_read_bytes(8 * MAX_READ_BYTES, 8 * MAX_READ_BYTES) == MAX_READ_BYTES  # a grown buffer's free tail
+    assert next_read_bytes(MAX_READ_BYTES, 100) == MIN_READ_BYTES  # a small request: back to the minimum
+    assert next_read_bytes(0, 0) == MIN_READ_BYTES

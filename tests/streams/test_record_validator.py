@@ -24,7 +24,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage import batches, record_format
 from stream_storage.batch_scan import CorruptBatch, DecodedBatch, scan_batches
 from stream_storage.compression import Codec
-from stream_storage.record_format import RecordsSummary, _walk_common, walk_records
+from stream_storage.record_format import RecordsSummary, _walk_common, _walk_uniform, walk_records
 from stream_storage.record_validator import (
     LOG_APPEND_TIME, LONG_MAX, ValidatedBatch, ValidationPolicy, validate_produce_records,
 )
@@ -610,16 +610,77 @@ def test_the_common_walk_accepts_only_what_the_strict_walk_accepts(records: list
 
 def outcome(buf: bytes, strict_only: bool = False) -> tuple[object, ...]:
     """What validation answers: the error code and message, or what it accepted."""
-    saved = record_format._walk_common
+    saved = record_format._walk_common, record_format._walk_uniform
     if strict_only:
         record_format._walk_common = lambda *_args: None  # type: ignore[assignment]
+        record_format._walk_uniform = lambda *_args: None  # type: ignore[assignment]
     try:
         vb = validate_produce_records(buf, POLICY, NOW_MS)
     except FerryError as exc:
         return exc.error, exc.message
     finally:
-        record_format._walk_common = saved
+        record_format._walk_common, record_format._walk_uniform = saved
     return bytes(vb.data), vb.records_count, vb.max_timestamp_ms
+
+
+def uniform_and_strict(buf: bytes | bytearray) -> tuple[RecordsSummary | ErrorCode, RecordsSummary | None]:
+    """The strict walk's summary (or its error) and the uniform-records walk's answer."""
+    count = int.from_bytes(buf[57:61], "big", signed=True)
+    strict, _common = both_walks(buf)
+    return strict, _walk_uniform(buf, 61, len(buf), count)
+
+
+def test_fixed_size_records_take_the_uniform_walk_and_others_do_not() -> None:
+    librdkafka_like = [Rec(None, bytes(1024), (), NOW_MS + i % 3) for i in range(64)]
+    keyed = [Rec(b"key-%03d" % i, b"v" * 100, (), NOW_MS - i) for i in range(40)]
+    null_values = [Rec(b"k", None, (), NOW_MS)] * 5
+    for records in (librdkafka_like, keyed, null_values, librdkafka_like[:1]):
+        strict, uniform = uniform_and_strict(build(records))
+        assert uniform is not None and uniform == strict
+    assert uniform_and_strict(build(keyed))[1] == RecordsSummary(-39, 0)
+    # other shapes are left to the record-by-record walks, which accept them
+    for records in ([Rec(None, bytes(10 + i), (), NOW_MS) for i in range(5)],  # values of different sizes
+                    [Rec(None, b"v", (("h", b"x"),), NOW_MS)] * 3,  # headers
+                    [Rec(None, b"v", (), NOW_MS)] * 65,  # offset deltas of two bytes
+                    [Rec(None, b"v", (), NOW_MS + 100 * i) for i in range(3)],  # two-byte timestamp deltas
+                    [Rec(b"a", b"v", (), NOW_MS), Rec(None, b"vv", (), NOW_MS)]):  # same size, another layout
+        strict, uniform = uniform_and_strict(build(records))
+        assert uniform is None and isinstance(strict, RecordsSummary)
+
+
+uniform_records = st.builds(
+    lambda key, value, n, deltas: [Rec(key, value, (), NOW_MS + deltas[i % len(deltas)]) for i in range(n)],
+    key=st.one_of(st.none(), st.binary(max_size=12)), value=st.one_of(st.none(), st.binary(max_size=200)),
+    n=st.integers(1, 70), deltas=st.lists(st.integers(-70, 70), min_size=1, max_size=5))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=uniform_records, data=st.data())
+def test_the_uniform_walk_accepts_only_what_the_strict_walk_accepts(records: list[Rec], data: st.DataObject) -> None:
+    """Over batches of same-size records, valid and mutated (a byte changed, inserted or removed,
+    the count changed): the uniform walk gives up, or gives the strict walk's summary; and the
+    validator as a whole answers the same with or without the fast walks."""
+    buf = bytearray(build(records))
+    kind = data.draw(st.sampled_from(["none", "byte", "byte", "insert", "delete", "count"]))
+    if kind == "byte":
+        buf[data.draw(st.integers(61, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    elif kind == "insert":
+        at = data.draw(st.integers(61, len(buf)))
+        buf[at:at] = bytes([data.draw(st.integers(0, 255))])
+    elif kind == "delete":
+        del buf[data.draw(st.integers(61, len(buf) - 1))]
+    elif kind == "count":
+        struct.pack_into(">i", buf, 57, data.draw(st.integers(1, len(records) + 2)))
+    strict, uniform = uniform_and_strict(buf)
+    if uniform is not None:
+        assert uniform == strict
+    if kind == "none":
+        assert isinstance(strict, RecordsSummary)
+    fixed = fix_crc(buf)
+    struct_count = int.from_bytes(fixed[57:61], "big", signed=True)
+    if struct_count >= 1:
+        fixed = patch(fixed, ">i", 23, struct_count - 1)
+    assert outcome(fixed) == outcome(fixed, strict_only=True)
 
 
 # ---------------------------------------------------------------------------- stored batches
