@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from broker import admission
 from broker import partition as sm
@@ -24,6 +24,7 @@ from broker.move_log import MoveLog
 from broker.move_timeline import ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline
 from broker.replica import Replica, StreamPlan
 from broker.storage_factory import UploadBatcher, prefetch_streams
+from broker.tail_handoff import TailHandoff, broker_url, plan_handoffs
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
 from metadata_quorum.backoff import STEP_BACKOFF, retry_after_ms_of
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -52,6 +53,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class TailSender(Protocol):
+    """Sends an object's tail to another broker (``tail_handoff_http.TailHandoffClient``)."""
+
+    async def send(self, url: str, handoff: TailHandoff, tail: bytes) -> bool: ...
+
+
 @dataclass
 class Slot:
     tp: TopicIdPartition
@@ -74,7 +81,7 @@ class PartitionManager:
     def __init__(self, broker_id: int, storage: Any, write: WriteFn, metrics: BrokerMetrics,
                  wal_dirs_of: Callable[[int], list[str]], log_dirs: "LogDirsManager",
                  write_many: Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[Any]] | None = None,
-                 meta_checkpoint_interval_ms: int = 30000) -> None:
+                 meta_checkpoint_interval_ms: int = 30000, tail_sender: TailSender | None = None) -> None:
         self.broker_id = broker_id
         # one stream storage (WAL, cache, uploader) per log dir, or one shared by all of them
         self.storages: dict[str, Any] = dict(storage) if isinstance(storage, dict) else {}
@@ -101,6 +108,15 @@ class PartitionManager:
         # (counting on each change made a 5,000-partition move quadratic and starved the broker).
         for state in sm.PartitionState:
             metrics.partitions.labels(state.value).set_function(self._counter_of(state))
+        self._tail_sender = tail_sender
+        if tail_sender is not None:
+            for st in self._all_storages():
+                uploader = getattr(st, "uploader", None)
+                if uploader is not None:
+                    uploader.on_closing_put = self._hand_off_tail
+
+    def _all_storages(self) -> list[Any]:
+        return list(self.storages.values()) if self.storages else [self.storage]
 
     def _counter_of(self, state: sm.PartitionState) -> Callable[[], float]:
         return lambda: float(self.state_counts()[state.value])
@@ -214,6 +230,26 @@ class PartitionManager:
         for (key, size, storage_id), stream_ids in by_object.items():
             self._prefetched.add(key)
             self._spawn(self._prefetch(storages[storage_id], key, size, stream_ids))
+
+    def _hand_off_tail(self, object_key: str, data: bytes, closing_ids: frozenset[int]) -> None:
+        """Step 4, once the closing object is stored: send its tail (the meta snapshots, the
+        index) to the brokers that will lead the partitions it closes (tail_handoff.py), so that
+        their step 6 reads it without a GET. Sent while the commit goes on; never awaited."""
+        if self._tail_sender is None:
+            return
+        partitions = [(s.tp.topic_id, s.tp.partition) for s in self.slots.values() if s.replica is not None and
+                      (s.replica.data_stream_id in closing_ids or s.replica.meta_stream_id in closing_ids)]
+        for handoff in plan_handoffs(self.image, self.broker_id, partitions, object_key, len(data)):
+            url = broker_url(self.image, handoff.broker_id)
+            if url is not None:
+                self._spawn(self._tail_sender.send(url, handoff, data[handoff.tail_start:]))
+
+    def accept_object_tail(self, object_key: str, size: int, tail_start: int, tail: bytes) -> bool:
+        """Another broker's hand-off of its closing object's tail: kept in every stream storage
+        here (one per log dir; the partition's is not known until it opens)."""
+        kept = [bool(st.accept_tail(object_key, size, tail_start, tail)) for st in self._all_storages()
+                if hasattr(st, "accept_tail")]
+        return any(kept)
 
     async def _prefetch(self, storage: Any, object_key: str, size: int, stream_ids: set[int]) -> None:
         try:
