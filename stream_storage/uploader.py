@@ -73,6 +73,8 @@ class Uploader:
         # told (key, bytes, closing stream ids) once a closing upload's PUT succeeded, before its
         # commit: the broker hands the object's tail to the streams' next owner (tail_handoff.py)
         self.on_closing_put: Callable[[str, bytes, frozenset[int]], None] | None = None
+        # told the ids of the streams a commit is about to close, just before it is sent
+        self.on_closing_commit: Callable[[frozenset[int]], None] | None = None
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -312,6 +314,8 @@ class Uploader:
             closing = [h.stream_id for h, _c in parts if h.stream_id in close_ids]
             try:
                 if closing:
+                    if self.on_closing_commit is not None and attempt == 0:
+                        self.on_closing_commit(frozenset(closing))  # may queue a write right behind it
                     await self.control.commit_object(key, len(built.data), broker_id, broker_epoch, ranges,
                                                      close_stream_ids=closing)
                 else:
