@@ -304,9 +304,10 @@ class PartitionManager:
     def accept_object_tail(self, object_key: str, size: int, tail_start: int, tail: bytes) -> bool:
         """Another broker's hand-off of its closing object's tail: kept in every stream storage
         here (one per log dir; the partition's is not known until it opens)."""
-        kept = [bool(st.accept_tail(object_key, size, tail_start, tail)) for st in self._all_storages()
-                if hasattr(st, "accept_tail")]
-        return any(kept)
+        kept = any([bool(st.accept_tail(object_key, size, tail_start, tail)) for st in self._all_storages()
+                    if hasattr(st, "accept_tail")])
+        self.metrics.object_tails.labels("kept" if kept else "refused").inc()
+        return kept
 
     async def _prefetch(self, storage: Any, object_key: str, size: int, stream_ids: set[int]) -> None:
         try:
