@@ -577,8 +577,10 @@ class PartitionManager:
         done, _ = await asyncio.wait({task}, timeout=ELECT_WITH_CLOSE_WAIT_S)
         if not done or task.cancelled() or task.exception() is not None or slot.tp not in task.result():
             return False
-        if half is not None and "t4" in half.times_ms and half.times_ms.get("t5", 0) < half.times_ms["t4"]:
-            half.times_ms["t5"] = half.times_ms["t4"]  # one reply answered both; t5 is not before t4
+        t4, t5 = (half.times_ms.get("t4"), half.times_ms.get("t5")) if half is not None else (None, None)
+        if half is not None and t4 is not None and t5 is not None and t5 < t4:
+            # one reply answered the commit and the election: the streams were closed when it came
+            half.times_ms["t4"] = t5
         return True
 
     async def _release_unfenced(self, slot: Slot, replica: Replica) -> Exception | None:
