@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Protocol
 
 from aiohttp import web
 
-from broker import replica_fetch_http
+from broker import replica_fetch_http, tail_handoff_http
 from broker.config import BrokerConfig
 from broker.fetch_guard import sound_batches
 from broker.kafka.data_apis import BrokerCore
@@ -63,6 +63,8 @@ class HttpBrokerCore(BrokerCore, Protocol):
 
     def move_timelines(self, topic: str | None, partition: int | None, limit: int) -> list[MoveTimeline]: ...
 
+    def accept_object_tail(self, object_key: str, size: int, tail_start: int, tail: bytes) -> bool: ...
+
     def health_report(self) -> dict[str, Any]: ...
 
     def storage_stats(self) -> dict[str, float]: ...
@@ -104,6 +106,7 @@ class BrokerHttpApi:
         app.router.add_post("/v1/delete-records", self.delete_records)
         app.router.add_get("/v1/moves", self.moves)
         app.router.add_get(replica_fetch_http.PATH, replica_fetch_http.handler(self.core.serve_replica_fetch))
+        app.router.add_post(tail_handoff_http.PATH, tail_handoff_http.handler(self.core.accept_object_tail))
         app.router.add_get("/v1/health", self.health)
         app.router.add_get("/metrics", self.prometheus)
         return app

@@ -43,6 +43,9 @@ class BrokerMetrics:
                                       "Partition closes given up after every attempt (the next owner recovers)",
                                       registry=r)
         self.wal_recoveries = Counter("ferry_broker_wal_recoveries", "Partitions recovered from a WAL tail", registry=r)
+        self.object_tails = Counter("ferry_broker_object_tails", "Closing objects' tails handed over by a moving "
+                                    "partition's old owner (tail_handoff.py), by outcome on the receiver: kept, or "
+                                    "refused (the new owner then GETs the object)", ["result"], registry=r)
         self.storage = Gauge("ferry_broker_storage", "Stream storage state (WAL, uploads, caches) by name",
                              ["name"], registry=r)
         self.s3_requests = Counter("ferry_broker_s3_requests", "S3 requests sent (each attempt, each listing "

@@ -174,6 +174,15 @@ def merge(source: MoveHalf | None, target: MoveHalf | None) -> MoveTimeline:
         if t["t5"] is None:
             t["t5"] = target.times_ms.get("t5_seen")
         t["t6"] = target.times_ms.get("t6")
+    t6 = t["t6"]
+    if t6 is not None:
+        # the old owner learns its close and election are done from the controller's reply, the
+        # new owner from the metadata log; a busy old owner may handle that reply after the new
+        # owner served: what it saw then was done by t6
+        for name in SOURCE_TIMES:
+            seen = t[name]
+            if seen is not None and seen > t6:
+                t[name] = t6
     clean: bool | None
     if target is not None and target.clean is not None:
         clean = target.clean

@@ -111,17 +111,29 @@ def on_open_failed(status: PartitionStatus, retriable: bool) -> Transition:
     return replace(status, state=PartitionState.CLOSED), ()
 
 
-def on_closed(status: PartitionStatus) -> Transition:
-    """The streams are closed at the controller (steps 3 and 4 done)."""
+def on_closed(status: PartitionStatus, elected: bool = False) -> Transition:
+    """The streams are closed at the controller (steps 3 and 4 done). ``elected``: the election
+    that went with the closing commit (``on_close_committing``) was done, none is asked again."""
     if status.state is not PartitionState.CLOSING:
         return status, ()
     closed = replace(status, state=PartitionState.CLOSED)
     if status.want_lead:
         epoch = max(status.want_epoch, status.leader_epoch)
         return replace(closed, state=PartitionState.OPENING, leader_epoch=epoch), (Action.OPEN,)
-    if status.elect_after_close:
+    if status.elect_after_close and not elected:
         return replace(closed, elect_after_close=False), (Action.ELECT,)
-    return closed, ()
+    return replace(closed, elect_after_close=False), ()
+
+
+def on_close_committing(status: PartitionStatus) -> Transition:
+    """The last upload's commit, which also closes both streams, is being sent: ask for the
+    election in the same controller request, right behind it, on the condition that the streams
+    are closed by then (``require_closed_streams``: the controller runs a request's operations in
+    order, so it elects only if that commit closed them). Step 5 then costs no round trip of its
+    own. Whether it was done is told to ``on_closed``, which asks again if it was not."""
+    if status.state is PartitionState.CLOSING and status.elect_after_close and not status.want_lead:
+        return status, (Action.ELECT,)
+    return status, ()
 
 
 def on_fenced(status: PartitionStatus) -> Transition:

@@ -29,7 +29,7 @@ from broker.load_sampler import LoadSampler, PartitionLoad
 from broker.local_partitions import LocalPartitions, LocalSlot
 from broker.local_replica import LocalReplica
 from broker.log_dirs_manager import LogDirsManager
-from broker import replica_fetch_http
+from broker import replica_fetch_http, tail_handoff_http
 from broker.http_api import BrokerHttpApi
 from broker.log_dirs_report import LogDirReport, TopicFilter, alter_replica_log_dirs, log_dirs_report
 from broker.metrics import BrokerMetrics
@@ -100,6 +100,7 @@ class Broker:
         self.manager: PartitionManager | None = None
         self.local: LocalPartitions | None = None  # storage=local replicas (Kafka's replication)
         self.fetch_client = replica_fetch_http.HttpReplicaFetchClient(internal_token, config.controller_timeout_ms)
+        self.tail_client = tail_handoff_http.TailHandoffClient(internal_token)  # a move's step 4 -> step 6
         self.follower: FreshnessTrackingFollower | None = None
         # Heartbeats go out from a thread of their own (heartbeat_thread.py), so a loop busy with
         # thousands of partition opens never makes them late.
@@ -201,7 +202,7 @@ class Broker:
         self.manager = PartitionManager(self.broker_id, dict(self.storages), self.batcher.write, self.metrics,
                                         lambda b: wal_dirs_of(self.config.effective_wal_root, b),
                                         self.log_dirs, self.client.write_many,
-                                        self.config.meta_checkpoint_interval_ms)
+                                        self.config.meta_checkpoint_interval_ms, self.tail_client)
         self.local = LocalPartitions(self.broker_id, self.log_dirs, self._write,
                                      lambda: self.heartbeater.state.broker_epoch, self.fetch_client,
                                      self.config.replica_lag_time_max_ms, self.config.replica_fetch_wait_max_ms,
@@ -285,6 +286,7 @@ class Broker:
         if self.local is not None:
             await self.local.close()
         await self.fetch_client.close()
+        await self.tail_client.close()
         if self.storages:
             await close_storage(list(self.storages.values()), self.object_store)
         if self.kafka is not None:
@@ -331,6 +333,10 @@ class Broker:
             policy = self._default_policy
         self._policies[topic] = (configs, policy)
         return policy
+
+    def accept_object_tail(self, object_key: str, size: int, tail_start: int, tail: bytes) -> bool:
+        """``POST /v1/object-tail``: a moving partition's last object, handed over by its old owner."""
+        return self.manager is not None and self.manager.accept_object_tail(object_key, size, tail_start, tail)
 
     def leader_url(self, broker_id: int) -> str | None:
         if self.manager is None or broker_id == NO_LEADER:

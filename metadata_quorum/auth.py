@@ -138,4 +138,8 @@ def controller_route_principals(path: str, op: str | None) -> frozenset[Principa
 
 def broker_route_principals(path: str) -> frozenset[Principal] | None:
     """Who may call a broker route (None: anyone, unauthenticated)."""
-    return None if path == "/v1/health" else ANY
+    if path == "/v1/health":
+        return None
+    if path == "/v1/object-tail":  # bytes another broker's reads will trust (CRC-checked): brokers only
+        return INTERNAL_ONLY
+    return ANY

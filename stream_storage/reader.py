@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from metadata_quorum.errors import FerryError
 from stream_storage.batches import iter_batches, slice_from
 from stream_storage.cache import BlockCache, IndexCache
 from stream_storage.control import ObjectRef
@@ -29,6 +30,14 @@ from stream_storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 SMALL_TAIL_BLOCKS_BYTES = 192 * 1024  # taken with every index GET (a move's meta streams sit there)
+
+
+def index_tail_start(size: int, before_bytes: int = SMALL_TAIL_BLOCKS_BYTES) -> int:
+    """Where an index GET of an object of ``size`` bytes starts: the index and footer
+    (within ``TAIL_READ_BYTES``) and ``before_bytes`` of the blocks before them. A broker that
+    hands an object's tail to another (``accept_tail``) sends the same span, so the receiver
+    holds what its own index GET would have read."""
+    return max(0, size - TAIL_READ_BYTES - before_bytes)
 
 
 class ObjectReader:
@@ -78,8 +87,7 @@ class ObjectReader:
         return index
 
     async def _fetch_index(self, key: str, size: int, before_bytes: int) -> ObjectIndex:
-        tail_bytes = TAIL_READ_BYTES + (before_bytes if self.readahead else 0)
-        tail_start = max(0, size - tail_bytes)
+        tail_start = index_tail_start(size, before_bytes if self.readahead else 0)
         tail = await self.store.get(key, tail_start, size)
         self.gets += 1
         parsed = parse_tail(tail, tail_start, key)
@@ -91,6 +99,31 @@ class ObjectReader:
         self.index_cache.put(key, parsed)
         self._keep_blocks(key, parsed, tail, tail_start)
         return parsed
+
+    def accept_tail(self, key: str, size: int, tail_start: int, tail: bytes) -> bool:
+        """Take bytes ``[tail_start, size)`` of object ``key`` from the broker that built and
+        stored it (a move's old owner hands the new owner its last object this way), as if this
+        reader's own index GET had read them. Returns whether they were kept: the index must lie
+        wholly within them and pass its CRC, and each block kept passes its own.
+
+        Safe to take before the object is committed, or if it never is: an object's key is
+        unique and its bytes never change once stored (a failed upload is retried under the same
+        key with the same bytes, or rebuilt under a new key), and a read only ever asks for keys
+        the metadata names as committed, so bytes of a key never committed are never read."""
+        if self.index_cache.get(key) is not None:
+            return True
+        if tail_start < 0 or size <= 0 or tail_start + len(tail) != size:
+            return False
+        try:
+            parsed = parse_tail(tail, tail_start, key)
+            if isinstance(parsed, tuple):
+                return False  # a longer index than was sent: the reader GETs it when needed
+            self._keep_blocks(key, parsed, tail, tail_start)
+        except FerryError as exc:  # CORRUPT_MESSAGE: bytes not of a well-formed object
+            log.warning("object tail of %s not taken: %s", key, exc)
+            return False
+        self.index_cache.put(key, parsed)
+        return True
 
     def _keep_blocks(self, key: str, index: ObjectIndex, tail: bytes, tail_start: int) -> None:
         view = memoryview(tail)

@@ -442,6 +442,12 @@ class StreamStorage:
         except ObjectStoreError as exc:
             raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"prefetching {object_key}: {exc}") from exc
 
+    def accept_tail(self, object_key: str, size: int, tail_start: int, tail: bytes) -> bool:
+        """Keep bytes ``[tail_start, size)`` of an object another broker stored (its last object
+        of a partition moving here), as this storage's index GET would have read them; see
+        ``ObjectReader.accept_tail``."""
+        return self.reader.accept_tail(object_key, size, tail_start, tail)
+
     async def force_upload(self, stream_id: int) -> None:
         """Upload and commit everything acknowledged for this stream now (one PUT, one commit)."""
         handle = self.handles.get(stream_id)

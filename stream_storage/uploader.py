@@ -70,6 +70,11 @@ class Uploader:
         # added to this clock in new keys after a commit was refused for a key older than the GC
         # horizon: a clock running behind the collector's catches up instead of being refused forever
         self._key_clock_adjust_ms = 0
+        # told (key, bytes, closing stream ids) once a closing upload's PUT succeeded, before its
+        # commit: the broker hands the object's tail to the streams' next owner (tail_handoff.py)
+        self.on_closing_put: Callable[[str, bytes, frozenset[int]], None] | None = None
+        # told the ids of the streams a commit is about to close, just before it is sent
+        self.on_closing_commit: Callable[[frozenset[int]], None] | None = None
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -287,6 +292,10 @@ class Uploader:
                 key = self._new_key()
                 await self._put(key, built)
                 put_done = (key, built)
+                if close_ids and self.on_closing_put is not None:
+                    # stored, not yet committed: whoever reads it next may have its bytes now
+                    self.on_closing_put(key, built.data, frozenset(h.stream_id for h, _c in parts
+                                                                   if h.stream_id in close_ids))
             key, built = put_done
             if previous:
                 await asyncio.gather(*(asyncio.shield(p) for p in previous))
@@ -305,6 +314,8 @@ class Uploader:
             closing = [h.stream_id for h, _c in parts if h.stream_id in close_ids]
             try:
                 if closing:
+                    if self.on_closing_commit is not None and attempt == 0:
+                        self.on_closing_commit(frozenset(closing))  # may queue a write right behind it
                     await self.control.commit_object(key, len(built.data), broker_id, broker_epoch, ranges,
                                                      close_stream_ids=closing)
                 else:

@@ -18,8 +18,9 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata_quorum.ops.cluster import check_broker_epoch
 from metadata_quorum.ops.placement import Placement, RecordBuilder, elect, election_candidate
-from metadata_quorum.ops.validation import INT32_MAX, as_int, as_mapping, invalid, item_error, opt_list, req_int, req_list, req_str
-from metadata_quorum.records import NO_LEADER, STORAGE_S3, PartitionChangeRecord
+from metadata_quorum.ops.validation import (INT32_MAX, as_int, as_mapping, invalid, item_error, opt_bool, opt_list,
+                                            req_int, req_list, req_str)
+from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, PartitionChangeRecord, partition_stream_key
 
 ANY_LOG_DIR = "any"
 
@@ -233,6 +234,9 @@ def elect_leaders(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     if election_type not in ("preferred", "unclean"):
         raise invalid(f"election_type must be \"preferred\" or \"unclean\", got {election_type!r}")
     unclean = election_type == "unclean"
+    # an old owner sends its election right behind the commit that closes the partition's streams
+    # (one request, run in order): elect only if that commit did close them
+    require_closed = opt_bool(args, "require_closed_streams")
     builder = RecordBuilder(image)
     wanted = opt_list(args, "partitions")
     items: list[tuple[Any, Any]]
@@ -248,6 +252,8 @@ def elect_leaders(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
             _topic, found = _find(image, topic_name, partition, for_election=True)
             part = builder.view.partition(found.topic_id, found.partition)
             assert part is not None
+            if require_closed:
+                _check_streams_closed(builder, part)
             leader = _elect_one(builder, part, unclean)
             after = builder.view.partition(found.topic_id, found.partition)
             assert after is not None
@@ -261,6 +267,17 @@ def elect_leaders(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
 
 
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+
+
+def _check_streams_closed(builder: RecordBuilder, part: PartitionRegistration) -> None:
+    """STREAM_NOT_CLOSED while a stream of the partition is still held open by its owner."""
+    for kind in ("data", "meta"):
+        raw = builder.view.kv(partition_stream_key(part.topic_id, part.partition, kind))
+        stream = builder.view.stream(int(raw)) if raw is not None else None
+        if stream is not None and stream.state == STREAM_OPENED:
+            raise FerryError(ErrorCode.STREAM_NOT_CLOSED,
+                             f"the {kind} stream {stream.stream_id} is still opened by broker {stream.owner}; "
+                             f"the partition is elected once its owner closed it")
 PREFERRED_NOT_AVAILABLE_MESSAGE = "The preferred leader was not available."
 ELIGIBLE_NOT_AVAILABLE_MESSAGE = "Eligible topic partition leaders are not available."
 

@@ -231,6 +231,17 @@ async def test_move_under_load_loses_nothing_and_is_timed(two_brokers: LocalClus
             text = await r.text()
         assert 'ferry_broker_move_step_seconds_count{role="source",step="4"}' in text
         assert 'ferry_broker_move_step_seconds_count{role="target",step="total"}' in text
+        # each old owner handed its closing object's tail to the new owner over the brokers' API,
+        # which kept it: the new owner's step 6 read the partition meta without a GET
+        kept = 0.0
+        for bid in (1, 2):
+            async with s.get(f"{c.broker_url(bid)}/metrics") as r:
+                for family in text_string_to_metric_families(await r.text()):
+                    for sample in family.samples:
+                        if sample.name == "ferry_broker_object_tails_total":
+                            assert sample.labels["result"] == "kept", sample
+                            kept += sample.value
+        assert kept == 3
     complete = [m for m in moves if m["complete"] and m["from_broker"] is not None]
     assert len(complete) == 3, moves
     for m in complete:

@@ -16,6 +16,7 @@ from broker.partition import PartitionState
 from broker.partition_manager import PartitionManager
 from broker.partition_meta import PartitionMeta
 from broker.replica import META_COMPACT_FORCE_RECORDS, Replica
+from broker.tail_handoff import TailHandoff
 from metadata_quorum.delta import MetadataDelta
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE
@@ -28,8 +29,10 @@ from stream_storage.storage import StreamStorage
 
 
 class InProcessCluster:
-    def __init__(self, root: str, brokers: int = 2, wal_per_dir: bool = False) -> None:
+    def __init__(self, root: str, brokers: int = 2, wal_per_dir: bool = False, hand_off_tails: bool = False) -> None:
         self.wal_per_dir = wal_per_dir
+        # the brokers' object-tail hand-off, delivered in process (the HTTP route: test_tail_handoff.py)
+        self.tails: DirectTailSender | None = DirectTailSender(self) if hand_off_tails else None
         self.extra_storages: list[StreamStorage] = []
         self.skew_ms = 0
         self.controller = LocalController(lambda: int(time.time() * 1000) + self.skew_ms, session_timeout_ms=2000)
@@ -76,7 +79,8 @@ class InProcessCluster:
                 await asyncio.sleep(0.0005)
                 return self.controller.write(op, args)
 
-            manager = PartitionManager(bid, per_dir, write, BrokerMetrics(bid), self.wal_dirs, dirs)
+            manager = PartitionManager(bid, per_dir, write, BrokerMetrics(bid), self.wal_dirs, dirs,
+                                       tail_sender=self.tails)
             self.managers[bid] = manager
 
             def listener(_base: int, _records: Any, delta: Any, image: Any, m: PartitionManager = manager) -> None:
@@ -100,6 +104,22 @@ class InProcessCluster:
                 return slot
             await asyncio.sleep(0.005)
         raise AssertionError(f"broker {bid} does not serve {topic}-{partition}")
+
+
+class DirectTailSender:
+    """Hands a tail to the receiving manager directly (brokers register as ``http://b<id>``)."""
+
+    def __init__(self, cluster: InProcessCluster) -> None:
+        self.cluster = cluster
+        self.sent: list[tuple[int, TailHandoff, bool]] = []
+        self.drop = False  # a lost hand-off
+
+    async def send(self, url: str, handoff: TailHandoff, tail: bytes) -> bool:
+        bid = int(url.rsplit("b", 1)[1])
+        kept = not self.drop and self.cluster.managers[bid].accept_object_tail(
+            handoff.object_key, handoff.size, handoff.tail_start, tail)
+        self.sent.append((bid, handoff, kept))
+        return kept
 
 
 @pytest.fixture
@@ -214,6 +234,57 @@ async def test_a_clean_move_costs_one_put_and_one_get_whatever_the_meta_history(
     # the state the old owner closed with, from its snapshot (a clean open: no index rebuild)
     assert (moved.replica.size_bytes, moved.replica.meta.time_index) == (old.size_bytes, old.meta.time_index)
     assert moved.replica.meta.leader_epochs[:-1] == old.meta.leader_epochs
+
+
+async def test_with_the_tail_handed_over_a_clean_move_costs_one_put_and_no_get(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old owner hands its closing object's tail to the new owner once it is stored: step 6
+    reads the meta from it without a GET. The election goes right behind the closing commit. A
+    lost hand-off costs the GET again, nothing else."""
+    c = await InProcessCluster(str(tmp_path), hand_off_tails=True).start()
+    assert c.tails is not None
+    try:
+        c.controller.write("create_topics", {"topics": [{"name": "p", "num_partitions": 1, "replication_factor": 1,
+                                                         "assignments": {"0": [1]}}]})
+        ops: list[str] = []
+        write = c.controller.write
+
+        def counting_write(op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+            ops.append(op)
+            return write(op, args)
+
+        monkeypatch.setattr(c.controller, "write", counting_write)
+        acked: list[tuple[int, bytes]] = []
+        owner = 1
+        for round_no, drop in enumerate((False, False, True, False)):
+            slot = await c.serving(owner, "p", 0)
+            for i in range(3):
+                acked.append((await append(slot, b"p%d-%d" % (round_no, i)), b"p%d-%d" % (round_no, i)))
+            await asyncio.sleep(0.05)  # the earlier move's background work (timelines) settles
+            c.store.calls.clear()
+            ops.clear()
+            c.tails.drop = drop
+            old = slot.replica
+            target = 2 if owner == 1 else 1
+            c.controller.write("alter_partition_reassignments",
+                               {"reassignments": [{"topic": "p", "partition": 0, "replicas": [target]}]})
+            moved = await c.serving(target, "p", 0)
+            sent = c.tails.sent[-1]
+            assert (sent[0], sent[2]) == (target, not drop), c.tails.sent
+            assert dict(c.store.calls) == ({"put": 1, "get": 1} if drop else {"put": 1}), (drop, c.store.calls)
+            assert ops.count("elect_leaders") == 1 and ops.count("commit_object") == 1, ops
+            assert ops.index("elect_leaders") > ops.index("commit_object"), ops
+            assert moved.replica.meta.leader_epochs[:-1] == old.meta.leader_epochs
+            owner = target
+        assert [(r.offset, r.value) for r in await read_all(await c.serving(owner, "p", 0))] == acked
+        await asyncio.sleep(0.3)  # timelines are published after the election
+        moves = [m for m in c.managers[owner].moves("p", 0) if m.from_broker is not None]
+        assert moves and all(m.complete and m.clean for m in moves)
+        for m in moves:
+            times = [m.t_ms[f"t{i}"] for i in range(7)]
+            assert None not in times and times == sorted(times), m.to_json()  # type: ignore[type-var]
+    finally:
+        await c.stop()
 
 
 async def test_a_produce_during_a_move_is_held_until_the_hand_off_settles(cluster: InProcessCluster) -> None:

@@ -81,3 +81,15 @@ def test_kv_value_keeps_latest_halves_and_replaces_same_move() -> None:
     assert len(decode_halves(encode_halves(raw, updated))) == KV_HALVES_KEPT
     assert decode_halves("garbage") == [] and decode_halves(None) == []
     assert decode_halves(source(7).encode())[0].move_id == 7
+
+
+def test_an_old_owner_that_handles_its_reply_after_the_new_owner_served_is_clamped_to_t6() -> None:
+    """The close and the election are answered to the old owner in one reply, and the new owner
+    sees both in the metadata log: it may serve before a busy old owner handled its reply."""
+    from broker.move_timeline import ROLE_SOURCE, ROLE_TARGET, MoveHalf, merge
+    source = MoveHalf(ROLE_SOURCE, "t", 0, 1000, 1, times_ms={"t1": 1010, "t2": 1011, "t3": 1015, "t4": 1090,
+                                                               "t5": 1090})
+    target = MoveHalf(ROLE_TARGET, "t", 0, 1000, 2, times_ms={"t5_seen": 1075, "t6": 1085})
+    m = merge(source, target)
+    assert [m.t_ms[f"t{i}"] for i in range(7)] == [1000, 1010, 1011, 1015, 1085, 1085, 1085]
+    assert m.total_ms == 85 and all(v is not None and v >= 0 for v in m.steps_ms.values())

@@ -327,3 +327,30 @@ def test_cancel_back_to_an_unregistered_owner_is_settled_by_tick() -> None:
                   heartbeats={1: part.reelection_deadline_ms, 2: part.reelection_deadline_ms})
     final = partition(settled.image, "t", 0)
     assert final.leader in (1, 2) and final.replicas == (final.leader,)
+
+
+def test_an_election_sent_behind_the_closing_commit_elects_only_once_the_streams_are_closed() -> None:
+    """``require_closed_streams``: the old owner sends its election right behind the commit that
+    closes the partition's streams (one request, run in order); a stream still open (the commit
+    was refused, or not sent yet) means no election, and nothing written."""
+    from metadata_quorum.ops.topics import partition_streams
+
+    c = s3_topic(brokers=2, owner=0)
+    tid = c.image.topics.get("t").topic_id  # type: ignore[union-attr]
+    streams = partition_streams(c.image, tid, 0)
+    epoch0 = partition(c.image, "t", 0).leader_epoch
+    for sid in streams.values():
+        c.write("open_stream", {"stream_id": sid, "epoch": epoch0, "broker_id": 0, "broker_epoch": epoch_of(c.image, 0)})
+    c.write("alter_partition_reassignments", {"reassignments": [{"topic": "t", "partition": 0, "replicas": [1]}]})
+    args = {"election_type": "preferred", "require_closed_streams": True, "partitions": [{"topic": "t", "partition": 0}]}
+    refused = run(c.image, "elect_leaders", args)
+    assert refused.reply["results"][0]["error"] == "STREAM_NOT_CLOSED" and refused.records == ()
+    c.write("close_stream", {"stream_id": streams["data"], "epoch": epoch0, "broker_id": 0,
+                             "broker_epoch": epoch_of(c.image, 0)})
+    assert run(c.image, "elect_leaders", args).reply["results"][0]["error"] == "STREAM_NOT_CLOSED"  # meta is open
+    c.write("close_stream", {"stream_id": streams["meta"], "epoch": epoch0, "broker_id": 0,
+                             "broker_epoch": epoch_of(c.image, 0)})
+    before = partition(c.image, "t", 0)
+    out = run(c.image, "elect_leaders", args)
+    assert out.reply["results"] == [{"topic": "t", "partition": 0, "leader": 1, "leader_epoch": before.leader_epoch + 1}]
+    expect_error(c.image, "elect_leaders", dict(args, require_closed_streams="yes"), ErrorCode.INVALID_REQUEST)
