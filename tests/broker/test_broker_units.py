@@ -180,9 +180,11 @@ def test_the_start_up_heap_is_frozen_out_of_full_collections() -> None:
         freeze_startup_heap()
         frozen = gc.get_freeze_count()
         assert frozen > before and frozen > 1000  # this test process's modules and objects at least
-        kept = [object() for _ in range(10)]
+        later: list[object] = []
         gc.collect()
-        assert gc.get_freeze_count() == frozen  # later objects stay collectable as usual
-        assert len(kept) == 10
+        # later objects stay collectable as usual: not in the permanent generation, and the frozen
+        # count does not grow (it may drop: frozen objects are still freed when they die)
+        assert any(o is later for o in gc.get_objects())
+        assert gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
