@@ -3,7 +3,9 @@
 For each committed delta the manager asks ``local_changes`` which partitions this broker gained,
 lost or must re-open, feeds that to the pure state machine (partition.py) and runs the actions
 it returns: open (step 6), close (steps 2-4), elect (step 5). It also records each move's
-timeline (move_timeline.py), publishes its half in the metadata log's KV, and logs it.
+timeline (move_timeline.py), publishes its half in the metadata log's KV, and logs it. What a
+closing owner sends beside step 4's commit (the election behind it, the closing object's tail to
+the next owner) is close_handoff.py's.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from broker import admission
 from broker import partition as sm
@@ -24,7 +26,7 @@ from broker.move_log import MoveLog
 from broker.move_timeline import ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline
 from broker.replica import Replica, StreamPlan
 from broker.storage_factory import UploadBatcher, prefetch_streams
-from broker.tail_handoff import TailHandoff, broker_url, plan_handoffs
+from broker.close_handoff import CloseHandoff, TailSender
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
 from metadata_quorum.backoff import STEP_BACKOFF, retry_after_ms_of
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -45,19 +47,12 @@ PREFETCH_OBJECTS = 1
 ELECT_COALESCE_S = 0.002
 ELECT_BATCH_MAX = 500
 ELECT_ATTEMPTS = 20
-ELECT_WITH_CLOSE_WAIT_S = 0.5  # the election sent behind the closing commit is answered with it
 PREFETCH_BYTES = 1024 * 1024
 FENCED_ERRORS = (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH)
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-class TailSender(Protocol):
-    """Sends an object's tail to another broker (``tail_handoff_http.TailHandoffClient``)."""
-
-    async def send(self, url: str, handoff: TailHandoff, tail: bytes) -> bool: ...
 
 
 @dataclass
@@ -111,19 +106,9 @@ class PartitionManager:
         # (counting on each change made a 5,000-partition move quadratic and starved the broker).
         for state in sm.PartitionState:
             metrics.partitions.labels(state.value).set_function(self._counter_of(state))
-        self._tail_sender = tail_sender
-        if tail_sender is not None:
-            for st in self._all_storages():
-                uploader = getattr(st, "uploader", None)
-                if uploader is not None:
-                    uploader.on_closing_put = self._hand_off_tail
-        for st in self._all_storages():
-            uploader = getattr(st, "uploader", None)
-            if uploader is not None:
-                uploader.on_closing_commit = self._elect_with_close
-
-    def _all_storages(self) -> list[Any]:
-        return list(self.storages.values()) if self.storages else [self.storage]
+        storages = list(self.storages.values()) if self.storages else [self.storage]
+        self.close_handoff = CloseHandoff(broker_id, lambda: self.image, lambda: self.slots.values(), write,
+                                          self._spawn, storages, metrics, tail_sender)
 
     def _counter_of(self, state: sm.PartitionState) -> Callable[[], float]:
         return lambda: float(self.state_counts()[state.value])
@@ -242,72 +227,6 @@ class PartitionManager:
         for (key, size, storage_id), stream_ids in by_object.items():
             self._prefetched.add(key)
             self._spawn(self._prefetch(storages[storage_id], key, size, stream_ids))
-
-    def _hand_off_tail(self, object_key: str, data: bytes, closing_ids: frozenset[int]) -> None:
-        """Step 4, once the closing object is stored: send its tail (the meta snapshots, the
-        index) to the brokers that will lead the partitions it closes (tail_handoff.py), so that
-        their step 6 reads it without a GET. Sent while the commit goes on; never awaited."""
-        if self._tail_sender is None:
-            return
-        partitions = [(s.tp.topic_id, s.tp.partition) for s in self.slots.values() if s.replica is not None and
-                      (s.replica.data_stream_id in closing_ids or s.replica.meta_stream_id in closing_ids)]
-        for handoff in plan_handoffs(self.image, self.broker_id, partitions, object_key, len(data)):
-            url = broker_url(self.image, handoff.broker_id)
-            if url is not None:
-                self._spawn(self._tail_sender.send(url, handoff, data[handoff.tail_start:]))
-
-    def _elect_with_close(self, closing_ids: frozenset[int]) -> None:
-        """Step 4's commit, closing both streams of these partitions, is about to be sent: their
-        elections (step 5) go right behind it in the same controller request
-        (``partition.on_close_committing``). Called synchronously just before the commit is queued
-        in the write batcher; the election task queues its write on its first step, after it."""
-        slots = []
-        for slot in self.slots.values():
-            replica = slot.replica
-            if replica is None or replica.data_stream_id not in closing_ids or \
-                    replica.meta_stream_id not in closing_ids:
-                continue  # a stream closed by a later request: the election waits for that one
-            slot.status, actions = sm.on_close_committing(slot.status)
-            if sm.Action.ELECT in actions:
-                slots.append(slot)
-        if slots:
-            task = self._spawn(self._elect_behind_commit([(slot, slot.source) for slot in slots]))
-            for slot in slots:
-                slot.election_with_close = task
-
-    async def _elect_behind_commit(self, batch: list[tuple[Slot, MoveHalf | None]]) -> frozenset[TopicIdPartition]:
-        """One ``elect_leaders`` of partitions whose streams the commit queued just before closes,
-        elected only if it did (``require_closed_streams``); returns those elected. Not retried:
-        a partition not elected here is elected by its close as before (``on_closed``)."""
-        args = {"election_type": "preferred", "require_closed_streams": True,
-                "partitions": [{"topic": slot.topic, "partition": slot.tp.partition} for slot, _h in batch]}
-        try:
-            reply = await self._write("elect_leaders", args)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - each close asks again
-            log.info("election behind the closing commit failed: %r", exc)
-            return frozenset()
-        done_ms = now_ms()
-        by_key = {(slot.topic, slot.tp.partition): (slot, half) for slot, half in batch}
-        elected: set[TopicIdPartition] = set()
-        for result in reply.get("results", []):
-            found = by_key.get((str(result.get("topic")), int(result.get("partition", -1))))
-            if found is None or result.get("error") not in (None, "NONE"):
-                continue
-            slot, half = found
-            elected.add(slot.tp)
-            if half is not None:
-                half.mark("t5", done_ms)
-        return frozenset(elected)
-
-    def accept_object_tail(self, object_key: str, size: int, tail_start: int, tail: bytes) -> bool:
-        """Another broker's hand-off of its closing object's tail: kept in every stream storage
-        here (one per log dir; the partition's is not known until it opens)."""
-        kept = any([bool(st.accept_tail(object_key, size, tail_start, tail)) for st in self._all_storages()
-                    if hasattr(st, "accept_tail")])
-        self.metrics.object_tails.labels("kept" if kept else "refused").inc()
-        return kept
 
     async def _prefetch(self, storage: Any, object_key: str, size: int, stream_ids: set[int]) -> None:
         try:
@@ -552,7 +471,7 @@ class PartitionManager:
                     replica.abandon()
         slot.close_phase = 0
         slot.close_attempts = 0
-        elected = await self._elected_with_close(slot, half)
+        elected = await self.close_handoff.elected_with_close(slot, half)
         slot.replica = None
         if slot.log_dir is not None:  # the replica left this broker: its local dir goes too
             await asyncio.to_thread(_remove_partition_dir, slot.log_dir, slot.topic, tp)
@@ -566,22 +485,6 @@ class PartitionManager:
             slot.source = None
             self._finish_half(half)
         self._run(slot, actions)
-
-    async def _elected_with_close(self, slot: Slot, half: MoveHalf | None) -> bool:
-        """Whether the election sent behind the closing commit elected the partition. It is
-        answered in the same reply as the commit, so this rarely waits; past a bound the close
-        asks again (a second answer is ELECTION_NOT_NEEDED)."""
-        task, slot.election_with_close = slot.election_with_close, None
-        if task is None:
-            return False
-        done, _ = await asyncio.wait({task}, timeout=ELECT_WITH_CLOSE_WAIT_S)
-        if not done or task.cancelled() or task.exception() is not None or slot.tp not in task.result():
-            return False
-        t4, t5 = (half.times_ms.get("t4"), half.times_ms.get("t5")) if half is not None else (None, None)
-        if half is not None and t4 is not None and t5 is not None and t5 < t4:
-            # one reply answered the commit and the election: the streams were closed when it came
-            half.times_ms["t4"] = t5
-        return True
 
     async def _release_unfenced(self, slot: Slot, replica: Replica) -> Exception | None:
         """After a fenced close: close (upload and release) each of the replica's streams that this

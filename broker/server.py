@@ -336,7 +336,7 @@ class Broker:
 
     def accept_object_tail(self, object_key: str, size: int, tail_start: int, tail: bytes) -> bool:
         """``POST /v1/object-tail``: a moving partition's last object, handed over by its old owner."""
-        return self.manager is not None and self.manager.accept_object_tail(object_key, size, tail_start, tail)
+        return self.manager is not None and self.manager.close_handoff.accept_object_tail(object_key, size, tail_start, tail)
 
     def leader_url(self, broker_id: int) -> str | None:
         if self.manager is None or broker_id == NO_LEADER:

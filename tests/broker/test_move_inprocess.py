@@ -116,7 +116,7 @@ class DirectTailSender:
 
     async def send(self, url: str, handoff: TailHandoff, tail: bytes) -> bool:
         bid = int(url.rsplit("b", 1)[1])
-        kept = not self.drop and self.cluster.managers[bid].accept_object_tail(
+        kept = not self.drop and self.cluster.managers[bid].close_handoff.accept_object_tail(
             handoff.object_key, handoff.size, handoff.tail_start, tail)
         self.sent.append((bid, handoff, kept))
         return kept
