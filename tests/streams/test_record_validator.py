@@ -540,6 +540,22 @@ def test_a_well_framed_header_over_random_records_raises_only_ferry_errors(
 
 # ---------------------------------------------------------------------------- the common-case walk
 
+def mutate(buf: bytearray, record_count: int, data: st.DataObject, kinds: list[str]) -> str:
+    """Change ``buf`` (a built batch) in place as one drawn kind says: a byte changed, inserted or
+    removed past the batch header, or the record count changed; "none" leaves it valid."""
+    kind = data.draw(st.sampled_from(kinds))
+    if kind == "byte":
+        buf[data.draw(st.integers(61, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    elif kind == "insert":
+        at = data.draw(st.integers(61, len(buf)))
+        buf[at:at] = bytes([data.draw(st.integers(0, 255))])
+    elif kind == "delete":
+        del buf[data.draw(st.integers(61, len(buf) - 1))]
+    elif kind == "count":
+        struct.pack_into(">i", buf, 57, data.draw(st.integers(1, record_count + 2)))
+    return kind
+
+
 def both_walks(buf: bytes | bytearray) -> tuple[RecordsSummary | ErrorCode, RecordsSummary | None]:
     """The strict walk's summary (or its error) and the common-case walk's answer, over the
     records of an uncompressed batch as its header declares them."""
@@ -583,16 +599,7 @@ def test_the_common_walk_accepts_only_what_the_strict_walk_accepts(records: list
     if same_time:
         records = [Rec(r.key, r.value, r.headers, NOW_MS) for r in records]
     buf = bytearray(build(records))
-    kind = data.draw(st.sampled_from(["none", "byte", "insert", "delete", "count"]))
-    if kind == "byte":
-        buf[data.draw(st.integers(61, len(buf) - 1))] = data.draw(st.integers(0, 255))
-    elif kind == "insert":
-        at = data.draw(st.integers(61, len(buf)))
-        buf[at:at] = bytes([data.draw(st.integers(0, 255))])
-    elif kind == "delete":
-        del buf[data.draw(st.integers(61, len(buf) - 1))]
-    elif kind == "count":
-        struct.pack_into(">i", buf, 57, data.draw(st.integers(1, len(records) + 2)))
+    kind = mutate(buf, len(records), data, ["none", "byte", "insert", "delete", "count"])
     strict, common = both_walks(buf)
     if common is not None:
         assert common == strict
@@ -661,16 +668,7 @@ def test_the_uniform_walk_accepts_only_what_the_strict_walk_accepts(records: lis
     the count changed): the uniform walk gives up, or gives the strict walk's summary; and the
     validator as a whole answers the same with or without the fast walks."""
     buf = bytearray(build(records))
-    kind = data.draw(st.sampled_from(["none", "byte", "byte", "insert", "delete", "count"]))
-    if kind == "byte":
-        buf[data.draw(st.integers(61, len(buf) - 1))] = data.draw(st.integers(0, 255))
-    elif kind == "insert":
-        at = data.draw(st.integers(61, len(buf)))
-        buf[at:at] = bytes([data.draw(st.integers(0, 255))])
-    elif kind == "delete":
-        del buf[data.draw(st.integers(61, len(buf) - 1))]
-    elif kind == "count":
-        struct.pack_into(">i", buf, 57, data.draw(st.integers(1, len(records) + 2)))
+    kind = mutate(buf, len(records), data, ["none", "byte", "byte", "insert", "delete", "count"])
     strict, uniform = uniform_and_strict(buf)
     if uniform is not None:
         assert uniform == strict
