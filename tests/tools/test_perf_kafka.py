@@ -1,11 +1,17 @@
-"""`ferry perf kafka`'s per-path figures, from a broker's own counters (no cluster needed)."""
+"""`ferry perf kafka`'s per-path figures, from a broker's own counters (no cluster needed), and its core pinning."""
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from tools.perf.kafka import (MiB, BrokerSample, MachineSample, machine_costs, parse_broker_sample, parse_proc_stat,
-                             path_costs)
+from tools.perf.kafka import (MiB, BrokerSample, MachineSample, descendants, threads_of, machine_costs,
+                             parse_broker_sample, parse_proc_stat, path_costs, pin_cpus)
 
 
 def _metrics_text(requests: int, latency_s: float, fsyncs: int, sync_s: float, wal_bytes: int) -> str:
@@ -58,3 +64,41 @@ def test_machine_costs_are_per_mib_and_idle_is_a_share_of_all_cores() -> None:
     assert machine_costs(before, before, MiB)["machine_idle_pct"] is None
     with pytest.raises(ValueError):
         parse_proc_stat("intr 1 2 3")
+
+
+
+def test_pinning_puts_the_broker_on_its_core_and_everything_else_on_the_others() -> None:
+    cores = os.sched_getaffinity(0)
+    assert len(cores) >= 2, "the machines this suite runs on have two cores"
+    broker_core = min(cores)
+    sleeper = [sys.executable, "-c", "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); "
+               "time.sleep(60)"]
+    # the "broker" starts a child of its own: a process it starts belongs on its core too
+    broker = subprocess.Popen([sys.executable, "-c", f"import subprocess, time; subprocess.Popen({sleeper!r}); "
+                               "time.sleep(60)"])
+    other = subprocess.Popen(sleeper)
+    mine = {tid: os.sched_getaffinity(tid) for tid in threads_of(os.getpid())}
+    grandchildren: list[int] = []
+    try:
+        deadline = time.monotonic() + 10
+        while not grandchildren or len(threads_of(grandchildren[0])) < 2 or len(threads_of(other.pid)) < 2:
+            assert time.monotonic() < deadline, "the test's processes did not start"
+            time.sleep(0.05)
+            grandchildren = descendants(broker.pid)
+        others = pin_cpus(broker.pid, broker_core)
+        assert others == cores - {broker_core}
+        for pid in (broker.pid, *grandchildren):
+            assert [os.sched_getaffinity(t) for t in threads_of(pid)] == [{broker_core}] * len(threads_of(pid))
+        assert [os.sched_getaffinity(t) for t in threads_of(other.pid)] == [others] * 2
+        assert os.sched_getaffinity(0) == others
+    finally:
+        for tid, affinity in mine.items():
+            try:
+                os.sched_setaffinity(tid, affinity)
+            except ProcessLookupError:
+                pass
+        for pid in grandchildren:
+            os.kill(pid, signal.SIGKILL)
+        for proc in (broker, other):
+            proc.kill()
+            proc.wait()

@@ -18,6 +18,12 @@
 2. End-to-end latency, produce → consumer-group member, at a steady rate: p50 / p99.
 3. The unavailability a librdkafka producer sees across a move (last acknowledgement before the
    move's gap → first after it), p50 / p99 over ``--moves`` moves of one partition back and forth.
+
+``--pin-broker-cpu N`` puts every thread of the measured broker on core N and every other
+process of the run (controllers, the other brokers, the S3 server, this process with the clients,
+and what they start later) on the remaining cores: the paths' ratio then follows the broker's
+own cost per MiB rather than everything each path costs the machine, as with the clients and the
+S3 server on machines of their own.
 """
 from __future__ import annotations
 
@@ -59,6 +65,7 @@ LOW_LATENCY = {"socket.nagle.disable": True}
 TARGETS = {"kafka_vs_http": 1.5, "client_move_unavailable_p50_ms": 300, "client_move_unavailable_p99_ms": 1000}
 ROUNDS = 5  # interleaved; the machine is shared, so medians of several
 PARTITIONS = 8
+PRODUCE_BROKER = 3  # leads the produce comparison's partitions
 #: requests in flight on each path of the comparison: the HTTP client keeps one per partition
 INFLIGHT = PARTITIONS
 #: librdkafka's cap per connection once idempotence is on (Kafka's own limit for idempotence)
@@ -212,6 +219,49 @@ def broker_sample(url: str, pid: int) -> BrokerSample:
     return parse_broker_sample(process_cpu_s(pid) or 0.0, text)
 
 
+def threads_of(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid``'s live descendants, from /proc (children files are per thread)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for tid in threads_of(parent):
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except FileNotFoundError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def pin_cpus(broker_pid: int, broker_cpu: int) -> set[int]:
+    """Every thread of the broker ``broker_pid`` and of its descendants on ``broker_cpu``; this
+    process and every other descendant of it on the other cores (threads and processes started
+    later inherit their creator's set). Returns the other cores."""
+    cores = os.sched_getaffinity(0)
+    if broker_cpu not in cores or len(cores) < 2:
+        raise SystemExit(f"--pin-broker-cpu {broker_cpu}: needs that core and one more (this process has "
+                         f"{sorted(cores)})")
+    others = cores - {broker_cpu}
+    broker_side = {broker_pid, *descendants(broker_pid)}
+    for pid in [os.getpid(), *descendants(os.getpid())]:
+        for tid in threads_of(pid):
+            try:
+                os.sched_setaffinity(tid, {broker_cpu} if pid in broker_side else others)
+            except ProcessLookupError:
+                pass
+    return others
+
+
 def start_tcp_sink() -> tuple[subprocess.Popen[bytes], int]:
     proc = subprocess.Popen([sys.executable, "-m", "tools.perf.raw_tcp_sink"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
@@ -221,11 +271,11 @@ def start_tcp_sink() -> tuple[subprocess.Popen[bytes], int]:
 
 async def throughput(cluster: LocalCluster, admin: Admin, total_bytes: int) -> dict[str, Any]:
     topic = "perf-kafka-produce"
-    await admin.create_topic(topic, PARTITIONS, assignments={p: [3] for p in range(PARTITIONS)})
+    await admin.create_topic(topic, PARTITIONS, assignments={p: [PRODUCE_BROKER] for p in range(PARTITIONS)})
     for p in range(PARTITIONS):
-        await admin.wait_for_leader(TopicPartition(topic, p), 3)
+        await admin.wait_for_leader(TopicPartition(topic, p), PRODUCE_BROKER)
     body = encode_batch([(None, os.urandom(RECORD_BYTES), None, None)] * (BATCH_BYTES // RECORD_BYTES))
-    broker, pid = cluster.broker_url(3), cluster.broker_pid(3)
+    broker, pid = cluster.broker_url(PRODUCE_BROKER), cluster.broker_pid(PRODUCE_BROKER)
     s3_pid = cluster.s3.process.pid if cluster.s3 is not None and cluster.s3.process is not None else None
     requests = max(PARTITIONS, total_bytes // len(body))
     sink, port = start_tcp_sink()
@@ -435,6 +485,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="less data, fewer moves")
     parser.add_argument("--moves", type=int, default=None, help="moves of one partition (default 10, quick 10)")
     parser.add_argument("--state-dir")
+    parser.add_argument("--pin-broker-cpu", type=int, default=None,
+                        help="the measured broker on this core, everything else on the others")
     args = parser.parse_args(argv)
     console = Console(stderr=args.json)
     total_bytes = (32 if args.quick else 128) * MiB
@@ -445,7 +497,11 @@ def main(argv: list[str]) -> int:
     cluster = LocalCluster(state_dir)
     try:
         cluster.start()
+        if args.pin_broker_cpu is not None:
+            others = pin_cpus(cluster.broker_pid(PRODUCE_BROKER), args.pin_broker_cpu)
+            console.print(f"  broker {PRODUCE_BROKER} on core {args.pin_broker_cpu}, everything else on {sorted(others)}")
         result = asyncio.run(run(cluster, total_bytes, moves, 5.0 if args.quick else 15.0, console))
+        result["pinned_broker_cpu"] = args.pin_broker_cpu
     finally:
         cluster.stop()
     if not args.state_dir:
