@@ -1,4 +1,4 @@
-"""`ferry perf kafka [--json] [--quick]`: real Kafka clients against a local cluster.
+"""`ferry perf kafka [--json] [--quick] [--pin-broker-cpu N]`: real Kafka clients against a local cluster.
 
 1. Produce MB/s of a confluent-kafka (librdkafka) producer, 64 KiB batches of 1 KiB records,
    acks=all, against the HTTP produce path (the same 64 KiB batches POSTed) and a raw asyncio
