@@ -138,8 +138,18 @@ class LocalCluster:
 
     # -- lifecycle
     def start(self, timeout_s: float = 60.0) -> "LocalCluster":
+        """Start every process, then wait: the controllers boot and elect while the S3 server comes
+        up, and the brokers start as soon as the S3 endpoint is known (a broker retries its
+        registration until a controller leads), so their start-ups overlap instead of adding up."""
         os.makedirs(self.state_dir, exist_ok=True)
         try:
+            overrides = dict(self.controller_overrides)
+            if self.security is not None:
+                overrides["security"] = dataclasses.asdict(self.security)
+                write_private(self.admin_token_path, self.security.admin_token + "\n")
+            self.quorum = start_quorum(os.path.join(self.state_dir, "controllers"), self.num_controllers,
+                                       wait=False, **overrides)
+            self.write_state("starting")  # every pid is on disk before anything is waited for
             s3_log = os.path.join(self.state_dir, "s3.log")
             if self.s3_endpoint is None:
                 self.s3 = S3Server(bucket=self.bucket, log_path=s3_log, s3_profile=self.s3_profile,
@@ -152,15 +162,6 @@ class LocalCluster:
                     self.s3 = S3Server(bucket=self.bucket, log_path=s3_log, s3_profile=self.s3_profile,
                                        seed=self.s3_seed, upstream=self.s3_upstream).start()
                     self.s3_endpoint = self.s3.endpoint_url
-            self.write_state("starting")
-            overrides = dict(self.controller_overrides)
-            if self.security is not None:
-                overrides["security"] = dataclasses.asdict(self.security)
-                write_private(self.admin_token_path, self.security.admin_token + "\n")
-            self.quorum = start_quorum(os.path.join(self.state_dir, "controllers"), self.num_controllers,
-                                       wait=False, **overrides)
-            self.write_state("starting")  # every pid is on disk before anything is waited for
-            self.quorum.wait_leader()
             ports = free_ports(2 * self.num_brokers)
             for i in range(self.num_brokers):
                 bid = i + 1
@@ -169,6 +170,7 @@ class LocalCluster:
                 self._write_broker_config(bid)
                 self.start_broker(bid, wait=False)
             self.write_state("starting")
+            self.quorum.wait_leader()
             self.wait_brokers(timeout_s=timeout_s)
             self.write_state()
         except BaseException:
