@@ -12,7 +12,7 @@ from stream_storage.batches import build_batch, stamp_offsets, validate_batches
 from stream_storage.config import MIB, StreamStorageConfig
 from stream_storage.control import ObjectRef
 from stream_storage.s3_server import S3Server
-from tools.perf.lifecycle import (Lifecycle, Plan, ReadCheck, broker_rate_for_put_target, classify,
+from tools.perf.lifecycle import (Lifecycle, Plan, ReadCheck, broker_rate_for_wal_put_target, classify,
                                   compressed_overrides, objects_bound, real_wal_object_bytes, verdicts)
 from tools.perf.streams import Bench
 
@@ -85,10 +85,11 @@ def test_a_figure_over_its_target_is_not_met() -> None:
 
 
 def test_the_rate_for_the_put_target_follows_the_upload_interval() -> None:
-    # no compaction PUTs: 200 PUTs per GiB need 5.12 MiB per upload, 4 uploads a second
-    assert broker_rate_for_put_target(0.0, DEFAULTS) == pytest.approx(20.5)
-    assert broker_rate_for_put_target(250.0, DEFAULTS) is None
-    assert broker_rate_for_put_target(199.9, DEFAULTS) is None  # would need uploads beyond upload_bytes
+    # 200 PUTs per GiB need 5.12 MiB per upload; 4 uploads a second
+    assert broker_rate_for_wal_put_target(DEFAULTS) == pytest.approx(20.5)
+    assert broker_rate_for_wal_put_target(StreamStorageConfig(wal_dir="-", upload_interval_ms=1000)) == \
+        pytest.approx(5.1)
+    assert broker_rate_for_wal_put_target(StreamStorageConfig(wal_dir="-", upload_bytes=4 * MIB)) is None
 
 
 @pytest.fixture(scope="module")
