@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from broker.compaction import compaction_loop
@@ -42,7 +42,7 @@ from metadata_quorum.ops.streams import object_created_ms
 from stream_storage.batches import ATTRIBUTES_OFFSET, iter_batches
 from stream_storage.compaction import CompactionPolicy, plan as plan_runs, stream_bytes
 from stream_storage.config import MIB, StreamStorageConfig
-from stream_storage.control import ObjectRef, OpenedStream, StreamControl, StreamDescription
+from stream_storage.control import ObjectRef, OpenedStream, StreamControl, StreamDescription, parse_description
 from stream_storage.object_format import StreamRange
 from stream_storage.s3_cost import GIB, per_gib, request_cost_usd, requests_since
 from stream_storage.s3_profile import parse_profile
@@ -312,12 +312,10 @@ class _CountErrors(logging.Handler):
 class Lifecycle:
     plan: Plan
     bench: Bench
-    out: dict[str, Any] = field(default_factory=dict)
 
-    def describe(self, stream_id: int) -> list[ObjectRef]:
-        reply = self.bench.controller.read("describe_stream", {"stream_id": stream_id})
-        return [ObjectRef(str(o["object_key"]), int(o["start_offset"]), int(o["end_offset"]), int(o.get("size", 0)),
-                          int(o.get("epoch", 0)), int(o.get("range_bytes", 0))) for o in reply["objects"]]
+    def describe(self, stream_id: int) -> tuple[ObjectRef, ...]:
+        """The stream's committed objects, as the controller has them now."""
+        return parse_description(self.bench.controller.read("describe_stream", {"stream_id": stream_id})).objects
 
     async def run(self) -> dict[str, Any]:
         pool = [random_batch(self.plan.batch_bytes) for _ in range(POOL_BATCHES)]
