@@ -33,6 +33,7 @@ demo: $(STAMP)  # `make demo WAL=s3`: the brokers' WAL in S3
 perf: $(STAMP)
 	$(VENV)/bin/ferry perf quorum
 	$(VENV)/bin/ferry perf streams
+	$(VENV)/bin/ferry perf lifecycle
 	$(VENV)/bin/ferry perf s3-put
 	$(VENV)/bin/ferry perf move
 	$(VENV)/bin/ferry perf move --compare

@@ -11,7 +11,10 @@ object leaves S3 once no stream names it any more.
 less than half of ``target_bytes`` of the stream, older than ``min_age_ms``, grouped greedily up
 to ``target_bytes``. A run is rewritten only once it holds at least half the target (or
 ``max_small_objects`` objects): each byte is rewritten about once, into an object that is never
-small again, rather than again and again as a growing object absorbs each new small one. So a
+small again, rather than again and again as a growing object absorbs each new small one. (Not
+quite for a slow stream: a run closed by the count, below half the target, is small and is
+rewritten again with the next run; at ~120 KiB per upload a byte is rewritten 2-4 times on its
+way to half the target, docs/s3.md.) So a
 stream of B bytes is held in at most about 2·B/target large objects plus a tail of fewer than
 ``max_small_objects`` small ones (and its young objects): bounded by its size, and a full read
 costs few GETs.

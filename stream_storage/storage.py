@@ -40,6 +40,7 @@ from stream_storage.wal_api import WalLog
 from stream_storage.s3_wal import PeerWalReader, S3WriteAheadLog
 
 log = logging.getLogger(__name__)
+COMPACTION_READ_CONCURRENCY = 8  # objects of one compaction run read at once
 
 
 @dataclass(frozen=True)
@@ -591,7 +592,16 @@ class StreamStorage:
         """Replace ``run`` by one object with its batches (``transform``ed; None = leave the run
         as it is), committed through the controller. False when nothing was committed."""
         stream_id = handle.stream_id
-        data = b"".join([await self._object_data(stream_id, ref) for ref in run])
+        # the run's objects are read a few at a time: one after another, a run of small objects
+        # costs a GET round trip per object (and an index GET), which bounds how many small
+        # objects a broker can compact per second
+        gate = asyncio.Semaphore(COMPACTION_READ_CONCURRENCY)
+
+        async def read(ref: ObjectRef) -> bytes:
+            async with gate:
+                return await self._object_data(stream_id, ref)
+
+        data = b"".join(await asyncio.gather(*(read(ref) for ref in run)))
         if transform is not None:
             changed = transform(data)
             if changed is None:

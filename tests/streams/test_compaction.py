@@ -127,6 +127,42 @@ async def test_compaction_keeps_every_record_and_removes_the_small_objects(make_
     assert [r.key for r in await read_all(st, sid)] == keys + [b"late-0"]
 
 
+class _CountingGets(MemoryObjectStore):
+    """GETs that take a while, counting how many are under way at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = self.max_in_flight = 0
+
+    async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.005)
+            return await super().get(key, start, end)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_a_run_s_objects_are_read_a_few_at_a_time_and_rewritten_in_order(make_storage, controller) -> None:  # type: ignore[no-untyped-def]
+    from stream_storage.storage import COMPACTION_READ_CONCURRENCY
+    store = _CountingGets()
+    st = make_storage(1, retrying(store), upload_bytes=1 << 30, upload_interval_ms=60_000,
+                      compaction_delete_delay_ms=0)
+    await st.start()
+    sid = await st.create_stream()
+    await st.open_stream(sid, 0)
+    keys = await fill(st, sid, 60)
+    assert len(controller.image.streams.streams[sid].objects) == 20
+    policy = CompactionPolicy(target_bytes=1 << 30, min_age_ms=0, max_runs_per_pass=1, max_small_objects=20)
+    assert await st.compact_stream(sid, policy) == 1
+    assert len(controller.image.streams.streams[sid].objects) == 1
+    assert 1 < store.max_in_flight <= COMPACTION_READ_CONCURRENCY
+    reader = make_storage(2, retrying(store))
+    await reader.start()
+    assert [r.key for r in await read_all(reader, sid)] == keys
+
+
 async def test_a_fenced_compaction_commits_nothing_and_leaves_no_object(make_storage, controller, clock) -> None:  # type: ignore[no-untyped-def]
     store = MemoryObjectStore()
     st = make_storage(1, retrying(store), upload_bytes=1 << 30, upload_interval_ms=60_000)

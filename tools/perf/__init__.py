@@ -11,6 +11,7 @@ import sys
 BENCHMARKS: dict[str, str] = {
     "quorum": "commit latency, throughput and failover of the 3-controller metadata quorum",
     "streams": "stream storage: append, upload and read throughput against the S3 endpoint",
+    "lifecycle": "an hour of steady produce, time compressed: objects per partition, GETs per 8 MiB read, PUTs per GiB",
     "s3-put": "the CPU one S3 PUT costs the uploading process: the brokers' boto3 client vs raw boto3",
     "move": "the six-step partition move, step by step",
     "rebalance": "the PySpark rebalancing planner",

@@ -35,12 +35,12 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from metadata_quorum.local_controller import LocalController
 from stream_storage.batches import build_batch
 from stream_storage.config import MIB, S3Config, StreamStorageConfig, WalConfig
-from stream_storage.control import LocalStreamControl
+from stream_storage.control import LocalStreamControl, StreamControl
 from stream_storage.compaction import CompactionPolicy
 from stream_storage.s3_cost import (
     GIB,
@@ -74,7 +74,9 @@ def _register(controller: LocalController, broker_id: int) -> int:
     return epoch
 
 
-def _batch(size_bytes: int) -> bytes:
+def random_batch(size_bytes: int) -> bytes:
+    """One v2 batch of about ``size_bytes`` of 4 KiB random records (incompressible, as the
+    benchmarks want: no codec shrinks what is uploaded)."""
     record_bytes = 4096
     count = max(1, size_bytes // (record_bytes + 80))
     return build_batch([(None, os.urandom(record_bytes)) for _ in range(count)], timestamp_ms=_now_ms())
@@ -136,12 +138,20 @@ class Bench:
         self._broker = 0
 
     def storage(self, **overrides: Any) -> StreamStorage:
+        """A new broker's stream storage over the shared controller and endpoint."""
+        return self.storage_with(None, **overrides)
+
+    def storage_with(self, control: Callable[[StreamControl], StreamControl] | None,
+                     **overrides: Any) -> StreamStorage:
+        """:meth:`storage`, with ``control`` wrapping its controller seam (e.g. to count commits
+        by stream)."""
         self._broker += 1
         epoch = _register(self.controller, self._broker)
         wal_dir = os.path.join(self.work_dir, f"wal-{self._broker}")
         cfg = StreamStorageConfig(wal_dir=wal_dir, **overrides)
         store = open_s3_store(S3Config(endpoint_url=self.endpoint, bucket=self.bucket), observer=self.tally)
-        return StreamStorage(cfg, store, LocalStreamControl(self.controller), self._broker, epoch)
+        seam: StreamControl = LocalStreamControl(self.controller)
+        return StreamStorage(cfg, store, control(seam) if control else seam, self._broker, epoch)
 
     async def produce_latency(self, wal: WalConfig, seconds: float, streams: int = 8, rate_per_stream: int = 25,
                               batch_bytes: int = 16 * 1024) -> dict[str, Any]:
@@ -197,7 +207,7 @@ class Bench:
         at once at the default upload settings, in ``rounds``, with a compaction pass over every
         stream after each round (time compressed: objects are old enough at once, where the
         default waits compaction_min_age_ms); then a cold reader reads every stream from its start."""
-        batch = _batch(64 * 1024)
+        batch = random_batch(64 * 1024)
         per_round = max(1, total_mib * MIB // len(batch) // streams // rounds)
         st = self.storage(compaction_min_age_ms=0)  # otherwise the defaults
         policy = CompactionPolicy(st.config.compaction_target_bytes, 0, max_runs_per_pass=1000,
@@ -263,7 +273,7 @@ class Bench:
         }
 
     async def append(self, rounds: int) -> None:
-        batch = _batch(64 * 1024)
+        batch = random_batch(64 * 1024)
         count = self.total_mib * MIB // len(batch)
         loop = asyncio.get_running_loop()
         quiet = dict(upload_bytes=1 << 40, upload_interval_ms=3_600_000, cache_bytes=1 << 40)
@@ -316,7 +326,7 @@ class Bench:
     async def upload_and_fetch(self, rounds: int) -> None:
         object_bytes = 8 * MIB
         streams = max(2, self.total_mib // 8)
-        batch = _batch(256 * 1024)
+        batch = random_batch(256 * 1024)
         per_stream = object_bytes // len(batch)
         body = os.urandom(per_stream * len(batch))
         loop = asyncio.get_running_loop()
@@ -385,7 +395,7 @@ class Bench:
         made just before it (the endpoint's speed drifts on a shared machine)."""
         st = self.storage(upload_bytes=1 << 40, upload_interval_ms=3_600_000)
         await st.start()
-        batch = _batch(256 * 1024)
+        batch = random_batch(256 * 1024)
         loop = asyncio.get_running_loop()
         for label, pending in (("0", 0), ("1mib", 1 * MIB), ("8mib", 8 * MIB)):
             samples, raw, overhead = [], [], []
@@ -459,19 +469,25 @@ async def produce_figures(bench: Bench, args: argparse.Namespace) -> dict[str, A
     }
 
 
+def open_endpoint(endpoint: str | None, bucket: str, s3_profile: str) -> tuple[S3Server | None, str, str]:
+    """(server started here or None, endpoint URL, bucket): a ``ferry s3 serve`` process unless
+    ``endpoint`` is given, behind the latency proxy when ``s3_profile`` adds latency. The caller
+    stops the server."""
+    if endpoint:
+        S3ObjectStore(S3Config(endpoint_url=endpoint, bucket=bucket)).ensure_bucket_sync()
+        if parse_profile(s3_profile) is LOCAL:
+            return None, endpoint, bucket
+        server = S3Server(bucket=bucket, s3_profile=s3_profile, upstream=endpoint).start()
+        return server, server.endpoint_url, bucket
+    server = S3Server(bucket=bucket, s3_profile=s3_profile).start()
+    return server, server.endpoint_url, server.bucket
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     server: S3Server | None = None
     work_dir = tempfile.mkdtemp(prefix="ferry-perf-streams-", dir=args.dir)
     try:
-        if args.endpoint:
-            endpoint, bucket = args.endpoint, args.bucket
-            S3ObjectStore(S3Config(endpoint_url=endpoint, bucket=bucket)).ensure_bucket_sync()
-            if parse_profile(args.s3_profile) is not LOCAL:
-                server = S3Server(bucket=bucket, s3_profile=args.s3_profile, upstream=endpoint).start()
-                endpoint = server.endpoint_url
-        else:
-            server = S3Server(bucket=args.bucket, s3_profile=args.s3_profile).start()
-            endpoint, bucket = server.endpoint_url, server.bucket
+        server, endpoint, bucket = open_endpoint(args.endpoint, args.bucket, args.s3_profile)
         bench = Bench(endpoint, bucket, work_dir, args.mib)
         if args.wal is not None:
             out = await produce_figures(bench, args)
