@@ -100,13 +100,19 @@ async def fill(storage, sid: int, batches: int) -> list[bytes]:  # type: ignore[
     return keys
 
 
-async def test_compaction_keeps_every_record_and_removes_the_small_objects(make_storage, controller) -> None:  # type: ignore[no-untyped-def]
-    store = MemoryObjectStore()
+async def manual_upload_stream(make_storage, store: MemoryObjectStore):  # type: ignore[no-untyped-def]
+    """A started storage uploading only when forced (replaced objects deleted at once), and an open stream."""
     st = make_storage(1, retrying(store), upload_bytes=1 << 30, upload_interval_ms=60_000,
                       compaction_delete_delay_ms=0)
     await st.start()
     sid = await st.create_stream()
     await st.open_stream(sid, 0)
+    return st, sid
+
+
+async def test_compaction_keeps_every_record_and_removes_the_small_objects(make_storage, controller) -> None:  # type: ignore[no-untyped-def]
+    store = MemoryObjectStore()
+    st, sid = await manual_upload_stream(make_storage, store)
     keys = await fill(st, sid, 30)
     before = list(controller.image.streams.streams[sid].objects)
     assert len(before) == 10
@@ -147,11 +153,7 @@ class _CountingGets(MemoryObjectStore):
 async def test_a_run_s_objects_are_read_a_few_at_a_time_and_rewritten_in_order(make_storage, controller) -> None:  # type: ignore[no-untyped-def]
     from stream_storage.storage import COMPACTION_READ_CONCURRENCY
     store = _CountingGets()
-    st = make_storage(1, retrying(store), upload_bytes=1 << 30, upload_interval_ms=60_000,
-                      compaction_delete_delay_ms=0)
-    await st.start()
-    sid = await st.create_stream()
-    await st.open_stream(sid, 0)
+    st, sid = await manual_upload_stream(make_storage, store)
     keys = await fill(st, sid, 60)
     assert len(controller.image.streams.streams[sid].objects) == 20
     policy = CompactionPolicy(target_bytes=1 << 30, min_age_ms=0, max_runs_per_pass=1, max_small_objects=20)
