@@ -28,6 +28,10 @@ KV_COALESCE_S = 0.05
 # count per publishing window: on a busy machine a bulk move's halves finish spread out, and a
 # short window let most of them through (8.3 records per moved partition instead of ~7).
 KV_MAX_PER_SECOND = 16
+# Halves of one reassignment share its move id (the controller's t0): more than this many begun
+# here under one id are a bulk move's from the start, whatever pace they finish at.
+KV_MAX_PER_MOVE = 16
+MOVE_IDS_KEPT = 256
 WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 WriteManyFn = Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[Any]]
 
@@ -48,6 +52,15 @@ class MoveLog:
         self._written: dict[str, str] = {}  # this broker's own keys, as last written
         self.unpublished = 0  # halves of bulk moves kept only here
         self._finished_mono_s: collections.deque[float] = collections.deque()  # the last second's halves
+        self._begun_by_move: collections.OrderedDict[int, int] = collections.OrderedDict()  # halves begun per move id
+
+    def begin(self, half: MoveHalf) -> None:
+        """A half has begun (the old owner saw the change, or the new owner the election): counted
+        under its move id, so a bulk move is known as one before its first half finishes."""
+        begun = self._begun_by_move
+        begun[half.move_id] = begun.pop(half.move_id, 0) + 1
+        while len(begun) > MOVE_IDS_KEPT:
+            begun.popitem(last=False)
 
     def finish(self, half: MoveHalf) -> None:
         """A half is complete (the old owner elected, or the new owner serves): log, measure, publish."""
@@ -66,7 +79,7 @@ class MoveLog:
                 self.metrics.observe_move(ROLE_TARGET, merged.steps_ms, merged.total_ms)
         else:
             self.metrics.observe_move(ROLE_SOURCE, _source_steps_ms(half), None)
-        if self._bulk(time.monotonic()):
+        if self._bulk(time.monotonic()) | (self._begun_by_move.get(half.move_id, 0) > KV_MAX_PER_MOVE):
             self.unpublished += 1
             return
         self._queue.setdefault(move_kv_key(topic_id, half.partition, half.role, self.broker_id), []).append(half)

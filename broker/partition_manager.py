@@ -248,12 +248,14 @@ class PartitionManager:
             slot.target = MoveHalf(ROLE_TARGET, slot.topic, tp.partition, reg.change_started_ms or seen_ms,
                                    self.broker_id, reg.leader_epoch)
             slot.target.mark("t5_seen", seen_ms)
+            self.move_log.begin(slot.target)
         if lead and gained and reg.directories and reg.directories[0]:
             slot.requested_dir = self._dir_path_of(reg.directories[0])
         if not lead and slot.status.state in (sm.PartitionState.SERVING, sm.PartitionState.OPENING):
             slot.source = MoveHalf(ROLE_SOURCE, slot.topic, tp.partition, reg.change_started_ms or seen_ms,
                                    self.broker_id, reg.leader_epoch)
             slot.source.mark("t1", seen_ms)
+            self.move_log.begin(slot.source)
             log.info("move %s-%d: step 1 done, change seen (t0=%d, +%d ms)", slot.topic, tp.partition,
                      slot.source.move_id, seen_ms - slot.source.move_id)
         status, actions = sm.on_target(slot.status, lead, reg.leader_epoch, elect_after_close=elect)

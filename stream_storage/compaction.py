@@ -1,6 +1,6 @@
 """Object compaction: a stream's many small objects become few large ones (AutoMQ's stream objects).
 
-The WAL uploads small stream-set objects (a few streams each, every 250 ms or 8 MiB); a long
+The WAL uploads stream-set objects (a few streams each, at 8 MiB or every 10 s); a long
 stream would be held in thousands of them, and a cold read would pay an index GET and a ranged
 GET per object. The owner of a stream rewrites runs of its small, settled objects as one
 single-stream object, committed through the controller's ``compact_objects`` (the old records
@@ -13,9 +13,8 @@ to ``target_bytes``. A run is rewritten only once it holds at least half the tar
 ``max_small_objects`` objects): each byte is rewritten about once, into an object that is never
 small again, rather than again and again as a growing object absorbs each new small one. (Not
 quite for a slow stream: a run closed by the count, below half the target, is small and is
-rewritten again with the next run; at ~120 KiB per upload a byte is rewritten 2-4 times on its
-way to half the target, docs/s3.md.) So a
-stream of B bytes is held in at most about 2·B/target large objects plus a tail of fewer than
+rewritten again with the next run; at ~120 KiB of the stream per upload a byte is rewritten
+2-4 times on its way to half the target, docs/s3.md.) So a stream of B bytes is held in at most about 2·B/target large objects plus a tail of fewer than
 ``max_small_objects`` small ones (and its young objects): bounded by its size, and a full read
 costs few GETs.
 """

@@ -119,13 +119,13 @@ def broker_policy(cfg: StreamStorageConfig) -> CompactionPolicy:
                             max_small_objects=cfg.compaction_max_small_objects)
 
 
-def objects_bound(bytes_per_stream: int, cfg: StreamStorageConfig) -> int:
+def objects_bound(bytes_per_stream: int, cfg: StreamStorageConfig, upload_every_ms: float) -> int:
     """What compaction promises a stream is held in (compaction.py): about 2·B/target large
     objects, fewer than ``max_small_objects`` small settled ones, and the young ones: the uploads
     of the last min age and up to two pass intervals (a pass may just have run; every upload
-    carries every stream written to in its interval)."""
+    carries every stream written to in its interval), one every ``upload_every_ms``."""
     large = math.ceil(2 * bytes_per_stream / cfg.compaction_target_bytes)
-    young = math.ceil((cfg.compaction_min_age_ms + 2 * cfg.compaction_interval_ms) / cfg.upload_interval_ms)
+    young = math.ceil((cfg.compaction_min_age_ms + 2 * cfg.compaction_interval_ms) / upload_every_ms)
     return large + cfg.compaction_max_small_objects + young
 
 
@@ -148,6 +148,12 @@ def real_wal_object_bytes(plan: Plan, cfg: StreamStorageConfig) -> int:
     """A WAL upload's size at the real rate: what every partition appends in one upload
     interval, up to ``upload_bytes`` (one upload carries every partition of the broker)."""
     return max(1, min(cfg.upload_bytes, plan.partitions * plan.rate_bytes_s * cfg.upload_interval_ms // 1000))
+
+
+def real_upload_every_ms(plan: Plan, cfg: StreamStorageConfig) -> float:
+    """How often the broker uploads at the real rate: every upload interval, or sooner when
+    ``upload_bytes`` gather first."""
+    return min(float(cfg.upload_interval_ms), cfg.upload_bytes * 1000 / (plan.partitions * plan.rate_bytes_s))
 
 
 def broker_rate_for_wal_put_target(cfg: StreamStorageConfig) -> float | None:
@@ -456,7 +462,7 @@ class Lifecycle:
             "pacer_waited_s": round(waited_s, 2), "append_errors": failed,
             "produced_bytes": produced, "produced_gib": round(produced / GIB, 3),
             "objects_per_stream_series": series, "max_objects_per_stream": max_objects,
-            "objects_bound": objects_bound(produced // plan.partitions, defaults),
+            "objects_bound": objects_bound(produced // plan.partitions, defaults, real_upload_every_ms(plan, defaults)),
             "wal_uploads_per_stream": wal_uploads, "wal_objects": wal_objects,
             "wal_object_mean_bytes": mean_wal_object, "wal_object_expected_bytes": expected_wal_object,
             "wal_object_over_real": round(mean_wal_object / expected_wal_object, 2),

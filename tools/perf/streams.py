@@ -7,7 +7,7 @@ endpoint (a ``ferry s3 serve`` process started here unless ``--endpoint`` is giv
 * upload MB/s (force upload: build object, PUT, commit) vs raw boto3 PUT of the same sizes;
 * fetch MB/s from S3 (cold cache: index GET + block GETs) vs raw ranged GETs of the same bytes;
 * close latency p50 (force upload + commit + close) with 0, 1 MiB and 8 MiB pending vs raw PUT p50;
-* S3 requests and their cost: 4 streams appended to at default upload settings (8 MiB or 250 ms),
+* S3 requests and their cost: 4 streams appended to at default upload settings (8 MiB or 10 s),
   compacted after each of 8 rounds, then read in full by a cold reader: objects per stream,
   requests of each kind per GiB produced and per GiB consumed, GETs per 8 MiB read, the request
   cost at AWS's list prices per GiB, beside a month's storage of that GiB.
