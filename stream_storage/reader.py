@@ -5,7 +5,8 @@ A read that finds none of its blocks here fetches the stream's blocks from its o
 ``readahead_bytes`` in one ranged GET (S3 bills per request, and its first-byte latency dwarfs
 the transfer of a few MiB); after serving a read, the next run of the same stream is fetched
 ahead in the background the same way, so a sequential reader of a compacted stream costs one
-GET per ``readahead_bytes`` plus one index GET per object. Everything fetched sits in the
+GET per ``readahead_bytes`` plus one index GET per object; a small object the stream holds a fair
+share of comes whole with its index (``index_get_before_bytes``). Everything fetched sits in the
 bounded block cache.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from stream_storage.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
 SMALL_TAIL_BLOCKS_BYTES = 192 * 1024  # taken with every index GET (a move's meta streams sit there)
+WHOLE_OBJECT_MIN_SHARE = 8  # a small object is read whole when the stream holds >= 1/8 of it
 
 
 def index_tail_start(size: int, before_bytes: int = SMALL_TAIL_BLOCKS_BYTES) -> int:
@@ -246,14 +248,27 @@ class ObjectReader:
             await self._blocks(key, wanted)
         return len(wanted)
 
+    def index_get_before_bytes(self, ref: ObjectRef) -> int:
+        """How much of the blocks before the index the index GET of ``ref``'s object takes.
+
+        A stream that fills its object (compacted) is read whole: its last run comes with the
+        index. An object no larger than a readahead in which the stream holds at least
+        1/``WHOLE_OBJECT_MIN_SHARE`` comes whole with its index: one GET instead of an index GET
+        and a block GET (a broker's WAL uploads hold a few streams each; reading one of them back
+        cost two GETs per object, the most GETs of a full read). Below that share, the
+        other streams' bytes would cost more transfer than the GET saved."""
+        if ref.range_bytes > 0 and ref.range_bytes * 10 >= ref.size * 9:
+            return self.readahead_bytes
+        if ref.size <= self.readahead_bytes and ref.range_bytes * WHOLE_OBJECT_MIN_SHARE >= ref.size:
+            return ref.size
+        return SMALL_TAIL_BLOCKS_BYTES
+
     async def read(self, stream_id: int, ref: ObjectRef, start_offset: int, max_bytes: int,
                    first: bool = True) -> bytes:
         """Whole batches of ``stream_id`` from the one holding ``start_offset``, up to ``max_bytes``
         (at least one batch when ``first``), within the object's committed range. When not
         ``first``, a block that cannot fit is not fetched at all (the next fetch starts there)."""
-        # a stream that fills its object (compacted) is read whole: take its last run with the index
-        fills = ref.range_bytes > 0 and ref.range_bytes * 10 >= ref.size * 9
-        index = await self.index(ref.object_key, ref.size, self.readahead_bytes if fills else SMALL_TAIL_BLOCKS_BYTES)
+        index = await self.index(ref.object_key, ref.size, self.index_get_before_bytes(ref))
         blocks = index.blocks_for(stream_id, start_offset, max_bytes)
         if not blocks:
             return b""
