@@ -14,7 +14,7 @@ SHORT = """
 name: short
 duration_s: 22
 drain_timeout_s: 30
-cluster: {brokers: 2, metrics_interval_ms: 1000}
+cluster: {brokers: 2, metrics_interval_ms: 1000, upload_interval_ms: 1000}
 topic: {name: load, partitions: 6}
 load: {rate_per_s: 150, value_bytes: 256, skew: 0.5}
 steps:

@@ -81,7 +81,7 @@ name: {name}
 duration_s: 24
 drain_timeout_s: 30
 slo_p99_ms: 500
-cluster: {{brokers: 1, metrics_interval_ms: 1000}}
+cluster: {{brokers: 1, metrics_interval_ms: 1000, upload_interval_ms: 1000}}
 topic: {{name: load, partitions: 6}}
 load: {{value_bytes: 256, diurnal: {{period_s: 48, min_rate_per_s: 60, max_rate_per_s: 260}}}}
 policy: {policy}

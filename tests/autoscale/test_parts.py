@@ -11,7 +11,7 @@ from metadata_quorum.errors import ErrorCode, FerryError
 from tools.autoscale import cli
 from tools.autoscale.plots import plot_balance, plot_overview
 from tools.autoscale.recorder import Recorder, percentile
-from tools.autoscale.runner import live_broker_ids
+from tools.autoscale.runner import broker_overrides, live_broker_ids
 from tools.autoscale.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
 from tools.autoscale.summary import balance_series, summarize_run, time_to_balance_s
 
@@ -36,6 +36,13 @@ def test_the_default_scenario_parses_and_fits_in_two_minutes():
     assert DEFAULT_SCENARIO.is_file()
 
 
+def test_the_upload_cap_goes_into_every_brokers_storage_config_only_when_set():
+    assert broker_overrides(parse_scenario(GOOD)) == {"metrics_interval_ms": 1_000}
+    fresh = parse_scenario(GOOD.replace("cluster: {brokers: 2}", "cluster: {brokers: 2, upload_interval_ms: 500}"))
+    assert fresh.upload_interval_ms == 500
+    assert broker_overrides(fresh) == {"metrics_interval_ms": 1_000, "storage": {"upload_interval_ms": 500}}
+
+
 def test_rates_ramps_and_weights():
     scn = parse_scenario(GOOD)
     assert scn.rate_at(0) == 100 and scn.rate_at(9.9) == 100
@@ -55,6 +62,9 @@ def test_rates_ramps_and_weights():
     ("duration_s: [", "not valid YAML"),
     ("duration_s: 10\nsteps: [{at_s: 1, action: rebalance, balance_band: 2}]", "balance_band must be between 0 and 1"),
     ("steps: []", "scenario.duration_s must be a number"),
+    ("duration_s: 10\ncluster: {brokers: 2, wal: s3}", "unknown cluster field(s): wal"),
+    ("duration_s: 10\ntopic: {partitions: 4, replicas: 3}", "unknown topic field(s): replicas"),
+    ("duration_s: 10\ncluster: {upload_interval_ms: 0}", "cluster.upload_interval_ms must be at least 1"),
 ])
 def test_bad_scenarios_name_the_field(text, message):
     with pytest.raises(FerryError) as err:

@@ -23,7 +23,9 @@ KEYS = [f"user-{i}".encode() for i in range(17)]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = LocalCluster(str(tmp_path_factory.mktemp("cluster")), brokers=2)
+    # A 1 s upload cap: the records are in S3 for the data source within a second (default 10 s).
+    c = LocalCluster(str(tmp_path_factory.mktemp("cluster")), brokers=2,
+                     broker_overrides={"storage": {"upload_interval_ms": 1_000}})
     c.start()
     yield c
     c.stop(graceful=False)

@@ -81,7 +81,7 @@ class Experiment:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.cluster = LocalCluster(str(self.out_dir / "cluster"), controllers=self.scn.controllers,
                                     brokers=self.scn.brokers, s3_endpoint=self.s3_endpoint, bucket=self.bucket,
-                                    broker_overrides={"metrics_interval_ms": self.scn.metrics_interval_ms},
+                                    broker_overrides=broker_overrides(self.scn),
                                     wal_mode=self.wal_mode)
         if self.s3_endpoint:
             await asyncio.to_thread(_ensure_bucket, self.s3_endpoint, self.bucket)
@@ -490,6 +490,14 @@ def live_broker_ids(reply: Any) -> list[int]:
         brokers = [dict(v, broker_id=int(k)) for k, v in brokers.items()]
     return sorted(int(b["broker_id"]) for b in brokers
                   if not b.get("fenced", False) and not b.get("in_controlled_shutdown", False))
+
+
+def broker_overrides(scn: Scenario) -> dict[str, Any]:
+    """The scenario's settings in every broker's config."""
+    overrides: dict[str, Any] = {"metrics_interval_ms": scn.metrics_interval_ms}
+    if scn.upload_interval_ms is not None:
+        overrides["storage"] = {"upload_interval_ms": scn.upload_interval_ms}
+    return overrides
 
 
 def _warm_spark(scratch_dir: str) -> None:

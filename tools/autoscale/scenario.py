@@ -14,6 +14,11 @@ A scenario is YAML::
       - {at_s: 65, action: set_rate, rate_per_s: 300, ramp_s: 10}
       - {at_s: 80, action: remove_broker, broker: 1, window_ms: 5000}
 
+``cluster`` takes ``brokers``, ``controllers``, ``metrics_interval_ms`` (the brokers' load
+samples) and ``upload_interval_ms`` (the brokers' upload cap; left out, the brokers' default of
+10 s, which is also how long the end-of-run read-back from S3 may wait). ``topic`` takes ``name``
+and ``partitions``.
+
 Actions: ``set_rate`` (``rate_per_s``, optional ``ramp_s``), ``add_brokers`` (``count``),
 ``rebalance`` (``window_ms``; with new brokers since the last rebalance it runs in add-broker
 mode, moving partitions only onto them), ``remove_broker`` (``broker``: drain it with the
@@ -69,6 +74,9 @@ class Scenario:
     brokers: int = 3
     controllers: int = 3
     metrics_interval_ms: int = 1_000
+    # The brokers' storage.upload_interval_ms (None: the brokers' default). A shorter cap makes the
+    # end-of-run read-back from S3 wait less, at more PUTs per GiB.
+    upload_interval_ms: int | None = None
     topic: str = "load"
     partitions: int = 24
     rate_per_s: float = 300.0
@@ -141,6 +149,10 @@ def _number(obj: dict[str, Any], key: str, default: Any, kind: type, where: str,
     return kind(value)
 
 
+def _optional_int(obj: dict[str, Any], key: str, where: str, minimum: int) -> int | None:
+    return int(_number(obj, key, None, int, where, minimum)) if key in obj else None
+
+
 def _band(raw: dict[str, Any], where: str) -> float:
     band = _number(raw, "balance_band", 0.05, float, where)
     if not 0 < band < 1:
@@ -169,6 +181,10 @@ def parse_scenario(text: str) -> Scenario:
     if unknown:
         raise _bad(f"unknown scenario field(s): {', '.join(unknown)}")
     cluster, topic, load = _section(data, "cluster"), _section(data, "topic"), _section(data, "load")
+    for section, known_fields, where in ((cluster, CLUSTER_FIELDS, "cluster"), (topic, TOPIC_FIELDS, "topic")):
+        unknown = sorted(set(section) - known_fields)
+        if unknown:
+            raise _bad(f"unknown {where} field(s): {', '.join(unknown)}")
     duration_s = _number(data, "duration_s", None, float, "scenario", 1)
     brokers = _number(cluster, "brokers", 3, int, "cluster", 1)
     steps: list[Step] = []
@@ -217,6 +233,7 @@ def parse_scenario(text: str) -> Scenario:
         name=name, duration_s=duration_s, brokers=brokers,
         controllers=_number(cluster, "controllers", 3, int, "cluster", 1),
         metrics_interval_ms=_number(cluster, "metrics_interval_ms", 1_000, int, "cluster", 100),
+        upload_interval_ms=_optional_int(cluster, "upload_interval_ms", "cluster", 1),
         topic=str(topic.get("name", "load")), partitions=_number(topic, "partitions", 24, int, "topic", 1),
         rate_per_s=_number(load, "rate_per_s", 300.0, float, "load", 1),
         value_bytes=_number(load, "value_bytes", 512, int, "load", 32),
@@ -226,6 +243,8 @@ def parse_scenario(text: str) -> Scenario:
         policy=_policy(data, brokers), slo_p99_ms=_number(data, "slo_p99_ms", 250.0, float, "scenario", 1))
 
 
+CLUSTER_FIELDS = {"brokers", "controllers", "metrics_interval_ms", "upload_interval_ms"}
+TOPIC_FIELDS = {"name", "partitions"}
 LOAD_FIELDS = {"rate_per_s", "value_bytes", "skew", "diurnal", "bursts", "zipf_s", "hot"}
 
 
