@@ -150,7 +150,14 @@ def _number(obj: dict[str, Any], key: str, default: Any, kind: type, where: str,
 
 
 def _optional_int(obj: dict[str, Any], key: str, where: str, minimum: int) -> int | None:
-    return int(_number(obj, key, None, int, where, minimum)) if key in obj else None
+    return _number(obj, key, None, int, where, minimum) if key in obj else None
+
+
+def _only(obj: dict[str, Any], fields: set[str], where: str) -> None:
+    """A field the section does not know is a mistake, not something to ignore."""
+    unknown = sorted(set(obj) - fields)
+    if unknown:
+        raise _bad(f"unknown {where} field(s): {', '.join(unknown)}")
 
 
 def _band(raw: dict[str, Any], where: str) -> float:
@@ -177,14 +184,10 @@ def parse_scenario(text: str) -> Scenario:
         raise _bad("the scenario must be a YAML mapping")
     known = {"name", "duration_s", "cluster", "topic", "load", "steps", "drain_timeout_s", "policy", "slo_p99_ms",
              "seed"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise _bad(f"unknown scenario field(s): {', '.join(unknown)}")
+    _only(data, known, "scenario")
     cluster, topic, load = _section(data, "cluster"), _section(data, "topic"), _section(data, "load")
-    for section, known_fields, where in ((cluster, CLUSTER_FIELDS, "cluster"), (topic, TOPIC_FIELDS, "topic")):
-        unknown = sorted(set(section) - known_fields)
-        if unknown:
-            raise _bad(f"unknown {where} field(s): {', '.join(unknown)}")
+    _only(cluster, CLUSTER_FIELDS, "cluster")
+    _only(topic, TOPIC_FIELDS, "topic")
     duration_s = _number(data, "duration_s", None, float, "scenario", 1)
     brokers = _number(cluster, "brokers", 3, int, "cluster", 1)
     steps: list[Step] = []
@@ -249,9 +252,7 @@ LOAD_FIELDS = {"rate_per_s", "value_bytes", "skew", "diurnal", "bursts", "zipf_s
 
 
 def _shapes(load: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(load) - LOAD_FIELDS)
-    if unknown:
-        raise _bad(f"unknown load field(s): {', '.join(unknown)}")
+    _only(load, LOAD_FIELDS, "load")
     out: dict[str, Any] = {"zipf_s": _number(load, "zipf_s", 0.0, float, "load")}
     if "diurnal" in load:
         d = load["diurnal"]
