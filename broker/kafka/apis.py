@@ -33,7 +33,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OffsetCommit: (2, 8),
     ApiKey.OffsetFetch: (1, 8),
     ApiKey.DescribeGroups: (0, 5),
-    ApiKey.ListGroups: (0, 4),
+    ApiKey.ListGroups: (0, 5),
     ApiKey.DeleteGroups: (0, 2),
     # SASL (broker/kafka/sasl.py): v0 of SaslHandshake would switch to unframed tokens; not offered
     ApiKey.SaslHandshake: (1, 1),

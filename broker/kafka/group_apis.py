@@ -40,6 +40,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 16  # Kafka's offsets.topic.num.partitions is 50; 16 suits small clusters
 LOAD_FETCH_BYTES = 4 * 1024 * 1024
 COORDINATOR_KEY_GROUP = 0
+CLASSIC_GROUP_TYPE = "classic"  # ListGroups v5's group type of every group (Kafka's GroupType.CLASSIC)
 R = TypeVar("R")
 
 
@@ -268,7 +269,7 @@ class GroupApis:
             session_timeout_ms=body.session_timeout_ms,
             rebalance_timeout_ms=body.rebalance_timeout_ms if v >= 1 else body.session_timeout_ms,
             group_instance_id=body.group_instance_id if v >= 5 else None, client_id=req.client_id or "",
-            client_host="", require_known_member_id=v >= 4, supports_skip_assignment=v >= 9,
+            client_host=req.client_host, require_known_member_id=v >= 4, supports_skip_assignment=v >= 9,
             reason=body.reason if v >= 8 else None)
         new_id = g.kafka_member_id(req.client_id or "", request.group_instance_id, str(uuid.uuid4()))
         try:
@@ -422,12 +423,8 @@ class GroupApis:
 
     async def list_groups(self, req: Request) -> ApiMessage:
         body: ListGroupsRequest = req.body  # type: ignore[assignment]
-        states = None
-        if req.api_version >= 4 and body.states_filter:
-            try:
-                states = [g.GroupState(s) for s in body.states_filter]
-            except ValueError:
-                return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST.code, groups=[])
+        v = req.api_version
+        states = listed_states(body.states_filter if v >= 4 else [], body.types_filter if v >= 5 else [])
         n = self._num_partitions() or 0
         listed: list[g.ListedGroup] = []
         for partition in range(n):
@@ -438,7 +435,8 @@ class GroupApis:
             listed += hosted.coordinator.list_groups(states)
         L = ListGroupsResponse.ListedGroup
         return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
-            L(group_id=x.group_id, protocol_type=x.protocol_type, group_state=x.state.value) for x in listed])
+            L(group_id=x.group_id, protocol_type=x.protocol_type, group_state=x.state.value,
+              group_type=CLASSIC_GROUP_TYPE) for x in listed])
 
     async def delete_groups(self, req: Request) -> ApiMessage:
         body: DeleteGroupsRequest = req.body  # type: ignore[assignment]
@@ -454,6 +452,19 @@ class GroupApis:
         return DeleteGroupsResponse(throttle_time_ms=0, results=out)
 
 
+def listed_states(states_filter: list[str], types_filter: list[str]) -> frozenset[g.GroupState] | None:
+    """The group states ListGroups lists (None: every state), filtered as Kafka's coordinator
+    filters: names compared case-insensitively and trimmed, a name that matches no state or type
+    matching nothing (no error). Every group here is a classic one, so a types filter (v5, KIP-848)
+    without ``classic`` lists none."""
+    if types_filter and CLASSIC_GROUP_TYPE not in {t.strip().lower() for t in types_filter}:
+        return frozenset()
+    if not states_filter:
+        return None
+    wanted = {s.strip().lower() for s in states_filter}
+    return frozenset(s for s in g.GroupState if s.value.lower() in wanted)
+
+
 def _next_offset(data: bytes) -> int:
     last = 0
     for info in batches.iter_batches(data):
@@ -461,7 +472,7 @@ def _next_offset(data: bytes) -> int:
     return last
 
 
-__all__ = ["GroupApis", "OFFSETS_TOPIC", "kafka_error"]
+__all__ = ["GroupApis", "OFFSETS_TOPIC", "kafka_error", "listed_states"]
 
 
 def _delete_group_call(group_id: str) -> Callable[[g.GroupCoordinator, int], g.Effects[tuple[g.DeletedGroup, ...]]]:
