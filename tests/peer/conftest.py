@@ -28,3 +28,12 @@ def peer(kafka_tools, tmp_path_factory):  # type: ignore[no-untyped-def]
     cluster.start()
     yield Peer(kafka_tools, cluster.kafka_bootstrap, work, tuple(sorted(cluster.kafka_ports)), thorough=False)
     cluster.stop(graceful=False)
+
+
+@pytest.fixture
+def cluster(kafka_tools, tmp_path):  # type: ignore[no-untyped-def]
+    """A fresh cluster for a test that kills a broker (started only when the peer is installed)."""
+    c = LocalCluster(str(tmp_path / "cluster"))
+    c.start()
+    yield c
+    c.stop(graceful=False)

@@ -67,6 +67,7 @@ class JavaClientReport:
     producer_errors: tuple[str, ...]
     moves: tuple[MoveDone, ...]
     killed_broker: int | None
+    killed_led: tuple[int, ...]  # the topic's partitions the killed broker led when it was killed
     kill_gap_ms: int  # longest pause in acknowledgements of any partition after the kill
     max_ack_gap_ms: int
     failed_commits: tuple[str, ...]
@@ -82,7 +83,8 @@ class JavaClientReport:
         moves = ", ".join(f"p{m.partition} {m.source}->{m.target} {m.took_s * 1000:.0f} ms "
                           f"(gap {m.partition_gap_ms} ms)" for m in self.moves)
         return (f"{self.read_back.summary()}; sent {self.sent}, send errors {len(self.producer_errors)}; "
-                f"{len(self.moves)} moves [{moves}]; kill -9 of broker {self.killed_broker} (gap {self.kill_gap_ms} ms); "
+                f"{len(self.moves)} moves [{moves}]; kill -9 of the group coordinator, broker {self.killed_broker}, "
+                f"leading partitions {list(self.killed_led)} (longest ack pause after it {self.kill_gap_ms} ms); "
                 f"max ack gap {self.max_ack_gap_ms} ms; {self.assignments} assignments, "
                 f"{len(self.failed_commits)} failed commits; {self.elapsed_s:.1f} s")
 
@@ -132,6 +134,7 @@ async def run(cluster: LocalCluster, tools: KafkaTools, workdir: Path, plan: Jav
     moves: list[MoveDone] = []
     victim: int | None = None
     killed_at_ms = 0
+    killed_led: list[int] = []
     consumers: list[EventPipe[ConsumerEvents]] = []
     producer: EventPipe[ProducerEvents] | None = None
     async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
@@ -173,6 +176,9 @@ async def run(cluster: LocalCluster, tools: KafkaTools, workdir: Path, plan: Jav
                 await _until(lambda: acked() >= step * (plan.moves + 1) or proc.poll() is not None, 120,
                              "acks before the kill")
                 victim = _coordinator(bootstrap, plan.group)
+                for p in range(plan.partitions):
+                    if (await admin.wait_for_leader(TopicPartition(plan.topic, p), timeout_s=30)).leader == victim:
+                        killed_led.append(p)
                 killed_at_ms = int(time.time() * 1000)
                 cluster.kill_broker(victim)
                 await asyncio.sleep(1.0)
@@ -205,7 +211,7 @@ async def run(cluster: LocalCluster, tools: KafkaTools, workdir: Path, plan: Jav
     after_kill = [a for a in pevents.acks if a.timestamp_ms >= killed_at_ms - 1000] if victim is not None else []
     return JavaClientReport(
         read_back=check_read_back(pevents.acks, merged_reads(cevents)), sent=pevents.sent,
-        producer_errors=tuple(pevents.errors), moves=report_moves, killed_broker=victim,
+        producer_errors=tuple(pevents.errors), moves=report_moves, killed_broker=victim, killed_led=tuple(killed_led),
         kill_gap_ms=max((max_ack_gap_ms(after_kill, p) for p in range(plan.partitions)), default=0),
         max_ack_gap_ms=max_ack_gap_ms(pevents.acks),
         failed_commits=tuple(f for c in cevents for f in c.failed_commits),
