@@ -324,10 +324,18 @@ def _median_costs(rounds: list[dict[str, float | None]]) -> dict[str, float | No
     return out
 
 
-def end_to_end(bootstrap: str, topic: str, seconds: float, per_s: float) -> dict[str, Any]:
+def end_to_end(bootstrap: str, topic: str, seconds: float, per_s: float, partitions: int = 3) -> dict[str, Any]:
     """Produce ``per_s`` records a second (each carrying its send time) and read them with a
-    consumer-group member; latency = time read - time sent (one process, one clock)."""
+    consumer-group member; latency = time read - time sent (one process, one clock).
+
+    The producer is warmed first (a record to each partition, flushed): its first records would
+    otherwise carry its start-up (bootstrap connection, Metadata, InitProducerId, ~0.5 s), which
+    was the whole of the p99 this measure used to report (368 ms against a p50 of 1.2 ms; every
+    record over 50 ms was sent in the producer's first half second). That start-up is reported
+    apart, as ``e2e_first_record_ms``."""
     latencies_ms: list[float] = []
+    first_ms: list[float] = []
+    measured_from = [float("inf")]
     done = threading.Event()
     ready = threading.Event()
 
@@ -343,7 +351,7 @@ def end_to_end(bootstrap: str, topic: str, seconds: float, per_s: float) -> dict
                 if value is None:
                     continue
                 sent = float(value[:20])
-                latencies_ms.append((time.time() - sent) * 1000)
+                (latencies_ms if sent >= measured_from[0] else first_ms).append((time.time() - sent) * 1000)
         finally:
             consumer.close()
 
@@ -353,6 +361,10 @@ def end_to_end(bootstrap: str, topic: str, seconds: float, per_s: float) -> dict
     time.sleep(0.5)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 0,
                          **LOW_LATENCY})
+    for partition in range(partitions):  # the warm-up: connections, Metadata, producer id
+        producer.produce(topic, value=b"%20.6f" % time.time() + b" " * 100, partition=partition)
+    producer.flush(30)
+    measured_from[0] = time.time()
     end = time.monotonic() + seconds
     n = 0
     started = time.monotonic()
@@ -368,7 +380,8 @@ def end_to_end(bootstrap: str, topic: str, seconds: float, per_s: float) -> dict
     done.set()
     reader.join(10)
     return {"e2e_p50_ms": percentile(latencies_ms, 50), "e2e_p99_ms": percentile(latencies_ms, 99),
-            "e2e_records": len(latencies_ms), "e2e_sent": n}
+            "e2e_records": len(latencies_ms), "e2e_sent": n,
+            "e2e_first_record_ms": max(first_ms) if first_ms else None}
 
 
 async def move_unavailability(admin: Admin, bootstrap: str, moves: int) -> dict[str, Any]:
