@@ -26,6 +26,7 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
 from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.produce_answer import success_answer
 from broker.kafka.wire import Request, api_versions_response
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -141,6 +142,15 @@ def _leader_of(exc: BaseException) -> tuple[int, int]:
     return (leader if isinstance(leader, int) else NO_LEADER), (epoch if isinstance(epoch, int) else -1)
 
 
+def _record_errors(exc: BaseException) -> list[object]:
+    """Kafka's per-record errors (produce v8+; older versions drop the field): the records of a
+    batch refused one by one (LogValidator's RecordValidationException), by batch index."""
+    details = exc.details if isinstance(exc, FerryError) and exc.details else {}
+    BE = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.BatchIndexAndErrorMessage
+    return [BE(batch_index=int(e["batch_index"]), batch_index_error_message=e.get("message"))
+            for e in details.get("record_errors", ())]
+
+
 class DataApis:
     """Handlers of the data-path APIs; each returns the response message, an answer already framed
     (a successful single-partition produce), or None (acks=0)."""
@@ -228,7 +238,7 @@ class DataApis:
             if isinstance(result, BaseException):
                 code, message = kafka_error(result)
                 entry = PP(index=index, error_code=code.code, base_offset=-1, log_append_time_ms=-1,
-                           log_start_offset=-1, record_errors=[], error_message=message)
+                           log_start_offset=-1, record_errors=_record_errors(result), error_message=message)
                 if code is ErrorCode.NOT_LEADER_OR_FOLLOWER and req.api_version >= 10:
                     leader, epoch = _leader_of(result)
                     if leader != NO_LEADER:  # KIP-951: name the new leader only when there is one
@@ -261,12 +271,16 @@ class DataApis:
             # incremental fetch sessions are refused: every fetch is a full one (session id 0)
             return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND.code,
                                  session_id=0, responses=[], node_endpoints=[])
+        max_bytes = body.max_bytes if req.api_version >= 3 else 2 ** 31 - 1
         wanted: list[tuple[str, int, int, int, int | None]] = []
         for topic in body.topics:
             for p in topic.partitions:
                 epoch = p.current_leader_epoch if req.api_version >= 9 else None
-                wanted.append((topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes, epoch))
-        max_bytes = body.max_bytes if req.api_version >= 3 else 2 ** 31 - 1
+                # no partition's share exceeds the response's max_bytes (but its first batch, when
+                # it is the first with data), so none is read past it
+                read_bytes = min(p.partition_max_bytes, max(1, max_bytes)) if p.partition_max_bytes > 0 \
+                    else p.partition_max_bytes
+                wanted.append((topic.topic, p.partition, p.fetch_offset, read_bytes, epoch))
         results = await self._read_all(wanted, 0)
         total = sum(len(r.data) for r in results if not isinstance(r, BaseException))
         errors = any(isinstance(r, BaseException) for r in results)
@@ -305,8 +319,8 @@ class DataApis:
         FT = FetchResponse.FetchableTopicResponse
         PD = FT.PartitionData
         by_topic: dict[str, list[object]] = {}
-        budget = max_bytes
-        for (topic, partition, _off, _mb, _ep), result in zip(wanted, results):
+        budget = FetchBudget(max_bytes)
+        for (topic, partition, _off, read_bytes, _ep), result in zip(wanted, results):
             if isinstance(result, BaseException):
                 code, _ = kafka_error(result)
                 details = result.details if isinstance(result, FerryError) and result.details else {}
@@ -319,10 +333,7 @@ class DataApis:
                     if req.api_version >= 12 and leader != NO_LEADER:
                         entry.current_leader = PD.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
             else:
-                data = result.data
-                if budget <= 0 and by_topic:
-                    data = b""  # the response is full; the client asks again from the same offset
-                budget -= len(data)
+                data = budget.take(result.data, read_bytes)  # the client asks again for what is left out
                 entry = PD(partition_index=partition, error_code=0, high_watermark=result.high_watermark,
                            last_stable_offset=result.high_watermark, log_start_offset=result.log_start_offset,
                            aborted_transactions=None, preferred_read_replica=-1, records=data)
