@@ -24,7 +24,8 @@ from kafka.protocol.admin.groups import (DeleteGroupsRequest, DeleteGroupsRespon
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
                                            LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest,
-                                           OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+                                           OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+                                           OffsetFetchRequest, OffsetFetchResponse,
                                            SyncGroupRequest, SyncGroupResponse)
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 
@@ -386,6 +387,37 @@ class GroupApis:
             T(name=name, partitions=[T.OffsetFetchResponsePartition(
                 partition_index=f.partition, committed_offset=f.offset, committed_leader_epoch=f.leader_epoch,
                 metadata=f.metadata, error_code=f.error.code) for f in fs]) for name, fs in parts.items()])
+
+    async def offset_delete(self, req: Request) -> ApiMessage:
+        """OffsetDelete (KIP-496): the group's committed offsets of the named partitions go, unless
+        a member of the group subscribes to their topic. A partition of a topic that does not
+        exist answers UNKNOWN_TOPIC_OR_PARTITION; a group-wide error answers alone, as Kafka does."""
+        body: OffsetDeleteRequest = req.body  # type: ignore[assignment]
+        image = self.core.image
+        known: list[g.TopicPartition] = []
+        results: list[tuple[str, int, ErrorCode]] = []
+        for t in body.topics:
+            topic_id = image.topics.by_name.get(t.name) if image is not None else None
+            for p in t.partitions:
+                if topic_id is None or image is None or image.topics.partition(topic_id, p.partition_index) is None:
+                    results.append((t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                else:
+                    known.append(g.TopicPartition(t.name, p.partition_index))
+        try:
+            partition, hosted = await self._coordinator(body.group_id)
+            outcome = await self._run(partition, hosted, lambda c, now: c.delete_offsets(body.group_id, known, now))
+        except NotCoordinator as exc:
+            outcome = g.OffsetDeleteResult(exc.error)
+        if outcome.error is not ErrorCode.NONE:
+            return OffsetDeleteResponse(error_code=outcome.error.code, throttle_time_ms=0, topics=[])
+        results += [(r.topic, r.partition, r.error) for r in outcome.partitions]
+        T = OffsetDeleteResponse.OffsetDeleteResponseTopic
+        by_topic: dict[str, list[Any]] = {}
+        for topic, part, error in results:
+            by_topic.setdefault(topic, []).append(T.OffsetDeleteResponsePartition(partition_index=part,
+                                                                                  error_code=error.code))
+        return OffsetDeleteResponse(error_code=0, throttle_time_ms=0,
+                                    topics=[T(name=n, partitions=ps) for n, ps in by_topic.items()])
 
     async def _fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None
                              ) -> tuple[ErrorCode, dict[str, list[g.FetchedOffset]]]:

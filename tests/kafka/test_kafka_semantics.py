@@ -172,3 +172,41 @@ async def test_fetch_max_bytes_and_partition_max_bytes_bound_the_answer(shared_c
         parts = {p.partition_index: p for p in answer.responses[0].partitions}
         assert len(list(iter_batches(parts[0].records))) == 1 and parts[1].records in (b"", None)
         assert parts[1].high_watermark == 40
+
+
+# --------------------------------------------------------------------------- OffsetDelete
+def test_offset_delete_by_kafka_python_admin(shared_cluster) -> None:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as CTP
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NoError, UnknownTopicOrPartitionError
+    bootstrap = shared_cluster.kafka_bootstrap
+    for topic in ("od-a", "od-b"):
+        create_topic(bootstrap, topic)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce("od-a", value=b"x", partition=0)
+    producer.flush(30)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "od", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe(["od-a"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            break
+    consumer.commit(offsets=[CTP("od-a", 0, 1), CTP("od-b", 0, 5)], asynchronous=False)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        a, b = TopicPartition("od-a", 0), TopicPartition("od-b", 0)
+        assert admin.delete_group_offsets("od", [a, b]) == {a: GroupSubscribedToTopicError, b: NoError}
+        assert set(admin.list_group_offsets("od")["od"]) == {a}
+        missing = TopicPartition("no-such-topic", 0)
+        assert admin.delete_group_offsets("od", [missing]) == {missing: UnknownTopicOrPartitionError}
+        consumer.close()  # the group is empty now: its offsets may all go
+        assert admin.delete_group_offsets("od", [a]) == {a: NoError}
+        assert admin.list_group_offsets("od")["od"] == {}
+        with pytest.raises(GroupIdNotFoundError):
+            admin.delete_group_offsets("no-such-group", [a])
+    finally:
+        admin.close()
