@@ -25,6 +25,7 @@ from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
+from broker.kafka.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from broker.kafka.apis import SUPPORTED_VERSIONS
 from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.produce_answer import success_answer
@@ -180,8 +181,14 @@ class DataApis:
                 names = [t.name for t in body.topics]
             for name in names:
                 topics_out.append(self._topic_metadata(image, name, live))
+        v = req.api_version
+        if v >= 8 and body.include_topic_authorized_operations:  # no authorizer: everything (acl_operations)
+            for t in topics_out:
+                t.authorized_operations = set(TOPIC_OPERATIONS)  # type: ignore[attr-defined]
+        cluster_ops = set(CLUSTER_OPERATIONS) if 8 <= v <= 10 and body.include_cluster_authorized_operations else None
         return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=self.core.cluster_id,
-                                controller_id=self.core.broker_id, topics=topics_out)
+                                controller_id=self.core.broker_id, topics=topics_out,
+                                authorized_operations=cluster_ops)
 
     def _topic_metadata(self, image: MetadataImage, name: str | None, live: dict[int, KafkaEndpoint]) -> object:
         T = MetadataResponse.MetadataResponseTopic

@@ -30,6 +30,7 @@ from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, 
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 
 from broker import groups as g
+from broker.kafka.acl_operations import GROUP_OPERATIONS
 from broker.kafka.data_apis import BrokerCore, kafka_endpoints, kafka_error
 from broker.kafka.wire import Request
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -436,6 +437,8 @@ class GroupApis:
     async def describe_groups(self, req: Request) -> ApiMessage:
         body: DescribeGroupsRequest = req.body  # type: ignore[assignment]
         D = DescribeGroupsResponse.DescribedGroup
+        # no authorizer: every operation on a group (acl_operations), for the groups described
+        ops = set(GROUP_OPERATIONS) if req.api_version >= 3 and body.include_authorized_operations else None
         out = []
         for group_id in body.groups:
             try:
@@ -446,7 +449,8 @@ class GroupApis:
                                  D.DescribedGroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
                                                         client_id=m.client_id, client_host=m.client_host,
                                                         member_metadata=m.metadata, member_assignment=m.assignment)
-                                 for m in d.members]))
+                                 for m in d.members],
+                             authorized_operations=ops if d.error is ErrorCode.NONE else None))
             except NotCoordinator as exc:
                 out.append(D(error_code=exc.error.code, group_id=group_id, group_state="", protocol_type="",
                              protocol_data="", members=[]))

@@ -210,3 +210,43 @@ def test_offset_delete_by_kafka_python_admin(shared_cluster) -> None:
             admin.delete_group_offsets("no-such-group", [a])
     finally:
         admin.close()
+
+
+# --------------------------------------------------------------------------- authorized operations
+def test_authorized_operations_list_everything_applicable_as_kafka_without_an_authorizer(shared_cluster) -> None:
+    from confluent_kafka import Consumer, TopicCollection
+    from confluent_kafka.admin import AclOperation, AdminClient
+    from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
+    bootstrap = shared_cluster.kafka_bootstrap
+    create_topic(bootstrap, "authz")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    A = AclOperation
+    topic_ops = {A.READ, A.WRITE, A.CREATE, A.DELETE, A.ALTER, A.DESCRIBE, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS}
+    cluster_ops = {A.CREATE, A.ALTER, A.DESCRIBE, A.CLUSTER_ACTION, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS,
+                   A.IDEMPOTENT_WRITE}
+    (described,) = admin.describe_topics(TopicCollection(["authz"]), include_authorized_operations=True).values()
+    assert set(described.result(30).authorized_operations) == topic_ops
+    assert set(admin.describe_cluster(include_authorized_operations=True).result(30).authorized_operations) \
+        == cluster_ops
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "authz", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["authz"])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    try:
+        (group,) = admin.describe_consumer_groups(["authz"], include_authorized_operations=True).values()
+        assert set(group.result(30).authorized_operations) == {A.READ, A.DESCRIBE, A.DELETE}
+        (group,) = admin.describe_consumer_groups(["authz"]).values()
+        assert group.result(30).authorized_operations is None  # not asked: not listed
+    finally:
+        consumer.close()
+    # Metadata v10 carries the cluster's too (v11 dropped it for DescribeCluster); not asked, not sent
+    T = MetadataRequest.MetadataRequestTopic
+    for include in (True, False):
+        request = MetadataRequest[10](topics=[T(name="authz", topic_id=None)], allow_auto_topic_creation=False,
+                                      include_cluster_authorized_operations=include,
+                                      include_topic_authorized_operations=include)
+        answer = asyncio.run(kafka_call(shared_cluster.kafka_ports[1], request, 10, MetadataResponse))
+        ops = (answer.authorized_operations, answer.topics[0].authorized_operations)
+        assert ops == (({int(o.value) for o in cluster_ops}, {int(o.value) for o in topic_ops}) if include
+                       else (None, None))
