@@ -38,6 +38,12 @@ LATEST_TIMESTAMP = -1  # ListOffsets' special timestamps
 EARLIEST_TIMESTAMP = -2
 ZERO_UUID = uuid.UUID(int=0)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+#: the refusal of every transactional id (FindCoordinator, InitProducerId, Produce): Kafka's error
+#: for a transactional id the client may not use, which clients treat as fatal at once
+#: (librdkafka, the Java client, kafka-python), rather than an error they retry until a timeout
+NO_TRANSACTIONS = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+NO_TRANSACTIONS_MESSAGE = ("this cluster has no transaction coordinator: transactions are not supported; "
+                           "unset transactional.id (an idempotent producer still writes each record once)")
 
 
 @dataclass(frozen=True)
@@ -265,7 +271,7 @@ class DataApis:
     async def _append(self, topic: str, partition: int, records: bytes | None, acks: int,
                       transactional_id: str | None) -> AppendOutcome:
         if transactional_id is not None:
-            raise FerryError(ErrorCode.INVALID_TXN_STATE, "transactions are not supported by this broker")
+            raise FerryError(NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE)
         if not records:
             raise FerryError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
         # a copy the append may change in place (offsets, LogAppendTime) and the WAL holds until synced
@@ -432,7 +438,7 @@ class DataApis:
     async def init_producer_id(self, req: Request) -> ApiMessage:
         body: InitProducerIdRequest = req.body  # type: ignore[assignment]
         if body.transactional_id is not None:
-            return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_TXN_STATE.code,
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=NO_TRANSACTIONS.code,
                                           producer_id=-1, producer_epoch=-1)
         if req.api_version >= 3 and body.producer_id >= 0:
             # KIP-360: an idempotent producer bumps its epoch after an unknown sequence error

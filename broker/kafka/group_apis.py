@@ -31,7 +31,8 @@ from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, Fin
 
 from broker import groups as g
 from broker.kafka.acl_operations import GROUP_OPERATIONS
-from broker.kafka.data_apis import BrokerCore, kafka_endpoints, kafka_error
+from broker.kafka.data_apis import (NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, BrokerCore, kafka_endpoints,
+                                    kafka_error)
 from broker.kafka.wire import Request
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage import batches
@@ -42,6 +43,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 16  # Kafka's offsets.topic.num.partitions is 50; 16 suits small clusters
 LOAD_FETCH_BYTES = 4 * 1024 * 1024
 COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
 R = TypeVar("R")
 
 
@@ -242,8 +244,10 @@ class GroupApis:
                                        port=p)
 
     async def _find_one(self, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+        if key_type == COORDINATOR_KEY_TRANSACTION:  # refused so that the client fails at once
+            return NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, -1, "", -1
         if key_type != COORDINATOR_KEY_GROUP:
-            return ErrorCode.INVALID_REQUEST, "only group coordinators exist (no transactions)", -1, "", -1
+            return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
         if not key:
             return ErrorCode.INVALID_GROUP_ID, "the group id is empty", -1, "", -1
         await self._ensure_topic()
