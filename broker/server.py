@@ -430,7 +430,8 @@ class Broker:
             if len(body) > self.config.max_batch_bytes:
                 raise FerryError(ErrorCode.MESSAGE_TOO_LARGE,
                                  f"record batch of {len(body)} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
-            validated = validate_produce_records(body, self._validation_policy(topic), int(time.time() * 1000))
+            validated = validate_produce_records(body, self._validation_policy(topic), int(time.time() * 1000),
+                                                 f"{topic}-{partition}")
             body, infos = validated.data, validated.infos
             replica = slot.replica
             assert replica is not None

@@ -32,6 +32,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LeaveGroup: (0, 5),
     ApiKey.OffsetCommit: (2, 8),
     ApiKey.OffsetFetch: (1, 8),
+    ApiKey.OffsetDelete: (0, 0),
     ApiKey.DescribeGroups: (0, 5),
     ApiKey.ListGroups: (0, 4),
     ApiKey.DeleteGroups: (0, 2),
