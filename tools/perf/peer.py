@@ -98,10 +98,13 @@ class FerrySystem:
 
     def server_pids(self) -> dict[str, list[int]]:
         c = self.cluster
-        brokers = [p.pid for p in c.broker_procs.values()]
-        controllers = [c._controller_proc(n).pid for n in range(1, c.num_controllers + 1)]
+        from tools.perf.kafka import descendants
+
+        roots = [p.pid for p in c.broker_procs.values()] + \
+            [c._controller_proc(n).pid for n in range(1, c.num_controllers + 1)]
         s3 = [c.s3.process.pid] if c.s3 is not None and c.s3.process is not None else []
-        return {"servers": brokers + controllers, "s3": s3}
+        # a controller's Raft node runs in a child process: counted with it
+        return {"servers": roots + [d for r in roots for d in descendants(r)], "s3": s3}
 
     def kill_broker(self, broker_id: int) -> None:
         self.cluster.kill_broker(broker_id)
