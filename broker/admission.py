@@ -21,6 +21,17 @@ class LeaderView:
 
     leader: int
     leader_epoch: int
+    # the owner-to-be of a partition changing hands (image ``named_leader``): the leader clients
+    # are told about while ``leader`` is NO_LEADER, at the epoch its election will give it
+    next_leader: int = NO_LEADER
+    next_leader_epoch: int = -1
+
+    @property
+    def named(self) -> tuple[int, int]:
+        """The leader (and epoch) a client is told about: the leader, or else the owner-to-be."""
+        if self.leader == NO_LEADER and self.next_leader != NO_LEADER:
+            return self.next_leader, self.next_leader_epoch
+        return self.leader, self.leader_epoch
 
 
 @dataclass(frozen=True)
@@ -37,14 +48,19 @@ def not_leader(topic: str, partition: int, broker_id: int, view: LeaderView, sta
                leader_url: str | None) -> FerryError:
     """``NOT_LEADER_OR_FOLLOWER`` naming who leads now (Kafka clients refresh metadata on it;
     the details carry the leader so newer clients skip the refresh, as KIP-951 does)."""
+    leader, epoch = view.named
     if view.leader == broker_id:
         why = f"partition {topic}-{partition} is {(state_name or 'CLOSED').lower()} on broker {broker_id}"
-    elif view.leader == NO_LEADER:
+    elif leader == NO_LEADER:
         why = f"partition {topic}-{partition} is moving and has no leader right now"
+    elif leader == broker_id:
+        why = f"partition {topic}-{partition} is moving to broker {broker_id}, which does not serve it yet"
+    elif view.leader == NO_LEADER:
+        why = f"partition {topic}-{partition} is moving to broker {leader}"
     else:
-        why = f"broker {broker_id} does not lead {topic}-{partition}; broker {view.leader} does"
+        why = f"broker {broker_id} does not lead {topic}-{partition}; broker {leader} does"
     return FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, why,
-                      {"leader_id": view.leader, "leader_url": leader_url, "leader_epoch": view.leader_epoch})
+                      {"leader_id": leader, "leader_url": leader_url, "leader_epoch": epoch})
 
 
 def check_serving(topic: str, partition: int, broker_id: int, view: LeaderView | None,
@@ -58,19 +74,25 @@ def check_serving(topic: str, partition: int, broker_id: int, view: LeaderView |
 
 
 def handoff_pending(broker_id: int, view: LeaderView | None, state: ServingState | None) -> bool:
-    """Whether a produce that finds the partition not served here is held for a hand-off under
-    way instead of being refused at once: this broker opens it as the elected leader (it serves
-    in a moment), or it is closing it (or has just closed it) and no new leader is named yet.
+    """Whether a request that finds the partition not served here is held for a hand-off under
+    way instead of being refused at once: this broker is the owner-to-be (named before it is
+    elected: it serves once the old owner has closed the streams), or opens it as the elected
+    leader (it serves in a moment), or it is closing it (or has just closed it) and no owner-to-be
+    is named (then the answer waits for one).
 
     A refused client backs off exponentially (Kafka's ``retry.backoff.ms`` doubling), so a
     refusal during a ~0.1 s move lands its retry well after the move ended; a request held
     here is answered the moment the hand-off settles: appended when the partition serves, or
     ``NOT_LEADER_OR_FOLLOWER`` naming the new leader. The caller bounds the wait."""
-    if view is None or state is None or (state.accepts_requests and not state.replica_closed):
+    if view is None or (state is not None and state.accepts_requests and not state.replica_closed):
+        return False
+    if view.leader == NO_LEADER and view.next_leader == broker_id:
+        return state is None or state.state_name != "FENCED"
+    if state is None:
         return False
     if view.leader == broker_id:
         return state.state_name == "OPENING"
-    if view.leader == NO_LEADER:
+    if view.leader == NO_LEADER and view.next_leader == NO_LEADER:
         return state.state_name in ("CLOSING", "CLOSED")
     return False
 

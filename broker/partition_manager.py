@@ -158,13 +158,13 @@ class PartitionManager:
 
     def _handoff_pending(self, topic: str, partition: int, view: Callable[[], admission.LeaderView | None]) -> bool:
         slot = self.slot_by_name(topic, partition)
-        if slot is None or (slot.status.accepts_produce and slot.replica is not None and not slot.replica.closed):
+        if slot is not None and slot.status.accepts_produce and slot.replica is not None and not slot.replica.closed:
             return False  # the common case, decided without building the image's view
         return admission.handoff_pending(self.broker_id, view(), self.serving_state(slot))
 
     async def await_handoff(self, topic: str, partition: int, view: Callable[[], admission.LeaderView | None],
                             timeout_s: float) -> None:
-        """Hold a produce request while the partition changes hands here (``handoff.py``)."""
+        """Hold a produce or fetch request while the partition changes hands here (``handoff.py``)."""
         await self.handoffs.wait((topic, partition), lambda: self._handoff_pending(topic, partition, view),
                                  timeout_s)
 

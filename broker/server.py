@@ -307,18 +307,26 @@ class Broker:
                 for s in self.manager.serving() if s.replica is not None]
 
     # ------------------------------------------------------------------ the core both front ends call
-    async def await_handoff(self, topic: str, partition: int) -> None:
-        """A produce for a partition changing hands here waits (bounded) for the hand-off to settle."""
-        if self.manager is not None and self.config.produce_handoff_wait_ms > 0:
+    async def await_handoff(self, topic: str, partition: int, limit_ms: int | None = None) -> None:
+        """A request for a partition changing hands here waits (bounded by
+        ``produce_handoff_wait_ms``, and by ``limit_ms`` when given) for the hand-off to settle."""
+        wait_ms = self.config.produce_handoff_wait_ms if limit_ms is None else \
+            min(limit_ms, self.config.produce_handoff_wait_ms)
+        if self.manager is not None and wait_ms > 0:
             await self.manager.await_handoff(topic, partition, lambda: self._view(topic, partition),
-                                             self.config.produce_handoff_wait_ms / 1000)
+                                             wait_ms / 1000)
 
     def _view(self, topic: str, partition: int) -> admission.LeaderView | None:
         assert self.manager is not None
         image = self.manager.image
         topic_id = image.topics.by_name.get(topic)
         reg = image.topics.partition(topic_id, partition) if topic_id is not None else None
-        return admission.LeaderView(reg.leader, reg.leader_epoch) if reg is not None else None
+        if reg is None:
+            return None
+        if reg.leader != NO_LEADER:
+            return admission.LeaderView(reg.leader, reg.leader_epoch)
+        next_leader, next_epoch = reg.named_leader(image.cluster.is_active)
+        return admission.LeaderView(reg.leader, reg.leader_epoch, next_leader, next_epoch)
 
     def _validation_policy(self, topic: str) -> ValidationPolicy:
         """The topic's record-validation settings, parsed once per change of its configs."""
@@ -377,7 +385,7 @@ class Broker:
                 state_name=slot.status.state.value, replica_closed=slot.replica is None or slot.replica.closed,
                 replica_leader_epoch=slot.replica.leader_epoch if slot.replica is not None else -1)
         admission.check_serving(topic, partition, self.broker_id, view, state,
-                                self.leader_url(view.leader) if view is not None else None)
+                                self.leader_url(view.named[0]) if view is not None else None)
         assert slot is not None and slot.replica is not None
         admission.check_leader_epoch(topic, partition, client_leader_epoch, slot.replica.leader_epoch)
         if for_write:
@@ -459,6 +467,8 @@ class Broker:
         """Whole batches from ``offset`` (at least one, as Kafka's fetch), long-polling up to
         ``max_wait_ms`` when nothing is there yet."""
         try:
+            # a consumer sent here by the named owner-to-be waits for it to serve, within its long poll
+            await self.await_handoff(topic, partition, max(0, max_wait_ms))
             slot = self.partition_slot(topic, partition, for_write=False, client_leader_epoch=client_leader_epoch)
             if max_bytes <= 0:
                 raise FerryError(ErrorCode.INVALID_REQUEST, "max_bytes must be positive")

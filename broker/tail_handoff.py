@@ -37,11 +37,8 @@ def next_leader(image: MetadataImage, topic_id: str, partition: int, me: int) ->
     reg = image.topics.partition(topic_id, partition)
     if reg is None or reg.storage != STORAGE_S3 or reg.leader != NO_LEADER:
         return None
-    for replica in reg.replicas:
-        broker = image.cluster.brokers.get(replica)
-        if broker is not None and broker.is_active:
-            return None if replica == me else replica
-    return None
+    replica = reg.first_active_replica(image.cluster.is_active)
+    return None if replica in (me, NO_LEADER) else replica
 
 
 def plan_handoffs(image: MetadataImage, me: int, partitions: Iterable[tuple[str, int]], object_key: str,

@@ -12,7 +12,7 @@ under which that record was written (-1 = unknown).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from metadata_quorum.pmap import EMPTY_PMAP, PMap
 from metadata_quorum.records import (
@@ -191,6 +191,28 @@ class PartitionRegistration:
         """The replicas before the reassignment in progress (Kafka: replicas - adding, plus removing)."""
         kept = tuple(r for r in self.replicas if r not in self.adding_replicas)
         return kept + tuple(r for r in self.removing_replicas if r not in kept)
+
+    def first_active_replica(self, is_active: Callable[[int], bool]) -> int:
+        """The replica an s3 partition's election picks: the first active one (its data is in
+        object storage, so every replica is in sync). NO_LEADER when none is active."""
+        return next((r for r in self.replicas if is_active(r)), NO_LEADER)
+
+    def named_leader(self, is_active: Callable[[int], bool]) -> tuple[int, int]:
+        """The leader and leader epoch clients are told about.
+
+        During an s3 hand-over the partition has no leader in the log (the old owner must close
+        its streams first), but the owner-to-be is already decided: the first active replica of
+        the target, which the election behind the old owner's closing commit (or ``tick`` at the
+        deadline) makes leader at ``leader_epoch + 1``. Naming it at once, as Kafka keeps a leader
+        named through a reassignment, lets a client send its next request straight to the broker
+        that is about to serve instead of backing off on ``LEADER_NOT_AVAILABLE``; that broker
+        holds the request until it serves. Any other leaderless partition has no leader named."""
+        if self.leader != NO_LEADER or self.storage != STORAGE_S3 or not self.reelection_deadline_ms:
+            return self.leader, self.leader_epoch
+        owner_to_be = self.first_active_replica(is_active)
+        if owner_to_be == NO_LEADER:
+            return NO_LEADER, self.leader_epoch
+        return owner_to_be, self.leader_epoch + 1
 
     def merge(self, change: PartitionChangeRecord) -> "PartitionRegistration":
         """Apply a PartitionChange with KRaft's epoch rules.

@@ -210,10 +210,13 @@ class DataApis:
                      is_internal=False, partitions=[])
         parts = []
         for _, p in sorted(topic.partitions.items()):
-            leader = p.leader if p.leader in live else NO_LEADER
+            # a partition changing hands names its owner-to-be (image.named_leader), as Kafka keeps
+            # a leader named through a reassignment
+            named, epoch = p.named_leader(image.cluster.is_active)
+            leader = named if named in live else NO_LEADER
             error = ErrorCode.NONE if leader != NO_LEADER else ErrorCode.LEADER_NOT_AVAILABLE
             parts.append(P(error_code=error.code, partition_index=p.partition, leader_id=leader,
-                           leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
+                           leader_epoch=epoch, replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
                            offline_replicas=[r for r in p.replicas if r not in live]))
         return T(error_code=0, name=name, topic_id=topic_uuid(topic_id), is_internal=name in INTERNAL_TOPICS,
                  partitions=parts)

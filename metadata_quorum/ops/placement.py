@@ -89,8 +89,10 @@ class Placement:
 def election_candidate(builder: RecordBuilder, part: PartitionRegistration, unclean: bool = False) -> int:
     """The replica that should lead: for s3 the first active replica; for local the first active
     replica in the ISR (or, unclean, any active replica). NO_LEADER when there is none."""
+    if part.storage == STORAGE_S3:  # the rule brokers name the owner-to-be by (image.named_leader)
+        return part.first_active_replica(builder.is_active)
     for replica in part.replicas:
-        if builder.is_active(replica) and (part.storage == STORAGE_S3 or replica in part.isr):
+        if builder.is_active(replica) and replica in part.isr:
             return replica
     if unclean and part.storage != STORAGE_S3:
         for replica in part.replicas:

@@ -166,6 +166,25 @@ def test_a_produce_is_held_only_while_its_partition_changes_hands_here() -> None
     assert not handoff_pending(me, LeaderView(me, 4), None)
     assert not handoff_pending(me, LeaderView(me, 4), state("FENCED"))
     assert not handoff_pending(me, LeaderView(nobody, 4), state("OPENING"))
+    # the owner-to-be, named before its election: held (with or without a slot) until it serves
+    assert handoff_pending(me, LeaderView(nobody, 3, me, 4), None)
+    assert handoff_pending(me, LeaderView(nobody, 3, me, 4), state("CLOSED"))
+    assert not handoff_pending(me, LeaderView(nobody, 3, me, 4), state("FENCED"))
+    # the old owner once the owner-to-be is named: refused at once, naming it
+    assert not handoff_pending(me, LeaderView(nobody, 3, other, 4), state("CLOSING"))
+    assert not handoff_pending(me, LeaderView(nobody, 3, other, 4), state("CLOSED"))
+
+
+def test_a_refusal_during_a_hand_over_names_the_owner_to_be() -> None:
+    """KIP-951: the client learns where to go next from the refusal itself."""
+    from broker.admission import LeaderView, not_leader
+
+    err = not_leader("t", 0, 1, LeaderView(-1, 3, 2, 4), "CLOSING", "http://b2")
+    assert err.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert err.details == {"leader_id": 2, "leader_url": "http://b2", "leader_epoch": 4}
+    assert "moving to broker 2" in err.message
+    err = not_leader("t", 0, 1, LeaderView(-1, 3), "CLOSING", None)
+    assert (err.details or {})["leader_id"] == -1 and "no leader" in err.message
 
 
 def test_the_start_up_heap_is_frozen_out_of_full_collections() -> None:

@@ -97,6 +97,10 @@ async def test_librdkafka_idempotent_producer_through_moves_and_a_kill(cluster) 
         acked, stop = Acked(), threading.Event()
         producing = asyncio.ensure_future(asyncio.to_thread(
             produce_paced, cluster.kafka_bootstrap, topic, partitions, 3000, 250.0, acked, stop))
+        leaders_seen: list[int] = []
+        watching = threading.Event()
+        watcher = asyncio.ensure_future(asyncio.to_thread(
+            watch_leader, cluster.kafka_bootstrap, topic, 0, leaders_seen, watching))
         try:
             tp = TopicPartition(topic, 0)
             for i in range(6):  # partition 0 back and forth between brokers
@@ -106,6 +110,11 @@ async def test_librdkafka_idempotent_producer_through_moves_and_a_kill(cluster) 
                 target = owner % 3 + 1
                 await admin.move_partition(tp, [target])
                 await admin.wait_for_leader(tp, leader=target, timeout_s=20)
+            watching.set()
+            await watcher
+            # Metadata named a leader throughout the six moves (the owner-to-be while the partition
+            # was between owners), and the watch saw the moves happen
+            assert -1 not in leaders_seen and len(set(leaders_seen)) >= 2, sorted(set(leaders_seen))
             victim = (await admin.wait_for_leader(TopicPartition(topic, 1), timeout_s=20)).leader
             cluster.kill_broker(victim)  # kill -9 of a partition's owner
             await asyncio.sleep(1.0)
@@ -113,11 +122,23 @@ async def test_librdkafka_idempotent_producer_through_moves_and_a_kill(cluster) 
             await asyncio.wait_for(producing, 180)
         finally:
             stop.set()
-            await asyncio.gather(producing, return_exceptions=True)
+            watching.set()
+            await asyncio.gather(producing, watcher, return_exceptions=True)
     assert acked.errors == []
     assert acked.count() == 3000
     got = await asyncio.to_thread(read_all, cluster.kafka_bootstrap, topic, partitions, 3000)
     assert_read_back_exactly(acked, got)
+
+
+def watch_leader(bootstrap: str, topic: str, partition: int, seen: list[int], stop: threading.Event) -> None:
+    """The leader Metadata names for one partition, asked over and over until ``stop``."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    while not stop.is_set():
+        meta = admin.list_topics(topic, timeout=10)
+        seen.append(meta.topics[topic].partitions[partition].leader)
+        time.sleep(0.002)
 
 
 # ---------------------------------------------------------------------- consumer groups, three clients

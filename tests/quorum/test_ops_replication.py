@@ -299,6 +299,8 @@ def test_the_six_step_move_through_the_controller() -> None:
     c.listeners.append(listener)
     c.write("alter_partition_reassignments", {"reassignments": [{"topic": "t", "partition": 0, "replicas": [1]}]})
     assert seen == {0: ["lost"], 1: []}
+    # no leader in the log, but the owner-to-be is named, at the epoch its election gives it
+    named = partition(c.image, "t", 0).named_leader(c.image.cluster.is_active)
     # the new owner cannot open before the old one closed
     with_epoch = partition(c.image, "t", 0).leader_epoch + 1
     expect_error(c.image, "open_stream", {"stream_id": streams["data"], "epoch": with_epoch, "broker_id": 1,
@@ -309,6 +311,7 @@ def test_the_six_step_move_through_the_controller() -> None:
     c.write("elect_leaders", {"partitions": [{"topic": "t", "partition": 0}]})
     part = partition(c.image, "t", 0)
     assert part.leader == 1 and seen[1] == [f"gained@{part.leader_epoch}"]
+    assert named == (part.leader, part.leader_epoch) == part.named_leader(c.image.cluster.is_active)
     for sid in streams.values():
         reply = c.write("open_stream", {"stream_id": sid, "epoch": part.leader_epoch, "broker_id": 1,
                                         "broker_epoch": epoch_of(c.image, 1)})
@@ -354,3 +357,15 @@ def test_an_election_sent_behind_the_closing_commit_elects_only_once_the_streams
     out = run(c.image, "elect_leaders", args)
     assert out.reply["results"] == [{"topic": "t", "partition": 0, "leader": 1, "leader_epoch": before.leader_epoch + 1}]
     expect_error(c.image, "elect_leaders", dict(args, require_closed_streams="yes"), ErrorCode.INVALID_REQUEST)
+
+
+def test_the_owner_to_be_is_named_only_while_it_is_active() -> None:
+    """A hand-over names the first active replica of the target; when it is fenced the next
+    active one, which is what ``tick`` elects at the deadline; when none is, no leader."""
+    c = s3_topic(brokers=3, owner=0)
+    c.write("alter_partition_reassignments", {"reassignments": [{"topic": "t", "partition": 0, "replicas": [1]}]})
+    part = partition(c.image, "t", 0)
+    assert part.named_leader(lambda b: True) == (1, part.leader_epoch + 1)
+    assert part.named_leader(lambda b: b != 1) == (NO_LEADER, part.leader_epoch)
+    settled = partition(s3_topic(brokers=3, owner=0).image, "t", 0)
+    assert settled.named_leader(lambda b: False) == (settled.leader, settled.leader_epoch)
