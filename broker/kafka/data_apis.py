@@ -364,7 +364,7 @@ class DataApis:
                            aborted_transactions=None, preferred_read_replica=-1, records=data)
             entries.append((topic, entry))
         session_id = 0
-        if context is not None:  # a fetch session answers only what is new to the client
+        if context is not None and (context.incremental or context.create):  # a session answers only news
             included = context.answer([PartitionOutcome(len(e.records or b""), e.high_watermark, e.log_start_offset,
                                                         e.error_code != 0) for _, e in entries])
             entries = [te for te, keep in zip(entries, included) if keep]
