@@ -5,6 +5,7 @@ partition moves to another broker."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from broker.groups import partition_for_group
 from broker.kafka.group_apis import OFFSETS_TOPIC
 from tools.admin import Admin
 from tools.client import TopicPartition
+from tools.peer.apache_kafka import java_command
+from tools.peer.jars import kafka_jars_dir
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +79,8 @@ async def wait_for(check, timeout_s: float, what: str) -> None:  # type: ignore[
         await asyncio.sleep(0.2)
 
 
-async def test_two_consumer_protocol_members_split_hand_over_and_survive_a_coordinator_move(cluster) -> None:
+async def test_two_consumer_protocol_members_split_hand_over_and_survive_a_coordinator_move(shared_cluster) -> None:
+    cluster = shared_cluster
     bootstrap = cluster.kafka_bootstrap
     async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
         await admin.create_topic(TOPIC, PARTITIONS)
@@ -114,8 +118,16 @@ async def test_two_consumer_protocol_members_split_hand_over_and_survive_a_coord
             await asyncio.to_thread(produce, bootstrap, third)
             await wait_for(lambda: set(third) <= set(a.read), 20, "the third batch")
             assert a.partitions() == set(range(PARTITIONS))
+            # kill -9 of the coordinator's new owner: the restarted broker (or a new owner) reloads the group
+            victim = owner % 3 + 1
+            cluster.kill_broker(victim)
+            await asyncio.sleep(1.0)
+            cluster.start_broker(victim, wait=True)
+            fourth = [b"fourth-%04d" % i for i in range(200)]
+            await asyncio.to_thread(produce, bootstrap, fourth)
+            await wait_for(lambda: set(fourth) <= set(a.read), 30, "the fourth batch")
             assert all(n == 1 for n in a.read.values()) and set(a.read).isdisjoint(b.read), "a record was read twice"
-            # the moved coordinator describes the group from its records
+            # the reloaded coordinator describes the group from its records
             client = AdminClient({"bootstrap.servers": bootstrap})
             described = client.describe_consumer_groups([GROUP])[GROUP].result(timeout=30)
             assert [m.client_id for m in described.members] == ["member-a"]
@@ -129,3 +141,38 @@ async def test_two_consumer_protocol_members_split_hand_over_and_survive_a_coord
             b.stop.set()
             for t in threads:
                 await asyncio.to_thread(t.join, 30)
+
+
+async def test_kafka_java_consumer_and_group_tool_speak_the_consumer_protocol(shared_cluster) -> None:
+    """Kafka's own Java client (ConsoleConsumer, ``group.protocol=consumer``) reads a topic as a
+    consumer-protocol group and commits; Kafka's group tool lists the group's type and its offsets."""
+    jars = kafka_jars_dir()
+    if jars is None:
+        pytest.skip("Apache Kafka's jars are not installed (make kafka-jars)")
+    bootstrap, topic, group = shared_cluster.kafka_bootstrap, "kip848-java", "kip848-java-group"
+    async with Admin(bootstrap_controllers=shared_cluster.controller_bootstrap) as admin:
+        await admin.create_topic(topic, 2)
+        for p in range(2):
+            await admin.wait_for_leader(TopicPartition(topic, p), timeout_s=20)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    values = [f"java-{i:03d}" for i in range(20)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value.encode(), partition=i % 2)
+    assert producer.flush(60) == 0
+
+    def java(main_class: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(java_command(jars, main_class, ["--bootstrap-server", bootstrap, *args], 256),
+                              capture_output=True, text=True, timeout=120)
+    read = await asyncio.to_thread(
+        java, "org.apache.kafka.tools.consumer.ConsoleConsumer", "--topic", topic, "--group", group,
+        "--consumer-property", "group.protocol=consumer", "--from-beginning", "--max-messages", "20",
+        "--timeout-ms", "40000")
+    assert read.returncode == 0, read.stderr[-2000:]
+    # (the tool may print a deprecation notice about its flags before the records)
+    assert sorted(line for line in read.stdout.splitlines() if line.startswith("java-")) == values
+    tool = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+    listed = await asyncio.to_thread(java, tool, "--list", "--type")
+    assert any(line.split() == [group, "Consumer"] for line in listed.stdout.splitlines()), listed.stdout
+    described = await asyncio.to_thread(java, tool, "--describe", "--group", group)
+    rows = [line.split() for line in described.stdout.splitlines() if line.startswith(group)]
+    assert sorted((r[2], r[3], r[4]) for r in rows) == [("0", "10", "10"), ("1", "10", "10")], described.stdout
