@@ -64,6 +64,7 @@ class PartitionCoordinator(GroupCoordinator):
     def __init__(self, config: GroupCoordinatorConfig, now_ms: int,
                  consumer_config: ConsumerGroupConfig | None = None) -> None:
         self._consumer = ConsumerGroups(consumer_config or ConsumerGroupConfig())
+        self._expired: list[ConsumerRecord] = []  # consumer groups deleted by offsets retention in a tick
         super().__init__(config, now_ms)
 
     @classmethod
@@ -175,7 +176,25 @@ class PartitionCoordinator(GroupCoordinator):
     def tick(self, now_ms: int) -> Effects[None]:
         classic = super().tick(now_ms)
         consumer = [] if self._unloaded else self._consumer.tick(now_ms)
-        return Effects(None, tuple(classic.records) + tuple(consumer), classic.completed, self.next_deadline_ms())
+        expired, self._expired = self._expired, []
+        return Effects(None, tuple(classic.records) + tuple(expired) + tuple(consumer), classic.completed,
+                       self.next_deadline_ms())
+
+    def _expire_offsets(self, now_ms: int, out: Outbox) -> None:
+        """Offsets retention with consumer groups: a consumer group with members keeps its
+        offsets (its commits are stored outside group management, which the classic rule would
+        expire by commit time); once it is empty they expire as such commits do, and a consumer
+        group left with no members and no offsets is deleted, as Kafka deletes it."""
+        shielded = {group_id: self._groups.pop(group_id) for group_id in list(self._groups)
+                    if (group := self._consumer.group(group_id)) is not None and group.metas}
+        try:
+            super()._expire_offsets(now_ms, out)
+        finally:
+            self._groups.update(shielded)
+        for group_id in sorted(self._consumer.groups):
+            group = self._consumer.groups[group_id]
+            if not group.metas and group_id not in self._groups:
+                self._expired.extend(self._consumer.delete(group_id)[1])
 
     def unload(self, now_ms: int) -> Effects[None]:
         self._consumer.clear()

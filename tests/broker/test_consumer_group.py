@@ -14,7 +14,6 @@ from broker.groups.consumer_coordinator import ConsumerGroupConfig, ConsumerHear
 from broker.groups.consumer_errors import ConsumerGroupError
 from broker.groups.consumer_records import (
     AnyGroupRecord,
-    ConsumerRecord,
     decode_any_group_record,
     encode_consumer_record,
 )
@@ -296,5 +295,22 @@ def test_records_round_trip_and_decoding_is_strict() -> None:
         decode_any_group_record(b'{"kind":"consumer_nope","version":1,"group":"g"}', None)
 
 
-def _consumer_records(records: tuple[AnyGroupRecord, ...]) -> list[ConsumerRecord]:
-    return [r for r in records if type(r).__name__.startswith("Consumer")]  # type: ignore[misc]
+def test_offsets_of_a_group_with_members_do_not_expire_and_an_empty_group_goes_with_its_offsets() -> None:
+    h = Harness()
+    h.coordinator = PartitionCoordinator(GroupCoordinatorConfig(offsets_retention_ms=60_000,
+                                                                offsets_retention_check_interval_ms=10_000),
+                                         h.now_ms, h.config)
+    h.join("a")
+    h._keep(h.coordinator.commit_offsets(OffsetCommitRequest(G, (OffsetCommitPartition("t", 0, 7),), "a", 1),
+                                         h.now_ms).records)
+    for _ in range(10):  # 100 s of heartbeats, no commit
+        h.now_ms += 10_000
+        h.beat("a")
+        h._keep(h.coordinator.tick(h.now_ms).records)
+    assert h.coordinator.fetch_offsets(G, [TopicPartition("t", 0)]).partitions[0].offset == 7
+    h.leave("a")
+    h.now_ms += 70_000
+    h._keep(h.coordinator.tick(h.now_ms).records)
+    assert h.coordinator.fetch_offsets(G, [TopicPartition("t", 0)]).partitions[0].offset == -1
+    assert h.coordinator.consumer_describe(G).error is ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.reload().consumer_describe(G).error is ErrorCode.GROUP_ID_NOT_FOUND
