@@ -41,6 +41,7 @@ perf: $(STAMP)
 	$(VENV)/bin/ferry perf kafka
 	$(VENV)/bin/ferry perf scale
 	$(VENV)/bin/ferry perf spark-read
+	$(VENV)/bin/ferry perf peer
 
 # the same benchmarks behind a realistic S3 (docs/s3.md): a fixed 30 ms per request, and AWS S3 Standard
 perf-s3: $(STAMP)

@@ -208,6 +208,14 @@ class OffsetCommitResult:
 
 
 @dataclass(frozen=True)
+class OffsetDeleteResult:
+    """OffsetDelete: a group-wide error (then no partitions), else one result per partition."""
+
+    error: ErrorCode
+    partitions: tuple[PartitionResult, ...] = ()
+
+
+@dataclass(frozen=True)
 class FetchedOffset:
     """A committed offset; ``offset`` -1 (and metadata "") when none is committed."""
 

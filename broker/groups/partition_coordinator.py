@@ -38,8 +38,10 @@ from broker.groups.messages import (
     ListedGroup,
     OffsetCommitRequest,
     OffsetCommitResult,
+    OffsetDeleteResult,
     PartitionResult,
     Token,
+    TopicPartition,
 )
 from broker.groups.rebalance import Outbox, join_error
 from broker.groups.records import GroupRecord
@@ -126,6 +128,29 @@ class PartitionCoordinator(GroupCoordinator):
                                                        for p in request.offsets)), [])
         return super().commit_offsets(replace(request, member_id="", generation_id=-1, group_instance_id=None),
                                       now_ms)
+
+    def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition],
+                       now_ms: int) -> Effects[OffsetDeleteResult]:
+        """OffsetDelete of a consumer group, as Kafka decides it: partitions of topics a member
+        subscribes to (by name, or matched by its regular expression) keep their offsets and
+        answer GROUP_SUBSCRIBED_TO_TOPIC; the others' offsets go."""
+        group = None if self._unloaded else self._consumer.group(group_id)
+        if group is None:
+            return super().delete_offsets(group_id, partitions, now_ms)
+        subscribed = {n for m in group.metas.values() for n in m.subscribed_topic_names}
+        if group.metas:
+            subscribed |= set(group.topics)
+        free = [tp for tp in partitions if tp.topic not in subscribed]
+        deleted: dict[tuple[str, int], GroupError] = {}
+        records: tuple[AnyGroupRecord, ...] = ()
+        if free and self.group_state(group_id) is GroupState.EMPTY:  # the offsets are in the classic store
+            inner = super().delete_offsets(group_id, free, now_ms)
+            deleted = {(r.topic, r.partition): r.error for r in inner.reply.partitions}
+            records = inner.records
+        return self._with(OffsetDeleteResult(ErrorCode.NONE, tuple(
+            PartitionResult(tp.topic, tp.partition, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp.topic in subscribed
+                            else deleted.get((tp.topic, tp.partition), ErrorCode.NONE))
+            for tp in partitions)), records)
 
     def describe(self, group_ids: Sequence[str]) -> tuple[DescribedGroup, ...]:
         """DescribeGroups (the classic API) does not describe consumer groups: Dead, as Kafka

@@ -35,6 +35,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LeaveGroup: (0, 5),
     ApiKey.OffsetCommit: (2, 9),
     ApiKey.OffsetFetch: (1, 9),
+    ApiKey.OffsetDelete: (0, 0),
     ApiKey.DescribeGroups: (0, 5),
     ApiKey.ListGroups: (0, 5),
     ApiKey.DeleteGroups: (0, 2),

@@ -24,7 +24,8 @@ from kafka.protocol.admin.groups import (DeleteGroupsRequest, DeleteGroupsRespon
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
                                            LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest,
-                                           OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+                                           OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+                                           OffsetFetchRequest, OffsetFetchResponse,
                                            SyncGroupRequest, SyncGroupResponse)
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 
@@ -33,7 +34,9 @@ from broker.groups.consumer_coordinator import ConsumerGroupConfig
 from broker.groups.consumer_errors import GroupError
 from broker.groups.consumer_records import decode_any_group_record, encode_consumer_record
 from broker.groups.partition_coordinator import PartitionCoordinator
-from broker.kafka.data_apis import BrokerCore, kafka_endpoints, kafka_error
+from broker.kafka.acl_operations import GROUP_OPERATIONS
+from broker.kafka.data_apis import (NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, BrokerCore, kafka_endpoints,
+                                    kafka_error)
 from broker.kafka.wire import Request
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage import batches
@@ -44,6 +47,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 16  # Kafka's offsets.topic.num.partitions is 50; 16 suits small clusters
 LOAD_FETCH_BYTES = 4 * 1024 * 1024
 COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
 R = TypeVar("R")
 
 
@@ -246,8 +250,10 @@ class GroupApis:
                                        port=p)
 
     async def _find_one(self, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+        if key_type == COORDINATOR_KEY_TRANSACTION:  # refused so that the client fails at once
+            return NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, -1, "", -1
         if key_type != COORDINATOR_KEY_GROUP:
-            return ErrorCode.INVALID_REQUEST, "only group coordinators exist (no transactions)", -1, "", -1
+            return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
         if not key:
             return ErrorCode.INVALID_GROUP_ID, "the group id is empty", -1, "", -1
         await self._ensure_topic()
@@ -393,6 +399,37 @@ class GroupApis:
                 partition_index=f.partition, committed_offset=f.offset, committed_leader_epoch=f.leader_epoch,
                 metadata=f.metadata, error_code=f.error.code) for f in fs]) for name, fs in parts.items()])
 
+    async def offset_delete(self, req: Request) -> ApiMessage:
+        """OffsetDelete (KIP-496): the group's committed offsets of the named partitions go, unless
+        a member of the group subscribes to their topic. A partition of a topic that does not
+        exist answers UNKNOWN_TOPIC_OR_PARTITION; a group-wide error answers alone, as Kafka does."""
+        body: OffsetDeleteRequest = req.body  # type: ignore[assignment]
+        image = self.core.image
+        known: list[g.TopicPartition] = []
+        results: list[tuple[str, int, GroupError]] = []
+        for t in body.topics:
+            topic_id = image.topics.by_name.get(t.name) if image is not None else None
+            for p in t.partitions:
+                if topic_id is None or image is None or image.topics.partition(topic_id, p.partition_index) is None:
+                    results.append((t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                else:
+                    known.append(g.TopicPartition(t.name, p.partition_index))
+        try:
+            partition, hosted = await self._coordinator(body.group_id)
+            outcome = await self._run(partition, hosted, lambda c, now: c.delete_offsets(body.group_id, known, now))
+        except NotCoordinator as exc:
+            outcome = g.OffsetDeleteResult(exc.error)
+        if outcome.error is not ErrorCode.NONE:
+            return OffsetDeleteResponse(error_code=outcome.error.code, throttle_time_ms=0, topics=[])
+        results += [(r.topic, r.partition, r.error) for r in outcome.partitions]
+        T = OffsetDeleteResponse.OffsetDeleteResponseTopic
+        by_topic: dict[str, list[Any]] = {}
+        for topic, part, error in results:
+            by_topic.setdefault(topic, []).append(T.OffsetDeleteResponsePartition(partition_index=part,
+                                                                                  error_code=error.code))
+        return OffsetDeleteResponse(error_code=0, throttle_time_ms=0,
+                                    topics=[T(name=n, partitions=ps) for n, ps in by_topic.items()])
+
     async def _fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None
                              ) -> tuple[ErrorCode, dict[str, list[g.FetchedOffset]]]:
         try:
@@ -410,6 +447,8 @@ class GroupApis:
     async def describe_groups(self, req: Request) -> ApiMessage:
         body: DescribeGroupsRequest = req.body  # type: ignore[assignment]
         D = DescribeGroupsResponse.DescribedGroup
+        # no authorizer: every operation on a group (acl_operations), for the groups described
+        ops = set(GROUP_OPERATIONS) if req.api_version >= 3 and body.include_authorized_operations else None
         out = []
         for group_id in body.groups:
             try:
@@ -420,7 +459,8 @@ class GroupApis:
                                  D.DescribedGroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
                                                         client_id=m.client_id, client_host=m.client_host,
                                                         member_metadata=m.metadata, member_assignment=m.assignment)
-                                 for m in d.members]))
+                                 for m in d.members],
+                             authorized_operations=ops if d.error is ErrorCode.NONE else None))
             except NotCoordinator as exc:
                 out.append(D(error_code=exc.error.code, group_id=group_id, group_state="", protocol_type="",
                              protocol_data="", members=[]))

@@ -46,6 +46,7 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls) -> dict[int, Ha
         ApiKey.LeaveGroup: groups.leave_group,
         ApiKey.OffsetCommit: groups.offset_commit,
         ApiKey.OffsetFetch: groups.offset_fetch,
+        ApiKey.OffsetDelete: groups.offset_delete,
         ApiKey.DescribeGroups: groups.describe_groups,
         ApiKey.ListGroups: groups.list_groups,
         ApiKey.DeleteGroups: groups.delete_groups,

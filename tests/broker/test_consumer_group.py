@@ -314,3 +314,17 @@ def test_offsets_of_a_group_with_members_do_not_expire_and_an_empty_group_goes_w
     assert h.coordinator.fetch_offsets(G, [TopicPartition("t", 0)]).partitions[0].offset == -1
     assert h.coordinator.consumer_describe(G).error is ErrorCode.GROUP_ID_NOT_FOUND
     assert h.reload().consumer_describe(G).error is ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_offset_delete_keeps_offsets_of_subscribed_topics() -> None:
+    h = Harness()
+    h.join("a")
+    commit = OffsetCommitRequest(G, (OffsetCommitPartition("t", 0, 5), OffsetCommitPartition("old", 0, 9)), "a", 1)
+    h._keep(h.coordinator.commit_offsets(commit, h.now_ms).records)
+    result = h.coordinator.delete_offsets(G, [TopicPartition("t", 0), TopicPartition("old", 0)], h.now_ms)
+    assert [(r.topic, r.error) for r in result.reply.partitions] == [
+        ("t", ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC), ("old", ErrorCode.NONE)]
+    h._keep(result.records)
+    loaded = h.reload()
+    assert [f.offset for f in loaded.fetch_offsets(G, [TopicPartition("t", 0), TopicPartition("old", 0)]).partitions] \
+        == [5, -1]
