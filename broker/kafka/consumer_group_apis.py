@@ -15,6 +15,7 @@ from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
+from broker.groups import GroupState
 from broker.groups.consumer_coordinator import ConsumerHeartbeat, ConsumerHeartbeatResult, TopicInfo
 from broker.groups.consumer_records import Partitions
 from broker.kafka.consumer_group_messages import (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
@@ -70,11 +71,13 @@ class ConsumerGroupApis:
         new_member_id = topic_id_of(uuid.uuid4())
         topics = ImageTopics(self.groups.core.image)
         try:
+            if not body.group_id:  # Kafka's request check comes before any coordinator lookup
+                raise NotCoordinator(ErrorCode.INVALID_REQUEST)
             partition, hosted = await self.groups._coordinator(body.group_id)
             result = await self.groups._run(partition, hosted, lambda c, now: c.consumer_heartbeat(
                 request, topics, new_member_id, now))
         except NotCoordinator as exc:
-            result = ConsumerHeartbeatResult(exc.error)
+            result = ConsumerHeartbeatResult(exc.error, "GroupId can't be empty." if not body.group_id else None)
         R = ConsumerGroupHeartbeatResponse
         assignment = None
         if result.assignment is not None:
@@ -98,8 +101,11 @@ class ConsumerGroupApis:
                 continue
             d = hosted.coordinator.consumer_describe(group_id)
             if d.error is not ErrorCode.NONE:
-                message = f"group {group_id} is not a consumer group" if d.error is ErrorCode.GROUP_ID_NOT_FOUND \
-                    else None
+                message = None
+                if d.error is ErrorCode.GROUP_ID_NOT_FOUND:
+                    message = (f"group {group_id} is not a consumer group"
+                               if hosted.coordinator.group_state(group_id) is not GroupState.DEAD
+                               else f"group {group_id} not found")
                 out.append(D(error_code=d.error.code, error_message=message, group_id=group_id, group_state="",
                              group_epoch=0, assignment_epoch=0, assignor_name="", members=[]))
                 continue

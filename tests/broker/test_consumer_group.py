@@ -88,8 +88,24 @@ class Harness:
         self.check_disjoint()
 
     def check_disjoint(self) -> None:
+        """No partition is owned twice: by the coordinator's records of members (assigned or
+        pending revocation), nor by clients that are still members. (A client whose session
+        expired learns it at its next heartbeat; its partitions are already someone else's.)"""
+        group = self.coordinator.consumer_groups.group(G)
+        members = set(group.metas) if group is not None else set()
+        if group is not None:
+            server: dict[tuple[str, int], str] = {}
+            for m in group.metas:
+                c_ = group.current(m)
+                for parts in (c_.assigned, c_.pending_revocation):
+                    for t, ps in parts.items():
+                        for p in ps:
+                            assert (t, p) not in server, f"{t}-{p} is {server[(t, p)]}'s and {m}'s"
+                            server[(t, p)] = m
         seen: dict[tuple[str, int], str] = {}
         for c in self.clients.values():
+            if c.member_id not in members:
+                continue
             for t, ps in c.owned.items():
                 for p in ps:
                     assert (t, p) not in seen, f"{t}-{p} owned by {seen[(t, p)]} and {c.member_id}"
@@ -328,3 +344,62 @@ def test_offset_delete_keeps_offsets_of_subscribed_topics() -> None:
     loaded = h.reload()
     assert [f.offset for f in loaded.fetch_offsets(G, [TopicPartition("t", 0), TopicPartition("old", 0)]).partitions] \
         == [5, -1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_joins_leaves_expiries_and_reloads_never_give_a_partition_twice(seed: int) -> None:
+    """Seeded random runs: members join (some with another assignor), heartbeat at random,
+    change subscriptions, leave, die, and the coordinator is reloaded from its records now and
+    then. At every step no partition is owned twice; once the dead are gone and everyone has
+    heartbeated enough, the group is Stable, every partition of the subscribed topics is owned,
+    and the state replays identically."""
+    import random
+    rng = random.Random(seed)
+    h = Harness()
+    h.topics["u"] = TopicInfo("AAAAAAAAAAAAAAAAAAAAAg", 3)
+    next_id = 0
+
+    def beat(m: str) -> None:
+        if h.beat(m).error is not ErrorCode.NONE:
+            h.clients.pop(m)  # fenced or expired: this client is gone (a new one would rejoin)
+    for _ in range(150):
+        action = rng.random()
+        live = sorted(h.clients)
+        if action < 0.15 and len(live) < 5:
+            next_id += 1
+            h.join(f"m{next_id}", topics=rng.choice([("t",), ("t", "u"), ("u",)]),
+                   assignor=rng.choice([None, "uniform", "range"]))
+        elif action < 0.2 and live:
+            h.leave(rng.choice(live))
+        elif action < 0.25 and live:
+            h.clients.pop(rng.choice(live))  # dies: its session will expire
+        elif action < 0.3:
+            h.coordinator = h.reload()
+        elif action < 0.35 and live:
+            m = rng.choice(live)
+            c = h.clients[m]
+            reply = h.send(ConsumerHeartbeat(G, m, c.epoch, subscribed_topic_names=rng.choice([("t",), ("t", "u")]),
+                                             owned=dict(c.owned)))
+            if reply.error is ErrorCode.NONE:
+                h._apply(m, reply)
+        for m in sorted(h.clients):
+            if rng.random() < 0.5:
+                beat(m)
+        h.now_ms += rng.choice([100, 1_000, 3_000])
+        h._keep(h.coordinator.tick(h.now_ms).records)
+        h.check_disjoint()
+    h.join("last", topics=("t", "u"))
+    for _ in range(12):  # the dead's sessions end while the living heartbeat every 5 s
+        for m in sorted(h.clients):
+            beat(m)
+        h.now_ms += 5_000
+        h._keep(h.coordinator.tick(h.now_ms).records)
+        h.check_disjoint()
+    desc = h.coordinator.consumer_describe(G)
+    assert sorted(m.member_id for m in desc.members) == sorted(h.clients)
+    h.settle(rounds=8)
+    desc = h.coordinator.consumer_describe(G)
+    assert desc.state == "Stable"
+    subscribed = {t for m in desc.members for t in m.subscribed_topic_names}
+    assert sum(h.owned_counts().values()) == sum(h.topics[t].partitions for t in subscribed)
+    assert h.reload().consumer_groups.groups == h.coordinator.consumer_groups.groups

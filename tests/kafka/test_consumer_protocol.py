@@ -65,10 +65,10 @@ class Member:
             return set(self.assigned)
 
 
-def produce(bootstrap: str, values: list[bytes]) -> None:
+def produce(bootstrap: str, values: list[bytes], topic: str = TOPIC, partitions: int = PARTITIONS) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for i, value in enumerate(values):
-        producer.produce(TOPIC, value=value, partition=i % PARTITIONS)
+        producer.produce(topic, value=value, partition=i % partitions)
     assert producer.flush(60) == 0
 
 
@@ -154,11 +154,8 @@ async def test_kafka_java_consumer_and_group_tool_speak_the_consumer_protocol(sh
         await admin.create_topic(topic, 2)
         for p in range(2):
             await admin.wait_for_leader(TopicPartition(topic, p), timeout_s=20)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     values = [f"java-{i:03d}" for i in range(20)]
-    for i, value in enumerate(values):
-        producer.produce(topic, value=value.encode(), partition=i % 2)
-    assert producer.flush(60) == 0
+    await asyncio.to_thread(produce, bootstrap, [v.encode() for v in values], topic, 2)
 
     def java(main_class: str, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(java_command(jars, main_class, ["--bootstrap-server", bootstrap, *args], 256),
