@@ -403,3 +403,37 @@ def test_random_joins_leaves_expiries_and_reloads_never_give_a_partition_twice(s
     subscribed = {t for m in desc.members for t in m.subscribed_topic_names}
     assert sum(h.owned_counts().values()) == sum(h.topics[t].partitions for t in subscribed)
     assert h.reload().consumer_groups.groups == h.coordinator.consumer_groups.groups
+
+
+def test_regex_subscription_follows_the_topics() -> None:
+    h = Harness()
+    bad = h.send(ConsumerHeartbeat(G, "a", 0, rebalance_timeout_ms=1_000, subscribed_topic_regex="(", owned={}))
+    assert bad.error is ErrorCode.INVALID_REQUEST and h.coordinator.consumer_describe(G).error is \
+        ErrorCode.GROUP_ID_NOT_FOUND
+    joined = h.send(ConsumerHeartbeat(G, "a", 0, rebalance_timeout_ms=1_000, subscribed_topic_regex="t.*", owned={}))
+    assert joined.assignment == {T1: frozenset(range(6))}
+    h.clients["a"] = Client("a", joined.member_epoch, dict(joined.assignment))
+    h.topics["tx"] = TopicInfo("AAAAAAAAAAAAAAAAAAAAAw", 2)  # a new matching topic bumps the epoch
+    h.topics["other"] = TopicInfo("AAAAAAAAAAAAAAAAAAAAAA", 2)
+    grown = h.beat("a")
+    assert grown.member_epoch == 2 and grown.assignment == {T1: frozenset(range(6)),
+                                                            "AAAAAAAAAAAAAAAAAAAAAw": frozenset({0, 1})}
+
+
+def test_a_static_member_that_does_not_come_back_is_removed_at_its_session_end() -> None:
+    h = Harness()
+    h.join("a", instance_id="i-a")
+    h.join("b")
+    h.settle()
+    epoch = h.coordinator.consumer_describe(G).group_epoch
+    h.clients.pop("a")
+    assert h.send(ConsumerHeartbeat(G, "a", -2, instance_id="i-a")).member_epoch == -2
+    for _ in range(8):  # 40 s: a's partitions wait for it
+        h.now_ms += 5_000
+        h.beat("b")
+        h._keep(h.coordinator.tick(h.now_ms).records)
+    assert h.owned_counts() == {"b": 3} and h.coordinator.consumer_describe(G).group_epoch == epoch
+    h.now_ms += 6_000
+    h._keep(h.coordinator.tick(h.now_ms).records)
+    h.settle()
+    assert h.owned_counts() == {"b": 6} and h.coordinator.consumer_describe(G).group_epoch == epoch + 1
