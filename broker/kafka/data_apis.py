@@ -130,6 +130,11 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
 
 
+def topic_id_of(value: uuid.UUID) -> str:
+    """Inverse of :func:`topic_uuid`: Ferry's topic id of a wire UUID."""
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
+
+
 def kafka_error(exc: BaseException) -> tuple[ErrorCode, str | None]:
     """The Kafka error a client gets for ``exc``: stream-layer errors (Ferry's 500 range) are
     not Kafka codes, and each means the partition is moving or its storage failed here."""
@@ -188,7 +193,18 @@ class DataApis:
             if body.topics is None or (req.api_version == 0 and not body.topics):
                 names = sorted(image.topics.by_name)
             else:
-                names = [t.name for t in body.topics]
+                names = []
+                for t in body.topics:
+                    if t.name is None and req.api_version >= 10:  # asked by topic id (KIP-516)
+                        by_id = image.topics.by_id.get(topic_id_of(t.topic_id))
+                        if by_id is None:
+                            topics_out.append(MetadataResponse.MetadataResponseTopic(
+                                error_code=ErrorCode.UNKNOWN_TOPIC_ID.code, name=None, topic_id=t.topic_id,
+                                is_internal=False, partitions=[]))
+                            continue
+                        names.append(by_id.name)
+                    else:
+                        names.append(t.name)
             for name in names:
                 topics_out.append(self._topic_metadata(image, name, live))
         v = req.api_version
