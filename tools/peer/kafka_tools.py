@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-KAFKA_VERSION = "4.4.0"
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-DEFAULT_JARS_DIR = REPO_ROOT / ".cache" / f"kafka-{KAFKA_VERSION}"
-JARS_ENV = "FERRY_KAFKA_JARS"  # another directory holding the same jars
+from tools.peer.jars import KAFKA_VERSION, kafka_jars_dir
+
 LOG4J_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
 DEFAULT_HEAP_MB = 256
 DEFAULT_TIMEOUT_S = 120.0
@@ -82,12 +80,12 @@ class ToolRun:
 
 
 def jars_dir(path: str | os.PathLike[str] | None = None) -> Path:
-    """The directory of Kafka's jars: ``path``, else ``$FERRY_KAFKA_JARS``, else the cache
-    ``make kafka-jars`` fills. Raises :class:`PeerMissing` when it holds no Kafka tools jar."""
-    where = Path(path or os.environ.get(JARS_ENV) or DEFAULT_JARS_DIR)
-    marker = where / f"kafka-tools-{KAFKA_VERSION}.jar"
-    if not marker.is_file():
-        raise PeerMissing(f"Kafka {KAFKA_VERSION} jars not installed: no {marker} (run `make kafka-jars`)")
+    """The directory of Kafka's jars: ``path``, else :func:`tools.peer.jars.kafka_jars_dir` (the
+    cache ``make kafka-jars`` fills, or ``$FERRY_KAFKA_JARS``). Raises :class:`PeerMissing` when it
+    holds no Kafka tools jar."""
+    where = Path(path) if path is not None else kafka_jars_dir()
+    if where is None or not (where / f"kafka-tools-{KAFKA_VERSION}.jar").is_file():
+        raise PeerMissing(f"Kafka {KAFKA_VERSION} jars not installed in {where or 'the cache'} (run `make kafka-jars`)")
     return where
 
 
