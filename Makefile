@@ -47,7 +47,7 @@ conformance: $(STAMP) $(KAFKA_JARS_STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not integration and not spark" tests
 
-demo: $(STAMP)  # `make demo WAL=s3`: the brokers' WAL in S3
+demo: $(STAMP) $(KAFKA_JARS_STAMP)  # `make demo WAL=s3`: the brokers' WAL in S3
 	$(VENV)/bin/ferry demo $(if $(WAL),--wal $(WAL))
 
 perf: $(STAMP) $(KAFKA_JARS_STAMP)
