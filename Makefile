@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install test test-fast chaos demo perf perf-s3 soak clean
+.PHONY: install test test-fast chaos demo perf perf-s3 soak clean spark-kafka-jars
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,8 +16,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Spark's own Kafka source and sink (tools/peer/spark_kafka.py): the jars beyond pyspark's, from
+# Maven Central, once; the version is SPARK_KAFKA_VERSION there and in the pom
+SPARK_KAFKA_JARS := .cache/spark-kafka-4.2.0
+$(SPARK_KAFKA_JARS)/.copied: tools/peer/spark-kafka-pom.xml
+	mvn -q -B -Dstyle.color=never -f tools/peer/spark-kafka-pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+		-DoutputDirectory=$(abspath $(SPARK_KAFKA_JARS))
+	touch $@
+
+spark-kafka-jars: $(SPARK_KAFKA_JARS)/.copied
+
 # the whole suite, the three seeded 30 s chaos campaigns included
-test: $(STAMP)
+test: $(STAMP) spark-kafka-jars
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # Only the three seeded fault campaigns of 30 s against a live cluster, as one test (about 2.5 min).
