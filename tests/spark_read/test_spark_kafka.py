@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 SOURCE, SINK, PARTITIONS = "spark-in", "spark-out", 3
 FIRST, SECOND, THIRD = 3_000, 3_000, 600  # records of each write, by sequence number
 PER_TRIGGER = 1_000  # maxOffsetsPerTrigger: the stream reads in several micro-batches
-CHUNK = 500  # the second write's records per batch write, while a partition of each topic moves
+CHUNK = 1_000  # the second write's records per batch write, while a partition of each topic moves
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +50,14 @@ def cluster(tmp_path_factory, jars):
 
 def write_sequence(spark: Any, bootstrap: str, start: int, end: int) -> None:
     """Records ``start..end-1`` through Spark's batch Kafka sink: record ``i`` goes to partition
-    ``i % 3`` with key ``k<i>`` and value ``<i>``; each partition's records are written by one
-    task in sequence order, so the order they must have in the partition is defined."""
+    ``i % 3`` with key ``k<i>`` and value ``<i>``, all written by one task in sequence order, so
+    the order they must have in each partition is defined."""
     from pyspark.sql import functions as F
 
     seq = F.col("id")
-    frame = (spark.range(start, end, numPartitions=2)
-             .select(F.concat(F.lit("k"), seq.cast("string")).alias("key"), seq.cast("string").alias("value"),
-                     (seq % PARTITIONS).cast("int").alias("partition"), seq)
-             .repartition(PARTITIONS, "partition").sortWithinPartitions("id").drop("id"))
+    frame = spark.range(start, end, numPartitions=1).select(
+        F.concat(F.lit("k"), seq.cast("string")).alias("key"), seq.cast("string").alias("value"),
+        (seq % PARTITIONS).cast("int").alias("partition"))
     frame.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", SOURCE).save()
 
 
