@@ -1,10 +1,12 @@
 """Spark's own Kafka source and sink (``format("kafka")``, Kafka's Java client inside) on a real
-Ferry cluster: the batch sink writes, the batch source and a Structured Streaming query with a
-checkpoint read back, while a partition of each topic moves between brokers; nothing is lost,
-nothing is duplicated, and every partition is in order."""
+Ferry cluster: the batch sink writes, a Structured Streaming query with a checkpoint copies the
+topic through the streaming sink while a partition of each topic moves between brokers, and the
+batch source reads both topics back; nothing is lost, nothing is duplicated, and every partition
+is in order."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import Any
@@ -20,8 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 SOURCE, SINK, PARTITIONS = "spark-in", "spark-out", 3
 FIRST, SECOND, THIRD = 3_000, 3_000, 600  # records of each write, by sequence number
-PER_TRIGGER = 1_000  # maxOffsetsPerTrigger: the stream reads in several micro-batches
-CHUNK = 1_000  # the second write's records per batch write, while a partition of each topic moves
+PER_TRIGGER = 1_500  # maxOffsetsPerTrigger: the stream reads in several micro-batches
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +117,24 @@ def start_stream(spark: Any, bootstrap: str, checkpoint: str) -> Any:
             .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
 
 
+def check_source_options(spark: Any, bootstrap: str, total: int, third_from_ms: int) -> None:
+    """The batch source's other ways in: ``assign`` with offset ranges, ``subscribePattern`` and
+    ``startingTimestamp`` (ListOffsets by timestamp)."""
+    def read(**options: str) -> list[tuple[str, int, int]]:
+        frame = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).options(**options).load()
+        return sorted((r.topic, r.partition, r.offset) for r in frame.select("topic", "partition", "offset").collect())
+
+    per_partition = total // PARTITIONS
+    ranged = read(assign=json.dumps({SOURCE: [0, 2]}), startingOffsets=json.dumps({SOURCE: {"0": 10, "2": -2}}),
+                  endingOffsets=json.dumps({SOURCE: {"0": 20, "2": -1}}))
+    assert ranged == [(SOURCE, 0, o) for o in range(10, 20)] + [(SOURCE, 2, o) for o in range(per_partition)]
+    both = read(subscribePattern="spark-.*")
+    assert both == sorted((t, p, o) for t in (SOURCE, SINK) for p in range(PARTITIONS) for o in range(per_partition))
+    since = read(subscribe=SOURCE, startingTimestamp=str(third_from_ms))
+    assert since == [(SOURCE, p, o) for p in range(PARTITIONS)
+                     for o in range(per_partition - THIRD // PARTITIONS, per_partition)]
+
+
 def wait_first_batch(query: Any, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not any(b["numInputRows"] for b in query.recentProgress):
@@ -130,13 +149,9 @@ def test_spark_kafka_sink_and_source_through_a_move(spark, cluster, tmp_path):
     write_sequence(spark, bootstrap, 0, FIRST)
     timings["batch write"] = time.monotonic() - started
 
-    started = time.monotonic()
-    check_exactly(read_topic(spark, bootstrap, SOURCE), FIRST)
-    timings["batch read"] = time.monotonic() - started
-
     # The stream starts on the first write; once its first micro-batch is through, partition 0 of
-    # both topics moves while the second write goes through the batch sink in chunks and the
-    # stream reads and writes.
+    # both topics moves while the stream reads and writes and half of the second write goes
+    # through the batch sink; the other half follows the move.
     checkpoint = str(tmp_path / "checkpoint")
     started = time.monotonic()
     query = start_stream(spark, bootstrap, checkpoint)
@@ -145,10 +160,10 @@ def test_spark_kafka_sink_and_source_through_a_move(spark, cluster, tmp_path):
         wait_first_batch(query)
         mover = threading.Thread(target=move_partitions, args=(cluster, moved))
         mover.start()
-        for chunk in range(FIRST, FIRST + SECOND, CHUNK):
-            write_sequence(spark, bootstrap, chunk, chunk + CHUNK)
+        write_sequence(spark, bootstrap, FIRST, FIRST + SECOND // 2)
         mover.join(90)
         assert moved.is_set() and not mover.is_alive()
+        write_sequence(spark, bootstrap, FIRST + SECOND // 2, FIRST + SECOND)
         query.processAllAvailable()
         batches = query.recentProgress
     finally:
@@ -157,9 +172,9 @@ def test_spark_kafka_sink_and_source_through_a_move(spark, cluster, tmp_path):
     timings["stream through a move"] = time.monotonic() - started
     assert sum(b["numInputRows"] for b in batches) == FIRST + SECOND
     assert max(b["numInputRows"] for b in batches) <= PER_TRIGGER
-    check_exactly(read_topic(spark, bootstrap, SINK), FIRST + SECOND)
 
     # From its checkpoint the stream goes on with only what came since.
+    third_from_ms = int(time.time() * 1000)
     write_sequence(spark, bootstrap, FIRST + SECOND, FIRST + SECOND + THIRD)
     started = time.monotonic()
     query = start_stream(spark, bootstrap, checkpoint)
@@ -171,8 +186,13 @@ def test_spark_kafka_sink_and_source_through_a_move(spark, cluster, tmp_path):
     assert query.exception() is None
     timings["stream resumed"] = time.monotonic() - started
     assert sum(b["numInputRows"] for b in resumed) == THIRD
+
+    # The batch source reads both topics back: every record once, each partition in order.
     total = FIRST + SECOND + THIRD
+    started = time.monotonic()
     check_exactly(read_topic(spark, bootstrap, SOURCE), total)
+    timings["batch read"] = time.monotonic() - started
     check_exactly(read_topic(spark, bootstrap, SINK), total)
+    check_source_options(spark, bootstrap, total, third_from_ms)
     print(f"Spark's Kafka connector on Ferry, {total} records: "
           + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in timings.items()))
