@@ -25,7 +25,7 @@ FIRST, SECOND, THIRD = 3_000, 3_000, 600  # records of each write, by sequence n
 PER_TRIGGER = 1_500  # maxOffsetsPerTrigger: the stream reads in several micro-batches
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # the session's scope: asked first, it skips before Spark starts
 def jars() -> None:
     if spark_kafka_jars() is None:
         print(f"Spark's Kafka connector jars are not in {spark_kafka_jars_dir()} (make spark-kafka-jars)")
@@ -142,7 +142,7 @@ def wait_first_batch(query: Any, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def test_spark_kafka_sink_and_source_through_a_move(spark, cluster, tmp_path):
+def test_spark_kafka_sink_and_source_through_a_move(jars, spark, cluster, tmp_path):
     bootstrap = cluster.kafka_bootstrap
     timings: dict[str, float] = {}
     started = time.monotonic()

@@ -62,10 +62,16 @@ def project_zip(dest_dir: str) -> str:
 
 def spark_session(master: str = "local[2]", app_name: str = "ferry-rebalance",
                   shuffle_partitions: int = 4, executor_memory_mb: int | None = None,
-                  jars: Sequence[Path] = ()) -> "SparkSession":
-    """Start (or reuse) the process's Spark session. ``jars``: local jar files for ``spark.jars``
-    (Spark's Kafka source and sink, tools/peer/spark_kafka.py); they only take effect when this
-    call starts the session."""
+                  jars: Sequence[Path] | None = None) -> "SparkSession":
+    """Start (or reuse) the process's Spark session. ``jars``: local jar files for ``spark.jars``;
+    by default those of Spark's own Kafka source and sink when ``make spark-kafka-jars`` has
+    cached them (tools/peer/spark_kafka.py), so that every session of a process, whichever call
+    starts it, reads and writes ``format("kafka")``. Jars only take effect when this call starts
+    the session."""
+    if jars is None:
+        from tools.peer.spark_kafka import spark_kafka_jars
+
+        jars = spark_kafka_jars() or ()
     if is_loopback_master(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON") or sys.executable
