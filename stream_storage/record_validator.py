@@ -23,7 +23,10 @@ DefaultRecordBatch/DefaultRecord, raising the error Kafka raises:
   :mod:`stream_storage.record_format`) not exactly the declared count, offset deltas not
   0..n-1, a malformed length or varint: INVALID_RECORD;
 * timestamps (CreateTime) — outside [now - before.max.ms, now + after.max.ms], or negative
-  other than -1 (no timestamp): INVALID_TIMESTAMP.
+  other than -1 (no timestamp): INVALID_TIMESTAMP;
+* keys — on a compacted topic (``cleanup.policy`` holds ``compact``) every record needs a key:
+  INVALID_RECORD with one record error (batch index and message) per keyless record, as
+  LogValidator.validateKey and processRecordErrors report them (``details["record_errors"]``).
 
 What it may change it changes as Kafka does, in a copy: for a LogAppendTime topic the timestamp
 type bit and maxTimestamp (set to ``now_ms``), for CreateTime a maxTimestamp that is not the
@@ -41,7 +44,7 @@ from crc32c import crc32c
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage import batches
 from stream_storage.compression import Codec, decompress
-from stream_storage.record_format import MIN_RECORD_BYTES, RawRecord, walk_records
+from stream_storage.record_format import MIN_RECORD_BYTES, RawRecord, keyless_records, walk_records
 
 TimestampType = Literal["CreateTime", "LogAppendTime"]
 CREATE_TIME: TimestampType = "CreateTime"
@@ -88,6 +91,9 @@ class ValidationPolicy:
     #: Ferry has no transaction coordinator, so a transactional batch could never be committed
     allow_transactional: bool = False
     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES
+    #: ``cleanup.policy`` holds ``compact``: compaction keeps the last record of each key, so a
+    #: record without one is refused (Kafka's LogValidator.validateKey)
+    compacted: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_message_bytes <= INT_MAX:
@@ -134,8 +140,12 @@ class ValidationPolicy:
             before_ms = difference_ms
         if after_ms == LONG_MAX:
             after_ms = difference_ms
+        compacted = base.compacted
+        raw_policy = configs.get("cleanup.policy")
+        if raw_policy is not None:
+            compacted = "compact" in (item.strip() for item in raw_policy.split(","))
         return replace(base, max_message_bytes=max_message_bytes, timestamp_type=timestamp_type,
-                       timestamp_before_max_ms=before_ms, timestamp_after_max_ms=after_ms)
+                       timestamp_before_max_ms=before_ms, timestamp_after_max_ms=after_ms, compacted=compacted)
 
 
 def _bad_config(name: str, value: str, reason: str) -> FerryError:
@@ -182,9 +192,10 @@ class ValidatedBatch:
 
 
 def validate_produce_records(buf: bytes | bytearray | memoryview, policy: ValidationPolicy,
-                             now_ms: int) -> ValidatedBatch:
+                             now_ms: int, topic_partition: str = "") -> ValidatedBatch:
     """Check the records field of one partition in a produce request as Kafka's leader does, or
-    raise the FerryError Kafka's error maps to. Never raises anything else, whatever the bytes."""
+    raise the FerryError Kafka's error maps to. Never raises anything else, whatever the bytes.
+    ``topic_partition`` (Kafka's ``topic-partition``) names the partition in record errors."""
     data = buf if isinstance(buf, bytearray) else bytearray(buf)
     header = _check_framing(data, policy)
     (base_offset, _length, _epoch, _magic, _crc, attributes, last_offset_delta, first_timestamp,
@@ -207,6 +218,9 @@ def validate_produce_records(buf: bytes | bytearray | memoryview, policy: Valida
             _refuse_timestamp(records, start, count, last_offset_delta, first_timestamp, policy, now_ms, where)
         new_max_timestamp = high_ms
         new_attributes = attributes
+    if policy.compacted and not attributes & CONTROL_FLAG:
+        # after the timestamps: Kafka reports INVALID_TIMESTAMP when any record has one wrong
+        _check_keys(records, start, count, topic_partition)
     rewritten = new_max_timestamp != max_timestamp or new_attributes != attributes
     if rewritten:
         if data is buf:
@@ -359,6 +373,27 @@ def _check_control_record(records: bytes | bytearray, start: int, count: int, wh
     if record.key is None or len(record.key) != CONTROL_KEY_BYTES or _CONTROL_KEY.unpack(record.key)[0] < 0:
         raise FerryError(ErrorCode.INVALID_RECORD, "the control record's key is not a (version >= 0, type) pair "
                          "of int16s")
+
+
+#: Kafka's processRecordErrors shows at most this many record errors in the summary message
+RECORD_ERRORS_SHOWN = 3
+
+
+def _check_keys(records: bytes | bytearray, start: int, count: int, topic_partition: str) -> None:
+    """A compacted topic's records each need a key; every keyless one is a record error.
+
+    Kafka checks every record (validateKey) and then throws one RecordValidationException with
+    all of them, INVALID_RECORD with a summary naming at most the first three; the produce answer
+    (v8+) carries each as (batch index, message)."""
+    message = f"Compacted topic cannot accept message without key in topic partition {topic_partition}."
+    keyless = keyless_records(records, start, len(records), count)
+    if not keyless:
+        return
+    shown = ", ".join(f"RecordError(batchIndex={index}, message='{message}')"
+                      for index in keyless[:RECORD_ERRORS_SHOWN])
+    raise FerryError(ErrorCode.INVALID_RECORD, f"One or more records have been rejected due to {len(keyless)} "
+                     f"record errors in total, and only showing the first three errors at most: [{shown}]",
+                     details={"record_errors": [{"batch_index": index, "message": message} for index in keyless]})
 
 
 def _timestamps_within(low_ms: int, high_ms: int, policy: ValidationPolicy, now_ms: int) -> bool:

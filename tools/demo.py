@@ -28,6 +28,7 @@ from tools.client import TopicPartition
 from tools.cluster import ROOT, LocalCluster
 from tools.kafka_workload import KafkaLoad
 from tools.move_workload import MoveResult, ProduceLoad, check_read_back, fetch_timeline, move_once, percentile
+from tools.peer.jars import kafka_jars_dir
 
 # (column header, what the step is): t(k-1) -> t(k) of the six-step move, docs/broker-api.md "Moves".
 STEPS = (
@@ -187,7 +188,10 @@ async def run_demo(cluster: LocalCluster, console: Console, moves: int, partitio
             console.print(f"[bold red]Read back FAILED[/]: {report.summary()}")
         if len(results) != moves:
             outcome.problem = outcome.problem or f"only {len(results)} of {moves} moves completed"
-        classic_problem = await classic_move(cluster, admin, console, brokers, outcome.p50_ms)
+        if kafka_jars_dir() is not None:  # the real thing beside Ferry; the Python classic mode is the fallback
+            classic_problem = await asyncio.to_thread(apache_kafka_move, console, outcome.p50_ms)
+        else:
+            classic_problem = await classic_move(cluster, admin, console, brokers, outcome.p50_ms)
         outcome.problem = outcome.problem or classic_problem
         return report.ok and len(results) == moves and not kafka.errors and group_complete and not classic_problem
 
@@ -230,6 +234,35 @@ async def classic_move(cluster: LocalCluster, admin: Admin, console: Console, br
                   f"replica copied the whole log ({copied} bytes) before the move completed (Ferry moves above: "
                   f"p50 {fmt_ms(ferry_p50_ms)} ms whatever the size; `ferry perf move --compare` measures both by "
                   f"size).")
+    return ""
+
+
+def apache_kafka_move(console: Console, ferry_p50_ms: float | None) -> str:
+    """Apache Kafka's own copy reassignment beside the Ferry moves (when ``make kafka-jars`` has
+    run): a KRaft cluster from the pinned jars, a partition of 64 MiB (RF 2) reassigned from broker
+    1 to broker 3 under a paced producer, timed as ``ferry perf peer`` times it. Returns what went
+    wrong ("" when the reassignment completed)."""
+    from pathlib import Path
+
+    from tools.peer.apache_kafka import ApacheKafkaCluster
+    from tools.perf.peer import KafkaPeer, one_move
+
+    jars = kafka_jars_dir()
+    assert jars is not None
+    console.print("\nStarting Apache Kafka (KRaft, 1 controller + 3 brokers) for comparison ...")
+    peer = ApacheKafkaCluster(Path(tempfile.mkdtemp(prefix="ferry-demo-kafka-")), jars)
+    try:
+        peer.start()
+        move = one_move(KafkaPeer(peer), "64MiB", CLASSIC_DEMO_BYTES, [1, 2], [3, 2], None, timeout_s=120)
+    except Exception as exc:  # noqa: BLE001 - reported in the verdict
+        console.print(f"[bold red]Apache Kafka move FAILED[/]: {exc}")
+        return f"Apache Kafka move: {exc}"
+    finally:
+        peer.stop(graceful=False)
+    console.print(f"Apache Kafka {peer.version}: a partition of 64 MiB (RF 2) reassigned from broker 1 to broker 3 "
+                  f"in {move['move_s']:.2f} s, the new replica copying the whole log first; its producer's longest "
+                  f"gap {fmt_ms(move['gap_ms'])} ms (Ferry moves above: p50 {fmt_ms(ferry_p50_ms)} ms whatever the "
+                  f"size; `ferry perf peer` measures both by size).")
     return ""
 
 

@@ -36,6 +36,7 @@ from broker.groups.messages import (
     ListedGroup,
     OffsetCommitRequest,
     OffsetCommitResult,
+    OffsetDeleteResult,
     OffsetFetchResult,
     PartitionResult,
     SyncRequest,
@@ -45,6 +46,7 @@ from broker.groups.messages import (
 )
 from broker.groups.offsets import (
     apply_offset_record,
+    delete_offsets,
     expired_offsets,
     fetch_offsets,
     offset_record,
@@ -548,6 +550,24 @@ class GroupCoordinator:
         if created and out.records:
             self._groups[group.group_id] = group
         return self._effects(OffsetCommitResult(tuple(results)), out)
+
+    def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition],
+                       now_ms: int) -> Effects[OffsetDeleteResult]:
+        """OffsetDelete: tombstones for the offsets that may go (see offsets.delete_offsets); an
+        empty group left with no offsets is removed, as Kafka's cleanupGroupMetadata does."""
+        out = Outbox()
+        if self._unloaded:
+            return self._effects(OffsetDeleteResult(ErrorCode.NOT_COORDINATOR), out)
+        group = self._groups.get(group_id)
+        result, tombstones = delete_offsets(group, tuple(partitions))
+        if group is not None:
+            for record in tombstones:
+                apply_offset_record(group, record)
+                out.records.append(record)
+            if tombstones and group.state is GroupState.EMPTY and not group.offsets \
+                    and not group.pending_join_members:
+                self._remove_group(group, now_ms, out)
+        return self._effects(result, out)
 
     def delete_groups(self, group_ids: Sequence[str], now_ms: int) -> Effects[tuple[DeletedGroup, ...]]:
         """DeleteGroups: only empty groups; their offsets and metadata get tombstones."""

@@ -2,6 +2,8 @@
 (Kafka's OffsetMetadataManager rules for classic groups)."""
 from __future__ import annotations
 
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
 from broker.groups.group import ClassicGroup
 from broker.groups.messages import (
     NO_LEADER_EPOCH,
@@ -9,6 +11,8 @@ from broker.groups.messages import (
     FetchedOffset,
     GroupState,
     OffsetCommitRequest,
+    OffsetDeleteResult,
+    PartitionResult,
     TopicPartition,
 )
 from broker.groups.records import OffsetCommitRecord, OffsetValue
@@ -39,6 +43,61 @@ def validate_offset_commit(group: ClassicGroup, request: OffsetCommitRequest) ->
     if group.state is GroupState.COMPLETING_REBALANCE:
         return ErrorCode.REBALANCE_IN_PROGRESS
     return ErrorCode.NONE
+
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+_VERSION_BYTES = 2
+
+
+def subscribed_topics(group: ClassicGroup) -> frozenset[str] | None:
+    """The topics the members of a consumer group subscribe to, from their metadata for the
+    group's protocol; None when the group is no consumer group, has no members or protocol yet,
+    or a member's metadata does not parse.
+
+    As Kafka's GroupMetadata.computeSubscribedTopics, each subscription is read as version 0,
+    which every version of ConsumerProtocolSubscription starts with, whatever version it says.
+    """
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE or group.protocol_name is None or not group.members:
+        return None
+    topics: set[str] = set()
+    for member in group.members.values():
+        try:
+            subscription = ConsumerProtocolSubscription.decode(member.metadata(group.protocol_name)[_VERSION_BYTES:],
+                                                               version=0, header=False)
+        except Exception:  # noqa: BLE001 - any malformed subscription: no topic set, as Kafka's SchemaException
+            return None
+        topics.update(subscription.topics)
+    return frozenset(topics)
+
+
+def delete_offsets(group: ClassicGroup | None, partitions: tuple[TopicPartition, ...]
+                   ) -> tuple[OffsetDeleteResult, list[OffsetCommitRecord]]:
+    """OffsetDelete (KIP-496) as Kafka's classic-group coordinator decides it: the answer and the
+    tombstones to write.
+
+    No group (or a dead one): GROUP_ID_NOT_FOUND. An empty group: every asked partition's offset
+    goes. A consumer group with members: partitions of topics a member subscribes to answer
+    GROUP_SUBSCRIBED_TO_TOPIC and keep their offsets, the others go. Any other group with
+    members (not the consumer protocol): NON_EMPTY_GROUP. A partition without a committed offset
+    answers NONE, as in Kafka.
+    """
+    if group is None or group.state is GroupState.DEAD:
+        return OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND), []
+    subscribed: frozenset[str] = frozenset()
+    if group.state is not GroupState.EMPTY:
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return OffsetDeleteResult(ErrorCode.NON_EMPTY_GROUP), []
+        subscribed = subscribed_topics(group) or frozenset()
+    results: list[PartitionResult] = []
+    tombstones: list[OffsetCommitRecord] = []
+    for tp in partitions:
+        if tp.topic in subscribed:
+            results.append(PartitionResult(tp.topic, tp.partition, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
+            continue
+        results.append(PartitionResult(tp.topic, tp.partition, ErrorCode.NONE))
+        if (tp.topic, tp.partition) in group.offsets:
+            tombstones.append(OffsetCommitRecord(group.group_id, tp.topic, tp.partition, None))
+    return OffsetDeleteResult(ErrorCode.NONE, tuple(results)), tombstones
 
 
 def fetch_offsets(group: ClassicGroup | None, partitions: tuple[TopicPartition, ...] | None) -> tuple[FetchedOffset, ...]:

@@ -32,6 +32,7 @@ from kafka.protocol.admin.topics import (AlterPartitionReassignmentsRequest, Alt
                                          ListPartitionReassignmentsResponse)
 from kafka.protocol.api_message import ApiMessage
 
+from broker.kafka.acl_operations import CLUSTER_OPERATIONS
 from broker.kafka.config_catalog import ConfigEntry, broker_entries, topic_entries
 from broker.kafka.data_apis import ZERO_UUID, kafka_endpoint_of, kafka_error, topic_uuid
 from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, Json, forward_timeout_ms, forwarding_failure
@@ -45,8 +46,6 @@ BROKER_RESOURCE = 4
 BROKER_ENDPOINTS = 1  # DescribeCluster's endpoint type
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
 CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}  # IncrementalAlterConfigs' operations
-# AclOperation codes a cluster resource has (no authorizer: a client may do all of them)
-CLUSTER_OPERATIONS = frozenset({5, 7, 8, 9, 10, 11, 12})
 # The first version of each API whose response carries THROTTLING_QUOTA_EXCEEDED (KIP-599)
 QUOTA_ERROR_SINCE = {"CreateTopics": 6, "CreatePartitions": 3, "DeleteTopics": 5}
 

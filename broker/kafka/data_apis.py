@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 import uuid
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 from kafka.protocol.api_message import ApiMessage
@@ -25,7 +26,10 @@ from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
+from broker.kafka.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.fetch_budget import FetchBudget
+from broker.kafka.fetch_sessions import FetchContext, FetchPartition, FetchSessionCache, PartitionOutcome
 from broker.kafka.produce_answer import success_answer
 from broker.kafka.wire import Request, api_versions_response
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -36,6 +40,12 @@ LATEST_TIMESTAMP = -1  # ListOffsets' special timestamps
 EARLIEST_TIMESTAMP = -2
 ZERO_UUID = uuid.UUID(int=0)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+#: the refusal of every transactional id (FindCoordinator, InitProducerId, Produce): Kafka's error
+#: for a transactional id the client may not use, which clients treat as fatal at once
+#: (librdkafka, the Java client, kafka-python), rather than an error they retry until a timeout
+NO_TRANSACTIONS = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+NO_TRANSACTIONS_MESSAGE = ("this cluster has no transaction coordinator: transactions are not supported; "
+                           "unset transactional.id (an idempotent producer still writes each record once)")
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,11 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
 
 
+def topic_id_of(value: uuid.UUID) -> str:
+    """Inverse of :func:`topic_uuid`: Ferry's topic id of a wire UUID."""
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
+
+
 def kafka_error(exc: BaseException) -> tuple[ErrorCode, str | None]:
     """The Kafka error a client gets for ``exc``: stream-layer errors (Ferry's 500 range) are
     not Kafka codes, and each means the partition is moving or its storage failed here."""
@@ -141,13 +156,24 @@ def _leader_of(exc: BaseException) -> tuple[int, int]:
     return (leader if isinstance(leader, int) else NO_LEADER), (epoch if isinstance(epoch, int) else -1)
 
 
+def _record_errors(exc: BaseException) -> list[object]:
+    """Kafka's per-record errors (produce v8+; older versions drop the field): the records of a
+    batch refused one by one (LogValidator's RecordValidationException), by batch index."""
+    details = exc.details if isinstance(exc, FerryError) and exc.details else {}
+    BE = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.BatchIndexAndErrorMessage
+    return [BE(batch_index=int(e["batch_index"]), batch_index_error_message=e.get("message"))
+            for e in details.get("record_errors", ())]
+
+
 class DataApis:
     """Handlers of the data-path APIs; each returns the response message, an answer already framed
     (a successful single-partition produce), or None (acks=0)."""
 
-    def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int]) -> None:
+    def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int],
+                 fetch_sessions: FetchSessionCache | None = None) -> None:
         self.core = core
         self.new_producer_id = new_producer_id
+        self.fetch_sessions = fetch_sessions if fetch_sessions is not None else FetchSessionCache()
 
     # ------------------------------------------------------------------ ApiVersions
     async def api_versions(self, req: Request) -> ApiMessage:
@@ -167,11 +193,28 @@ class DataApis:
             if body.topics is None or (req.api_version == 0 and not body.topics):
                 names = sorted(image.topics.by_name)
             else:
-                names = [t.name for t in body.topics]
+                names = []
+                for t in body.topics:
+                    if t.name is None and req.api_version >= 10:  # asked by topic id (KIP-516)
+                        by_id = image.topics.by_id.get(topic_id_of(t.topic_id))
+                        if by_id is None:
+                            topics_out.append(MetadataResponse.MetadataResponseTopic(
+                                error_code=ErrorCode.UNKNOWN_TOPIC_ID.code, name=None, topic_id=t.topic_id,
+                                is_internal=False, partitions=[]))
+                            continue
+                        names.append(by_id.name)
+                    else:
+                        names.append(t.name)
             for name in names:
                 topics_out.append(self._topic_metadata(image, name, live))
+        v = req.api_version
+        if v >= 8 and body.include_topic_authorized_operations:  # no authorizer: everything (acl_operations)
+            for t in topics_out:
+                t.authorized_operations = set(TOPIC_OPERATIONS)  # type: ignore[attr-defined]
+        cluster_ops = set(CLUSTER_OPERATIONS) if 8 <= v <= 10 and body.include_cluster_authorized_operations else None
         return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=self.core.cluster_id,
-                                controller_id=self.core.broker_id, topics=topics_out)
+                                controller_id=self.core.broker_id, topics=topics_out,
+                                authorized_operations=cluster_ops)
 
     def _topic_metadata(self, image: MetadataImage, name: str | None, live: dict[int, KafkaEndpoint]) -> object:
         T = MetadataResponse.MetadataResponseTopic
@@ -231,7 +274,7 @@ class DataApis:
             if isinstance(result, BaseException):
                 code, message = kafka_error(result)
                 entry = PP(index=index, error_code=code.code, base_offset=-1, log_append_time_ms=-1,
-                           log_start_offset=-1, record_errors=[], error_message=message)
+                           log_start_offset=-1, record_errors=_record_errors(result), error_message=message)
                 if code is ErrorCode.NOT_LEADER_OR_FOLLOWER and req.api_version >= 10:
                     leader, epoch = _leader_of(result)
                     if leader != NO_LEADER:  # KIP-951: name the new leader only when there is one
@@ -251,7 +294,7 @@ class DataApis:
     async def _append(self, topic: str, partition: int, records: bytes | None, acks: int,
                       transactional_id: str | None) -> AppendOutcome:
         if transactional_id is not None:
-            raise FerryError(ErrorCode.INVALID_TXN_STATE, "transactions are not supported by this broker")
+            raise FerryError(NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE)
         if not records:
             raise FerryError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
         # a copy the append may change in place (offsets, LogAppendTime) and the WAL holds until synced
@@ -260,22 +303,30 @@ class DataApis:
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, req: Request) -> ApiMessage:
         body: FetchRequest = req.body  # type: ignore[assignment]
-        if req.api_version >= 7 and body.session_id != 0:
-            # incremental fetch sessions are refused: every fetch is a full one (session id 0)
-            return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND.code,
-                                 session_id=0, responses=[], node_endpoints=[])
-        wanted: list[tuple[str, int, int, int, int | None]] = []
-        for topic in body.topics:
-            for p in topic.partitions:
-                epoch = p.current_leader_epoch if req.api_version >= 9 else None
-                wanted.append((topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes, epoch))
         max_bytes = body.max_bytes if req.api_version >= 3 else 2 ** 31 - 1
+        asked = [FetchPartition(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                                p.current_leader_epoch if req.api_version >= 9 else None)
+                 for topic in body.topics for p in topic.partitions]
+        context: FetchContext | None = None
+        if req.api_version >= 7:  # KIP-227 fetch sessions (fetch_sessions.py)
+            forgotten = [(t.topic, p) for t in body.forgotten_topics_data for p in t.partitions]
+            opened = self.fetch_sessions.new_context(body.session_id, body.session_epoch, asked, forgotten,
+                                                     int(time.monotonic() * 1000))
+            if isinstance(opened, ErrorCode):
+                return FetchResponse(throttle_time_ms=0, error_code=opened.code, session_id=0, responses=[],
+                                     node_endpoints=[])
+            context = opened
+            asked = context.partitions
+        # no partition's share exceeds the response's max_bytes (but its first batch, when it is
+        # the first with data), so none is read past it
+        wanted = [(p.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, max(1, max_bytes))
+                   if p.partition_max_bytes > 0 else p.partition_max_bytes, p.current_leader_epoch) for p in asked]
         results = await self._read_all(wanted, 0)
         total = sum(len(r.data) for r in results if not isinstance(r, BaseException))
         errors = any(isinstance(r, BaseException) for r in results)
         if total < max(1, body.min_bytes) and not errors and body.max_wait_ms > 0 and wanted:
             results = await self._long_poll(wanted, results, body.max_wait_ms)
-        return self._fetch_response(req, wanted, results, max_bytes)
+        return self._fetch_response(req, wanted, results, max_bytes, context)
 
     async def _read_all(self, wanted: list[tuple[str, int, int, int, int | None]],
                         wait_ms: int) -> list[ReadOutcome | BaseException]:
@@ -304,12 +355,13 @@ class DataApis:
         return out
 
     def _fetch_response(self, req: Request, wanted: list[tuple[str, int, int, int, int | None]],
-                        results: list[ReadOutcome | BaseException], max_bytes: int) -> ApiMessage:
+                        results: list[ReadOutcome | BaseException], max_bytes: int,
+                        context: FetchContext | None) -> ApiMessage:
         FT = FetchResponse.FetchableTopicResponse
         PD = FT.PartitionData
-        by_topic: dict[str, list[object]] = {}
-        budget = max_bytes
-        for (topic, partition, _off, _mb, _ep), result in zip(wanted, results):
+        entries: list[tuple[str, Any]] = []
+        budget = FetchBudget(max_bytes)
+        for (topic, partition, _off, read_bytes, _ep), result in zip(wanted, results):
             if isinstance(result, BaseException):
                 code, _ = kafka_error(result)
                 details = result.details if isinstance(result, FerryError) and result.details else {}
@@ -322,15 +374,21 @@ class DataApis:
                     if req.api_version >= 12 and leader != NO_LEADER:
                         entry.current_leader = PD.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
             else:
-                data = result.data
-                if budget <= 0 and by_topic:
-                    data = b""  # the response is full; the client asks again from the same offset
-                budget -= len(data)
+                data = budget.take(result.data, read_bytes)  # the client asks again for what is left out
                 entry = PD(partition_index=partition, error_code=0, high_watermark=result.high_watermark,
                            last_stable_offset=result.high_watermark, log_start_offset=result.log_start_offset,
                            aborted_transactions=None, preferred_read_replica=-1, records=data)
+            entries.append((topic, entry))
+        session_id = 0
+        if context is not None and (context.incremental or context.create):  # a session answers only news
+            included = context.answer([PartitionOutcome(len(e.records or b""), e.high_watermark, e.log_start_offset,
+                                                        e.error_code != 0) for _, e in entries])
+            entries = [te for te, keep in zip(entries, included) if keep]
+            session_id = context.session_id
+        by_topic: dict[str, list[object]] = {}
+        for topic, entry in entries:
             by_topic.setdefault(topic, []).append(entry)
-        return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
+        return FetchResponse(throttle_time_ms=0, error_code=0, session_id=session_id,
                              responses=[FT(topic=t, partitions=ps) for t, ps in by_topic.items()], node_endpoints=[])
 
     # ------------------------------------------------------------------ ListOffsets
@@ -417,7 +475,7 @@ class DataApis:
     async def init_producer_id(self, req: Request) -> ApiMessage:
         body: InitProducerIdRequest = req.body  # type: ignore[assignment]
         if body.transactional_id is not None:
-            return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_TXN_STATE.code,
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=NO_TRANSACTIONS.code,
                                           producer_id=-1, producer_epoch=-1)
         if req.api_version >= 3 and body.producer_id >= 0:
             # KIP-360: an idempotent producer bumps its epoch after an unknown sequence error

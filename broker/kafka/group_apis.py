@@ -24,12 +24,19 @@ from kafka.protocol.admin.groups import (DeleteGroupsRequest, DeleteGroupsRespon
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
                                            LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest,
-                                           OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+                                           OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+                                           OffsetFetchRequest, OffsetFetchResponse,
                                            SyncGroupRequest, SyncGroupResponse)
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 
 from broker import groups as g
-from broker.kafka.data_apis import BrokerCore, kafka_endpoints, kafka_error
+from broker.groups.consumer_coordinator import ConsumerGroupConfig
+from broker.groups.consumer_errors import GroupError
+from broker.groups.consumer_records import decode_any_group_record, encode_consumer_record
+from broker.groups.partition_coordinator import PartitionCoordinator
+from broker.kafka.acl_operations import GROUP_OPERATIONS
+from broker.kafka.data_apis import (NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, BrokerCore, kafka_endpoints,
+                                    kafka_error)
 from broker.kafka.wire import Request
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage import batches
@@ -40,6 +47,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 16  # Kafka's offsets.topic.num.partitions is 50; 16 suits small clusters
 LOAD_FETCH_BYTES = 4 * 1024 * 1024
 COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
 R = TypeVar("R")
 
 
@@ -58,7 +66,7 @@ class _Hosted:
     """A loaded coordinator of one partition, at the leader epoch it was loaded for."""
 
     leader_epoch: int
-    coordinator: g.GroupCoordinator
+    coordinator: PartitionCoordinator
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     parked: dict[Any, asyncio.Future[Any]] = field(default_factory=dict)
     ticker: asyncio.TimerHandle | None = None
@@ -78,6 +86,7 @@ class GroupApis:
         self.config = config or g.GroupCoordinatorConfig(group_initial_rebalance_delay_ms=300)
         self.offsets_partitions = offsets_partitions
         self.clock_ms = clock_ms
+        self.consumer_config = ConsumerGroupConfig()
         self._hosted: dict[int, _Hosted] = {}
         self._loading: dict[int, asyncio.Future[_Hosted]] = {}
         self._creating: asyncio.Future[None] | None = None
@@ -135,7 +144,7 @@ class GroupApis:
             raise NotCoordinator(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) from None
 
     async def _load(self, partition: int, epoch: int) -> _Hosted:
-        records: list[g.GroupRecord] = []
+        records: list[Any] = []
         offset = 0
         while True:
             read = await self.core.read_records(OFFSETS_TOPIC, partition, offset, LOAD_FETCH_BYTES, 0)
@@ -146,11 +155,12 @@ class GroupApis:
                 break
             for rec in batches.read_records(read.data):
                 if rec.offset >= offset and rec.key is not None:
-                    records.append(g.decode_group_record(rec.key, rec.value))
+                    records.append(decode_any_group_record(rec.key, rec.value))
             offset = max(offset, _next_offset(read.data))
             if offset >= read.high_watermark:
                 break
-        hosted = _Hosted(epoch, g.GroupCoordinator.load(records, self.config, self.clock_ms()))
+        hosted = _Hosted(epoch, PartitionCoordinator.load_partition(records, self.config, self.clock_ms(),
+                                                                     self.consumer_config))
         self._hosted[partition] = hosted
         self._schedule(partition, hosted, hosted.coordinator.next_deadline_ms())
         log.info("loaded %d group record(s) of %s-%d at leader epoch %d", len(records), OFFSETS_TOPIC,
@@ -185,14 +195,14 @@ class GroupApis:
         except NotCoordinator:
             pass
 
-    async def _run(self, partition: int, hosted: _Hosted, call: Callable[[g.GroupCoordinator, int], g.Effects[R]]) -> R:
+    async def _run(self, partition: int, hosted: _Hosted, call: Callable[[PartitionCoordinator, int], g.Effects[R]]) -> R:
         """One coordinator call: decide, append its records (acks=all), then release the answers."""
         async with hosted.lock:
             if self._hosted.get(partition) is not hosted:
                 raise NotCoordinator(ErrorCode.NOT_COORDINATOR)
             effects = call(hosted.coordinator, self.clock_ms())
             if effects.records:
-                body = bytearray(batches.build_batch([g.encode_group_record(r) for r in effects.records],
+                body = bytearray(batches.build_batch([_encode(r) for r in effects.records],
                                                      timestamp_ms=self.clock_ms()))
                 try:
                     await self.core.append_records(OFFSETS_TOPIC, partition, body, -1)
@@ -208,7 +218,7 @@ class GroupApis:
             self._schedule(partition, hosted, effects.next_deadline_ms)
             return effects.reply
 
-    async def _parked(self, group_id: str, call: Callable[[g.GroupCoordinator, Any, int], g.Effects[None]]) -> Any:
+    async def _parked(self, group_id: str, call: Callable[[PartitionCoordinator, Any, int], g.Effects[None]]) -> Any:
         """A JoinGroup or SyncGroup: parked until a later call (or this one) completes it."""
         partition, hosted = await self._coordinator(group_id)
         token = object()
@@ -240,8 +250,10 @@ class GroupApis:
                                        port=p)
 
     async def _find_one(self, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+        if key_type == COORDINATOR_KEY_TRANSACTION:  # refused so that the client fails at once
+            return NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, -1, "", -1
         if key_type != COORDINATOR_KEY_GROUP:
-            return ErrorCode.INVALID_REQUEST, "only group coordinators exist (no transactions)", -1, "", -1
+            return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
         if not key:
             return ErrorCode.INVALID_GROUP_ID, "the group id is empty", -1, "", -1
         await self._ensure_topic()
@@ -349,7 +361,7 @@ class GroupApis:
                     p.committed_leader_epoch if v >= 6 else g.messages.NO_LEADER_EPOCH, p.committed_metadata))
         request = g.OffsetCommitRequest(body.group_id, tuple(known), body.member_id, body.generation_id_or_member_epoch,
                                         body.group_instance_id if v >= 7 else None)
-        results: list[tuple[str, int, ErrorCode]] = [(t, p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for t, p in unknown]
+        results: list[tuple[str, int, GroupError]] = [(t, p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for t, p in unknown]
         if known:
             try:
                 partition, hosted = await self._coordinator(body.group_id)
@@ -387,6 +399,37 @@ class GroupApis:
                 partition_index=f.partition, committed_offset=f.offset, committed_leader_epoch=f.leader_epoch,
                 metadata=f.metadata, error_code=f.error.code) for f in fs]) for name, fs in parts.items()])
 
+    async def offset_delete(self, req: Request) -> ApiMessage:
+        """OffsetDelete (KIP-496): the group's committed offsets of the named partitions go, unless
+        a member of the group subscribes to their topic. A partition of a topic that does not
+        exist answers UNKNOWN_TOPIC_OR_PARTITION; a group-wide error answers alone, as Kafka does."""
+        body: OffsetDeleteRequest = req.body  # type: ignore[assignment]
+        image = self.core.image
+        known: list[g.TopicPartition] = []
+        results: list[tuple[str, int, GroupError]] = []
+        for t in body.topics:
+            topic_id = image.topics.by_name.get(t.name) if image is not None else None
+            for p in t.partitions:
+                if topic_id is None or image is None or image.topics.partition(topic_id, p.partition_index) is None:
+                    results.append((t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                else:
+                    known.append(g.TopicPartition(t.name, p.partition_index))
+        try:
+            partition, hosted = await self._coordinator(body.group_id)
+            outcome = await self._run(partition, hosted, lambda c, now: c.delete_offsets(body.group_id, known, now))
+        except NotCoordinator as exc:
+            outcome = g.OffsetDeleteResult(exc.error)
+        if outcome.error is not ErrorCode.NONE:
+            return OffsetDeleteResponse(error_code=outcome.error.code, throttle_time_ms=0, topics=[])
+        results += [(r.topic, r.partition, r.error) for r in outcome.partitions]
+        T = OffsetDeleteResponse.OffsetDeleteResponseTopic
+        by_topic: dict[str, list[Any]] = {}
+        for topic, part, error in results:
+            by_topic.setdefault(topic, []).append(T.OffsetDeleteResponsePartition(partition_index=part,
+                                                                                  error_code=error.code))
+        return OffsetDeleteResponse(error_code=0, throttle_time_ms=0,
+                                    topics=[T(name=n, partitions=ps) for n, ps in by_topic.items()])
+
     async def _fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None
                              ) -> tuple[ErrorCode, dict[str, list[g.FetchedOffset]]]:
         try:
@@ -404,6 +447,8 @@ class GroupApis:
     async def describe_groups(self, req: Request) -> ApiMessage:
         body: DescribeGroupsRequest = req.body  # type: ignore[assignment]
         D = DescribeGroupsResponse.DescribedGroup
+        # no authorizer: every operation on a group (acl_operations), for the groups described
+        ops = set(GROUP_OPERATIONS) if req.api_version >= 3 and body.include_authorized_operations else None
         out = []
         for group_id in body.groups:
             try:
@@ -414,7 +459,8 @@ class GroupApis:
                                  D.DescribedGroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
                                                         client_id=m.client_id, client_host=m.client_host,
                                                         member_metadata=m.metadata, member_assignment=m.assignment)
-                                 for m in d.members]))
+                                 for m in d.members],
+                             authorized_operations=ops if d.error is ErrorCode.NONE else None))
             except NotCoordinator as exc:
                 out.append(D(error_code=exc.error.code, group_id=group_id, group_state="", protocol_type="",
                              protocol_data="", members=[]))
@@ -422,23 +468,21 @@ class GroupApis:
 
     async def list_groups(self, req: Request) -> ApiMessage:
         body: ListGroupsRequest = req.body  # type: ignore[assignment]
-        states = None
-        if req.api_version >= 4 and body.states_filter:
-            try:
-                states = [g.GroupState(s) for s in body.states_filter]
-            except ValueError:
-                return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST.code, groups=[])
+        v = req.api_version
+        states = frozenset(body.states_filter) if v >= 4 and body.states_filter else None
+        types = frozenset(body.types_filter) if v >= 5 and body.types_filter else None
         n = self._num_partitions() or 0
-        listed: list[g.ListedGroup] = []
+        listed: list[Any] = []
         for partition in range(n):
             try:
                 hosted = await self._hosted_for(partition)
             except NotCoordinator:
                 continue  # another broker leads it: ListGroups goes to every broker
-            listed += hosted.coordinator.list_groups(states)
+            listed += hosted.coordinator.list_all_groups(states, types)
         L = ListGroupsResponse.ListedGroup
         return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
-            L(group_id=x.group_id, protocol_type=x.protocol_type, group_state=x.state.value) for x in listed])
+            L(group_id=x.group_id, protocol_type=x.protocol_type, group_state=x.state, group_type=x.group_type)
+            for x in listed])
 
     async def delete_groups(self, req: Request) -> ApiMessage:
         body: DeleteGroupsRequest = req.body  # type: ignore[assignment]
@@ -464,8 +508,14 @@ def _next_offset(data: bytes) -> int:
 __all__ = ["GroupApis", "OFFSETS_TOPIC", "kafka_error"]
 
 
-def _delete_group_call(group_id: str) -> Callable[[g.GroupCoordinator, int], g.Effects[tuple[g.DeletedGroup, ...]]]:
+def _encode(record: Any) -> tuple[bytes, bytes | None]:
+    if isinstance(record, g.GroupRecord.__args__):  # type: ignore[attr-defined]
+        return g.encode_group_record(record)
+    return encode_consumer_record(record)
+
+
+def _delete_group_call(group_id: str) -> Callable[[PartitionCoordinator, int], g.Effects[tuple[g.DeletedGroup, ...]]]:
     """The coordinator call deleting one group (a closure per group: the loop variable is not shared)."""
-    def call(coordinator: g.GroupCoordinator, now_ms: int) -> g.Effects[tuple[g.DeletedGroup, ...]]:
+    def call(coordinator: PartitionCoordinator, now_ms: int) -> g.Effects[tuple[g.DeletedGroup, ...]]:
         return coordinator.delete_groups([group_id], now_ms)
     return call

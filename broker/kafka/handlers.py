@@ -8,6 +8,8 @@ from kafka.protocol.api_key import ApiKey
 
 from broker.kafka.admin_apis import AdminApis, AdminCore
 from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.consumer_group_apis import ConsumerGroupApis
+from broker.kafka.consumer_group_messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from broker.kafka.data_apis import DataApis
 from broker.kafka.forwarding import ControllerCalls
 from broker.kafka.group_apis import GroupApis, GroupsCore
@@ -27,6 +29,7 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls) -> dict[int, Ha
     data = DataApis(core, new_producer_id)
     groups = GroupApis(core)
     admin = AdminApis(core, controller)
+    consumer_groups = ConsumerGroupApis(groups)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,
@@ -43,9 +46,12 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls) -> dict[int, Ha
         ApiKey.LeaveGroup: groups.leave_group,
         ApiKey.OffsetCommit: groups.offset_commit,
         ApiKey.OffsetFetch: groups.offset_fetch,
+        ApiKey.OffsetDelete: groups.offset_delete,
         ApiKey.DescribeGroups: groups.describe_groups,
         ApiKey.ListGroups: groups.list_groups,
         ApiKey.DeleteGroups: groups.delete_groups,
+        ConsumerGroupHeartbeatRequest.API_KEY: consumer_groups.heartbeat,
+        ConsumerGroupDescribeRequest.API_KEY: consumer_groups.describe,
         ApiKey.CreateTopics: admin.create_topics,
         ApiKey.DeleteTopics: admin.delete_topics,
         ApiKey.CreatePartitions: admin.create_partitions,

@@ -27,6 +27,7 @@ from broker.groups import (
     OffsetCommitPartition,
     OffsetCommitRecord,
     OffsetCommitRequest,
+    OffsetDeleteResult,
     OffsetValue,
     SyncRequest,
     SyncResult,
@@ -136,11 +137,12 @@ class Shell:
         assert result.error is E.MEMBER_ID_REQUIRED
         return result.member_id
 
-    def stable_group(self, *names: str, group: str = "g") -> dict[str, str]:
-        """Members join within the initial delay, the leader assigns; returns name -> member id."""
-        ids = {n: self.new_member(n, group=group) for n in names}
+    def stable_group(self, *names: str, group: str = "g", **kw: Any) -> dict[str, str]:
+        """Members join within the initial delay, the leader assigns; returns name -> member id.
+        ``kw`` goes to every JoinGroup (``protocols``, ``protocol_type``)."""
+        ids = {n: self.new_member(n, group=group, **kw) for n in names}
         for n in names:
-            self.join(f"{n}-1", ids[n], group=group)
+            self.join(f"{n}-1", ids[n], group=group, **kw)
         self.advance(SETTLE_MS)
         leader = self.joined(f"{names[0]}-1")
         assert leader.error is E.NONE and leader.leader == ids[names[0]]
@@ -619,6 +621,52 @@ def test_describe_list_and_delete() -> None:
     assert deleted.reply[0].error is E.NONE
     assert shell.coordinator.fetch_offsets("g", [TopicPartition("t", 0)]).partitions[0].offset == -1
     assert GroupCoordinator.load(shell.records(), CONFIG, shell.now_ms).group_ids() == []
+
+
+def subscribing_to(*topics: str, version: int = 0) -> tuple[JoinProtocol, ...]:
+    """A consumer's JoinGroup protocols: its subscription in ConsumerProtocolSubscription form."""
+    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+    return (JoinProtocol("range", ConsumerProtocolSubscription(topics=list(topics), user_data=None,
+                                                               owned_partitions=[]).encode(version=version)),)
+
+
+def test_offset_delete_follows_kafkas_rules() -> None:
+    shell = Shell()
+
+    def delete(group: str, *tps: tuple[str, int]) -> Effects[OffsetDeleteResult]:
+        return shell._apply(shell.coordinator.delete_offsets(group, [TopicPartition(t, p) for t, p in tps],
+                                                             shell.now_ms))
+
+    assert delete("nowhere", ("t", 0)).reply == OffsetDeleteResult(E.GROUP_ID_NOT_FOUND)
+    # a consumer group with members: the topics they subscribe to keep their offsets
+    ids = shell.stable_group("a", "b", protocols=subscribing_to("t", version=1))
+    shell.commit(ids["a"], 1, {("t", 0): 3, ("u", 0): 4, ("u", 1): 5})
+    out = delete("g", ("t", 0), ("u", 0), ("v", 7))
+    assert [(p.topic, p.partition, p.error) for p in out.reply.partitions] == [
+        ("t", 0, E.GROUP_SUBSCRIBED_TO_TOPIC), ("u", 0, E.NONE), ("v", 7, E.NONE)]
+    assert out.records == (OffsetCommitRecord("g", "u", 0, None),)  # nothing committed for v-7: no tombstone
+    assert [(p.topic, p.partition) for p in shell.coordinator.fetch_offsets("g").partitions] == [("t", 0), ("u", 1)]
+    # a group of another protocol type with members: NON_EMPTY_GROUP, nothing deleted
+    shell.stable_group("c", group="conn", protocol_type="connect", protocols=subscribing_to("t"))
+    shell.commit("", -1, {("t", 0): 1}, group="conn")  # refused (not empty); the group has no offsets
+    assert delete("conn", ("t", 0)) == Effects(OffsetDeleteResult(E.NON_EMPTY_GROUP), (),
+                                               next_deadline_ms=shell.coordinator.next_deadline_ms())
+    # members whose subscriptions do not parse subscribe to nothing, as in Kafka
+    shell.stable_group("d", group="odd")
+    shell.commit(shell.coordinator.describe(["odd"])[0].members[0].member_id, 1, {("t", 0): 1}, group="odd")
+    assert delete("odd", ("t", 0)).reply.partitions[0].error is E.NONE
+    # an empty group: every offset may go; the last one gone removes the group
+    shell.leave(ids["a"], ids["b"])
+    out = delete("g", ("t", 0), ("u", 1))
+    assert [p.error for p in out.reply.partitions] == [E.NONE, E.NONE]
+    assert out.records == (OffsetCommitRecord("g", "t", 0, None), OffsetCommitRecord("g", "u", 1, None),
+                           GroupMetadataRecord("g", None))
+    assert shell.coordinator.group_state("g") is GroupState.DEAD
+    assert delete("g", ("t", 0)).reply.error is E.GROUP_ID_NOT_FOUND
+    reloaded = GroupCoordinator.load(shell.records(), CONFIG, shell.now_ms)
+    assert "g" not in reloaded.group_ids() and reloaded.fetch_offsets("odd").partitions == ()
+    shell.coordinator.unload(shell.now_ms)
+    assert delete("odd", ("t", 0)).reply.error is E.NOT_COORDINATOR
 
 
 def test_unload_answers_parked_requests_not_coordinator() -> None:

@@ -733,3 +733,55 @@ def test_scan_finds_records_a_garbled_batch_does_not_hold() -> None:
     garbled = with_payload(body, b"\xff" * (len(body) - 61))
     (item,) = scan_batches(stored(garbled), end_offset=103)
     assert isinstance(item, CorruptBatch) and item.next_offset == 103 and "record" in item.reason
+
+
+# ---------------------------------------------------------------------------- compacted topics
+
+COMPACTED = ValidationPolicy(compacted=True)
+
+
+def test_cleanup_policy_compact_makes_the_policy_compacted() -> None:
+    for value, compacted in (("compact", True), ("delete,compact", True), (" delete , compact ", True),
+                             ("delete", False), ("", False)):
+        assert ValidationPolicy.from_topic_configs({"cleanup.policy": value}).compacted is compacted
+    assert ValidationPolicy.from_topic_configs({}, COMPACTED).compacted  # the default's value stays
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.GZIP, Codec.ZSTD])
+def test_a_compacted_topic_refuses_keyless_records_one_record_error_each(codec: Codec) -> None:
+    records = [Rec(b"k0", b"v"), Rec(None, b"v"), Rec(b"", b"v"), Rec(None, None), Rec(None, b"v"), Rec(None, b"v")]
+    batch = build(records * 20 if codec is not Codec.NONE else records, codec)
+    with pytest.raises(FerryError) as err:
+        validate_produce_records(batch, COMPACTED, NOW_MS, "logs-3")
+    assert err.value.error is ErrorCode.INVALID_RECORD
+    message = "Compacted topic cannot accept message without key in topic partition logs-3."
+    errors = err.value.details["record_errors"]  # type: ignore[index]
+    keyless = [i for i, r in enumerate(records * (20 if codec is not Codec.NONE else 1)) if r.key is None]
+    assert errors == [{"batch_index": i, "message": message} for i in keyless]
+    assert err.value.message.startswith(f"One or more records have been rejected due to {len(keyless)} record "
+                                        "errors in total, and only showing the first three errors at most: "
+                                        f"[RecordError(batchIndex=1, message='{message}'), RecordError(batchIndex=3")
+    # an empty key is a key, a delete-policy topic takes keyless records, a keyed batch passes
+    assert validate_produce_records(build([Rec(b"", b"v"), Rec(b"k", None)], codec), COMPACTED, NOW_MS)
+    assert validate_produce_records(batch, POLICY, NOW_MS).records_count == len(records) * (
+        20 if codec is not Codec.NONE else 1)
+
+
+def test_a_bad_timestamp_beside_a_missing_key_is_invalid_timestamp_as_in_kafka() -> None:
+    bounded = ValidationPolicy(compacted=True, timestamp_before_max_ms=1000)
+    with pytest.raises(FerryError) as err:
+        validate_produce_records(build([Rec(None, b"v"), Rec(b"k", b"v", timestamp_ms=NOW_MS - 5000)]), bounded,
+                                 NOW_MS)
+    assert err.value.error is ErrorCode.INVALID_TIMESTAMP
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=80)), st.one_of(st.none(), st.binary(max_size=9000)),
+                          st.integers(min_value=-10 ** 9, max_value=10 ** 9)), min_size=1, max_size=140))
+def test_the_key_scan_agrees_with_the_strict_walk(spec: list[tuple[bytes | None, bytes | None, int]]) -> None:
+    batch = build([Rec(key, value, timestamp_ms=NOW_MS + delta) for key, value, delta in spec])
+    sink: list[record_format.RawRecord] = []
+    walk_records(batch, batches.HEADER_BYTES, len(batch), len(spec), last_offset_delta=len(spec) - 1,
+                 consecutive_offsets=True, sink=sink)
+    assert record_format.keyless_records(batch, batches.HEADER_BYTES, len(batch), len(spec)) == [
+        i for i, record in enumerate(sink) if record.key is None]

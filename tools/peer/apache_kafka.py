@@ -55,6 +55,21 @@ def random_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def raise_open_files_limit() -> None:
+    """A broker keeps a log, an offset index and a time index open per partition replica: 10,000
+    partitions need ~30,000 descriptors, above this machine's default soft limit. Raised to the
+    hard limit (or further when allowed) in the child before the JVM starts."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for want in (1 << 20, hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(want, hard)))
+            return
+        except (ValueError, OSError):
+            continue
+
+
 def java_command(jars_dir: Path, main_class: str, args: list[str], heap_mb: int,
                  log4j_file: Path | None = None) -> list[str]:
     """A JVM running ``main_class`` from the jars, with a fixed heap (by default a JVM takes up
@@ -153,7 +168,8 @@ class ApacheKafkaCluster:
         log = open(node.log_file, "ab")
         node.proc = subprocess.Popen(java_command(self.jars_dir, "kafka.Kafka", [str(node.props_file)], heap,
                                                   self.state_dir / "log4j2.xml"),
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=raise_open_files_limit)
         log.close()
         if wait:
             self._wait_port(node, time.monotonic() + timeout_s)

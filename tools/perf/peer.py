@@ -60,6 +60,10 @@ class System(Protocol):
 
     def kill_broker(self, broker_id: int) -> None: ...
 
+    def terminate_broker(self, broker_id: int) -> None: ...
+
+    def start_broker(self, broker_id: int) -> None: ...
+
 
 @dataclass
 class KafkaPeer:
@@ -76,6 +80,12 @@ class KafkaPeer:
     def kill_broker(self, broker_id: int) -> None:
         self.cluster.kill_node(broker_id)
 
+    def terminate_broker(self, broker_id: int) -> None:
+        self.cluster.stop_node(broker_id, timeout_s=600)
+
+    def start_broker(self, broker_id: int) -> None:
+        self.cluster.start_node(broker_id, wait=True, timeout_s=600)
+
 
 @dataclass
 class FerrySystem:
@@ -88,13 +98,22 @@ class FerrySystem:
 
     def server_pids(self) -> dict[str, list[int]]:
         c = self.cluster
-        brokers = [p.pid for p in c.broker_procs.values()]
-        controllers = [c._controller_proc(n).pid for n in range(1, c.num_controllers + 1)]
+        from tools.perf.kafka import descendants
+
+        roots = [p.pid for p in c.broker_procs.values()] + \
+            [c._controller_proc(n).pid for n in range(1, c.num_controllers + 1)]
         s3 = [c.s3.process.pid] if c.s3 is not None and c.s3.process is not None else []
-        return {"servers": brokers + controllers, "s3": s3}
+        # a controller's Raft node runs in a child process: counted with it
+        return {"servers": roots + [d for r in roots for d in descendants(r)], "s3": s3}
 
     def kill_broker(self, broker_id: int) -> None:
         self.cluster.kill_broker(broker_id)
+
+    def terminate_broker(self, broker_id: int) -> None:
+        self.cluster.terminate_broker(broker_id, timeout_s=600)
+
+    def start_broker(self, broker_id: int) -> None:
+        self.cluster.start_broker(broker_id, wait=True, timeout_s=600)
 
 
 def cpu_s(pids: list[int]) -> float:
@@ -313,6 +332,83 @@ def crash_failover(system: System, replication_factor: int, victim: int = 1, tim
             "producer_errors": len(paced.errors)}
 
 
+# ---------------------------------------------------------------------- 4. many partitions at once
+def wait_all_leaders(bootstrap: str, topic: str, partitions: int, timeout_s: float,
+                     want: Callable[[int, int], bool]) -> float:
+    """Seconds until Metadata names, for every partition, a leader ``want(partition, leader)`` accepts."""
+    started = time.monotonic()
+    wait_leaders(bootstrap, topic, partitions, timeout_s, lambda got: all(want(p, b) for p, b in got.items()))
+    return time.monotonic() - started
+
+
+def many_partitions(system: System, partitions: int, replication_factor: int, brokers: int = 3,
+                    timeout_s: float = 1800.0) -> dict[str, Any]:
+    """Create ``partitions`` partitions, then move every partition's leadership at once.
+
+    Ferry: one AlterPartitionReassignments naming, for each partition, the next broker (the
+    six-step move of every partition). Kafka: with RF 3 on three brokers every broker already
+    holds every partition, so the move that copies nothing is a leadership move: each replica
+    list rotated by one (one AlterPartitionReassignments, no data moves) and one preferred
+    election for all. Time = from the request until Metadata names every target leader."""
+    from confluent_kafka import TopicPartition as CTP
+    from confluent_kafka import ElectionType
+    from kafka import TopicPartition as KTP
+    from kafka.admin import KafkaAdminClient
+
+    topic = f"peer-many-{partitions}"
+    started = time.monotonic()
+    create_topic(system.bootstrap, topic, partitions=partitions, replication_factor=replication_factor)
+    created_s = time.monotonic() - started
+    meta = AdminClient({"bootstrap.servers": system.bootstrap}).list_topics(topic, timeout=60).topics[topic]
+    replicas = {p: list(pm.replicas) for p, pm in meta.partitions.items()}
+    if replication_factor == 1:
+        target = {p: [r[0] % brokers + 1] for p, r in replicas.items()}
+    else:
+        target = {p: r[1:] + r[:1] for p, r in replicas.items()}
+    admin = KafkaAdminClient(bootstrap_servers=system.bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        started = time.monotonic()
+        errors = [e for e in admin.alter_partition_reassignments(
+            {KTP(topic, p): t for p, t in target.items()}).values() if e is not None]
+        if errors:
+            raise RuntimeError(f"{len(errors)} reassignments refused, e.g. {errors[0]}")
+        if replication_factor > 1:
+            confluent = AdminClient({"bootstrap.servers": system.bootstrap})
+            confluent.elect_leaders(ElectionType.PREFERRED, [CTP(topic, p) for p in target]).result(timeout_s)
+        wait_all_leaders(system.bootstrap, topic, partitions, timeout_s, lambda p, b: b == target[p][0])
+        moved_s = time.monotonic() - started
+    finally:
+        admin.close()
+    return {"partitions": partitions, "create_s": round(created_s, 2), "move_all_s": round(moved_s, 2)}
+
+
+# ---------------------------------------------------------------------- 5. controlled shutdown and restart
+def controlled_restart(system: System, topic: str, partitions: int, victim: int = 1,
+                       timeout_s: float = 1800.0) -> dict[str, Any]:
+    """SIGTERM a broker (a controlled shutdown: its leaderships move first), then start it again.
+    ``shutdown_s``: until the process exits; ``leaders_elsewhere_s``: until Metadata names a live
+    leader for every partition; ``restart_s``: until the restarted broker is listed again and leads
+    or hosts what it is given (Kafka: it is back in Metadata; leadership returns by preferred
+    election, not measured)."""
+    before = leaders(system.bootstrap, topic)
+    led = sum(1 for b in before.values() if b == victim)
+    started = time.monotonic()
+    system.terminate_broker(victim)
+    shutdown_s = time.monotonic() - started
+    elsewhere_s = wait_all_leaders(system.bootstrap, topic, partitions, timeout_s, lambda _p, b: b != victim) + shutdown_s
+    started = time.monotonic()
+    system.start_broker(victim)
+    deadline = started + timeout_s
+    while time.monotonic() < deadline:
+        brokers = AdminClient({"bootstrap.servers": system.bootstrap}).list_topics(timeout=10).brokers
+        if victim in brokers:
+            break
+        time.sleep(0.1)
+    restart_s = time.monotonic() - started
+    return {"partitions": partitions, "led_by_victim": led, "shutdown_s": round(shutdown_s, 2),
+            "leaders_elsewhere_s": round(elsewhere_s, 2), "restart_s": round(restart_s, 2)}
+
+
 # ---------------------------------------------------------------------- the run
 SIZES_QUICK = {"1MiB": MIB, "100MiB": 100 * MIB}
 SIZES_FULL = {"1MiB": MIB, "100MiB": 100 * MIB, "1GiB": 1024 * MIB}
@@ -320,7 +416,7 @@ SIZES_FULL = {"1MiB": MIB, "100MiB": 100 * MIB, "1GiB": 1024 * MIB}
 
 def run_system(system: System, sizes: dict[str, int], start: list[int], target: list[int],
                throttle_bytes_s: int | None, produce_bytes: int, replication_factor: int,
-               console: Console) -> dict[str, Any]:
+               console: Console, many: int = 0, restart_partitions: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {"moves": {}}
     for label, size in sizes.items():
         console.print(f"  ({system.name}) move of a partition holding {label} ...")
@@ -331,6 +427,14 @@ def run_system(system: System, sizes: dict[str, int], start: list[int], target: 
                                                           timeout_s=3600)
     console.print(f"  ({system.name}) produce, CPU and end to end ...")
     out.update(produce_and_cpu(system, produce_bytes, replication_factor))
+    if restart_partitions:
+        console.print(f"  ({system.name}) controlled shutdown and restart of a broker, {restart_partitions} partitions ...")
+        topic = f"peer-restart-{restart_partitions}"
+        create_topic(system.bootstrap, topic, partitions=restart_partitions, replication_factor=replication_factor)
+        out["controlled_restart"] = controlled_restart(system, topic, restart_partitions)
+    if many:
+        console.print(f"  ({system.name}) {many} partitions: created, then all moved at once ...")
+        out["many"] = many_partitions(system, many, replication_factor)
     console.print(f"  ({system.name}) kill -9 of a broker ...")
     out.update(crash_failover(system, replication_factor))
     return out
@@ -364,6 +468,14 @@ def summarize(kafka: dict[str, Any], ferry: dict[str, Any], ferry_s3wal: dict[st
         "crash_failover_ratio": ratio(ferry["crash_failover_s"], kafka["crash_failover_s"]),
         "kafka": kafka, "ferry": ferry,
     }
+    if "many" in kafka and "many" in ferry:
+        result.update({"many_partitions": kafka["many"]["partitions"],
+                       "kafka_create_many_s": kafka["many"]["create_s"], "ferry_create_many_s": ferry["many"]["create_s"],
+                       "kafka_move_10000_s": kafka["many"]["move_all_s"], "ferry_move_10000_s": ferry["many"]["move_all_s"]})
+    if "controlled_restart" in kafka and "controlled_restart" in ferry:
+        for key in ("shutdown_s", "leaders_elsewhere_s", "restart_s"):
+            result[f"kafka_controlled_{key}"] = kafka["controlled_restart"][key]
+            result[f"ferry_controlled_{key}"] = ferry["controlled_restart"][key]
     if ferry_s3wal is not None:
         result["ferry_s3wal_crash_failover_s"] = ferry_s3wal["crash_failover_s"]
         result["s3wal_crash_failover_ratio"] = ratio(ferry_s3wal["crash_failover_s"], kafka["crash_failover_s"])
@@ -393,6 +505,17 @@ def render(result: dict[str, Any], console: Console) -> None:
             ("kill -9 failover (s)", "kafka_crash_failover_s", "ferry_crash_failover_s", "≤ 1/3")]
     for label, kk, fk, target in rows:
         table.add_row(label, fmt(result.get(kk)), fmt(result.get(fk)), fmt(ratio(result.get(fk), result.get(kk))), target)
+    if "many_partitions" in result:
+        n = result["many_partitions"]
+        rows = [(f"create {n} partitions (s)", "kafka_create_many_s", "ferry_create_many_s", ""),
+                (f"move all {n} at once (s)", "kafka_move_10000_s", "ferry_move_10000_s", "Ferry faster")]
+        for label, kk, fk, target in rows:
+            table.add_row(label, fmt(result[kk]), fmt(result[fk]), fmt(ratio(result[fk], result[kk])), target)
+    for key, label in (("shutdown_s", "controlled shutdown (s)"), ("leaders_elsewhere_s", "  until led elsewhere (s)"),
+                       ("restart_s", "restart until listed (s)")):
+        if f"kafka_controlled_{key}" in result:
+            table.add_row(label, fmt(result[f"kafka_controlled_{key}"]), fmt(result[f"ferry_controlled_{key}"]),
+                          fmt(ratio(result[f"ferry_controlled_{key}"], result[f"kafka_controlled_{key}"])), "")
     if "ferry_s3wal_crash_failover_s" in result:
         table.add_row("kill -9 failover, Ferry S3 WAL (s)", fmt(result["kafka_crash_failover_s"]),
                       fmt(result["ferry_s3wal_crash_failover_s"]), fmt(result.get("s3wal_crash_failover_ratio")), "≤ 1/3")
@@ -435,6 +558,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--throttle-mb-s", type=float, default=10.0, help="Kafka's reassignment throttle (MiB/s)")
     parser.add_argument("--no-throttle-run", action="store_true", help="skip the throttled Kafka moves")
     parser.add_argument("--plot", default="perf-peer.png", help="where the PNG goes")
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="partitions created then moved at once (default 10000, quick 500; 0 = skip)")
+    parser.add_argument("--restart-partitions", type=int, default=None,
+                        help="partitions of the controlled shutdown and restart (default 2000, quick 200; 0 = skip)")
     parser.add_argument("--state-dir")
     args = parser.parse_args(argv)
     console = Console(stderr=args.json)
@@ -445,19 +572,21 @@ def main(argv: list[str]) -> int:
     sizes = SIZES_QUICK if args.quick else SIZES_FULL
     produce_bytes = (256 if args.quick else 1024) * MIB
     throttle = None if args.no_throttle_run else int(args.throttle_mb_s * MIB)
+    many = args.partitions if args.partitions is not None else (500 if args.quick else 10000)
+    restart = args.restart_partitions if args.restart_partitions is not None else (200 if args.quick else 2000)
     state = Path(args.state_dir or tempfile.mkdtemp(prefix="ferry-perf-peer-"))
     console.print("Apache Kafka (KRaft: 1 controller, 3 brokers) ...")
     peer = ApacheKafkaCluster(state / "kafka", jars)
     peer.start()
     try:
-        kafka = run_system(KafkaPeer(peer), sizes, [1, 2], [3, 2], throttle, produce_bytes, 3, console)
+        kafka = run_system(KafkaPeer(peer), sizes, [1, 2], [3, 2], throttle, produce_bytes, 3, console, many, restart)
     finally:
         peer.stop()
     console.print("Ferry (3 controllers, 3 brokers, local WAL) ...")
     cluster = LocalCluster(str(state / "ferry"))
     cluster.start()
     try:
-        ferry = run_system(FerrySystem(cluster), sizes, [1], [2], None, produce_bytes, 1, console)
+        ferry = run_system(FerrySystem(cluster), sizes, [1], [2], None, produce_bytes, 1, console, many, restart)
     finally:
         cluster.stop(graceful=False)
     console.print("Ferry with the S3 WAL: kill -9 only ...")
