@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install test test-fast chaos demo perf perf-s3 soak clean kafka-jars conformance
+.PHONY: install test test-fast chaos demo perf perf-s3 soak clean kafka-jars spark-kafka-jars conformance
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,8 +32,20 @@ $(KAFKA_JARS_STAMP): tools/peer/kafka-pom.xml
 
 kafka-jars: $(KAFKA_JARS_STAMP)
 
+# Spark's own Kafka source and sink (tools/peer/spark_kafka.py): the jars beyond pyspark's, from
+# Maven Central, once, checksums checked; the version is SPARK_KAFKA_VERSION there and in the pom
+SPARK_KAFKA_JARS := .cache/spark-kafka-4.2.0
+SPARK_KAFKA_JARS_STAMP := $(SPARK_KAFKA_JARS)/.copied
+
+$(SPARK_KAFKA_JARS_STAMP): tools/peer/spark-kafka-pom.xml
+	mvn -q -B -C -Dstyle.color=never -f tools/peer/spark-kafka-pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+		-DoutputDirectory=$(abspath $(SPARK_KAFKA_JARS))
+	touch $@
+
+spark-kafka-jars: $(SPARK_KAFKA_JARS_STAMP)
+
 # the whole suite, the two seeded 30 s chaos campaigns included
-test: $(STAMP) $(KAFKA_JARS_STAMP)
+test: $(STAMP) $(KAFKA_JARS_STAMP) $(SPARK_KAFKA_JARS_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # Only the two seeded fault campaigns of 30 s against a live cluster, as one test (about 80 s).
