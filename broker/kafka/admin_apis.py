@@ -40,6 +40,8 @@ from broker.kafka.wire import Request
 from broker.log_dirs_report import LogDirReport, TopicFilter
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.records import STORAGE_S3
+from metadata_quorum.s3_replicas import replication_factor
 
 TOPIC_RESOURCE = 2  # ConfigResource types on the wire
 BROKER_RESOURCE = 4
@@ -396,7 +398,8 @@ class AdminApis:
         reg = image.topics.partition(topic_id, partition) if topic_id is not None else None
         if reg is None:
             return None
-        current = len(reg.original_replicas)
+        # an s3 partition's replica count is its assigned brokers' (s3_replicas.py), not its one owner
+        current = replication_factor(image.kv, reg) if reg.storage == STORAGE_S3 else len(reg.original_replicas)
         if len(replicas) == current:
             return None
         return ItemError(ErrorCode.INVALID_REPLICATION_FACTOR,

@@ -33,6 +33,7 @@ from broker.kafka.wire import Request, api_versions_response
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import NO_LEADER
+from metadata_quorum.s3_replicas import reported_isr, reported_replicas
 
 LATEST_TIMESTAMP = -1  # ListOffsets' special timestamps
 EARLIEST_TIMESTAMP = -2
@@ -211,9 +212,12 @@ class DataApis:
             named, epoch = p.named_leader(image.cluster.is_active)
             leader = named if named in live else NO_LEADER
             error = ErrorCode.NONE if leader != NO_LEADER else ErrorCode.LEADER_NOT_AVAILABLE
+            # an s3 partition is reported with the brokers it was assigned, its owner leading (s3_replicas.py)
+            replicas = reported_replicas(image.kv, p)
             parts.append(P(error_code=error.code, partition_index=p.partition, leader_id=leader,
-                           leader_epoch=epoch, replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
-                           offline_replicas=[r for r in p.replicas if r not in live]))
+                           leader_epoch=epoch, replica_nodes=list(replicas),
+                           isr_nodes=list(reported_isr(image.kv, p, image.cluster.is_active)),
+                           offline_replicas=[r for r in replicas if r not in live]))
         return T(error_code=0, name=name, topic_id=topic_uuid(topic_id), is_internal=name in INTERNAL_TOPICS,
                  partitions=parts)
 
