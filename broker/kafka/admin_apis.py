@@ -33,7 +33,8 @@ from kafka.protocol.admin.topics import (AlterPartitionReassignmentsRequest, Alt
 from kafka.protocol.api_message import ApiMessage
 
 from broker.kafka.acl_operations import CLUSTER_OPERATIONS
-from broker.kafka.config_catalog import ConfigEntry, broker_entries, topic_entries
+from broker.kafka.auto_create import TopicDefaults
+from broker.kafka.config_catalog import BrokerValue, ConfigEntry, broker_entries, topic_entries
 from broker.kafka.data_apis import ZERO_UUID, kafka_endpoint_of, kafka_error, topic_uuid
 from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, Json, forward_timeout_ms, forwarding_failure
 from broker.kafka.wire import Request
@@ -61,7 +62,7 @@ class AdminCore(Protocol):
     @property
     def image(self) -> MetadataImage | None: ...
 
-    def static_configs(self) -> Mapping[str, str]: ...
+    def static_configs(self) -> Mapping[str, BrokerValue]: ...
 
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]: ...
 
@@ -106,9 +107,11 @@ def _group(items: Sequence[tuple[str, Any]]) -> dict[str, list[Any]]:
 class AdminApis:
     """Handlers of the admin APIs; each takes a decoded request and returns the response."""
 
-    def __init__(self, core: AdminCore, controller: ControllerCalls) -> None:
+    def __init__(self, core: AdminCore, controller: ControllerCalls,
+                 topic_defaults: TopicDefaults = TopicDefaults()) -> None:
         self.core = core
         self.controller = controller
+        self.topic_defaults = topic_defaults  # num.partitions / default.replication.factor for -1
 
     async def _write(self, op: str, args: Json, timeout_ms: int | None = None) -> Json:
         return await self.controller.write(op, args, forward_timeout_ms(timeout_ms))
@@ -129,6 +132,8 @@ class AdminApis:
                 continue
             item: Json = {"name": t.name, "num_partitions": t.num_partitions,
                           "replication_factor": t.replication_factor,
+                          "default_num_partitions": self.topic_defaults.num_partitions,
+                          "default_replication_factor": self.topic_defaults.replication_factor,
                           "configs": {c.name: c.value for c in t.configs}}
             if t.assignments:
                 item["assignments"] = {str(a.partition_index): list(a.broker_ids) for a in t.assignments}
@@ -161,7 +166,8 @@ class AdminApis:
                 continue
             configs = [R.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
                                                config_source=int(e.source), is_sensitive=e.is_sensitive)
-                       for e in topic_entries({c.name: c.value for c in t.configs if c.value is not None})]
+                       for e in topic_entries({c.name: c.value for c in t.configs if c.value is not None},
+                                              broker=self.core.static_configs())]
             results.append(R(name=t.name, topic_id=topic_uuid(answer["topic_id"]), error_code=0, error_message=None,
                              topic_config_error_code=0, num_partitions=int(answer["num_partitions"]),
                              replication_factor=int(answer["replication_factor"]), configs=configs))
@@ -264,7 +270,7 @@ class AdminApis:
     async def _config_entries(self, rtype: int, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         if rtype == TOPIC_RESOURCE:
             reply = await self._read("describe_configs", {"resources": [{"type": "topic", "name": name}]})
-            return topic_entries(reply["resources"][0]["configs"], keys)
+            return topic_entries(reply["resources"][0]["configs"], keys, broker=self.core.static_configs())
         if rtype != BROKER_RESOURCE:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}: this broker describes "
                                                         "topic (2) and broker (4) configs")

@@ -27,6 +27,7 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProdu
 
 from broker.kafka.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.auto_create import AutoTopicCreator, Decision, TopicDefaults, metadata_error, unknown_topic_decision
 from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.produce_answer import success_answer
 from broker.kafka.wire import Request, api_versions_response
@@ -163,9 +164,11 @@ class DataApis:
     """Handlers of the data-path APIs; each returns the response message, an answer already framed
     (a successful single-partition produce), or None (acks=0)."""
 
-    def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int]) -> None:
+    def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int],
+                 auto_create: AutoTopicCreator | None = None) -> None:
         self.core = core
         self.new_producer_id = new_producer_id
+        self.auto_create = auto_create  # None: topics are never created by Metadata
 
     # ------------------------------------------------------------------ ApiVersions
     async def api_versions(self, req: Request) -> ApiMessage:
@@ -186,8 +189,15 @@ class DataApis:
                 names = sorted(image.topics.by_name)
             else:
                 names = [t.name for t in body.topics]
+            unknown = self._unknown_topics(image, names, req.api_version < 4 or bool(body.allow_auto_topic_creation))
+            if any(d is Decision.CREATE for d in unknown.values()) and self.auto_create is not None:
+                await self.auto_create.create(n for n, d in unknown.items() if d is Decision.CREATE and n is not None)
+                image = self.core.image or image
+                live = kafka_endpoints(image)
+                brokers = [MetadataResponse.MetadataResponseBroker(node_id=e.node_id, host=e.host, port=e.port,
+                                                                   rack=e.rack) for e in live.values()]
             for name in names:
-                topics_out.append(self._topic_metadata(image, name, live))
+                topics_out.append(self._topic_metadata(image, name, live, unknown.get(name, Decision.UNKNOWN)))
         v = req.api_version
         if v >= 8 and body.include_topic_authorized_operations:  # no authorizer: everything (acl_operations)
             for t in topics_out:
@@ -197,14 +207,22 @@ class DataApis:
                                 controller_id=self.core.broker_id, topics=topics_out,
                                 authorized_operations=cluster_ops)
 
-    def _topic_metadata(self, image: MetadataImage, name: str | None, live: dict[int, KafkaEndpoint]) -> object:
+    def _unknown_topics(self, image: MetadataImage, names: Sequence[str | None],
+                        allowed: bool) -> dict[str | None, Decision]:
+        """What each name the image does not hold gets (auto_create.py): created, or an error."""
+        defaults = self.auto_create.defaults if self.auto_create is not None else TopicDefaults(auto_create=False)
+        return {n: unknown_topic_decision(n, defaults, allowed) for n in names
+                if n is None or n not in image.topics.by_name}
+
+    def _topic_metadata(self, image: MetadataImage, name: str | None, live: dict[int, KafkaEndpoint],
+                        unknown: Decision = Decision.UNKNOWN) -> object:
         T = MetadataResponse.MetadataResponseTopic
         P = T.MetadataResponsePartition
         topic_id = image.topics.by_name.get(name) if name is not None else None
         topic = image.topics.by_id.get(topic_id) if topic_id is not None else None
         if topic is None or topic_id is None:
-            return T(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code, name=name, topic_id=ZERO_UUID,
-                     is_internal=False, partitions=[])
+            return T(error_code=metadata_error(unknown).code, name=name, topic_id=ZERO_UUID,
+                     is_internal=name in INTERNAL_TOPICS, partitions=[])
         parts = []
         for _, p in sorted(topic.partitions.items()):
             # a partition changing hands names its owner-to-be (image.named_leader), as Kafka keeps

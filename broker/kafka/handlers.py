@@ -8,6 +8,7 @@ from kafka.protocol.api_key import ApiKey
 
 from broker.kafka.admin_apis import AdminApis, AdminCore
 from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.auto_create import AutoTopicCreator, TopicDefaults
 from broker.kafka.data_apis import DataApis
 from broker.kafka.forwarding import ControllerCalls
 from broker.kafka.group_apis import GroupApis, GroupsCore
@@ -23,10 +24,11 @@ class KafkaCore(GroupsCore, AdminCore, Protocol):
     """A broker that serves the data path, consumer groups and the admin APIs."""
 
 
-def kafka_handlers(core: KafkaCore, controller: ControllerCalls) -> dict[int, Handler]:
-    data = DataApis(core, new_producer_id)
+def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
+                   topic_defaults: TopicDefaults = TopicDefaults()) -> dict[int, Handler]:
+    data = DataApis(core, new_producer_id, AutoTopicCreator(controller, topic_defaults))
     groups = GroupApis(core)
-    admin = AdminApis(core, controller)
+    admin = AdminApis(core, controller, topic_defaults)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,

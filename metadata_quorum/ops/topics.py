@@ -140,9 +140,6 @@ def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, st
     configs = _configs(item.get("configs"))
     num_partitions = opt_int(item, "num_partitions", -1, -INT32_MAX - 1, INT32_MAX)
     rf = opt_int(item, "replication_factor", -1, -INT16_MAX - 1, INT16_MAX)
-    if num_partitions > max_partitions:
-        raise FerryError(ErrorCode.INVALID_PARTITIONS, f"Excessively large number of partitions per request: "
-                         f"{num_partitions} (at most {max_partitions} more in this request: max_partitions_per_request).")
     if item.get("assignments"):
         # Explicit assignments decide the partition count and replication factor (Kafka's API
         # wants -1 for both then; callers passing their defaults are not refused for it).
@@ -151,6 +148,9 @@ def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, st
     num_partitions = opt_int(item, "default_num_partitions", 1, 1, INT32_MAX) if num_partitions == -1 \
         else num_partitions
     rf = opt_int(item, "default_replication_factor", 1, 1, INT16_MAX) if rf == -1 else rf
+    if num_partitions > max_partitions:
+        raise FerryError(ErrorCode.INVALID_PARTITIONS, f"Excessively large number of partitions per request: "
+                         f"{num_partitions} (at most {max_partitions} more in this request: max_partitions_per_request).")
     if num_partitions < 1:
         raise FerryError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
     if rf < 1:

@@ -22,7 +22,8 @@ from kafka.protocol.api_message import ApiMessage
 
 from broker.kafka.admin_apis import AdminApis, topic_id_text
 from broker.kafka.apis import SUPPORTED_VERSIONS, check_table
-from broker.kafka.config_catalog import ConfigSource
+from broker.kafka.broker_configs import StaticConfig
+from broker.kafka.config_catalog import ConfigSource, ConfigType
 from broker.kafka.data_apis import ZERO_UUID, topic_uuid
 from broker.kafka.forwarding import Json, QuorumForwarder, forwarding_failure
 from broker.kafka.wire import Request, encode_response
@@ -69,8 +70,10 @@ class FakeBroker:
     def image(self) -> MetadataImage | None:
         return self.quorum.image
 
-    def static_configs(self) -> Mapping[str, str]:
-        return {"broker.id": str(self.broker_id), "log.dirs": "/data/b1/d0"}
+    def static_configs(self) -> Mapping[str, StaticConfig]:
+        return {"broker.id": StaticConfig(str(self.broker_id), ConfigType.INT, True, "id"),
+                "log.dirs": StaticConfig("/data/b1/d0", ConfigType.LIST, True, "dirs"),
+                "message.max.bytes": StaticConfig("8388608", ConfigType.INT, False, "max")}
 
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:
         replicas = tuple(r for r in (ReplicaInDir("t", 0, 1234, 0, False), ReplicaInDir("t", 1, 10, 0, True))
@@ -135,6 +138,7 @@ async def test_create_topics_maps_each_topic_and_its_answer(version: int) -> Non
     assert (kind, op, timeout_ms) == ("write", "create_topics", 5000)
     assert [t["name"] for t in args["topics"]] == ["t", "t", "z"]  # "both" is refused before forwarding
     assert args["topics"][0] == {"name": "t", "num_partitions": 2, "replication_factor": 1,
+                                 "default_num_partitions": 1, "default_replication_factor": 1,
                                  "configs": {"retention.ms": "1000"}}
     codes = [(t.name, t.error_code) for t in out.topics]
     assert codes == [("t", ErrorCode.INVALID_REQUEST.code), ("t", ErrorCode.INVALID_REQUEST.code),
@@ -190,11 +194,12 @@ async def test_a_quorum_that_does_not_answer_fails_every_topic(exc: BaseExceptio
 
 
 class OffsetClientFake:
-    async def write_with_offset(self, op: str, args: Json | None = None, timeout_ms: int | None = None) -> Json:
+    async def write_with_offset(self, op: str, args: Json | None = None, timeout_ms: int | None = None,
+                                retry_answers: bool = True) -> Json:
         return {"reply": {"op": op, "timeout_ms": timeout_ms}, "offset": 41}
 
     async def read(self, op: str, args: Json | None = None, timeout_ms: int | None = None,
-                   leader: bool = True) -> Json:
+                   leader: bool = True, retry_answers: bool = True) -> Json:
         return {"op": op, "leader": leader}
 
 
