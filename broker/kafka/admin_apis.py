@@ -49,6 +49,7 @@ BROKER_RESOURCE = 4
 BROKER_ENDPOINTS = 1  # DescribeCluster's endpoint type
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
 CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}  # IncrementalAlterConfigs' operations
+MAX_MESSAGE_BYTES, BROKER_MAX_MESSAGE_BYTES = "max.message.bytes", "message.max.bytes"
 # The first version of each API whose response carries THROTTLING_QUOTA_EXCEEDED (KIP-599)
 QUOTA_ERROR_SINCE = {"CreateTopics": 6, "CreatePartitions": 3, "DeleteTopics": 5}
 
@@ -129,6 +130,10 @@ class AdminApis:
             if t.assignments and (t.num_partitions != -1 or t.replication_factor != -1):
                 local[i] = ItemError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
                                      "replicasAssignments were set. Both cannot be used at the same time.")
+                continue
+            over = self._over_batch_limit({c.name: c.value for c in t.configs})
+            if over is not None:
+                local[i] = over
                 continue
             item: Json = {"name": t.name, "num_partitions": t.num_partitions,
                           "replication_factor": t.replication_factor,
@@ -292,8 +297,10 @@ class AdminApis:
         results = []
         for r in body.resources:
             nulls = [c.name for c in r.configs if c.value is None]
+            over = self._over_batch_limit({c.name: c.value for c in r.configs}) \
+                if r.resource_type == TOPIC_RESOURCE else None
             error = ItemError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}") \
-                if nulls else await self._alter_resource(r.resource_type, r.resource_name, {
+                if nulls else over if over is not None else await self._alter_resource(r.resource_type, r.resource_name, {
                     "configs": {c.name: c.value for c in r.configs}, "replace": True}, bool(body.validate_only))
             results.append(R(error_code=error.error.code if error else 0, error_message=error.message if error else None,
                              resource_type=r.resource_type, resource_name=r.resource_name))
@@ -312,6 +319,9 @@ class AdminApis:
                 bad = next(c for c in r.configs if c.config_operation not in CONFIG_OPS)
                 error = ItemError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {bad.config_operation} "
                                                              f"for {bad.name}")
+            elif r.resource_type == TOPIC_RESOURCE and (over := self._over_batch_limit(
+                    {c.name: c.value for c in r.configs if CONFIG_OPS[c.config_operation] == "set"})) is not None:
+                error = over
             else:
                 ops = [{"op": CONFIG_OPS[c.config_operation], "key": c.name, "value": c.value} for c in r.configs]
                 error = await self._alter_resource(r.resource_type, r.resource_name, {"ops": ops},
@@ -319,6 +329,24 @@ class AdminApis:
             results.append(R(error_code=error.error.code if error else 0, error_message=error.message if error else None,
                              resource_type=r.resource_type, resource_name=r.resource_name))
         return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
+
+    def _over_batch_limit(self, configs: Mapping[str, str | None]) -> ItemError | None:
+        """A topic's ``max.message.bytes`` may not exceed the broker's ``message.max.bytes``: the
+        broker (and its storage's append) refuse a larger batch whatever the topic says, and the
+        value reported must be the one enforced."""
+        value = configs.get(MAX_MESSAGE_BYTES)
+        limit = self.core.static_configs().get(BROKER_MAX_MESSAGE_BYTES)
+        if value is None or limit is None:
+            return None
+        try:
+            too_large = int(value.strip()) > int(limit.value)
+        except ValueError:
+            return None  # not a number: the controller refuses it with Kafka's wording
+        if not too_large:
+            return None
+        return ItemError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {MAX_MESSAGE_BYTES}: "
+                                                   f"Value must be no more than {limit.value} (the brokers' "
+                                                   f"{BROKER_MAX_MESSAGE_BYTES}, the largest batch they accept)")
 
     async def _alter_resource(self, rtype: int, name: str, change: Json, validate_only: bool) -> ItemError | None:
         if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE):
