@@ -43,8 +43,8 @@ from stream_storage.wal_gc import DeadWalCollector
 from broker.peer_liveness import PeerDeathWatcher, ProcessLock
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
-from broker.kafka.auto_create import TopicDefaults
-from broker.kafka.broker_configs import StaticConfig, broker_static_configs
+from broker.kafka.broker_configs import (StaticConfig, broker_static_configs, default_validation_policy,
+                                         topic_defaults)
 from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
 from broker.kafka.listener import KafkaListener
@@ -121,7 +121,7 @@ class Broker:
         self.kafka: KafkaListener | None = None
         self._policies: dict[str, tuple[Any, ValidationPolicy]] = {}
         # the broker's message.max.bytes is the default of every topic's max.message.bytes, as in Kafka
-        self._default_policy = ValidationPolicy(max_message_bytes=config.max_batch_bytes)
+        self._default_policy = default_validation_policy(config)
 
     @property
     def image(self) -> MetadataImage | None:
@@ -177,9 +177,7 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
             forwarder = QuorumForwarder(self.client, self._wait_for_metadata)
-            defaults = TopicDefaults(self.config.auto_create_topics_enable, self.config.num_partitions,
-                                     self.config.default_replication_factor)
-            self.kafka = KafkaListener(kafka_handlers(self, forwarder, defaults), self.config.host, self.config.kafka_port,
+            self.kafka = KafkaListener(kafka_handlers(self, forwarder, topic_defaults(self.config)), self.config.host, self.config.kafka_port,
                                        self.config.kafka_max_request_bytes, observe=self.metrics.observe_kafka,
                                        sasl_users=Users.load(self.config.sasl_users_file)
                                        if self.config.sasl_users_file else None)

@@ -16,9 +16,11 @@ from typing import Sequence
 
 from broker.compaction import DEFAULT_DELETE_RETENTION_MS
 from broker.config import BrokerConfig
+from broker.kafka.auto_create import TopicDefaults
 from broker.kafka.config_catalog import ConfigType
 from broker.local_layout import RollPolicy
 from broker.retention import DEFAULT_RETENTION_MS, UNLIMITED
+from stream_storage.record_validator import ValidationPolicy
 
 MS_PER_HOUR = 3_600_000
 
@@ -32,6 +34,17 @@ class StaticConfig:
     is_set: bool  # set by the broker's config file (STATIC_BROKER_CONFIG), else Ferry's default
     documentation: str
     synonyms: tuple[tuple[str, str], ...] = ()  # (name, value) of Kafka's lower-priority synonyms
+
+
+def topic_defaults(config: BrokerConfig) -> TopicDefaults:
+    """What the broker creates topics with (auto-creation, CreateTopics -1)."""
+    return TopicDefaults(config.auto_create_topics_enable, config.num_partitions, config.default_replication_factor)
+
+
+def default_validation_policy(config: BrokerConfig) -> ValidationPolicy:
+    """The record-validation rules of a topic that sets none: the broker's message.max.bytes is
+    every topic's max.message.bytes default, as in Kafka."""
+    return ValidationPolicy(max_message_bytes=config.max_batch_bytes)
 
 
 def _defaults() -> dict[str, object]:

@@ -28,6 +28,7 @@ from broker.kafka.data_apis import ZERO_UUID, topic_uuid
 from broker.kafka.forwarding import Json, QuorumForwarder, forwarding_failure
 from broker.kafka.wire import Request, encode_response
 from broker.log_dirs_report import LogDirReport, ReplicaInDir, TopicFilter
+from metadata_quorum.client import ControllerClient
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.local_controller import LocalController
@@ -475,3 +476,38 @@ async def test_alter_replica_log_dirs(version: int) -> None:
     assert broker.moved == [("t", 0, "/data/b1/d1"), ("t", 1, "/data/b1/d1"), ("u", 0, "/nope")]
     assert [(r.topic_name, [(p.partition_index, p.error_code) for p in r.partitions]) for r in out.results] == [
         ("t", [(0, 0), (1, 0)]), ("u", [(0, ErrorCode.LOG_DIR_NOT_FOUND.code)])]
+
+
+class AnsweringClient(ControllerClient):
+    """The real controller client, its HTTP request answered by a list of errors in turn."""
+
+    def __init__(self, errors: list[FerryError]) -> None:
+        super().__init__(["http://127.0.0.1:1"], timeout_ms=5_000)
+        self.errors = errors
+        self.requests = 0
+
+    async def request(self, method: str, url: str, path: str, body: Any = None, timeout_s: float = 10.0,
+                      params: dict[str, Any] | None = None) -> Any:
+        self.requests += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return {"reply": {"ok": True}, "offset": 1}
+
+
+async def test_the_forwarder_returns_an_operations_answer_at_once_and_retries_only_unavailability() -> None:
+    async def no_wait(offset: int, timeout_s: float) -> None:
+        return None
+
+    missing = FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic 'x' does not exist")  # retriable in Kafka
+    client = AnsweringClient([missing])
+    with pytest.raises(FerryError) as info:
+        await QuorumForwarder(client, no_wait).read("describe_configs", {}, 30_000)
+    assert info.value.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and client.requests == 1
+    client = AnsweringClient([missing])
+    with pytest.raises(FerryError):
+        await QuorumForwarder(client, no_wait).write("alter_configs", {}, 30_000)
+    assert client.requests == 1
+    client = AnsweringClient([FerryError(ErrorCode.NOT_CONTROLLER, "electing"),
+                              FerryError(ErrorCode.REQUEST_TIMED_OUT, "commit timed out")])
+    assert await QuorumForwarder(client, no_wait).write("alter_configs", {}, 30_000) == {"ok": True}
+    assert client.requests == 3
