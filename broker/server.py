@@ -156,7 +156,7 @@ class Broker:
     def static_configs(self) -> dict[str, StaticConfig]:
         """The broker configs it applies, as Kafka names them (DescribeConfigs; broker_configs.py)."""
         listener = f"PLAINTEXT://{self.config.host}:{self.kafka.port}" if self.kafka is not None else None
-        return broker_static_configs(self.config, None, [d.path for d in self.log_dirs.dirs], listener)
+        return broker_static_configs(self.config, [d.path for d in self.log_dirs.dirs], listener)
 
     def _metadata_offset(self) -> int:
         return self.follower.offset if self.follower is not None else -1

@@ -3,8 +3,8 @@
 Each entry is a Kafka broker config that has a meaning in Ferry, with the value the broker runs
 with (read from its parsed config, or the constant the code applies), Kafka's type and, where
 Kafka has them, the synonyms it lists (``log.retention.ms`` before ``log.retention.hours``).
-A setting the broker's config file sets is a ``STATIC_BROKER_CONFIG``; one left at Ferry's
-default is a ``DEFAULT_CONFIG``. All are read-only: the broker applies them at start-up.
+A setting the broker's config file sets to a value other than Ferry's default is a
+``STATIC_BROKER_CONFIG``; one at Ferry's default a ``DEFAULT_CONFIG``. All are read-only: the broker applies them at start-up.
 
 Kafka's broker configs without a meaning here (``num.network.threads``, ``log.flush.*``, …)
 are not listed: reporting a value nothing applies would mislead. Pure functions.
@@ -51,16 +51,14 @@ def _defaults() -> dict[str, object]:
     return {f.name: f.default for f in fields(BrokerConfig)}
 
 
-def broker_static_configs(config: BrokerConfig, given: frozenset[str] | None, log_dir_paths: Sequence[str],
+def broker_static_configs(config: BrokerConfig, log_dir_paths: Sequence[str],
                           listener: str | None) -> dict[str, StaticConfig]:
-    """Kafka's name -> what this broker applies. ``given``: the settings its config file named
-    (None: unknown, then a value unlike Ferry's default counts as set)."""
+    """Kafka's name -> what this broker applies; a setting whose value is not Ferry's default was
+    set by the broker's config file (STATIC_BROKER_CONFIG)."""
     defaults = _defaults()
 
     def is_set(setting: str) -> bool:
-        if given is not None:
-            return setting in given
-        return getattr(config, setting) != defaults.get(setting)
+        return bool(getattr(config, setting) != defaults.get(setting))
 
     def of(setting: str, type_: ConfigType, doc: str) -> StaticConfig:
         raw = getattr(config, setting)

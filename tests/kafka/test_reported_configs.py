@@ -26,7 +26,7 @@ CONFIG = config_from_dict({
     "num_partitions": 6, "default_replication_factor": 3, "retention_check_interval_ms": 1234,
     "replica_lag_time_max_ms": 4321, "replica_fetch_wait_max_ms": 77,
     "replica_high_watermark_checkpoint_interval_ms": 999, "rack": "r2"})
-STATIC = broker_static_configs(CONFIG, None, CONFIG.log_dirs, "PLAINTEXT://127.0.0.1:9092")
+STATIC = broker_static_configs(CONFIG, CONFIG.log_dirs, "PLAINTEXT://127.0.0.1:9092")
 
 # the value each broker config is applied with, read from where the broker takes it
 _POLICY = default_validation_policy(CONFIG)

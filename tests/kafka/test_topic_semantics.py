@@ -153,3 +153,36 @@ def test_configs_of_a_missing_topic_are_unknown_at_once(shared_cluster) -> None:
                     future.result(timeout=30)
         assert info.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
         assert time.monotonic() - started < 3  # not retried for the request's timeout
+
+
+def test_the_reported_max_message_bytes_is_the_limit_enforced(shared_cluster) -> None:
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": shared_cluster.kafka_bootstrap})
+    created = admin.create_topics([NewTopic("limits", 1, 1),
+                                   NewTopic("limits-own", 1, 1, config={"max.message.bytes": "100000"})],
+                                  request_timeout=20)
+    for future in created.values():
+        future.result(timeout=30)
+    producer = Producer({"bootstrap.servers": shared_cluster.kafka_bootstrap, "message.max.bytes": 32 * 1024 * 1024,
+                         "linger.ms": 0, "retries": 0})
+    for topic in ("limits", "limits-own"):
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        limit = int(admin.describe_configs([resource], request_timeout=20)[resource].result(timeout=30)
+                    ["max.message.bytes"].value)
+        outcomes: list[Any] = []
+        # a batch is the record plus ~80 bytes of framing: just under the limit passes, at the limit does not
+        for size in (limit - 200, limit):
+            producer.produce(topic, b"v" * size, callback=lambda err, _msg: outcomes.append(err))
+            assert producer.flush(30) == 0
+        assert outcomes[0] is None and outcomes[1] is not None, (topic, limit, outcomes)
+        assert outcomes[1].code() == KafkaError.MSG_SIZE_TOO_LARGE
+    assert limit == 100000
+    refused = admin.alter_configs([ConfigResource(ConfigResource.Type.TOPIC, "limits",
+                                                  set_config={"max.message.bytes": str(16 * 1024 * 1024)})],
+                                  request_timeout=20)
+    with pytest.raises(Exception) as info:
+        for future in refused.values():
+            future.result(timeout=30)
+    assert info.value.args[0].code() == KafkaError.INVALID_CONFIG  # above what the brokers accept
