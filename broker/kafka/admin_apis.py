@@ -401,7 +401,8 @@ class AdminApis:
                 if refused is not None:
                     local[(t.name, p.partition_index)] = refused
                 else:
-                    items.append({"topic": t.name, "partition": p.partition_index,
+                    # Kafka's list is the replica set: an s3 partition's assigned brokers (s3_replicas.py)
+                    items.append({"topic": t.name, "partition": p.partition_index, "replica_set": True,
                                   "replicas": None if p.replicas is None else list(p.replicas)})
         answers: dict[tuple[str, int], ItemError | None] = {}
         top = ItemError(ErrorCode.NONE, None)

@@ -147,14 +147,17 @@ def _cancel(builder: RecordBuilder, placement: Placement, part: PartitionRegistr
 
 
 def _s3_owner_target(builder: RecordBuilder, part: PartitionRegistration, target: tuple[int, ...],
-                     log_dirs: Any) -> tuple[tuple[int, ...], Any]:
-    """An s3 reassignment to N brokers: they become the partition's assigned replicas (what
+                     log_dirs: Any, replica_set: bool) -> tuple[tuple[int, ...], Any]:
+    """An s3 reassignment to N > 1 brokers: they become the partition's assigned replicas (what
     clients are told, s3_replicas.py) and one of them its owner, the only one that moves: the
-    current owner stays when it is among them, else the first of them takes the partition.
-    Returns the owner as the one-broker target of the hand-over, with its log dir if named."""
+    current owner stays when it is among them, else the first of them takes the partition. One
+    broker is a move of the owner alone, the assignment kept (Ferry's moves, the rebalancer),
+    unless ``replica_set`` (Kafka's AlterPartitionReassignments: the list is the replica set, so
+    one broker is replication factor 1). Returns the owner as the one-broker target of the
+    hand-over, with its log dir if named."""
     key = assigned_replicas_key(part.topic_id, part.partition)
     stored = builder.view.kv(key)
-    wanted = encode_replicas(target) if len(target) > 1 else None
+    wanted = encode_replicas(target) if len(target) > 1 else None if replica_set else stored
     if stored != wanted:
         builder.add(KVRecord(key=key, value=wanted))
     owner = part.original_replicas[0] if part.original_replicas else NO_LEADER
@@ -171,7 +174,7 @@ def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegis
     target = _target(builder, item.get("replicas"))
     log_dirs = item.get("log_dirs")
     if part.storage == STORAGE_S3:
-        target, log_dirs = _s3_owner_target(builder, part, target, log_dirs)
+        target, log_dirs = _s3_owner_target(builder, part, target, log_dirs, opt_bool(item, "replica_set"))
     dirs = _directories(builder, placement, target, log_dirs, part)
     if target == part.replicas and not part.is_reassigning:
         current_dirs = part.directories if len(part.directories) == len(target) else ()

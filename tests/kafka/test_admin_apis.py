@@ -390,8 +390,9 @@ async def test_alter_and_list_partition_reassignments() -> None:
                                 P(partition_index=7, replicas=[1])])])
     req = request(body, 1)
     out = encoded(req, await apis.alter_partition_reassignments(req))
-    assert controller.calls[0][2] == {"reassignments": [{"topic": "t", "partition": 0, "replicas": [3]},
-                                                        {"topic": "t", "partition": 7, "replicas": [1]}]}
+    assert controller.calls[0][2] == {"reassignments": [
+        {"topic": "t", "partition": 0, "replica_set": True, "replicas": [3]},
+        {"topic": "t", "partition": 7, "replica_set": True, "replicas": [1]}]}
     [topic] = out.responses
     assert [(p.partition_index, p.error_code) for p in topic.partitions] == [
         (0, 0), (1, ErrorCode.INVALID_REPLICATION_FACTOR.code), (7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code)]
@@ -403,6 +404,22 @@ async def test_alter_and_list_partition_reassignments() -> None:
     [moving] = topic.partitions
     assert (moving.partition_index, moving.replicas, moving.adding_replicas, moving.removing_replicas) == \
         (0, [3], [3], [1])
+
+
+async def test_an_s3_partitions_replication_factor_is_its_assigned_brokers() -> None:
+    apis, controller, broker = cluster()
+    broker.quorum.write("create_topics", {"topics": [{"name": "s", "assignments": {"0": [1, 2, 3]}}]})
+    T = AlterPartitionReassignmentsRequest.ReassignableTopic
+    P = T.ReassignablePartition
+    body = AlterPartitionReassignmentsRequest(timeout_ms=2000, allow_replication_factor_change=False, topics=[
+        T(name="s", partitions=[P(partition_index=0, replicas=[2])])])
+    out = encoded(request(body, 1), await apis.alter_partition_reassignments(request(body, 1)))
+    assert out.responses[0].partitions[0].error_code == ErrorCode.INVALID_REPLICATION_FACTOR.code  # 3 -> 1
+    body.topics[0].partitions[0].replicas = [3, 2, 1]
+    out = encoded(request(body, 1), await apis.alter_partition_reassignments(request(body, 1)))
+    assert out.responses[0].partitions[0].error_code == 0
+    part = broker.quorum.image.topics.partition(broker.quorum.image.topics.by_name["s"], 0)
+    assert part is not None and part.replicas == (1,)  # the owner is among them: it stays
 
 
 async def test_reassignment_failure_is_a_top_level_error() -> None:

@@ -85,7 +85,10 @@ def test_s3_target_of_several_brokers_keeps_an_owner_among_them() -> None:
     out = run(out.image, "elect_leaders", {"election_type": "preferred", "partitions": [{"topic": "t", "partition": 0}]})
     part = partition(out.image, "t", 0)
     assert part.leader == 2 and reported_replicas(out.image.kv, part) == (2, 1)
-    out, resp = reassign(out.image, "t", [2])  # back to one replica
+    moved, resp = reassign(out.image, "t", [1])  # one broker: Ferry's move of the owner, RF kept
+    part = partition(moved.image, "t", 0)
+    assert "error" not in resp and part.replicas == (1,) and reported_replicas(moved.image.kv, part) == (2, 1)
+    out, resp = reassign(out.image, "t", [2], replica_set=True)  # Kafka's replica set of one: RF 1
     assert "error" not in resp and reported_replicas(out.image.kv, partition(out.image, "t", 0)) == (2,)
 
 
@@ -94,7 +97,7 @@ def test_s3_owner_moved_outside_its_assignment_is_reported_first() -> None:
     c.write("create_topics", {"topics": [{"name": "t", "assignments": {"0": [0, 1, 2]}}]})
     c.write("alter_partition_reassignments", {"reassignments": [{"topic": "t", "partition": 0, "replicas": [3]}]})
     part = partition(c.image, "t", 0)
-    assert part.replicas == (3,) and reported_replicas(c.image.kv, part) == (3,)  # RF 1 asked for
+    assert part.replicas == (3,) and reported_replicas(c.image.kv, part) == (3, 0, 1)  # a move: RF 3 kept
     c = controller(4)
     c.write("create_topics", {"topics": [{"name": "t", "assignments": {"0": [0, 1, 2]}}]})
     part = partition(c.image, "t", 0)
