@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from metadata_quorum.errors import FerryError
 from stream_storage.compaction import CompactionPolicy
@@ -30,13 +30,28 @@ def key_compaction_settings(configs: Mapping[str, str]) -> int | None:
         return DEFAULT_DELETE_RETENTION_MS
 
 
-async def compaction_loop(interval_ms: int, partitions: Callable[[], list[Any]], policy: CompactionPolicy,
-                          configs_of: Callable[[str], Mapping[str, str]] | None = None) -> None:
-    """Every ``interval_ms``, one partition after another: key compaction where the topic asks
-    for it, then object compaction."""
-    cleaned_to: dict[int, int] = {}  # data stream id -> its end offset when last cleaned by key
+def passes(interval_ms: int, key_interval_ms: int) -> Iterator[tuple[int, bool]]:
+    """The loop's schedule: (ms to sleep, whether object compaction runs this pass). Key
+    compaction looks every pass (it does nothing where no new data was committed), object
+    compaction once every ``interval_ms``, both in one pass so they never touch one stream at once."""
+    tick_ms = min(interval_ms, key_interval_ms)
+    elapsed_ms, objects_at_ms = 0, interval_ms
     while True:
-        await asyncio.sleep(interval_ms / 1000)
+        elapsed_ms += tick_ms
+        due = elapsed_ms >= objects_at_ms
+        if due:
+            objects_at_ms = elapsed_ms + interval_ms
+        yield tick_ms, due
+
+
+async def compaction_loop(interval_ms: int, partitions: Callable[[], list[Any]], policy: CompactionPolicy,
+                          configs_of: Callable[[str], Mapping[str, str]] | None = None,
+                          key_interval_ms: int | None = None) -> None:
+    """One partition after another: key compaction where the topic asks for it and new data was
+    committed (every ``key_interval_ms``), then object compaction (every ``interval_ms``)."""
+    cleaned_to: dict[int, int] = {}  # data stream id -> its end offset when last cleaned by key
+    for sleep_ms, objects_due in passes(interval_ms, key_interval_ms or interval_ms):
+        await asyncio.sleep(sleep_ms / 1000)
         for part in partitions():
             if part.closed or part.fenced:
                 continue
@@ -48,7 +63,8 @@ async def compaction_loop(interval_ms: int, partitions: Callable[[], list[Any]],
                     await part.storage.clean_keys(part.data_stream_id, int(time.time() * 1000), retention_ms,
                                                   policy.target_bytes)
                     cleaned_to[part.data_stream_id] = end
-                await part.storage.compact_stream(part.data_stream_id, policy)
+                if objects_due:
+                    await part.storage.compact_stream(part.data_stream_id, policy)
             except FerryError as exc:  # moved away or fenced meanwhile: its next owner compacts
                 log.info("%s: compaction stopped: %s", part.topic, exc)
             except Exception:  # noqa: BLE001 - S3 trouble: the next pass tries again

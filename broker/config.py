@@ -60,6 +60,10 @@ class BrokerConfig:
     log_dir_reserved_bytes: NonNegativeInt = 0
     log_dir_check_interval_ms: PositiveInt = 5000
     retention_check_interval_ms: PositiveInt = 300000  # Kafka's log.retention.check.interval.ms
+    # how often key compaction looks for new committed data on compacted topics (Kafka's log
+    # cleaner looks every log.cleaner.backoff.ms, 15 s; shorter here since data is only
+    # committed, and so cleanable, once uploaded, up to storage.upload_interval_ms later)
+    key_compaction_interval_ms: PositiveInt = 5000
     gc_interval_ms: PositiveInt = 300000  # how often the lowest live broker collects unnamed objects from S3
     gc_grace_ms: NonNegativeInt = 600000  # an unnamed object younger than this is left alone (an upload about to commit)
     # wal.mode = s3: how often the same broker deletes the WAL objects of brokers that are not live once no

@@ -227,7 +227,8 @@ class Broker:
             policy = CompactionPolicy(cfg.compaction_target_bytes, cfg.compaction_min_age_ms,
                                       max_small_objects=cfg.compaction_max_small_objects)
             self._background.append(asyncio.create_task(compaction_loop(
-                cfg.compaction_interval_ms, self._retained_partitions, policy, self._topic_configs)))
+                cfg.compaction_interval_ms, self._retained_partitions, policy, self._topic_configs,
+                self.config.key_compaction_interval_ms)))
         self._background.append(asyncio.create_task(retention_loop(
             self.config.retention_check_interval_ms, self._retained_partitions, self._topic_configs)))
         self._background.append(asyncio.create_task(self.log_dirs.monitor(self.config.log_dir_check_interval_ms,

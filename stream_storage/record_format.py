@@ -414,3 +414,39 @@ def _walk_headers(data: bytes | bytearray, position: int, record_end: int, count
     if position != record_end:
         raise ValueError(f"its headers end {record_end - position} bytes before its length says")
     return headers
+
+
+def keyless_records(data: bytes | bytearray, position: int, end: int, count: int) -> list[int]:
+    """The indexes of the records whose key is null (length -1) among ``count`` records in
+    ``data[position:end]`` that :func:`walk_records` accepted, so their framing is sound.
+
+    What a compacted topic refuses (Kafka's LogValidator.validateKey). Each record's length,
+    timestamp delta, offset delta and key length are read with one-byte varints inline (the
+    common case; the record length in one or two bytes) and longer ones by :func:`_varint`."""
+    out: list[int] = []
+    zigzag = _ZIGZAG_14
+    for index in range(count):
+        byte = data[position]
+        if byte < 0x80:
+            length, at = zigzag[byte], position + 1
+        elif data[position + 1] < 0x80:  # a two-byte length: records of 64 bytes to 8 KiB
+            length, at = zigzag[(byte & 0x7F) | (data[position + 1] << 7)], position + 2
+        else:
+            length, at = _varint(data, position, end, _VARINT_MAX_BYTES)
+        record_end = at + length
+        at += 1  # attributes
+        byte = data[at]
+        if byte < 0x80:
+            at += 1
+        else:
+            _, at = _varint(data, at, record_end, _VARLONG_MAX_BYTES)  # timestamp delta
+        byte = data[at]
+        if byte < 0x80:
+            at += 1
+        else:
+            _, at = _varint(data, at, record_end, _VARINT_MAX_BYTES)  # offset delta
+        byte = data[at]
+        if byte == 0x01:  # zigzag -1: a null key (a multi-byte varint is a length >= 64)
+            out.append(index)
+        position = record_end
+    return out

@@ -44,7 +44,7 @@ from crc32c import crc32c
 from metadata_quorum.errors import ErrorCode, FerryError
 from stream_storage import batches
 from stream_storage.compression import Codec, decompress
-from stream_storage.record_format import MIN_RECORD_BYTES, RawRecord, walk_records
+from stream_storage.record_format import MIN_RECORD_BYTES, RawRecord, keyless_records, walk_records
 
 TimestampType = Literal["CreateTime", "LogAppendTime"]
 CREATE_TIME: TimestampType = "CreateTime"
@@ -220,7 +220,7 @@ def validate_produce_records(buf: bytes | bytearray | memoryview, policy: Valida
         new_attributes = attributes
     if policy.compacted and not attributes & CONTROL_FLAG:
         # after the timestamps: Kafka reports INVALID_TIMESTAMP when any record has one wrong
-        _check_keys(records, start, count, last_offset_delta, where, topic_partition)
+        _check_keys(records, start, count, topic_partition)
     rewritten = new_max_timestamp != max_timestamp or new_attributes != attributes
     if rewritten:
         if data is buf:
@@ -379,16 +379,14 @@ def _check_control_record(records: bytes | bytearray, start: int, count: int, wh
 RECORD_ERRORS_SHOWN = 3
 
 
-def _check_keys(records: bytes | bytearray, start: int, count: int, last_offset_delta: int, where: str,
-                topic_partition: str) -> None:
+def _check_keys(records: bytes | bytearray, start: int, count: int, topic_partition: str) -> None:
     """A compacted topic's records each need a key; every keyless one is a record error.
 
     Kafka checks every record (validateKey) and then throws one RecordValidationException with
     all of them, INVALID_RECORD with a summary naming at most the first three; the produce answer
     (v8+) carries each as (batch index, message)."""
     message = f"Compacted topic cannot accept message without key in topic partition {topic_partition}."
-    keyless = [index for index, record in enumerate(_raw_records(records, start, count, last_offset_delta, where))
-               if record.key is None]
+    keyless = keyless_records(records, start, len(records), count)
     if not keyless:
         return
     shown = ", ".join(f"RecordError(batchIndex={index}, message='{message}')"

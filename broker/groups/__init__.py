@@ -1,5 +1,7 @@
-"""Kafka's classic consumer-group coordinator as a pure state machine, and the records it keeps
-in ``__consumer_offsets``. The Kafka listener drives it; see :mod:`broker.groups.coordinator`."""
+"""Kafka's group coordinator as pure state machines, and the records it keeps in
+``__consumer_offsets``: classic groups (:mod:`broker.groups.coordinator`) and consumer-protocol
+groups of KIP-848 (:mod:`broker.groups.consumer_coordinator`), hosted side by side per partition
+by :mod:`broker.groups.partition_coordinator`. The Kafka listener drives them."""
 from __future__ import annotations
 
 from broker.groups.config import GroupCoordinatorConfig

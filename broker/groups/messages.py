@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic, TypeVar, Union
 
-from broker.groups.records import GroupRecord
+from broker.groups.consumer_errors import GroupError
+from broker.groups.consumer_records import AnyGroupRecord
 from metadata_quorum.errors import ErrorCode
 
 UNKNOWN_MEMBER_ID = ""
@@ -198,7 +199,7 @@ class OffsetCommitRequest:
 class PartitionResult:
     topic: str
     partition: int
-    error: ErrorCode
+    error: GroupError
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,6 @@ class Effects(Generic[R]):
     """
 
     reply: R
-    records: tuple[GroupRecord, ...] = ()
+    records: tuple[AnyGroupRecord, ...] = ()
     completed: Mapping[Token, CompletedResult] = field(default_factory=dict)
     next_deadline_ms: int | None = None

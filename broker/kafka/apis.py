@@ -4,7 +4,7 @@ The request classes come from kafka-python's generated messages (pinned in pypro
 version listed here decodes exactly as Kafka's JSON message spec of that version says.
 Versions are chosen so current librdkafka, aiokafka and kafka-python clients negotiate one they
 share, and stop before versions that need what Ferry lacks (topic ids in Produce v13 / Fetch v13,
-the KIP-848 group protocol, transactions).
+transactions).
 """
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from functools import lru_cache
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
+
+from broker.kafka.consumer_group_messages import (REQUEST_CLASSES, ConsumerGroupDescribeRequest,
+                                                  ConsumerGroupHeartbeatRequest)
 
 #: api key -> (min version, max version) advertised in ApiVersions
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
@@ -30,12 +33,15 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SyncGroup: (0, 5),
     ApiKey.Heartbeat: (0, 4),
     ApiKey.LeaveGroup: (0, 5),
-    ApiKey.OffsetCommit: (2, 8),
-    ApiKey.OffsetFetch: (1, 8),
+    ApiKey.OffsetCommit: (2, 9),
+    ApiKey.OffsetFetch: (1, 9),
     ApiKey.OffsetDelete: (0, 0),
     ApiKey.DescribeGroups: (0, 5),
-    ApiKey.ListGroups: (0, 4),
+    ApiKey.ListGroups: (0, 5),
     ApiKey.DeleteGroups: (0, 2),
+    # the consumer group protocol (KIP-848; consumer_group_apis.py)
+    ConsumerGroupHeartbeatRequest.API_KEY: (0, 1),
+    ConsumerGroupDescribeRequest.API_KEY: (0, 1),
     # SASL (broker/kafka/sasl.py): v0 of SaslHandshake would switch to unframed tokens; not offered
     ApiKey.SaslHandshake: (1, 1),
     ApiKey.SaslAuthenticate: (0, 2),
@@ -75,6 +81,8 @@ def _request_classes() -> dict[int, type[ApiMessage]]:
         modules += [importlib.import_module(f"{package.__name__}.{info.name}")
                     for info in pkgutil.iter_modules(package.__path__)]
     modules.append(importlib.import_module(f"{root.__name__}.sasl"))
+    for extra in REQUEST_CLASSES:
+        found[int(getattr(extra, "API_KEY"))] = extra
     for module in modules:
         for value in vars(module).values():
             cls = _top_level_request(value)

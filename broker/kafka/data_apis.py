@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 import uuid
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 from kafka.protocol.api_message import ApiMessage
@@ -29,6 +30,7 @@ from broker.kafka.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from broker.kafka.apis import SUPPORTED_VERSIONS
 from broker.kafka.auto_create import AutoTopicCreator, Decision, TopicDefaults, metadata_error, unknown_topic_decision
 from broker.kafka.fetch_budget import FetchBudget
+from broker.kafka.fetch_sessions import FetchContext, FetchPartition, FetchSessionCache, PartitionOutcome
 from broker.kafka.produce_answer import success_answer
 from broker.kafka.wire import Request, api_versions_response
 from metadata_quorum.errors import ErrorCode, FerryError
@@ -130,6 +132,11 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
 
 
+def topic_id_of(value: uuid.UUID) -> str:
+    """Inverse of :func:`topic_uuid`: Ferry's topic id of a wire UUID."""
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
+
+
 def kafka_error(exc: BaseException) -> tuple[ErrorCode, str | None]:
     """The Kafka error a client gets for ``exc``: stream-layer errors (Ferry's 500 range) are
     not Kafka codes, and each means the partition is moving or its storage failed here."""
@@ -165,9 +172,11 @@ class DataApis:
     (a successful single-partition produce), or None (acks=0)."""
 
     def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int],
+                 fetch_sessions: FetchSessionCache | None = None,
                  auto_create: AutoTopicCreator | None = None) -> None:
         self.core = core
         self.new_producer_id = new_producer_id
+        self.fetch_sessions = fetch_sessions if fetch_sessions is not None else FetchSessionCache()
         self.auto_create = auto_create  # None: topics are never created by Metadata
 
     # ------------------------------------------------------------------ ApiVersions
@@ -188,7 +197,18 @@ class DataApis:
             if body.topics is None or (req.api_version == 0 and not body.topics):
                 names = sorted(image.topics.by_name)
             else:
-                names = [t.name for t in body.topics]
+                names = []
+                for t in body.topics:
+                    if t.name is None and req.api_version >= 10:  # asked by topic id (KIP-516)
+                        by_id = image.topics.by_id.get(topic_id_of(t.topic_id))
+                        if by_id is None:
+                            topics_out.append(MetadataResponse.MetadataResponseTopic(
+                                error_code=ErrorCode.UNKNOWN_TOPIC_ID.code, name=None, topic_id=t.topic_id,
+                                is_internal=False, partitions=[]))
+                            continue
+                        names.append(by_id.name)
+                    else:
+                        names.append(t.name)
             unknown = self._unknown_topics(image, names, req.api_version < 4 or bool(body.allow_auto_topic_creation))
             if any(d is Decision.CREATE for d in unknown.values()) and self.auto_create is not None:
                 await self.auto_create.create(n for n, d in unknown.items() if d is Decision.CREATE and n is not None)
@@ -305,26 +325,30 @@ class DataApis:
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, req: Request) -> ApiMessage:
         body: FetchRequest = req.body  # type: ignore[assignment]
-        if req.api_version >= 7 and body.session_id != 0:
-            # incremental fetch sessions are refused: every fetch is a full one (session id 0)
-            return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND.code,
-                                 session_id=0, responses=[], node_endpoints=[])
         max_bytes = body.max_bytes if req.api_version >= 3 else 2 ** 31 - 1
-        wanted: list[tuple[str, int, int, int, int | None]] = []
-        for topic in body.topics:
-            for p in topic.partitions:
-                epoch = p.current_leader_epoch if req.api_version >= 9 else None
-                # no partition's share exceeds the response's max_bytes (but its first batch, when
-                # it is the first with data), so none is read past it
-                read_bytes = min(p.partition_max_bytes, max(1, max_bytes)) if p.partition_max_bytes > 0 \
-                    else p.partition_max_bytes
-                wanted.append((topic.topic, p.partition, p.fetch_offset, read_bytes, epoch))
+        asked = [FetchPartition(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                                p.current_leader_epoch if req.api_version >= 9 else None)
+                 for topic in body.topics for p in topic.partitions]
+        context: FetchContext | None = None
+        if req.api_version >= 7:  # KIP-227 fetch sessions (fetch_sessions.py)
+            forgotten = [(t.topic, p) for t in body.forgotten_topics_data for p in t.partitions]
+            opened = self.fetch_sessions.new_context(body.session_id, body.session_epoch, asked, forgotten,
+                                                     int(time.monotonic() * 1000))
+            if isinstance(opened, ErrorCode):
+                return FetchResponse(throttle_time_ms=0, error_code=opened.code, session_id=0, responses=[],
+                                     node_endpoints=[])
+            context = opened
+            asked = context.partitions
+        # no partition's share exceeds the response's max_bytes (but its first batch, when it is
+        # the first with data), so none is read past it
+        wanted = [(p.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, max(1, max_bytes))
+                   if p.partition_max_bytes > 0 else p.partition_max_bytes, p.current_leader_epoch) for p in asked]
         results = await self._read_all(wanted, 0)
         total = sum(len(r.data) for r in results if not isinstance(r, BaseException))
         errors = any(isinstance(r, BaseException) for r in results)
         if total < max(1, body.min_bytes) and not errors and body.max_wait_ms > 0 and wanted:
             results = await self._long_poll(wanted, results, body.max_wait_ms)
-        return self._fetch_response(req, wanted, results, max_bytes)
+        return self._fetch_response(req, wanted, results, max_bytes, context)
 
     async def _read_all(self, wanted: list[tuple[str, int, int, int, int | None]],
                         wait_ms: int) -> list[ReadOutcome | BaseException]:
@@ -353,10 +377,11 @@ class DataApis:
         return out
 
     def _fetch_response(self, req: Request, wanted: list[tuple[str, int, int, int, int | None]],
-                        results: list[ReadOutcome | BaseException], max_bytes: int) -> ApiMessage:
+                        results: list[ReadOutcome | BaseException], max_bytes: int,
+                        context: FetchContext | None) -> ApiMessage:
         FT = FetchResponse.FetchableTopicResponse
         PD = FT.PartitionData
-        by_topic: dict[str, list[object]] = {}
+        entries: list[tuple[str, Any]] = []
         budget = FetchBudget(max_bytes)
         for (topic, partition, _off, read_bytes, _ep), result in zip(wanted, results):
             if isinstance(result, BaseException):
@@ -375,8 +400,17 @@ class DataApis:
                 entry = PD(partition_index=partition, error_code=0, high_watermark=result.high_watermark,
                            last_stable_offset=result.high_watermark, log_start_offset=result.log_start_offset,
                            aborted_transactions=None, preferred_read_replica=-1, records=data)
+            entries.append((topic, entry))
+        session_id = 0
+        if context is not None and (context.incremental or context.create):  # a session answers only news
+            included = context.answer([PartitionOutcome(len(e.records or b""), e.high_watermark, e.log_start_offset,
+                                                        e.error_code != 0) for _, e in entries])
+            entries = [te for te, keep in zip(entries, included) if keep]
+            session_id = context.session_id
+        by_topic: dict[str, list[object]] = {}
+        for topic, entry in entries:
             by_topic.setdefault(topic, []).append(entry)
-        return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
+        return FetchResponse(throttle_time_ms=0, error_code=0, session_id=session_id,
                              responses=[FT(topic=t, partitions=ps) for t, ps in by_topic.items()], node_endpoints=[])
 
     # ------------------------------------------------------------------ ListOffsets

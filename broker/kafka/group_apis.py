@@ -30,6 +30,10 @@ from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, 
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 
 from broker import groups as g
+from broker.groups.consumer_coordinator import ConsumerGroupConfig
+from broker.groups.consumer_errors import GroupError
+from broker.groups.consumer_records import decode_any_group_record, encode_consumer_record
+from broker.groups.partition_coordinator import PartitionCoordinator
 from broker.kafka.acl_operations import GROUP_OPERATIONS
 from broker.kafka.data_apis import (NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, BrokerCore, kafka_endpoints,
                                     kafka_error)
@@ -62,7 +66,7 @@ class _Hosted:
     """A loaded coordinator of one partition, at the leader epoch it was loaded for."""
 
     leader_epoch: int
-    coordinator: g.GroupCoordinator
+    coordinator: PartitionCoordinator
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     parked: dict[Any, asyncio.Future[Any]] = field(default_factory=dict)
     ticker: asyncio.TimerHandle | None = None
@@ -82,6 +86,7 @@ class GroupApis:
         self.config = config or g.GroupCoordinatorConfig(group_initial_rebalance_delay_ms=300)
         self.offsets_partitions = offsets_partitions
         self.clock_ms = clock_ms
+        self.consumer_config = ConsumerGroupConfig()
         self._hosted: dict[int, _Hosted] = {}
         self._loading: dict[int, asyncio.Future[_Hosted]] = {}
         self._creating: asyncio.Future[None] | None = None
@@ -139,7 +144,7 @@ class GroupApis:
             raise NotCoordinator(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) from None
 
     async def _load(self, partition: int, epoch: int) -> _Hosted:
-        records: list[g.GroupRecord] = []
+        records: list[Any] = []
         offset = 0
         while True:
             read = await self.core.read_records(OFFSETS_TOPIC, partition, offset, LOAD_FETCH_BYTES, 0)
@@ -150,11 +155,12 @@ class GroupApis:
                 break
             for rec in batches.read_records(read.data):
                 if rec.offset >= offset and rec.key is not None:
-                    records.append(g.decode_group_record(rec.key, rec.value))
+                    records.append(decode_any_group_record(rec.key, rec.value))
             offset = max(offset, _next_offset(read.data))
             if offset >= read.high_watermark:
                 break
-        hosted = _Hosted(epoch, g.GroupCoordinator.load(records, self.config, self.clock_ms()))
+        hosted = _Hosted(epoch, PartitionCoordinator.load_partition(records, self.config, self.clock_ms(),
+                                                                     self.consumer_config))
         self._hosted[partition] = hosted
         self._schedule(partition, hosted, hosted.coordinator.next_deadline_ms())
         log.info("loaded %d group record(s) of %s-%d at leader epoch %d", len(records), OFFSETS_TOPIC,
@@ -189,14 +195,14 @@ class GroupApis:
         except NotCoordinator:
             pass
 
-    async def _run(self, partition: int, hosted: _Hosted, call: Callable[[g.GroupCoordinator, int], g.Effects[R]]) -> R:
+    async def _run(self, partition: int, hosted: _Hosted, call: Callable[[PartitionCoordinator, int], g.Effects[R]]) -> R:
         """One coordinator call: decide, append its records (acks=all), then release the answers."""
         async with hosted.lock:
             if self._hosted.get(partition) is not hosted:
                 raise NotCoordinator(ErrorCode.NOT_COORDINATOR)
             effects = call(hosted.coordinator, self.clock_ms())
             if effects.records:
-                body = bytearray(batches.build_batch([g.encode_group_record(r) for r in effects.records],
+                body = bytearray(batches.build_batch([_encode(r) for r in effects.records],
                                                      timestamp_ms=self.clock_ms()))
                 try:
                     await self.core.append_records(OFFSETS_TOPIC, partition, body, -1)
@@ -212,7 +218,7 @@ class GroupApis:
             self._schedule(partition, hosted, effects.next_deadline_ms)
             return effects.reply
 
-    async def _parked(self, group_id: str, call: Callable[[g.GroupCoordinator, Any, int], g.Effects[None]]) -> Any:
+    async def _parked(self, group_id: str, call: Callable[[PartitionCoordinator, Any, int], g.Effects[None]]) -> Any:
         """A JoinGroup or SyncGroup: parked until a later call (or this one) completes it."""
         partition, hosted = await self._coordinator(group_id)
         token = object()
@@ -355,7 +361,7 @@ class GroupApis:
                     p.committed_leader_epoch if v >= 6 else g.messages.NO_LEADER_EPOCH, p.committed_metadata))
         request = g.OffsetCommitRequest(body.group_id, tuple(known), body.member_id, body.generation_id_or_member_epoch,
                                         body.group_instance_id if v >= 7 else None)
-        results: list[tuple[str, int, ErrorCode]] = [(t, p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for t, p in unknown]
+        results: list[tuple[str, int, GroupError]] = [(t, p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for t, p in unknown]
         if known:
             try:
                 partition, hosted = await self._coordinator(body.group_id)
@@ -400,7 +406,7 @@ class GroupApis:
         body: OffsetDeleteRequest = req.body  # type: ignore[assignment]
         image = self.core.image
         known: list[g.TopicPartition] = []
-        results: list[tuple[str, int, ErrorCode]] = []
+        results: list[tuple[str, int, GroupError]] = []
         for t in body.topics:
             topic_id = image.topics.by_name.get(t.name) if image is not None else None
             for p in t.partitions:
@@ -462,23 +468,21 @@ class GroupApis:
 
     async def list_groups(self, req: Request) -> ApiMessage:
         body: ListGroupsRequest = req.body  # type: ignore[assignment]
-        states = None
-        if req.api_version >= 4 and body.states_filter:
-            try:
-                states = [g.GroupState(s) for s in body.states_filter]
-            except ValueError:
-                return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST.code, groups=[])
+        v = req.api_version
+        states = frozenset(body.states_filter) if v >= 4 and body.states_filter else None
+        types = frozenset(body.types_filter) if v >= 5 and body.types_filter else None
         n = self._num_partitions() or 0
-        listed: list[g.ListedGroup] = []
+        listed: list[Any] = []
         for partition in range(n):
             try:
                 hosted = await self._hosted_for(partition)
             except NotCoordinator:
                 continue  # another broker leads it: ListGroups goes to every broker
-            listed += hosted.coordinator.list_groups(states)
+            listed += hosted.coordinator.list_all_groups(states, types)
         L = ListGroupsResponse.ListedGroup
         return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
-            L(group_id=x.group_id, protocol_type=x.protocol_type, group_state=x.state.value) for x in listed])
+            L(group_id=x.group_id, protocol_type=x.protocol_type, group_state=x.state, group_type=x.group_type)
+            for x in listed])
 
     async def delete_groups(self, req: Request) -> ApiMessage:
         body: DeleteGroupsRequest = req.body  # type: ignore[assignment]
@@ -504,8 +508,14 @@ def _next_offset(data: bytes) -> int:
 __all__ = ["GroupApis", "OFFSETS_TOPIC", "kafka_error"]
 
 
-def _delete_group_call(group_id: str) -> Callable[[g.GroupCoordinator, int], g.Effects[tuple[g.DeletedGroup, ...]]]:
+def _encode(record: Any) -> tuple[bytes, bytes | None]:
+    if isinstance(record, g.GroupRecord.__args__):  # type: ignore[attr-defined]
+        return g.encode_group_record(record)
+    return encode_consumer_record(record)
+
+
+def _delete_group_call(group_id: str) -> Callable[[PartitionCoordinator, int], g.Effects[tuple[g.DeletedGroup, ...]]]:
     """The coordinator call deleting one group (a closure per group: the loop variable is not shared)."""
-    def call(coordinator: g.GroupCoordinator, now_ms: int) -> g.Effects[tuple[g.DeletedGroup, ...]]:
+    def call(coordinator: PartitionCoordinator, now_ms: int) -> g.Effects[tuple[g.DeletedGroup, ...]]:
         return coordinator.delete_groups([group_id], now_ms)
     return call

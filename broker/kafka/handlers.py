@@ -9,6 +9,8 @@ from kafka.protocol.api_key import ApiKey
 from broker.kafka.admin_apis import AdminApis, AdminCore
 from broker.kafka.apis import SUPPORTED_VERSIONS
 from broker.kafka.auto_create import AutoTopicCreator, TopicDefaults
+from broker.kafka.consumer_group_apis import ConsumerGroupApis
+from broker.kafka.consumer_group_messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from broker.kafka.data_apis import DataApis
 from broker.kafka.forwarding import ControllerCalls
 from broker.kafka.group_apis import GroupApis, GroupsCore
@@ -26,9 +28,10 @@ class KafkaCore(GroupsCore, AdminCore, Protocol):
 
 def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
                    topic_defaults: TopicDefaults = TopicDefaults()) -> dict[int, Handler]:
-    data = DataApis(core, new_producer_id, AutoTopicCreator(controller, topic_defaults))
+    data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults))
     groups = GroupApis(core)
     admin = AdminApis(core, controller, topic_defaults)
+    consumer_groups = ConsumerGroupApis(groups)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,
@@ -49,6 +52,8 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
         ApiKey.DescribeGroups: groups.describe_groups,
         ApiKey.ListGroups: groups.list_groups,
         ApiKey.DeleteGroups: groups.delete_groups,
+        ConsumerGroupHeartbeatRequest.API_KEY: consumer_groups.heartbeat,
+        ConsumerGroupDescribeRequest.API_KEY: consumer_groups.describe,
         ApiKey.CreateTopics: admin.create_topics,
         ApiKey.DeleteTopics: admin.delete_topics,
         ApiKey.CreatePartitions: admin.create_partitions,

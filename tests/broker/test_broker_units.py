@@ -207,3 +207,16 @@ def test_the_start_up_heap_is_frozen_out_of_full_collections() -> None:
         assert gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
+
+
+def test_key_compaction_looks_every_short_pass_and_object_compaction_every_long_one() -> None:
+    """Compacted topics are cleaned within seconds of their data's upload (Kafka's cleaner looks
+    every 15 s); object compaction keeps its own, longer period in the same passes."""
+    from itertools import islice
+
+    from broker.compaction import passes
+
+    assert list(islice(passes(30_000, 5_000), 12)) == [(5_000, False)] * 5 + [(5_000, True)] + \
+        [(5_000, False)] * 5 + [(5_000, True)]
+    assert list(islice(passes(30_000, 30_000), 2)) == [(30_000, True), (30_000, True)]
+    assert list(islice(passes(4_000, 10_000), 2)) == [(4_000, True), (4_000, True)]

@@ -1,6 +1,6 @@
-"""`ferry chaos run` end to end: three seeds of 30 s against a real local cluster, every one passing.
+"""`ferry chaos run` end to end: two seeds of 30 s against a real local cluster, every one passing.
 
-One test on purpose (the runs are sequential and take about two minutes together); `make soak`
+One test on purpose (the runs are sequential and take about 80 s together); `make soak`
 runs 20 seeds of 120 s. A failure prints each violation and the command that replays the seed.
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ from tools.chaos.runner import ChaosOptions, run_chaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-SEEDS = (1, 2, 3)
+SEEDS = (1, 2)
 DURATION_S = 30.0
 
 
-def test_three_seeded_chaos_runs_pass(tmp_path: Any) -> None:
+def test_two_seeded_chaos_runs_pass(tmp_path: Any) -> None:
     results = [run_chaos(ChaosOptions(seed=seed, duration_s=DURATION_S, out_dir=str(tmp_path))) for seed in SEEDS]
     failures = [summary(r) for r in results if r["verdict"] != "PASS"]
     assert not failures, "\n\n".join(failures)

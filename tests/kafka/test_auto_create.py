@@ -53,7 +53,7 @@ class Core:
 
 def metadata_apis(defaults: TopicDefaults = ON) -> tuple[DataApis, InProcessController]:
     _apis, controller, broker = cluster()
-    return DataApis(Core(broker.quorum), lambda: 1, AutoTopicCreator(controller, defaults)), controller  # type: ignore[arg-type]
+    return DataApis(Core(broker.quorum), lambda: 1, auto_create=AutoTopicCreator(controller, defaults)), controller  # type: ignore[arg-type]
 
 
 def metadata_request(names: list[str], allow: bool, version: int = 9) -> Any:

@@ -5,6 +5,7 @@ understands at once."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import time
 from typing import Any
@@ -281,3 +282,93 @@ def test_a_transactional_producer_fails_at_once_with_a_clear_error(shared_cluste
                                                                  producer_id=-1, producer_epoch=-1), 4,
                                   InitProducerIdResponse))
     assert (init.error_code, init.producer_id) == (53, -1)
+
+
+# --------------------------------------------------------------------------- incremental fetch sessions
+def session_fetch(topic: str, session_id: int, epoch: int, offsets: dict[int, int],
+                  forget: list[int] | None = None) -> ApiMessage:
+    F = FetchRequest.FetchTopic
+    topics = [F(topic=topic, partitions=[
+        F.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=o, last_fetched_epoch=-1,
+                         log_start_offset=-1, partition_max_bytes=1 << 20) for p, o in offsets.items()])] \
+        if offsets else []
+    forgotten = [FetchRequest.ForgottenTopic(topic=topic, partitions=forget)] if forget else []
+    return FetchRequest[12](replica_id=-1, max_wait_ms=50, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                            session_id=session_id, session_epoch=epoch, topics=topics,
+                            forgotten_topics_data=forgotten, rack_id="")
+
+
+def answered(response: Any) -> dict[int, int]:
+    """partition -> number of record bytes, for the partitions the answer lists."""
+    return {p.partition_index: len(p.records or b"") for t in response.responses for p in t.partitions}
+
+
+async def test_incremental_fetch_sessions_raw_and_by_kafka_python(shared_cluster, caplog) -> None:
+    from confluent_kafka import Producer
+
+    from tools.admin import Admin
+    from tools.client import TopicPartition
+    cluster = shared_cluster
+    topic = "sessions"
+    async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+        await admin.create_topic(topic, 3, assignments={p: [2] for p in range(3)})
+        for p in range(3):
+            await admin.wait_for_leader(TopicPartition(topic, p), 2)
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap})
+
+    def produce(partition: int, count: int) -> None:
+        for i in range(count):
+            producer.produce(topic, value=b"v%d" % i, partition=partition)
+        producer.flush(30)
+
+    await asyncio.to_thread(produce, 0, 3)
+    port = cluster.kafka_ports[2]
+    full = await kafka_call(port, session_fetch(topic, 0, 0, {0: 0, 1: 0}), 12, FetchResponse)
+    assert full.error_code == 0 and full.session_id != 0
+    sid = full.session_id
+    got = answered(full)
+    assert set(got) == {0, 1} and got[0] > 0 and got[1] == 0
+    # epoch 1: the client moved past what it read; nothing new anywhere, so nothing listed
+    inc = await kafka_call(port, session_fetch(topic, sid, 1, {0: 3}), 12, FetchResponse)
+    assert (inc.error_code, inc.session_id, answered(inc)) == (0, sid, {})
+    # records on partition 1 (named by no request since the session began) come back alone
+    await asyncio.to_thread(produce, 1, 2)
+    inc = await kafka_call(port, session_fetch(topic, sid, 2, {}), 12, FetchResponse)
+    got = answered(inc)
+    assert list(got) == [1] and got[1] > 0
+    # a partition added incrementally, one forgotten
+    await asyncio.to_thread(produce, 2, 1)
+    inc = await kafka_call(port, session_fetch(topic, sid, 3, {2: 0}, forget=[1]), 12, FetchResponse)
+    assert list(answered(inc)) == [2]
+    # wrong epoch, unknown session: refused whole; closing (epoch -1) ends the session
+    wrong = await kafka_call(port, session_fetch(topic, sid, 9, {}), 12, FetchResponse)
+    assert (wrong.error_code, wrong.session_id, wrong.responses) == (71, 0, [])  # INVALID_FETCH_SESSION_EPOCH
+    closing = await kafka_call(port, session_fetch(topic, sid, -1, {0: 0}), 12, FetchResponse)
+    assert (closing.error_code, closing.session_id, list(answered(closing))) == (0, 0, [0])
+    gone = await kafka_call(port, session_fetch(topic, sid, 4, {}), 12, FetchResponse)
+    assert gone.error_code == 70  # FETCH_SESSION_ID_NOT_FOUND
+
+    # kafka-python's consumer uses sessions by default (FetchSessionHandler): it reads everything
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+    caplog.set_level(logging.DEBUG, logger="kafka.consumer.fetcher")
+
+    def consume() -> int:
+        consumer = KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap, auto_offset_reset="earliest",
+                                 enable_auto_commit=False, fetch_max_wait_ms=100)
+        consumer.assign([KTP(topic, p) for p in range(3)])
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 6 + 20 and time.monotonic() < deadline:
+            batch = consumer.poll(timeout_ms=200)
+            seen += sum(len(records) for records in batch.values())
+            if seen == 6:
+                produce(1, 20)  # more arrives while the session runs
+        consumer.close()
+        return seen
+
+    assert await asyncio.to_thread(consume) == 26
+    text = caplog.text
+    assert "created a new incremental fetch session" in text
+    assert "sent an incremental fetch response for session" in text
+    assert "unable to process the fetch request" not in text and "invalid" not in text.lower()

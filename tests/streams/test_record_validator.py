@@ -773,3 +773,15 @@ def test_a_bad_timestamp_beside_a_missing_key_is_invalid_timestamp_as_in_kafka()
         validate_produce_records(build([Rec(None, b"v"), Rec(b"k", b"v", timestamp_ms=NOW_MS - 5000)]), bounded,
                                  NOW_MS)
     assert err.value.error is ErrorCode.INVALID_TIMESTAMP
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=80)), st.one_of(st.none(), st.binary(max_size=9000)),
+                          st.integers(min_value=-10 ** 9, max_value=10 ** 9)), min_size=1, max_size=140))
+def test_the_key_scan_agrees_with_the_strict_walk(spec: list[tuple[bytes | None, bytes | None, int]]) -> None:
+    batch = build([Rec(key, value, timestamp_ms=NOW_MS + delta) for key, value, delta in spec])
+    sink: list[record_format.RawRecord] = []
+    walk_records(batch, batches.HEADER_BYTES, len(batch), len(spec), last_offset_delta=len(spec) - 1,
+                 consecutive_offsets=True, sink=sink)
+    assert record_format.keyless_records(batch, batches.HEADER_BYTES, len(batch), len(spec)) == [
+        i for i, record in enumerate(sink) if record.key is None]
