@@ -101,6 +101,14 @@ def test_s3_explicit_assignment_is_reported_and_its_first_active_broker_owns() -
         assert reported_replicas(out.image.kv, part) == wanted
 
 
+def test_an_inactive_assigned_broker_leaves_the_reported_isr() -> None:
+    c = controller(3)
+    out, _item = create_one(c, name="t", assignments={"0": [0, 1, 2]})
+    part = partition(out.image, "t", 0)
+    assert reported_isr(out.image.kv, part, lambda b: b != 2) == (0, 1)
+    assert reported_isr(out.image.kv, part, lambda b: False) == (0,)  # the owner at least
+
+
 def test_deleting_an_s3_topic_removes_its_assigned_replicas() -> None:
     c = controller(3)
     c.write("create_topics", {"topics": [{"name": "t", "replication_factor": 2, "num_partitions": 2}]})
