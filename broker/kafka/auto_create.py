@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from dataclasses import dataclass
 from typing import Iterable
 
 from broker.kafka.forwarding import ControllerCalls
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.ops.topics import validate_topic_name
+
+log = logging.getLogger("ferry.broker.kafka.auto_create")
 
 #: how long a Metadata request waits for the topics it creates (see the module's docstring)
 AUTO_CREATE_WAIT_MS = 1_000
@@ -86,9 +89,13 @@ class AutoTopicCreator:
         item = {"name": name, "num_partitions": self.defaults.num_partitions,
                 "replication_factor": self.defaults.replication_factor}
         try:
-            await self.controller.write("create_topics", {"topics": [item]}, AUTO_CREATE_TIMEOUT_MS)
-        except Exception:  # noqa: BLE001 - the client is answered LEADER_NOT_AVAILABLE and asks again
-            pass
+            reply = await self.controller.write("create_topics", {"topics": [item]}, AUTO_CREATE_TIMEOUT_MS)
+        except Exception as exc:  # noqa: BLE001 - the client is answered LEADER_NOT_AVAILABLE and asks again
+            log.debug("auto-creation of topic %s failed: %r", name, exc)
+            return
+        for answer in reply.get("topics", ()):
+            if answer.get("error") not in (None, "NONE", "TOPIC_ALREADY_EXISTS"):
+                log.debug("auto-creation of topic %s refused: %s %s", name, answer.get("error"), answer.get("message"))
 
     async def create(self, names: Iterable[str], wait_ms: int = AUTO_CREATE_WAIT_MS) -> None:
         """Start creating ``names`` and wait up to ``wait_ms`` for those creations to finish
