@@ -147,35 +147,38 @@ def _cancel(builder: RecordBuilder, placement: Placement, part: PartitionRegistr
 
 
 def _s3_owner_target(builder: RecordBuilder, part: PartitionRegistration, target: tuple[int, ...],
-                     log_dirs: Any, replica_set: bool) -> tuple[tuple[int, ...], Any]:
+                     log_dirs: Any, replica_set: bool) -> tuple[tuple[int, ...], Any, KVRecord | None]:
     """An s3 reassignment to N > 1 brokers: they become the partition's assigned replicas (what
     clients are told, s3_replicas.py) and one of them its owner, the only one that moves: the
     current owner stays when it is among them, else the first of them takes the partition. One
     broker is a move of the owner alone, the assignment kept (Ferry's moves, the rebalancer),
     unless ``replica_set`` (Kafka's AlterPartitionReassignments: the list is the replica set, so
     one broker is replication factor 1). Returns the owner as the one-broker target of the
-    hand-over, with its log dir if named."""
+    hand-over, with its log dir if named, and the change of the assigned brokers (recorded once
+    the rest of the item is known to be valid)."""
     key = assigned_replicas_key(part.topic_id, part.partition)
     stored = builder.view.kv(key)
     wanted = encode_replicas(target) if len(target) > 1 else None if replica_set else stored
-    if stored != wanted:
-        builder.add(KVRecord(key=key, value=wanted))
+    change = KVRecord(key=key, value=wanted) if stored != wanted else None
     owner = part.original_replicas[0] if part.original_replicas else NO_LEADER
     chosen = owner if owner in target and not part.is_reassigning else target[0]
     if part.is_reassigning and part.replicas and part.replicas[0] in target:
         chosen = part.replicas[0]  # a hand-over under way to one of them goes on
     if log_dirs is not None and isinstance(log_dirs, (list, tuple)) and len(log_dirs) == len(target):
         log_dirs = [log_dirs[target.index(chosen)]]
-    return (chosen,), log_dirs
+    return (chosen,), log_dirs, change
 
 
 def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegistration, item: Mapping[str, Any],
               ctx: OpContext) -> None:
     target = _target(builder, item.get("replicas"))
     log_dirs = item.get("log_dirs")
+    assigned: KVRecord | None = None
     if part.storage == STORAGE_S3:
-        target, log_dirs = _s3_owner_target(builder, part, target, log_dirs, opt_bool(item, "replica_set"))
+        target, log_dirs, assigned = _s3_owner_target(builder, part, target, log_dirs, opt_bool(item, "replica_set"))
     dirs = _directories(builder, placement, target, log_dirs, part)
+    if assigned is not None:
+        builder.add(assigned)
     if target == part.replicas and not part.is_reassigning:
         current_dirs = part.directories if len(part.directories) == len(target) else ()
         if log_dirs is not None and tuple(dirs) != tuple(current_dirs):

@@ -92,6 +92,12 @@ def test_s3_target_of_several_brokers_keeps_an_owner_among_them() -> None:
     assert "error" not in resp and reported_replicas(out.image.kv, partition(out.image, "t", 0)) == (2,)
 
 
+def test_a_refused_s3_reassignment_changes_nothing() -> None:
+    c = s3_topic()
+    out, resp = reassign(c.image, "t", [1, 2], log_dirs=["/nowhere", "any"])
+    assert resp["error"] == "LOG_DIR_NOT_FOUND" and out.records == ()
+
+
 def test_s3_owner_moved_outside_its_assignment_is_reported_first() -> None:
     c = controller(4)
     c.write("create_topics", {"topics": [{"name": "t", "assignments": {"0": [0, 1, 2]}}]})
