@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install test test-fast chaos demo perf perf-s3 soak clean
+.PHONY: install test test-fast chaos demo perf perf-s3 soak clean kafka-jars spark-kafka-jars conformance
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,21 +16,53 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Apache Kafka's own jars (tools, Java client, broker), pinned in tools/peer/kafka-pom.xml, copied
+# from Maven Central by Maven, which checks every checksum (-C); once fetched, `make` finds the
+# stamp and does nothing. Without mvn it says so and the tests that need the jars are skipped.
+KAFKA_VERSION := 4.4.0
+KAFKA_JARS := .cache/kafka-$(KAFKA_VERSION)
+KAFKA_JARS_STAMP := $(KAFKA_JARS)/.complete
+
+$(KAFKA_JARS_STAMP): tools/peer/kafka-pom.xml
+	@if command -v mvn >/dev/null 2>&1; then \
+		rm -rf $(KAFKA_JARS) && \
+		mvn -q -B -C -Dstyle.color=never -f tools/peer/kafka-pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+			-DoutputDirectory=$(abspath $(KAFKA_JARS)) && touch $@; \
+	else echo "kafka-jars: mvn not found: Kafka $(KAFKA_VERSION)'s jars not fetched, the tests that run Kafka's tools are skipped"; fi
+
+kafka-jars: $(KAFKA_JARS_STAMP)
+
+# Spark's own Kafka source and sink (tools/peer/spark_kafka.py): the jars beyond pyspark's, from
+# Maven Central, once, checksums checked; the version is SPARK_KAFKA_VERSION there and in the pom
+SPARK_KAFKA_JARS := .cache/spark-kafka-4.2.0
+SPARK_KAFKA_JARS_STAMP := $(SPARK_KAFKA_JARS)/.copied
+
+$(SPARK_KAFKA_JARS_STAMP): tools/peer/spark-kafka-pom.xml
+	mvn -q -B -C -Dstyle.color=never -f tools/peer/spark-kafka-pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+		-DoutputDirectory=$(abspath $(SPARK_KAFKA_JARS))
+	touch $@
+
+spark-kafka-jars: $(SPARK_KAFKA_JARS_STAMP)
+
 # the whole suite, the two seeded 30 s chaos campaigns included
-test: $(STAMP)
+test: $(STAMP) $(KAFKA_JARS_STAMP) $(SPARK_KAFKA_JARS_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # Only the two seeded fault campaigns of 30 s against a live cluster, as one test (about 80 s).
 chaos: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests
 
+# Apache Kafka's tools and Java client against a fresh local cluster: one table (tool, check, result)
+conformance: $(STAMP) $(KAFKA_JARS_STAMP)
+	$(PY) -m tools.peer.conformance
+
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not integration and not spark" tests
 
-demo: $(STAMP)  # `make demo WAL=s3`: the brokers' WAL in S3
+demo: $(STAMP) $(KAFKA_JARS_STAMP)  # `make demo WAL=s3`: the brokers' WAL in S3
 	$(VENV)/bin/ferry demo $(if $(WAL),--wal $(WAL))
 
-perf: $(STAMP)
+perf: $(STAMP) $(KAFKA_JARS_STAMP)
 	$(VENV)/bin/ferry perf quorum
 	$(VENV)/bin/ferry perf streams
 	$(VENV)/bin/ferry perf lifecycle

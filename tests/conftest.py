@@ -1,5 +1,7 @@
 """One Spark session for the whole test run (start-up costs seconds and ~1 GB): the planner's
-tests and the data source's share it."""
+tests, the data source's and those of Spark's own Kafka source and sink share it (whichever
+call starts it, its ``spark.jars`` carry that connector when ``make spark-kafka-jars`` has cached
+it)."""
 from __future__ import annotations
 
 import warnings

@@ -29,6 +29,7 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProdu
 from broker.kafka.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from broker.kafka.apis import SUPPORTED_VERSIONS
 from broker.kafka.auto_create import AutoTopicCreator, Decision, TopicDefaults, metadata_error, unknown_topic_decision
+from broker.kafka.eager import eager_start
 from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.fetch_sessions import FetchContext, FetchPartition, FetchSessionCache, PartitionOutcome
 from broker.kafka.produce_answer import success_answer
@@ -274,9 +275,9 @@ class DataApis:
             except Exception as exc:  # noqa: BLE001 - reported per partition, as Kafka does
                 results = [exc]
         else:
-            # the appends start in request order, each in its own task: tasks run in the order they
-            # were created, so two pipelined requests reach the WAL in arrival order
-            appends = [asyncio.ensure_future(self._append(name, index, records, acks, body.transactional_id))
+            # each append in its own task, started at once (broker/kafka/eager.py): its batch has its
+            # place in the log before the next pipelined request's task runs, as with one partition
+            appends = [eager_start(self._append(name, index, records, acks, body.transactional_id))
                        for name, index, records in targets]
             results = list(await asyncio.gather(*appends, return_exceptions=True))
         if acks == 0:

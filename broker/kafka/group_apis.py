@@ -280,7 +280,7 @@ class GroupApis:
             session_timeout_ms=body.session_timeout_ms,
             rebalance_timeout_ms=body.rebalance_timeout_ms if v >= 1 else body.session_timeout_ms,
             group_instance_id=body.group_instance_id if v >= 5 else None, client_id=req.client_id or "",
-            client_host="", require_known_member_id=v >= 4, supports_skip_assignment=v >= 9,
+            client_host=req.client_host, require_known_member_id=v >= 4, supports_skip_assignment=v >= 9,
             reason=body.reason if v >= 8 else None)
         new_id = g.kafka_member_id(req.client_id or "", request.group_instance_id, str(uuid.uuid4()))
         try:

@@ -117,6 +117,7 @@ class _KafkaProtocol(asyncio.BufferedProtocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
+        self.conn.client_host = client_host(self.peer)
         self.listener._connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -351,3 +352,11 @@ def api_name(api_key: int) -> str:
         return ApiKey(api_key).name
     except ValueError:
         return f"api {api_key}"
+
+
+def client_host(peername: object) -> str:
+    """A peer address as Kafka's broker reports a client's host (``InetAddress.toString()`` of an
+    address without a resolved name: ``/127.0.0.1``); "" for a transport without one."""
+    if isinstance(peername, tuple) and peername and isinstance(peername[0], str):
+        return "/" + peername[0]
+    return ""

@@ -64,6 +64,7 @@ class Request:
     body: ApiMessage
     size_bytes: int
     trailing_bytes: int = 0
+    client_host: str = ""  # the peer's address as Kafka reports it ("/127.0.0.1"): JoinGroup records it
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,9 @@ class KafkaConnection:
     generated decoders copy out every bytes and string field they return, so nothing decoded refers
     to the buffer afterwards."""
 
-    def __init__(self, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+    def __init__(self, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, client_host: str = "") -> None:
         self.max_request_bytes = max_request_bytes
+        self.client_host = client_host  # stamped on every request (Request.client_host)
         self._buf = bytearray(INITIAL_BUFFER_BYTES)
         self._start = 0  # first byte not yet decoded
         self._end = 0  # end of the bytes received
@@ -211,7 +213,7 @@ class KafkaConnection:
                                  "allow")
         header = body.header
         return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame),
-                       len(frame) - consumed)
+                       len(frame) - consumed, self.client_host)
 
 
 Decoder = Callable[[memoryview, int], "tuple[Any, int]"]

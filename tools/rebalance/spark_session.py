@@ -22,7 +22,7 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:
@@ -61,8 +61,17 @@ def project_zip(dest_dir: str) -> str:
 
 
 def spark_session(master: str = "local[2]", app_name: str = "ferry-rebalance",
-                  shuffle_partitions: int = 4, executor_memory_mb: int | None = None) -> "SparkSession":
-    """Start (or reuse) the process's Spark session."""
+                  shuffle_partitions: int = 4, executor_memory_mb: int | None = None,
+                  jars: Sequence[Path] | None = None) -> "SparkSession":
+    """Start (or reuse) the process's Spark session. ``jars``: local jar files for ``spark.jars``;
+    by default those of Spark's own Kafka source and sink when ``make spark-kafka-jars`` has
+    cached them (tools/peer/spark_kafka.py), so that every session of a process, whichever call
+    starts it, reads and writes ``format("kafka")``. Jars only take effect when this call starts
+    the session."""
+    if jars is None:
+        from tools.peer.spark_kafka import spark_kafka_jars
+
+        jars = spark_kafka_jars() or ()
     if is_loopback_master(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON") or sys.executable
@@ -77,6 +86,8 @@ def spark_session(master: str = "local[2]", app_name: str = "ferry-rebalance",
                # sample objects are small (one broker's interval): pack many per task, not one each
                .config("spark.sql.files.openCostInBytes", str(256 * 1024))
                .config("spark.sql.session.timeZone", "UTC"))
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(path) for path in jars))
     if is_loopback_master(master):
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     if not is_local_master(master):
