@@ -49,7 +49,13 @@ class BrokerConfig:
     meta_checkpoint_interval_ms: NonNegativeInt = 30000  # 0 = only on close
     metadata_poll_wait_ms: PositiveInt = 5000
     controller_timeout_ms: PositiveInt = 10000
-    max_batch_bytes: PositiveInt = 8 * 1024 * 1024
+    max_batch_bytes: PositiveInt = 8 * 1024 * 1024  # Kafka's message.max.bytes
+    # Kafka's auto.create.topics.enable, num.partitions and default.replication.factor: a Metadata
+    # request for an unknown topic creates it (when the request allows it), and CreateTopics with
+    # -1 partitions or replication factor gets these
+    auto_create_topics_enable: bool = True
+    num_partitions: PositiveInt = 1
+    default_replication_factor: PositiveInt = 1
     fetch_max_wait_ms_limit: PositiveInt = 30000
     log_dir_reserved_bytes: NonNegativeInt = 0
     log_dir_check_interval_ms: PositiveInt = 5000

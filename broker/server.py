@@ -43,6 +43,8 @@ from stream_storage.wal_gc import DeadWalCollector
 from broker.peer_liveness import PeerDeathWatcher, ProcessLock
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
+from broker.kafka.broker_configs import (StaticConfig, broker_static_configs, default_validation_policy,
+                                         topic_defaults)
 from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
 from broker.kafka.listener import KafkaListener
@@ -119,7 +121,7 @@ class Broker:
         self.kafka: KafkaListener | None = None
         self._policies: dict[str, tuple[Any, ValidationPolicy]] = {}
         # the broker's message.max.bytes is the default of every topic's max.message.bytes, as in Kafka
-        self._default_policy = ValidationPolicy(max_message_bytes=config.max_batch_bytes)
+        self._default_policy = default_validation_policy(config)
 
     @property
     def image(self) -> MetadataImage | None:
@@ -151,18 +153,10 @@ class Broker:
         if self.follower is not None:
             await self.follower.wait_for_offset(offset, timeout_s)
 
-    def static_configs(self) -> dict[str, str]:
-        """The broker configs fixed at start-up, as Kafka names them (DescribeConfigs' STATIC_BROKER_CONFIG)."""
-        out = {"broker.id": str(self.broker_id), "node.id": str(self.broker_id), "process.roles": "broker",
-               "log.dirs": ",".join(d.path for d in self.log_dirs.dirs) or ",".join(self.config.log_dirs),
-               "controller.quorum.bootstrap.servers": ",".join(self.config.controllers),
-               "message.max.bytes": str(self.config.max_batch_bytes),
-               "socket.request.max.bytes": str(self.config.kafka_max_request_bytes)}
-        if self.config.rack is not None:
-            out["broker.rack"] = self.config.rack
-        if self.kafka is not None:
-            out["listeners"] = f"PLAINTEXT://{self.config.host}:{self.kafka.port}"
-        return out
+    def static_configs(self) -> dict[str, StaticConfig]:
+        """The broker configs it applies, as Kafka names them (DescribeConfigs; broker_configs.py)."""
+        listener = f"PLAINTEXT://{self.config.host}:{self.kafka.port}" if self.kafka is not None else None
+        return broker_static_configs(self.config, [d.path for d in self.log_dirs.dirs], listener)
 
     def _metadata_offset(self) -> int:
         return self.follower.offset if self.follower is not None else -1
@@ -183,7 +177,7 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
             forwarder = QuorumForwarder(self.client, self._wait_for_metadata)
-            self.kafka = KafkaListener(kafka_handlers(self, forwarder), self.config.host, self.config.kafka_port,
+            self.kafka = KafkaListener(kafka_handlers(self, forwarder, topic_defaults(self.config)), self.config.host, self.config.kafka_port,
                                        self.config.kafka_max_request_bytes, observe=self.metrics.observe_kafka,
                                        sasl_users=Users.load(self.config.sasl_users_file)
                                        if self.config.sasl_users_file else None)

@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_MS = 15_000
 DEFAULT_ATTEMPT_TIMEOUT_MS = 6_000  # above the controller's commit timeout (5 s)
 FOLLOWER_BACKOFF = Backoff(initial_ms=20.0, max_ms=250.0)
+#: the errors that say the quorum could not answer now (rather than an answer about the request)
+QUORUM_UNAVAILABLE = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REPLICA_NOT_AVAILABLE,
+                                ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                ErrorCode.REQUEST_TIMED_OUT, ErrorCode.THROTTLING_QUOTA_EXCEEDED})
 NO_LEADER_RETRY = 1  # while a leader is elected (a few hundred ms) keep retrying briskly
 
 
@@ -135,7 +139,8 @@ class ControllerClient:
             return payload
 
     async def _with_retries(self, path: str, body: Any, to_leader: bool, method: str = "POST",
-                            timeout_ms: int | None = None, params: dict[str, Any] | None = None) -> Any:
+                            timeout_ms: int | None = None, params: dict[str, Any] | None = None,
+                            retry_answers: bool = True) -> Any:
         budget_ms = self.timeout_ms if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + budget_ms / 1000
         retry = 0  # the backoff's attempt number (a leader change restarts it: a new leader is ready)
@@ -167,7 +172,7 @@ class ControllerClient:
                     else:
                         self._leader_url = None
                     retry = min(retry, NO_LEADER_RETRY)
-                elif not e.retriable:
+                elif not e.retriable or (not retry_answers and e.error not in QUORUM_UNAVAILABLE):
                     raise
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 last = e
@@ -209,9 +214,12 @@ class ControllerClient:
         return body["reply"]
 
     async def write_with_offset(self, op: str, args: dict[str, Any] | None = None,
-                                timeout_ms: int | None = None) -> dict[str, Any]:
-        """Like :meth:`write`, returning ``{"reply", "offset"}`` (the batch's last committed offset)."""
-        result: dict[str, Any] = await self._with_retries(f"/v1/write/{op}", args or {}, True, timeout_ms=timeout_ms)
+                                timeout_ms: int | None = None, retry_answers: bool = True) -> dict[str, Any]:
+        """Like :meth:`write`, returning ``{"reply", "offset"}`` (the batch's last committed offset).
+        ``retry_answers=False``: an error the operation itself answered (a missing topic, ...) is
+        raised at once, even one a client would retry; only the quorum's unavailability is retried."""
+        result: dict[str, Any] = await self._with_retries(f"/v1/write/{op}", args or {}, True, timeout_ms=timeout_ms,
+                                                          retry_answers=retry_answers)
         return result
 
     async def write_many(self, ops: list[tuple[str, dict[str, Any]]], timeout_ms: int | None = None) -> list[dict[str, Any]]:
@@ -221,11 +229,13 @@ class ControllerClient:
         return list(result["results"])
 
     async def read(self, op: str, args: dict[str, Any] | None = None, timeout_ms: int | None = None,
-                   leader: bool = True) -> dict[str, Any]:
+                   leader: bool = True, retry_answers: bool = True) -> dict[str, Any]:
         """Run a read operation on the committed image: the active controller's (every acknowledged
-        write is visible), or with ``leader=False`` any controller's (it may lag slightly)."""
+        write is visible), or with ``leader=False`` any controller's (it may lag slightly).
+        ``retry_answers`` as for :meth:`write_with_offset`."""
         params = {"consistency": "leader" if leader else "any"}
-        result = await self._with_retries(f"/v1/read/{op}", args or {}, leader, timeout_ms=timeout_ms, params=params)
+        result = await self._with_retries(f"/v1/read/{op}", args or {}, leader, timeout_ms=timeout_ms, params=params,
+                                          retry_answers=retry_answers)
         return dict(result["reply"])
 
     async def fetch_log(self, offset: int, max_wait_ms: int = 0, max_records: int = 10_000,

@@ -89,14 +89,15 @@ async def _topic_names(client: Admin, pattern: str | None) -> list[str]:
 
 def format_describe(topic: dict[str, Any]) -> list[str]:
     parts = topic.get("partitions", [])
-    rf = max((len(p.get("replicas", [])) for p in parts), default=0)
+    rf = max((len(p.get("reported_replicas", p.get("replicas", []))) for p in parts), default=0)
     configs = ",".join(f"{k}={v}" for k, v in sorted(topic.get("configs", {}).items()))
     lines = [f"Topic: {topic['name']}\tTopicId: {topic['topic_id']}\tPartitionCount: {len(parts)}\t"
              f"ReplicationFactor: {rf}\tConfigs: {configs}\tStorage: {topic.get('storage', 's3')}"]
     for p in parts:
         leader = "none" if p.get("leader", -1) < 0 else str(p["leader"])
         line = (f"\tTopic: {topic['name']}\tPartition: {p['partition']}\tLeader: {leader}\t"
-                f"Replicas: {','.join(map(str, p.get('replicas', [])))}\tIsr: {','.join(map(str, p.get('isr', [])))}")
+                f"Replicas: {','.join(map(str, p.get('reported_replicas', p.get('replicas', []))))}\t"
+                f"Isr: {','.join(map(str, p.get('reported_isr', p.get('isr', []))))}")
         if p.get("adding_replicas"):
             line += f"\tAdding Replicas: {','.join(map(str, p['adding_replicas']))}"
         if p.get("removing_replicas"):

@@ -33,19 +33,23 @@ from kafka.protocol.admin.topics import (AlterPartitionReassignmentsRequest, Alt
 from kafka.protocol.api_message import ApiMessage
 
 from broker.kafka.acl_operations import CLUSTER_OPERATIONS
-from broker.kafka.config_catalog import ConfigEntry, broker_entries, topic_entries
+from broker.kafka.auto_create import TopicDefaults
+from broker.kafka.config_catalog import BrokerValue, ConfigEntry, broker_entries, topic_entries
 from broker.kafka.data_apis import ZERO_UUID, kafka_endpoint_of, kafka_error, topic_uuid
 from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, Json, forward_timeout_ms, forwarding_failure
 from broker.kafka.wire import Request
 from broker.log_dirs_report import LogDirReport, TopicFilter
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.records import STORAGE_S3
+from metadata_quorum.s3_replicas import replication_factor
 
 TOPIC_RESOURCE = 2  # ConfigResource types on the wire
 BROKER_RESOURCE = 4
 BROKER_ENDPOINTS = 1  # DescribeCluster's endpoint type
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
 CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}  # IncrementalAlterConfigs' operations
+MAX_MESSAGE_BYTES, BROKER_MAX_MESSAGE_BYTES = "max.message.bytes", "message.max.bytes"
 # The first version of each API whose response carries THROTTLING_QUOTA_EXCEEDED (KIP-599)
 QUOTA_ERROR_SINCE = {"CreateTopics": 6, "CreatePartitions": 3, "DeleteTopics": 5}
 
@@ -59,7 +63,7 @@ class AdminCore(Protocol):
     @property
     def image(self) -> MetadataImage | None: ...
 
-    def static_configs(self) -> Mapping[str, str]: ...
+    def static_configs(self) -> Mapping[str, BrokerValue]: ...
 
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]: ...
 
@@ -104,9 +108,11 @@ def _group(items: Sequence[tuple[str, Any]]) -> dict[str, list[Any]]:
 class AdminApis:
     """Handlers of the admin APIs; each takes a decoded request and returns the response."""
 
-    def __init__(self, core: AdminCore, controller: ControllerCalls) -> None:
+    def __init__(self, core: AdminCore, controller: ControllerCalls,
+                 topic_defaults: TopicDefaults = TopicDefaults()) -> None:
         self.core = core
         self.controller = controller
+        self.topic_defaults = topic_defaults  # num.partitions / default.replication.factor for -1
 
     async def _write(self, op: str, args: Json, timeout_ms: int | None = None) -> Json:
         return await self.controller.write(op, args, forward_timeout_ms(timeout_ms))
@@ -125,8 +131,14 @@ class AdminApis:
                 local[i] = ItemError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
                                      "replicasAssignments were set. Both cannot be used at the same time.")
                 continue
+            over = self._over_batch_limit({c.name: c.value for c in t.configs})
+            if over is not None:
+                local[i] = over
+                continue
             item: Json = {"name": t.name, "num_partitions": t.num_partitions,
                           "replication_factor": t.replication_factor,
+                          "default_num_partitions": self.topic_defaults.num_partitions,
+                          "default_replication_factor": self.topic_defaults.replication_factor,
                           "configs": {c.name: c.value for c in t.configs}}
             if t.assignments:
                 item["assignments"] = {str(a.partition_index): list(a.broker_ids) for a in t.assignments}
@@ -159,7 +171,8 @@ class AdminApis:
                 continue
             configs = [R.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
                                                config_source=int(e.source), is_sensitive=e.is_sensitive)
-                       for e in topic_entries({c.name: c.value for c in t.configs if c.value is not None})]
+                       for e in topic_entries({c.name: c.value for c in t.configs if c.value is not None},
+                                              broker=self.core.static_configs())]
             results.append(R(name=t.name, topic_id=topic_uuid(answer["topic_id"]), error_code=0, error_message=None,
                              topic_config_error_code=0, num_partitions=int(answer["num_partitions"]),
                              replication_factor=int(answer["replication_factor"]), configs=configs))
@@ -262,7 +275,7 @@ class AdminApis:
     async def _config_entries(self, rtype: int, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         if rtype == TOPIC_RESOURCE:
             reply = await self._read("describe_configs", {"resources": [{"type": "topic", "name": name}]})
-            return topic_entries(reply["resources"][0]["configs"], keys)
+            return topic_entries(reply["resources"][0]["configs"], keys, broker=self.core.static_configs())
         if rtype != BROKER_RESOURCE:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}: this broker describes "
                                                         "topic (2) and broker (4) configs")
@@ -284,8 +297,10 @@ class AdminApis:
         results = []
         for r in body.resources:
             nulls = [c.name for c in r.configs if c.value is None]
+            over = self._over_batch_limit({c.name: c.value for c in r.configs}) \
+                if r.resource_type == TOPIC_RESOURCE else None
             error = ItemError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}") \
-                if nulls else await self._alter_resource(r.resource_type, r.resource_name, {
+                if nulls else over if over is not None else await self._alter_resource(r.resource_type, r.resource_name, {
                     "configs": {c.name: c.value for c in r.configs}, "replace": True}, bool(body.validate_only))
             results.append(R(error_code=error.error.code if error else 0, error_message=error.message if error else None,
                              resource_type=r.resource_type, resource_name=r.resource_name))
@@ -304,6 +319,9 @@ class AdminApis:
                 bad = next(c for c in r.configs if c.config_operation not in CONFIG_OPS)
                 error = ItemError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {bad.config_operation} "
                                                              f"for {bad.name}")
+            elif r.resource_type == TOPIC_RESOURCE and (over := self._over_batch_limit(
+                    {c.name: c.value for c in r.configs if CONFIG_OPS[c.config_operation] == "set"})) is not None:
+                error = over
             else:
                 ops = [{"op": CONFIG_OPS[c.config_operation], "key": c.name, "value": c.value} for c in r.configs]
                 error = await self._alter_resource(r.resource_type, r.resource_name, {"ops": ops},
@@ -311,6 +329,24 @@ class AdminApis:
             results.append(R(error_code=error.error.code if error else 0, error_message=error.message if error else None,
                              resource_type=r.resource_type, resource_name=r.resource_name))
         return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
+
+    def _over_batch_limit(self, configs: Mapping[str, str | None]) -> ItemError | None:
+        """A topic's ``max.message.bytes`` may not exceed the broker's ``message.max.bytes``: the
+        broker (and its storage's append) refuse a larger batch whatever the topic says, and the
+        value reported must be the one enforced."""
+        value = configs.get(MAX_MESSAGE_BYTES)
+        limit = self.core.static_configs().get(BROKER_MAX_MESSAGE_BYTES)
+        if value is None or limit is None:
+            return None
+        try:
+            too_large = int(value.strip()) > int(limit.value)
+        except ValueError:
+            return None  # not a number: the controller refuses it with Kafka's wording
+        if not too_large:
+            return None
+        return ItemError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {MAX_MESSAGE_BYTES}: "
+                                                   f"Value must be no more than {limit.value} (the brokers' "
+                                                   f"{BROKER_MAX_MESSAGE_BYTES}, the largest batch they accept)")
 
     async def _alter_resource(self, rtype: int, name: str, change: Json, validate_only: bool) -> ItemError | None:
         if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE):
@@ -365,7 +401,8 @@ class AdminApis:
                 if refused is not None:
                     local[(t.name, p.partition_index)] = refused
                 else:
-                    items.append({"topic": t.name, "partition": p.partition_index,
+                    # Kafka's list is the replica set: an s3 partition's assigned brokers (s3_replicas.py)
+                    items.append({"topic": t.name, "partition": p.partition_index, "replica_set": True,
                                   "replicas": None if p.replicas is None else list(p.replicas)})
         answers: dict[tuple[str, int], ItemError | None] = {}
         top = ItemError(ErrorCode.NONE, None)
@@ -396,7 +433,8 @@ class AdminApis:
         reg = image.topics.partition(topic_id, partition) if topic_id is not None else None
         if reg is None:
             return None
-        current = len(reg.original_replicas)
+        # an s3 partition's replica count is its assigned brokers' (s3_replicas.py), not its one owner
+        current = replication_factor(image.kv, reg) if reg.storage == STORAGE_S3 else len(reg.original_replicas)
         if len(replicas) == current:
             return None
         return ItemError(ErrorCode.INVALID_REPLICATION_FACTOR,

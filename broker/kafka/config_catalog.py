@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 
 class ConfigSource(IntEnum):
@@ -79,10 +79,12 @@ TOPIC_CONFIG_SPECS: dict[str, TopicConfigSpec] = {
                                           "Time kept locally before tiered segments are deleted (-2: retention.ms)."),
     "max.compaction.lag.ms": TopicConfigSpec(_LONG_MAX, ConfigType.LONG, "log.cleaner.max.compaction.lag.ms",
                                              "The longest a record stays uncompacted."),
+    # the default a topic gets is the broker's message.max.bytes (broker_configs.py), as in Kafka
     "max.message.bytes": TopicConfigSpec("1048588", ConfigType.INT, "message.max.bytes",
                                          "The largest record batch size allowed."),
+    # Kafka 4's default is 3600000; Ferry's record validator applies no bound unless the topic sets one
     "message.timestamp.after.max.ms": TopicConfigSpec(
-        "3600000", ConfigType.LONG, "log.message.timestamp.after.max.ms",
+        _LONG_MAX, ConfigType.LONG, "log.message.timestamp.after.max.ms",
         "How far a record's timestamp may be ahead of the broker's clock."),
     "message.timestamp.before.max.ms": TopicConfigSpec(
         _LONG_MAX, ConfigType.LONG, "log.message.timestamp.before.max.ms",
@@ -146,28 +148,52 @@ class ConfigEntry:
         return self.source is ConfigSource.DEFAULT_CONFIG
 
 
-def topic_entries(stored: Mapping[str, str], keys: Sequence[str] | None = None) -> list[ConfigEntry]:
+class BrokerValue(Protocol):
+    """A broker config as the broker applies it (broker_configs.StaticConfig)."""
+
+    @property
+    def value(self) -> str: ...
+    @property
+    def type(self) -> ConfigType: ...
+    @property
+    def is_set(self) -> bool: ...
+    @property
+    def documentation(self) -> str: ...
+    @property
+    def synonyms(self) -> tuple[tuple[str, str], ...]: ...
+
+
+def topic_entries(stored: Mapping[str, str], keys: Sequence[str] | None = None,
+                  broker: Mapping[str, BrokerValue] | None = None) -> list[ConfigEntry]:
     """Every topic config Kafka knows (or the ``keys`` asked for), with the stored value where one
-    is set; synonyms list the topic's own value, then the default under the broker's name."""
+    is set; synonyms list the topic's own value, then the broker's (its config's when the broker
+    config it falls back to is one the broker reports, as ``message.max.bytes`` for
+    ``max.message.bytes``), the value a topic without its own gets."""
     names = sorted(TOPIC_CONFIG_SPECS) if keys is None else [k for k in keys if k in TOPIC_CONFIG_SPECS]
     out = []
     for name in names:
         spec = TOPIC_CONFIG_SPECS[name]
-        default = Synonym(spec.broker_synonym or name, spec.default, ConfigSource.DEFAULT_CONFIG)
+        applied = (broker or {}).get(spec.broker_synonym or "")
+        if applied is not None:
+            source = ConfigSource.STATIC_BROKER_CONFIG if applied.is_set else ConfigSource.DEFAULT_CONFIG
+            default = Synonym(spec.broker_synonym or name, applied.value, source)
+        else:
+            default = Synonym(spec.broker_synonym or name, spec.default, ConfigSource.DEFAULT_CONFIG)
         if name in stored:
             own = Synonym(name, stored[name], ConfigSource.DYNAMIC_TOPIC_CONFIG)
             out.append(ConfigEntry(name, stored[name], ConfigSource.DYNAMIC_TOPIC_CONFIG, False, False, spec.type,
                                    spec.documentation, (own, default)))
         else:
-            out.append(ConfigEntry(name, spec.default, ConfigSource.DEFAULT_CONFIG, False, False, spec.type,
+            out.append(ConfigEntry(name, default.value, default.source, False, False, spec.type,
                                    spec.documentation, (default,)))
     return out
 
 
-def broker_entries(broker_id: int, static: Mapping[str, str], per_broker: Mapping[str, str],
+def broker_entries(broker_id: int, static: Mapping[str, BrokerValue], per_broker: Mapping[str, str],
                    cluster_default: Mapping[str, str], keys: Sequence[str] | None = None) -> list[ConfigEntry]:
-    """A broker's configs: its dynamic ones, the cluster-wide dynamic defaults, then its static
-    ones (read-only), the most specific first as Kafka orders synonyms."""
+    """A broker's configs: its dynamic ones, the cluster-wide dynamic defaults, then the ones it
+    applies from its config file (``STATIC_BROKER_CONFIG``, read-only) or its defaults
+    (``DEFAULT_CONFIG``), the most specific first as Kafka orders synonyms."""
     names = sorted(set(static) | set(per_broker) | set(cluster_default)) if keys is None else list(keys)
     out = []
     for name in names:
@@ -176,12 +202,16 @@ def broker_entries(broker_id: int, static: Mapping[str, str], per_broker: Mappin
             synonyms.append(Synonym(name, per_broker[name], ConfigSource.DYNAMIC_BROKER_CONFIG))
         if name in cluster_default:
             synonyms.append(Synonym(name, cluster_default[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
-        if name in static:
-            synonyms.append(Synonym(name, static[name], ConfigSource.STATIC_BROKER_CONFIG))
+        applied = static.get(name)
+        if applied is not None:
+            source = ConfigSource.STATIC_BROKER_CONFIG if applied.is_set else ConfigSource.DEFAULT_CONFIG
+            synonyms.append(Synonym(name, applied.value, source))
+            synonyms += [Synonym(n, v, ConfigSource.DEFAULT_CONFIG) for n, v in applied.synonyms]
         if not synonyms:
             continue
         first = synonyms[0]
-        read_only = first.source is ConfigSource.STATIC_BROKER_CONFIG
-        out.append(ConfigEntry(name, first.value, first.source, read_only, False, ConfigType.STRING, None,
-                               tuple(synonyms)))
+        read_only = first.source in (ConfigSource.STATIC_BROKER_CONFIG, ConfigSource.DEFAULT_CONFIG)
+        out.append(ConfigEntry(name, first.value, first.source, read_only, False,
+                               applied.type if applied is not None else ConfigType.STRING,
+                               applied.documentation if applied is not None else None, tuple(synonyms)))
     return out

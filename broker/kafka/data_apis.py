@@ -28,6 +28,7 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProdu
 
 from broker.kafka.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.auto_create import AutoTopicCreator, Decision, TopicDefaults, metadata_error, unknown_topic_decision
 from broker.kafka.eager import eager_start
 from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.fetch_sessions import FetchContext, FetchPartition, FetchSessionCache, PartitionOutcome
@@ -36,6 +37,7 @@ from broker.kafka.wire import Request, api_versions_response
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import NO_LEADER
+from metadata_quorum.s3_replicas import reported_isr, reported_replicas
 
 LATEST_TIMESTAMP = -1  # ListOffsets' special timestamps
 EARLIEST_TIMESTAMP = -2
@@ -171,10 +173,12 @@ class DataApis:
     (a successful single-partition produce), or None (acks=0)."""
 
     def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int],
-                 fetch_sessions: FetchSessionCache | None = None) -> None:
+                 fetch_sessions: FetchSessionCache | None = None,
+                 auto_create: AutoTopicCreator | None = None) -> None:
         self.core = core
         self.new_producer_id = new_producer_id
         self.fetch_sessions = fetch_sessions if fetch_sessions is not None else FetchSessionCache()
+        self.auto_create = auto_create  # None: topics are never created by Metadata
 
     # ------------------------------------------------------------------ ApiVersions
     async def api_versions(self, req: Request) -> ApiMessage:
@@ -206,8 +210,15 @@ class DataApis:
                         names.append(by_id.name)
                     else:
                         names.append(t.name)
+            unknown = self._unknown_topics(image, names, req.api_version < 4 or bool(body.allow_auto_topic_creation))
+            if any(d is Decision.CREATE for d in unknown.values()) and self.auto_create is not None:
+                await self.auto_create.create(n for n, d in unknown.items() if d is Decision.CREATE and n is not None)
+                image = self.core.image or image
+                live = kafka_endpoints(image)
+                brokers = [MetadataResponse.MetadataResponseBroker(node_id=e.node_id, host=e.host, port=e.port,
+                                                                   rack=e.rack) for e in live.values()]
             for name in names:
-                topics_out.append(self._topic_metadata(image, name, live))
+                topics_out.append(self._topic_metadata(image, name, live, unknown.get(name, Decision.UNKNOWN)))
         v = req.api_version
         if v >= 8 and body.include_topic_authorized_operations:  # no authorizer: everything (acl_operations)
             for t in topics_out:
@@ -217,14 +228,22 @@ class DataApis:
                                 controller_id=self.core.broker_id, topics=topics_out,
                                 authorized_operations=cluster_ops)
 
-    def _topic_metadata(self, image: MetadataImage, name: str | None, live: dict[int, KafkaEndpoint]) -> object:
+    def _unknown_topics(self, image: MetadataImage, names: Sequence[str | None],
+                        allowed: bool) -> dict[str | None, Decision]:
+        """What each name the image does not hold gets (auto_create.py): created, or an error."""
+        defaults = self.auto_create.defaults if self.auto_create is not None else TopicDefaults(auto_create=False)
+        return {n: unknown_topic_decision(n, defaults, allowed) for n in names
+                if n is None or n not in image.topics.by_name}
+
+    def _topic_metadata(self, image: MetadataImage, name: str | None, live: dict[int, KafkaEndpoint],
+                        unknown: Decision = Decision.UNKNOWN) -> object:
         T = MetadataResponse.MetadataResponseTopic
         P = T.MetadataResponsePartition
         topic_id = image.topics.by_name.get(name) if name is not None else None
         topic = image.topics.by_id.get(topic_id) if topic_id is not None else None
         if topic is None or topic_id is None:
-            return T(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code, name=name, topic_id=ZERO_UUID,
-                     is_internal=False, partitions=[])
+            return T(error_code=metadata_error(unknown).code, name=name, topic_id=ZERO_UUID,
+                     is_internal=name in INTERNAL_TOPICS, partitions=[])
         parts = []
         for _, p in sorted(topic.partitions.items()):
             # a partition changing hands names its owner-to-be (image.named_leader), as Kafka keeps
@@ -232,9 +251,12 @@ class DataApis:
             named, epoch = p.named_leader(image.cluster.is_active)
             leader = named if named in live else NO_LEADER
             error = ErrorCode.NONE if leader != NO_LEADER else ErrorCode.LEADER_NOT_AVAILABLE
+            # an s3 partition is reported with the brokers it was assigned, its owner leading (s3_replicas.py)
+            replicas = reported_replicas(image.kv, p)
             parts.append(P(error_code=error.code, partition_index=p.partition, leader_id=leader,
-                           leader_epoch=epoch, replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
-                           offline_replicas=[r for r in p.replicas if r not in live]))
+                           leader_epoch=epoch, replica_nodes=list(replicas),
+                           isr_nodes=list(reported_isr(image.kv, p, image.cluster.is_active)),
+                           offline_replicas=[r for r in replicas if r not in live]))
         return T(error_code=0, name=name, topic_id=topic_uuid(topic_id), is_internal=name in INTERNAL_TOPICS,
                  partitions=parts)
 

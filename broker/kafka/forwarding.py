@@ -50,10 +50,10 @@ class ControllerCalls(Protocol):
 
 class OffsetClient(Protocol):
     async def write_with_offset(self, op: str, args: Json | None = None,
-                                timeout_ms: int | None = None) -> Json: ...
+                                timeout_ms: int | None = None, retry_answers: bool = True) -> Json: ...
 
     async def read(self, op: str, args: Json | None = None, timeout_ms: int | None = None,
-                   leader: bool = True) -> Json: ...
+                   leader: bool = True, retry_answers: bool = True) -> Json: ...
 
 
 WaitForOffset = Callable[[int, float], Awaitable[None]]
@@ -68,7 +68,9 @@ class QuorumForwarder:
 
     async def write(self, op: str, args: Json, timeout_ms: int) -> Json:
         started = time.monotonic()
-        body = await self.client.write_with_offset(op, args, timeout_ms)
+        # the operation's own answer (e.g. UNKNOWN_TOPIC_OR_PARTITION for a missing topic) goes back
+        # to the client at once: only the quorum's unavailability is worth retrying here
+        body = await self.client.write_with_offset(op, args, timeout_ms, retry_answers=False)
         left_s = min(timeout_ms / 1000 - (time.monotonic() - started), METADATA_WAIT_MAX_MS / 1000)
         offset = body.get("offset")
         if isinstance(offset, int) and left_s > 0:
@@ -80,7 +82,7 @@ class QuorumForwarder:
         return reply
 
     async def read(self, op: str, args: Json, timeout_ms: int) -> Json:
-        return await self.client.read(op, args, timeout_ms)
+        return await self.client.read(op, args, timeout_ms, retry_answers=False)
 
 
 def forward_timeout_ms(request_timeout_ms: int | None) -> int:

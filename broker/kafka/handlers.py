@@ -8,6 +8,7 @@ from kafka.protocol.api_key import ApiKey
 
 from broker.kafka.admin_apis import AdminApis, AdminCore
 from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.auto_create import AutoTopicCreator, TopicDefaults
 from broker.kafka.consumer_group_apis import ConsumerGroupApis
 from broker.kafka.consumer_group_messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from broker.kafka.data_apis import DataApis
@@ -25,10 +26,11 @@ class KafkaCore(GroupsCore, AdminCore, Protocol):
     """A broker that serves the data path, consumer groups and the admin APIs."""
 
 
-def kafka_handlers(core: KafkaCore, controller: ControllerCalls) -> dict[int, Handler]:
-    data = DataApis(core, new_producer_id)
+def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
+                   topic_defaults: TopicDefaults = TopicDefaults()) -> dict[int, Handler]:
+    data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults))
     groups = GroupApis(core)
-    admin = AdminApis(core, controller)
+    admin = AdminApis(core, controller, topic_defaults)
     consumer_groups = ConsumerGroupApis(groups)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,

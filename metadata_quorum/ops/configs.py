@@ -2,7 +2,8 @@
 
 Topic configs are checked as Kafka's LogConfig checks them: a name Kafka does not know is refused
 ("Unknown topic config name: ..."), and a value must parse as its type and lie in its range, with
-ConfigException's wording. Ferry stores them and reports them; it does not act on them.
+ConfigException's wording. Ferry stores and reports them; the brokers act on those they have the
+mechanism for (docs/kafka.md).
 """
 from __future__ import annotations
 
@@ -89,8 +90,10 @@ def _list_of(*choices: str) -> Validator:
 
 
 def _throttled_replicas(name: str, value: str) -> None:
-    items = [i.strip() for i in value.strip().split(",")]
-    if value.strip() == "*" or (value.strip() and all(re.match(r"^[0-9]+:[0-9]+$", i) for i in items)):
+    """Kafka's ThrottledReplicaListValidator: ``*``, or items each ``partition:broker`` or empty
+    (so "" — the default, the empty list DescribeConfigs reports — is valid)."""
+    items = [i.strip() for i in value.strip().split(",")] if value.strip() else []
+    if "".join(items) == "*" or all(re.match(r"^(?:[0-9]+:[0-9]+)?$", i) for i in items):
         return
     raise _bad_value(name, value, f"{name} must be the literal '*' or a list of replicas in the following "
                                   "format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")

@@ -1,8 +1,9 @@
 """Reassignments, leader elections and ISR changes (Kafka's AlterPartitionReassignments,
 ListPartitionReassignments, ElectLeaders and AlterPartition), with KRaft's epoch rules.
 
-storage=s3 partitions have one replica and their data in object storage, so a reassignment is a
-hand-over, not a copy: the target is written at once with no leader and a re-election deadline;
+storage=s3 partitions have one owner and their data in object storage, so a reassignment is a
+hand-over, not a copy (a target of several brokers names the partition's assigned replicas, of
+which one owns it: s3_replicas.py): the target is written at once with no leader and a re-election deadline;
 the old owner sees it lose the partition, closes its streams and asks for the election, or
 ``tick`` elects when the deadline passes. storage=local partitions keep Kafka's semantics:
 replicas = target + removing while the adding replicas catch up, then completion once they are
@@ -20,7 +21,9 @@ from metadata_quorum.ops.cluster import check_broker_epoch
 from metadata_quorum.ops.placement import Placement, RecordBuilder, elect, election_candidate
 from metadata_quorum.ops.validation import (INT32_MAX, as_int, as_mapping, invalid, item_error, opt_bool, opt_list,
                                             req_int, req_list, req_str)
-from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, PartitionChangeRecord, partition_stream_key
+from metadata_quorum.records import (NO_LEADER, STORAGE_S3, STREAM_OPENED, KVRecord, PartitionChangeRecord,
+                                     partition_stream_key)
+from metadata_quorum.s3_replicas import assigned_replicas_key, encode_replicas
 
 ANY_LOG_DIR = "any"
 
@@ -143,16 +146,42 @@ def _cancel(builder: RecordBuilder, placement: Placement, part: PartitionRegistr
     ))
 
 
+def _s3_owner_target(builder: RecordBuilder, part: PartitionRegistration, target: tuple[int, ...],
+                     log_dirs: Any, replica_set: bool) -> tuple[tuple[int, ...], Any, KVRecord | None]:
+    """An s3 reassignment to N > 1 brokers: they become the partition's assigned replicas (what
+    clients are told, s3_replicas.py) and one of them its owner, the only one that moves: the
+    current owner stays when it is among them, else the first of them takes the partition. One
+    broker is a move of the owner alone, the assignment kept (Ferry's moves, the rebalancer),
+    unless ``replica_set`` (Kafka's AlterPartitionReassignments: the list is the replica set, so
+    one broker is replication factor 1). Returns the owner as the one-broker target of the
+    hand-over, with its log dir if named, and the change of the assigned brokers (recorded once
+    the rest of the item is known to be valid)."""
+    key = assigned_replicas_key(part.topic_id, part.partition)
+    stored = builder.view.kv(key)
+    wanted = encode_replicas(target) if len(target) > 1 else None if replica_set else stored
+    change = KVRecord(key=key, value=wanted) if stored != wanted else None
+    owner = part.original_replicas[0] if part.original_replicas else NO_LEADER
+    chosen = owner if owner in target and not part.is_reassigning else target[0]
+    if part.is_reassigning and part.replicas and part.replicas[0] in target:
+        chosen = part.replicas[0]  # a hand-over under way to one of them goes on
+    if log_dirs is not None and isinstance(log_dirs, (list, tuple)) and len(log_dirs) == len(target):
+        log_dirs = [log_dirs[target.index(chosen)]]
+    return (chosen,), log_dirs, change
+
+
 def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegistration, item: Mapping[str, Any],
               ctx: OpContext) -> None:
     target = _target(builder, item.get("replicas"))
-    if part.storage == STORAGE_S3 and len(target) != 1:
-        raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                         "storage=s3 partitions have exactly one replica: their data lives in object storage")
-    dirs = _directories(builder, placement, target, item.get("log_dirs"), part)
+    log_dirs = item.get("log_dirs")
+    assigned: KVRecord | None = None
+    if part.storage == STORAGE_S3:
+        target, log_dirs, assigned = _s3_owner_target(builder, part, target, log_dirs, opt_bool(item, "replica_set"))
+    dirs = _directories(builder, placement, target, log_dirs, part)
+    if assigned is not None:
+        builder.add(assigned)
     if target == part.replicas and not part.is_reassigning:
         current_dirs = part.directories if len(part.directories) == len(target) else ()
-        if item.get("log_dirs") is not None and tuple(dirs) != tuple(current_dirs):
+        if log_dirs is not None and tuple(dirs) != tuple(current_dirs):
             builder.add(PartitionChangeRecord(topic_id=part.topic_id, partition=part.partition, directories=dirs))
         return
     original = part.original_replicas

@@ -36,6 +36,8 @@ from metadata_quorum.records import (
     TopicRecord,
     partition_stream_key,
 )
+from metadata_quorum.s3_replicas import (assigned_replicas_key, encode_replicas, replication_factor, reported_isr,
+                                         reported_replicas)
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -138,26 +140,21 @@ def _plan(builder: RecordBuilder, item: dict[str, Any], collisions: dict[str, st
     configs = _configs(item.get("configs"))
     num_partitions = opt_int(item, "num_partitions", -1, -INT32_MAX - 1, INT32_MAX)
     rf = opt_int(item, "replication_factor", -1, -INT16_MAX - 1, INT16_MAX)
-    if num_partitions > max_partitions:
-        raise FerryError(ErrorCode.INVALID_PARTITIONS, f"Excessively large number of partitions per request: "
-                         f"{num_partitions} (at most {max_partitions} more in this request: max_partitions_per_request).")
     if item.get("assignments"):
         # Explicit assignments decide the partition count and replication factor (Kafka's API
         # wants -1 for both then; callers passing their defaults are not refused for it).
         assignment = _assignments(item["assignments"], set(builder.image.cluster.brokers), max_partitions)
-        if storage == STORAGE_S3 and any(len(r) != 1 for r in assignment.values()):
-            raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             "storage=s3 partitions have exactly one replica: their data lives in object storage")
         return name, storage, assignment, configs
-    num_partitions = 1 if num_partitions == -1 else num_partitions
-    rf = 1 if rf == -1 else rf
+    num_partitions = opt_int(item, "default_num_partitions", 1, 1, INT32_MAX) if num_partitions == -1 \
+        else num_partitions
+    rf = opt_int(item, "default_replication_factor", 1, 1, INT16_MAX) if rf == -1 else rf
+    if num_partitions > max_partitions:
+        raise FerryError(ErrorCode.INVALID_PARTITIONS, f"Excessively large number of partitions per request: "
+                         f"{num_partitions} (at most {max_partitions} more in this request: max_partitions_per_request).")
     if num_partitions < 1:
         raise FerryError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
     if rf < 1:
         raise FerryError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
-    if storage == STORAGE_S3 and rf != 1:
-        raise FerryError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                         f"storage=s3 topics have replication factor 1 (their data lives in object storage), got {rf}")
     active = builder.placeable_broker_ids()
     if rf > len(active):
         raise FerryError(ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -216,9 +213,17 @@ def _create(builder: RecordBuilder, placement: Placement, name: str, topic_id: s
 
 def _add_partitions(builder: RecordBuilder, placement: Placement, topic_id: str, storage: str,
                     assignment: dict[int, tuple[int, ...]]) -> None:
-    """Partition records (and, for s3, their closed data and meta streams) of new partitions."""
+    """Partition records (and, for s3, their closed data and meta streams) of new partitions.
+
+    An s3 partition's record names its owner alone, the first active broker of its assignment;
+    an assignment of more than one broker is kept beside it for what clients are told
+    (metadata_quorum/s3_replicas.py)."""
     for partition in sorted(assignment):
         replicas = assignment[partition]
+        if storage == STORAGE_S3:
+            if len(replicas) > 1:
+                builder.add(KVRecord(key=assigned_replicas_key(topic_id, partition), value=encode_replicas(replicas)))
+            replicas = (next((b for b in replicas if builder.is_active(b)), replicas[0]),)
         dirs = []
         for b in replicas:
             dir_id = placement.pick_dir(builder, b)
@@ -253,7 +258,7 @@ def _new_assignment(builder: RecordBuilder, topic: TopicImage, count: int,
     if additional > MAX_PARTITIONS_PER_REQUEST:
         raise FerryError(ErrorCode.INVALID_PARTITIONS, f"Adding {additional} partitions exceeds the "
                          f"{MAX_PARTITIONS_PER_REQUEST} allowed in one request (max_partitions_per_request).")
-    rf = len(topic.partitions[min(topic.partitions)].replicas) if topic.partitions else 1
+    rf = replication_factor(builder.image.kv, topic.partitions[min(topic.partitions)]) if topic.partitions else 1
     if raw is not None:
         if not isinstance(raw, (list, tuple)) or len(raw) != additional:
             given = len(raw) if isinstance(raw, (list, tuple)) else 0
@@ -348,6 +353,8 @@ def delete_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
                 records.append(RemoveStreamRecord(stream_id=stream_id))
                 records.append(KVRecord(key=partition_stream_key(topic.topic_id, partition, kind), value=None))
                 removed_streams.add(stream_id)
+            if assigned_replicas_key(topic.topic_id, partition) in image.kv:
+                records.append(KVRecord(key=assigned_replicas_key(topic.topic_id, partition), value=None))
         for key in sorted(image.configs.get("topic", name)):
             records.append(ConfigRecord(resource_type="topic", resource_name=name, key=key, value=None))
         replies.append({"name": name, "topic_id": topic.topic_id})
@@ -367,6 +374,9 @@ def describe_topic(image: MetadataImage, topic: TopicImage) -> dict[str, Any]:
             "adding_replicas": list(reg.adding_replicas), "removing_replicas": list(reg.removing_replicas),
             "directories": list(reg.directories), "reelection_deadline_ms": reg.reelection_deadline_ms,
             "change_started_ms": reg.change_started_ms, "streams": partition_streams(image, topic.topic_id, p),
+            # what Kafka clients are told (s3_replicas.py): an s3 partition's assigned brokers
+            "reported_replicas": list(reported_replicas(image.kv, reg)),
+            "reported_isr": list(reported_isr(image.kv, reg, image.cluster.is_active)),
         })
     return {"name": topic.name, "topic_id": topic.topic_id, "storage": topic.storage, "partitions": parts,
             "configs": dict(sorted(image.configs.get("topic", topic.name).items()))}

@@ -22,11 +22,13 @@ from kafka.protocol.api_message import ApiMessage
 
 from broker.kafka.admin_apis import AdminApis, topic_id_text
 from broker.kafka.apis import SUPPORTED_VERSIONS, check_table
-from broker.kafka.config_catalog import ConfigSource
+from broker.kafka.broker_configs import StaticConfig
+from broker.kafka.config_catalog import ConfigSource, ConfigType
 from broker.kafka.data_apis import ZERO_UUID, topic_uuid
 from broker.kafka.forwarding import Json, QuorumForwarder, forwarding_failure
 from broker.kafka.wire import Request, encode_response
 from broker.log_dirs_report import LogDirReport, ReplicaInDir, TopicFilter
+from metadata_quorum.client import ControllerClient
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.local_controller import LocalController
@@ -69,8 +71,10 @@ class FakeBroker:
     def image(self) -> MetadataImage | None:
         return self.quorum.image
 
-    def static_configs(self) -> Mapping[str, str]:
-        return {"broker.id": str(self.broker_id), "log.dirs": "/data/b1/d0"}
+    def static_configs(self) -> Mapping[str, StaticConfig]:
+        return {"broker.id": StaticConfig(str(self.broker_id), ConfigType.INT, True, "id"),
+                "log.dirs": StaticConfig("/data/b1/d0", ConfigType.LIST, True, "dirs"),
+                "message.max.bytes": StaticConfig("8388608", ConfigType.INT, False, "max")}
 
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:
         replicas = tuple(r for r in (ReplicaInDir("t", 0, 1234, 0, False), ReplicaInDir("t", 1, 10, 0, True))
@@ -135,6 +139,7 @@ async def test_create_topics_maps_each_topic_and_its_answer(version: int) -> Non
     assert (kind, op, timeout_ms) == ("write", "create_topics", 5000)
     assert [t["name"] for t in args["topics"]] == ["t", "t", "z"]  # "both" is refused before forwarding
     assert args["topics"][0] == {"name": "t", "num_partitions": 2, "replication_factor": 1,
+                                 "default_num_partitions": 1, "default_replication_factor": 1,
                                  "configs": {"retention.ms": "1000"}}
     codes = [(t.name, t.error_code) for t in out.topics]
     assert codes == [("t", ErrorCode.INVALID_REQUEST.code), ("t", ErrorCode.INVALID_REQUEST.code),
@@ -190,11 +195,12 @@ async def test_a_quorum_that_does_not_answer_fails_every_topic(exc: BaseExceptio
 
 
 class OffsetClientFake:
-    async def write_with_offset(self, op: str, args: Json | None = None, timeout_ms: int | None = None) -> Json:
+    async def write_with_offset(self, op: str, args: Json | None = None, timeout_ms: int | None = None,
+                                retry_answers: bool = True) -> Json:
         return {"reply": {"op": op, "timeout_ms": timeout_ms}, "offset": 41}
 
     async def read(self, op: str, args: Json | None = None, timeout_ms: int | None = None,
-                   leader: bool = True) -> Json:
+                   leader: bool = True, retry_answers: bool = True) -> Json:
         return {"op": op, "leader": leader}
 
 
@@ -384,8 +390,9 @@ async def test_alter_and_list_partition_reassignments() -> None:
                                 P(partition_index=7, replicas=[1])])])
     req = request(body, 1)
     out = encoded(req, await apis.alter_partition_reassignments(req))
-    assert controller.calls[0][2] == {"reassignments": [{"topic": "t", "partition": 0, "replicas": [3]},
-                                                        {"topic": "t", "partition": 7, "replicas": [1]}]}
+    assert controller.calls[0][2] == {"reassignments": [
+        {"topic": "t", "partition": 0, "replica_set": True, "replicas": [3]},
+        {"topic": "t", "partition": 7, "replica_set": True, "replicas": [1]}]}
     [topic] = out.responses
     assert [(p.partition_index, p.error_code) for p in topic.partitions] == [
         (0, 0), (1, ErrorCode.INVALID_REPLICATION_FACTOR.code), (7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code)]
@@ -397,6 +404,22 @@ async def test_alter_and_list_partition_reassignments() -> None:
     [moving] = topic.partitions
     assert (moving.partition_index, moving.replicas, moving.adding_replicas, moving.removing_replicas) == \
         (0, [3], [3], [1])
+
+
+async def test_an_s3_partitions_replication_factor_is_its_assigned_brokers() -> None:
+    apis, controller, broker = cluster()
+    broker.quorum.write("create_topics", {"topics": [{"name": "s", "assignments": {"0": [1, 2, 3]}}]})
+    T = AlterPartitionReassignmentsRequest.ReassignableTopic
+    P = T.ReassignablePartition
+    body = AlterPartitionReassignmentsRequest(timeout_ms=2000, allow_replication_factor_change=False, topics=[
+        T(name="s", partitions=[P(partition_index=0, replicas=[2])])])
+    out = encoded(request(body, 1), await apis.alter_partition_reassignments(request(body, 1)))
+    assert out.responses[0].partitions[0].error_code == ErrorCode.INVALID_REPLICATION_FACTOR.code  # 3 -> 1
+    body.topics[0].partitions[0].replicas = [3, 2, 1]
+    out = encoded(request(body, 1), await apis.alter_partition_reassignments(request(body, 1)))
+    assert out.responses[0].partitions[0].error_code == 0
+    part = broker.quorum.image.topics.partition(broker.quorum.image.topics.by_name["s"], 0)
+    assert part is not None and part.replicas == (1,)  # the owner is among them: it stays
 
 
 async def test_reassignment_failure_is_a_top_level_error() -> None:
@@ -470,3 +493,38 @@ async def test_alter_replica_log_dirs(version: int) -> None:
     assert broker.moved == [("t", 0, "/data/b1/d1"), ("t", 1, "/data/b1/d1"), ("u", 0, "/nope")]
     assert [(r.topic_name, [(p.partition_index, p.error_code) for p in r.partitions]) for r in out.results] == [
         ("t", [(0, 0), (1, 0)]), ("u", [(0, ErrorCode.LOG_DIR_NOT_FOUND.code)])]
+
+
+class AnsweringClient(ControllerClient):
+    """The real controller client, its HTTP request answered by a list of errors in turn."""
+
+    def __init__(self, errors: list[FerryError]) -> None:
+        super().__init__(["http://127.0.0.1:1"], timeout_ms=5_000)
+        self.errors = errors
+        self.requests = 0
+
+    async def request(self, method: str, url: str, path: str, body: Any = None, timeout_s: float = 10.0,
+                      params: dict[str, Any] | None = None) -> Any:
+        self.requests += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return {"reply": {"ok": True}, "offset": 1}
+
+
+async def test_the_forwarder_returns_an_operations_answer_at_once_and_retries_only_unavailability() -> None:
+    async def no_wait(offset: int, timeout_s: float) -> None:
+        return None
+
+    missing = FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic 'x' does not exist")  # retriable in Kafka
+    client = AnsweringClient([missing])
+    with pytest.raises(FerryError) as info:
+        await QuorumForwarder(client, no_wait).read("describe_configs", {}, 30_000)
+    assert info.value.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and client.requests == 1
+    client = AnsweringClient([missing])
+    with pytest.raises(FerryError):
+        await QuorumForwarder(client, no_wait).write("alter_configs", {}, 30_000)
+    assert client.requests == 1
+    client = AnsweringClient([FerryError(ErrorCode.NOT_CONTROLLER, "electing"),
+                              FerryError(ErrorCode.REQUEST_TIMED_OUT, "commit timed out")])
+    assert await QuorumForwarder(client, no_wait).write("alter_configs", {}, 30_000) == {"ok": True}
+    assert client.requests == 3

@@ -67,3 +67,14 @@ def test_config_and_assignment_parsing() -> None:
     with pytest.raises(TopicCommandError) as err:
         parse_replica_assignment("1:x")
     assert err.value.error is ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
+def test_describe_lines_show_an_s3_partitions_assigned_brokers() -> None:
+    topic = {"name": "t", "topic_id": "ID", "storage": "s3", "configs": {}, "partitions": [
+        {"partition": 0, "leader": 2, "replicas": [2], "isr": [2], "reported_replicas": [2, 3, 1],
+         "reported_isr": [2, 3]},
+    ]}
+    assert format_describe(topic) == [
+        "Topic: t\tTopicId: ID\tPartitionCount: 1\tReplicationFactor: 3\tConfigs: \tStorage: s3",
+        "\tTopic: t\tPartition: 0\tLeader: 2\tReplicas: 2,3,1\tIsr: 2,3",
+    ]

@@ -1,9 +1,12 @@
 """Reassignments, elections and ISR changes with KRaft's epoch rules, one rule per test."""
 from __future__ import annotations
 
+import dataclasses
+
 from metadata_quorum.errors import ErrorCode
 from metadata_quorum.operations import READ_OPERATIONS
 from metadata_quorum.records import NO_LEADER
+from metadata_quorum.s3_replicas import reported_replicas
 from tests.quorum.quorum_helpers import (
     REELECTION_TIMEOUT_MS,
     SESSION_TIMEOUT_MS,
@@ -70,9 +73,42 @@ def test_duplicate_brokers_in_target() -> None:
         "The manual partition assignment includes the broker 2 more than once."
 
 
-def test_s3_target_must_have_one_replica() -> None:
-    _out, resp = reassign(s3_topic().image, "t", [1, 2])
-    assert resp["error"] == "INVALID_REPLICA_ASSIGNMENT"
+def test_s3_target_of_several_brokers_keeps_an_owner_among_them() -> None:
+    c = s3_topic()  # owned by 0, one replica
+    out, resp = reassign(c.image, "t", [1, 0, 2])  # the owner is among them: it stays, nothing moves
+    part = partition(out.image, "t", 0)
+    assert "error" not in resp and part.replicas == (0,) and part.leader == 0 and not part.is_reassigning
+    assert reported_replicas(out.image.kv, part) == (1, 0, 2)
+    out, resp = reassign(c.image, "t", [2, 1])  # not among them: the first one takes the partition
+    part = partition(out.image, "t", 0)
+    assert "error" not in resp and part.replicas == (2,) and part.leader == NO_LEADER and part.is_reassigning
+    out = run(out.image, "elect_leaders", {"election_type": "preferred", "partitions": [{"topic": "t", "partition": 0}]})
+    part = partition(out.image, "t", 0)
+    assert part.leader == 2 and reported_replicas(out.image.kv, part) == (2, 1)
+    moved, resp = reassign(out.image, "t", [1])  # one broker: Ferry's move of the owner, RF kept
+    part = partition(moved.image, "t", 0)
+    assert "error" not in resp and part.replicas == (1,) and reported_replicas(moved.image.kv, part) == (2, 1)
+    out, resp = reassign(out.image, "t", [2], replica_set=True)  # Kafka's replica set of one: RF 1
+    assert "error" not in resp and reported_replicas(out.image.kv, partition(out.image, "t", 0)) == (2,)
+
+
+def test_a_refused_s3_reassignment_changes_nothing() -> None:
+    c = s3_topic()
+    out, resp = reassign(c.image, "t", [1, 2], log_dirs=["/nowhere", "any"])
+    assert resp["error"] == "LOG_DIR_NOT_FOUND" and out.records == ()
+
+
+def test_s3_owner_moved_outside_its_assignment_is_reported_first() -> None:
+    c = controller(4)
+    c.write("create_topics", {"topics": [{"name": "t", "assignments": {"0": [0, 1, 2]}}]})
+    c.write("alter_partition_reassignments", {"reassignments": [{"topic": "t", "partition": 0, "replicas": [3]}]})
+    part = partition(c.image, "t", 0)
+    assert part.replicas == (3,) and reported_replicas(c.image.kv, part) == (3, 0, 1)  # a move: RF 3 kept
+    c = controller(4)
+    c.write("create_topics", {"topics": [{"name": "t", "assignments": {"0": [0, 1, 2]}}]})
+    part = partition(c.image, "t", 0)
+    moved = dataclasses.replace(part, replicas=(3,), leader=3)  # as a dead owner's partition is moved
+    assert reported_replicas(c.image.kv, moved) == (3, 0, 1)
 
 
 def test_unknown_topic_or_partition() -> None:

@@ -7,6 +7,7 @@ from metadata_quorum.errors import ErrorCode
 from metadata_quorum.image import STREAM_ID_COUNTER_KEY
 from metadata_quorum.records import NO_LEADER, STREAM_CLOSED, partition_stream_key
 from metadata_quorum.operations import READ_OPERATIONS
+from metadata_quorum.s3_replicas import reported_isr, reported_replicas
 from tests.quorum.quorum_helpers import controller, epoch_of, expect_error, partition, run
 
 
@@ -66,9 +67,64 @@ def test_no_live_brokers_means_invalid_replication_factor() -> None:
     assert item["error"] == "INVALID_REPLICATION_FACTOR"
 
 
-def test_s3_topics_have_one_replica() -> None:
-    _out, item = create_one(controller(3), name="t", replication_factor=2)
-    assert item["error"] == "INVALID_REPLICATION_FACTOR"
+def test_s3_topics_take_a_replication_factor_with_one_owner() -> None:
+    c = controller(3)
+    out, item = create_one(c, name="t", replication_factor=3, num_partitions=3)
+    assert "error" not in item and item["replication_factor"] == 3
+    owners = set()
+    for p in range(3):
+        part = partition(out.image, "t", p)
+        reported = reported_replicas(out.image.kv, part)
+        assert len(part.replicas) == 1 and part.leader == part.replicas[0] == reported[0]  # one owner
+        assert sorted(reported) == [0, 1, 2]
+        assert reported_isr(out.image.kv, part, out.image.cluster.is_active) == reported
+        owners.add(part.leader)
+    assert owners == {0, 1, 2}  # owners spread as RF-1 topics' are
+
+
+def test_s3_replication_factor_above_live_brokers_and_the_default() -> None:
+    _out, item = create_one(controller(3), name="t", replication_factor=4)
+    assert item["error"] == "INVALID_REPLICATION_FACTOR" and "only 3 broker(s)" in item["message"]
+    out, item = create_one(controller(3), name="t", replication_factor=-1, num_partitions=-1,
+                           default_replication_factor=2, default_num_partitions=4)
+    assert (item["replication_factor"], item["num_partitions"]) == (2, 4)
+    assert {len(reported_replicas(out.image.kv, partition(out.image, "t", p))) for p in range(4)} == {2}
+
+
+def test_s3_explicit_assignment_is_reported_and_its_first_active_broker_owns() -> None:
+    c = controller(3)
+    out, item = create_one(c, name="t", assignments={"0": [1, 2, 0], "1": [2, 0, 1]})
+    assert "error" not in item and item["replication_factor"] == 3
+    for p, wanted in ((0, (1, 2, 0)), (1, (2, 0, 1))):
+        part = partition(out.image, "t", p)
+        assert part.replicas == (wanted[0],) and part.leader == wanted[0]
+        assert reported_replicas(out.image.kv, part) == wanted
+
+
+def test_an_inactive_assigned_broker_leaves_the_reported_isr() -> None:
+    c = controller(3)
+    out, _item = create_one(c, name="t", assignments={"0": [0, 1, 2]})
+    part = partition(out.image, "t", 0)
+    assert reported_isr(out.image.kv, part, lambda b: b != 2) == (0, 1)
+    assert reported_isr(out.image.kv, part, lambda b: False) == (0,)  # the owner at least
+
+
+def test_deleting_an_s3_topic_removes_its_assigned_replicas() -> None:
+    c = controller(3)
+    c.write("create_topics", {"topics": [{"name": "t", "replication_factor": 2, "num_partitions": 2}]})
+    assert any(k.startswith("replicas/") for k in c.image.kv)
+    c.write("delete_topics", {"names": ["t"]})
+    assert not any(k.startswith("replicas/") for k in c.image.kv)
+
+
+def test_new_partitions_of_an_s3_topic_keep_its_replication_factor() -> None:
+    c = controller(3)
+    c.write("create_topics", {"topics": [{"name": "t", "replication_factor": 2}]})
+    out = run(c.image, "create_partitions", {"topics": [{"name": "t", "count": 3}]})
+    assert all("error" not in t for t in out.reply["topics"])
+    assert [len(reported_replicas(out.image.kv, partition(out.image, "t", p))) for p in range(3)] == [2, 2, 2]
+    refused = run(c.image, "create_partitions", {"topics": [{"name": "t", "count": 2, "assignments": [[1]]}]})
+    assert refused.reply["topics"][0]["error"] == "INVALID_REPLICA_ASSIGNMENT"
 
 
 @pytest.mark.parametrize("assignments,fragment", [
@@ -187,11 +243,6 @@ def test_describe_topics() -> None:
     assert t["partitions"][0]["streams"] == {"data": 0, "meta": 1}
     assert t["partitions"][0]["leader"] != NO_LEADER
     assert nope["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
-
-
-def test_s3_explicit_assignment_must_have_one_replica() -> None:
-    _out, item = create_one(controller(3), name="t", assignments={"0": [0, 1]})
-    assert item["error"] == "INVALID_REPLICA_ASSIGNMENT"
 
 
 def test_explicit_assignments_decide_partitions_and_replication_factor() -> None:
