@@ -147,6 +147,9 @@ def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> Brok
         raise invalid(f"broker setting 'broker_id' must be >= 0, got {cfg.broker_id}")
     if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
         raise invalid("broker setting 'heartbeat_interval_ms' must be below 'session_timeout_ms'")
+    if cfg.replica_fetch_wait_max_ms > cfg.replica_lag_time_max_ms:
+        # Kafka's rule too: a follower parked in a fetch longer than the lag limit drops out of the ISR
+        raise invalid("broker setting 'replica_fetch_wait_max_ms' must be at most 'replica_lag_time_max_ms'")
     if cfg.log_level.upper() not in _LOG_LEVELS:
         raise invalid(f"broker setting 'log_level' must be one of {', '.join(_LOG_LEVELS)}, got {cfg.log_level!r}")
     if cfg.security is not None:

@@ -156,6 +156,8 @@ def parse_config(data: dict[str, Any], node_id: int) -> ControllerConfig:
             nid = int(key)
         except ValueError:
             raise _bad(f"controller id {key!r} is not an integer") from None
+        if nid < 0:
+            raise _bad(f"controller setting 'controllers.{key}': a controller id must be >= 0")
         if not isinstance(value, dict) or "raft" not in value or "http" not in value:
             raise _bad(f"controller {nid} needs both 'raft' and 'http' addresses")
         extra_keys = sorted(set(value) - {"raft", "http"})
@@ -164,8 +166,9 @@ def parse_config(data: dict[str, Any], node_id: int) -> ControllerConfig:
         for kind in ("raft", "http"):
             addr = value[kind]
             host, _, port = addr.rpartition(":") if isinstance(addr, str) else ("", "", "")
-            if not host or not port.isdigit():
-                raise _bad(f"controller {nid} {kind} address {addr!r} is not host:port")
+            if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise _bad(f"controller setting 'controllers.{key}.{kind}': {addr!r} is not host:port "
+                           "with a port from 1 to 65535")
         peers[nid] = PeerAddress(raft=value["raft"], http=value["http"])
     if node_id not in peers:
         raise _bad(f"controller id {node_id} is not in 'controllers' ({sorted(peers)})")

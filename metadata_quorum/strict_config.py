@@ -11,7 +11,8 @@ What a field accepts comes from its type annotation:
 - ``X | None``, ``tuple[X, ...]`` (from a JSON list), ``dict[str, Any]`` (an object the owner
   checks further), ``Literal[...]`` and nested config dataclasses;
 - ``Annotated[int, Range(...)]`` for bounds: ``PositiveInt``, ``NonNegativeInt``, ``Port``,
-  ``PositiveFloat``;
+  ``PositiveFloat``, ``NonNegativeFloat``, ``Fraction`` (strictly between 0 and 1); a float must
+  be finite (YAML's ``.inf`` and ``.nan``, JSON's ``Infinity`` and ``NaN`` are refused);
 - ``Annotated[str, SECRET]`` for a secret: it must be non-empty, and neither an error message nor
   the dataclass's repr ever shows its value (declare such fields with ``field(repr=False)``).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -34,11 +36,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Range:
-    """Inclusive bounds of a number (``above`` is an exclusive lower bound, for floats)."""
+    """Inclusive bounds of a number (``above`` and ``below`` are exclusive bounds, for floats)."""
 
     at_least: float | None = None
     at_most: float | None = None
     above: float | None = None
+    below: float | None = None
 
     def describe(self) -> str:
         parts = []
@@ -48,12 +51,15 @@ class Range:
             parts.append(f">= {self.at_least:g}")
         if self.at_most is not None:
             parts.append(f"<= {self.at_most:g}")
+        if self.below is not None:
+            parts.append(f"< {self.below:g}")
         return " and ".join(parts)
 
     def holds(self, value: float) -> bool:
         return ((self.above is None or value > self.above)
                 and (self.at_least is None or value >= self.at_least)
-                and (self.at_most is None or value <= self.at_most))
+                and (self.at_most is None or value <= self.at_most)
+                and (self.below is None or value < self.below))
 
 
 class _Secret:
@@ -69,6 +75,8 @@ PositiveInt = Annotated[int, Range(at_least=1)]
 NonNegativeInt = Annotated[int, Range(at_least=0)]
 Port = Annotated[int, Range(at_least=0, at_most=65535)]
 PositiveFloat = Annotated[float, Range(above=0.0)]
+NonNegativeFloat = Annotated[float, Range(at_least=0.0)]
+Fraction = Annotated[float, Range(above=0.0, below=1.0)]
 Secret = Annotated[str, SECRET]
 
 
@@ -135,6 +143,8 @@ def check(hint: Any, value: Any, what: str, path: str) -> Any:
     elif hint is float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise invalid(f"{what} setting '{path}' must be a number, got {shown}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise invalid(f"{what} setting '{path}' must be a finite number, got {shown}")
         result = float(value)
     elif hint is str:
         if not isinstance(value, str):

@@ -8,11 +8,14 @@ and moto's measured costs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from metadata_quorum.strict_config import NonNegativeInt, PositiveInt, Secret, build
+from metadata_quorum.strict_config import NonNegativeInt, PositiveInt, Range, Secret, build
 
 MIB = 1024 * 1024
+
+# compaction.py needs a target that holds two objects, and a run of small objects is at least two
+AtLeastTwo = Annotated[int, Range(at_least=2)]
 
 
 @dataclass(frozen=True)
@@ -20,8 +23,8 @@ class RetryPolicy:
     """Bounded exponential backoff for retriable object-store failures (5xx, SlowDown, timeouts)."""
 
     max_attempts: PositiveInt = 6
-    base_backoff_ms: NonNegativeInt = 20
-    max_backoff_ms: NonNegativeInt = 1000
+    base_backoff_ms: NonNegativeInt = 20  # 0 = retry at once
+    max_backoff_ms: NonNegativeInt = 1000  # caps every backoff
 
     def backoff_ms(self, attempt: int) -> int:
         """Backoff before retry number ``attempt`` (1-based), capped."""
@@ -62,7 +65,7 @@ class WalConfig:
     """
 
     mode: Literal["local", "s3"] = "local"
-    object_interval_ms: NonNegativeInt = 250
+    object_interval_ms: NonNegativeInt = 250  # 0 = seal an object as soon as an append waits
     object_bytes: PositiveInt = 8 * MIB
     max_inflight_puts: PositiveInt = 4
     key_prefix: str = "wal"
@@ -89,18 +92,19 @@ class StreamStorageConfig:
     max_uncommitted_uploads: PositiveInt = 4
     object_block_bytes: PositiveInt = 1 * MIB
     object_key_prefix: str = "streams"
-    cache_bytes: NonNegativeInt = 64 * MIB
-    index_cache_entries: NonNegativeInt = 1024
+    cache_bytes: NonNegativeInt = 64 * MIB  # 0 = appends leave the cache once uploaded
+    index_cache_entries: NonNegativeInt = 1024  # 0 = no object index is cached
     max_append_bytes: PositiveInt = 8 * MIB
     controller_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=8))
     wal: WalConfig = field(default_factory=WalConfig)
     # object compaction (compaction.py): runs of small settled objects become one object each
-    readahead_bytes: int = 16 * MIB  # a cold or sequential read GETs this much of a stream at once
-    compaction_target_bytes: int = 64 * MIB
-    compaction_min_age_ms: int = 60_000
-    compaction_max_small_objects: int = 64
-    compaction_interval_ms: int = 30_000  # how often a broker compacts the streams it owns (0 = never)
-    compaction_delete_delay_ms: int = 10_000  # replaced objects are deleted this long after the commit
+    readahead_bytes: PositiveInt = 16 * MIB  # a cold or sequential read GETs this much of a stream at once
+    compaction_target_bytes: AtLeastTwo = 64 * MIB
+    compaction_min_age_ms: NonNegativeInt = 60_000  # 0 = objects of any age are compacted
+    compaction_max_small_objects: AtLeastTwo = 64
+    compaction_interval_ms: NonNegativeInt = 30_000  # how often a broker compacts the streams it owns (0 = never)
+    # replaced objects are deleted this long after the commit (0 = at once)
+    compaction_delete_delay_ms: NonNegativeInt = 10_000
 
 
 def s3_config_from_dict(data: dict[str, Any]) -> S3Config:

@@ -42,10 +42,19 @@ def test_load_shapes_diurnal_bursts_zipf_and_moving_hot_partitions():
 
 
 @pytest.mark.parametrize("patch, message", [
-    ("load:\n  diurnal: 5\n", "load.diurnal must be a mapping"),
+    ("load:\n  diurnal: 5\n", "'load.diurnal' must be a JSON object"),
     ("load:\n  diurnal: {period_s: 10, min_rate_per_s: 9, max_rate_per_s: 5}\n", "is above max_rate_per_s"),
-    ("load:\n  gusts: []\n", "unknown load field(s): gusts"),
+    ("load:\n  gusts: []\n", "unknown scenario setting 'load.gusts'"),
     ("policy: {kind: step, min_brokers: 3, max_brokers: 5}\n", "outside the policy's min_brokers..max_brokers"),
+    # formerly accepted: unknown keys of load.diurnal, load.hot and load.bursts[] were ignored
+    ("load:\n  diurnal: {period_s: 10, min_rate_per_s: 1, max_rate_per_s: 5, phase_s: 3}\n",
+     "unknown scenario setting 'load.diurnal.phase_s'"),
+    ("load:\n  hot: {partitions: 2, factor: 3, every_s: 5}\n", "unknown scenario setting 'load.hot.every_s'"),
+    ("load:\n  bursts: [{at_s: 1, duration_s: 2, factor: 3, ramp_s: 1}]\n",
+     "unknown scenario setting 'load.bursts[0].ramp_s'"),
+    ("load:\n  hot: {partitions: 2, factor: 0.5}\n", "'load.hot.factor' must be >= 1"),
+    ("load:\n  hot: {partitions: 2, factor: 3, move_every_s: -5}\n", "'load.hot.move_every_s' must be >= 0"),
+    ("load:\n  bursts: [{at_s: 1, duration_s: 2}]\n", "'load.bursts[0].factor' is required"),
 ])
 def test_bad_shapes_and_policies_are_invalid_config(patch, message):
     with pytest.raises(FerryError) as err:

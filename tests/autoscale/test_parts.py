@@ -53,18 +53,31 @@ def test_rates_ramps_and_weights():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("duration_s: 10\nsteps: [{at_s: 1, action: explode}]", "steps[0].action must be one of"),
+    ("duration_s: 10\nsteps: [{at_s: 1, action: explode}]", "'steps[0].action' must be one of"),
     ("duration_s: 10\nsteps: [{at_s: 12, action: add_brokers}]", "is not before the end"),
     ("duration_s: 10\nsteps: [{at_s: 5, action: add_brokers}, {at_s: 2, action: rebalance}]", "keep steps in order"),
     ("duration_s: 10\ncluster: {brokers: 1}\nsteps: [{at_s: 1, action: remove_broker, broker: 1}]", "leave no broker"),
-    ("duration_s: 10\nload: {rate_per_s: fast}", "load.rate_per_s must be a number"),
-    ("duration_s: 10\ncolour: blue", "unknown scenario field(s): colour"),
+    ("duration_s: 10\nload: {rate_per_s: fast}", "'load.rate_per_s' must be a number"),
+    ("duration_s: 10\ncolour: blue", "unknown scenario setting 'colour'"),
     ("duration_s: [", "not valid YAML"),
-    ("duration_s: 10\nsteps: [{at_s: 1, action: rebalance, balance_band: 2}]", "balance_band must be between 0 and 1"),
-    ("steps: []", "scenario.duration_s must be a number"),
-    ("duration_s: 10\ncluster: {brokers: 2, wal: s3}", "unknown cluster field(s): wal"),
-    ("duration_s: 10\ntopic: {partitions: 4, replicas: 3}", "unknown topic field(s): replicas"),
-    ("duration_s: 10\ncluster: {upload_interval_ms: 0}", "cluster.upload_interval_ms must be at least 1"),
+    ("duration_s: 10\nsteps: [{at_s: 1, action: rebalance, balance_band: 2}]",
+     "'steps[0].balance_band' must be > 0 and < 1"),
+    ("steps: []", "'duration_s' is required"),
+    ("duration_s: 10\ncluster: {brokers: 2, wal: s3}", "unknown scenario setting 'cluster.wal'"),
+    ("duration_s: 10\ntopic: {partitions: 4, replicas: 3}", "unknown scenario setting 'topic.replicas'"),
+    ("duration_s: 10\ncluster: {upload_interval_ms: 0}", "'cluster.upload_interval_ms' must be >= 1"),
+    # formerly accepted: a step's unknown key, or a key its action does not take, was ignored
+    ("duration_s: 10\nsteps: [{at_s: 1, action: add_brokers, cuont: 2}]", "unknown scenario setting 'steps[0].cuont'"),
+    ("duration_s: 10\nsteps: [{at_s: 1, action: set_rate, rate_per_s: 5, count: 2}]",
+     "unknown scenario setting 'steps[0].count'"),
+    ("duration_s: 10\nsteps: [{at_s: 1, action: add_brokers}, {at_s: 2, action: rebalance, window: 5}]",
+     "unknown scenario setting 'steps[1].window'"),
+    ("duration_s: 10\nsteps: [{at_s: -1, action: add_brokers}]", "'steps[0].at_s' must be >= 0"),
+    ("duration_s: 10\nsteps: [{at_s: 1, action: add_brokers, count: 1.5}]", "'steps[0].count' must be an integer"),
+    ("duration_s: 10\nsteps: [{action: add_brokers}]", "'steps[0].at_s' is required"),
+    ("duration_s: 10\nsteps: [5]", "'steps[0]' must be a JSON object"),
+    ("duration_s: .inf", "'duration_s' must be a finite number"),
+    ("duration_s: 10\nname: 7", "'name' must be a string"),
 ])
 def test_bad_scenarios_name_the_field(text, message):
     with pytest.raises(FerryError) as err:
@@ -200,7 +213,7 @@ def test_bad_scenario_exits_2_with_the_field_named(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("duration_s: 10\nsteps: [{at_s: 1, action: explode}]\n")
     assert cli.main(["run", str(bad), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
-    assert "INVALID_CONFIG: steps[0].action must be one of" in capsys.readouterr().err
+    assert "INVALID_CONFIG: scenario setting 'steps[0].action' must be one of" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

@@ -85,15 +85,26 @@ def test_the_least_loaded_broker_is_removed_newest_first_on_ties():
 
 
 @pytest.mark.parametrize("raw, message", [
-    ({"kind": "magic"}, "kind must be one of"),
-    ({"kind": "step", "speed": 3}, "speed is not a policy setting"),
-    ({"kind": "step", "window_s": 1.5}, "window_s must be an integer"),
-    ({"kind": "step", "capacity_bytes_per_s": 0}, "capacity_bytes_per_s must be positive"),
+    ({"kind": "magic"}, "'policy.kind' must be one of"),
+    ({"kind": "step", "speed": 3}, "unknown scenario setting 'policy.speed'"),
+    ({"kind": "step", "window_s": 1.5}, "'policy.window_s' must be an integer"),
+    ({"kind": "step", "capacity_bytes_per_s": 0}, "'policy.capacity_bytes_per_s' must be > 0"),
     ({"kind": "step", "min_brokers": 5, "max_brokers": 3}, "min_brokers 5 is above max_brokers 3"),
     ({"kind": "target-utilization", "low": 0.7, "target": 0.6}, "needs 0 < low < target < high"),
     ({"kind": "step", "scale_in_at": 0.9}, "needs 0 < scale_in_at < scale_out_at"),
     ({"kind": "scheduled"}, "schedule is required"),
-    ({"kind": "scheduled", "schedule": [{"at": 1}]}, "schedule must be a list of {at_s, brokers}"),
+    ({"kind": "scheduled", "schedule": [{"at": 1}]}, "unknown scenario setting 'policy.schedule[0].at'"),
+    # formerly accepted: extra keys of a schedule entry, bad values in it, another kind's settings
+    ({"kind": "scheduled", "schedule": [{"at_s": 1, "brokers": 2, "note": "x"}]},
+     "unknown scenario setting 'policy.schedule[0].note'"),
+    ({"kind": "scheduled", "schedule": [{"at_s": 0, "brokers": 2}, {"at_s": -5, "brokers": 3}]},
+     "'policy.schedule[1].at_s' must be >= 0"),
+    ({"kind": "scheduled", "schedule": [{"at_s": 1, "brokers": "four"}]},
+     "'policy.schedule[0].brokers' must be an integer"),
+    ({"kind": "scheduled", "schedule": [{"at_s": 1, "brokers": 0}]}, "'policy.schedule[0].brokers' must be >= 1"),
+    ({"kind": "target-utilization", "scale_out_at": 0.9}, "'policy.scale_out_at' does not apply to a target-utilization"),
+    ({"kind": "step", "balance_band": 1.5}, "'policy.balance_band' must be > 0 and < 1"),
+    ({"kind": "step", "cooldown_in_s": -1}, "'policy.cooldown_in_s' must be >= 0"),
 ])
 def test_bad_policies_are_invalid_config_naming_the_field(raw, message):
     with pytest.raises(FerryError) as err:

@@ -39,11 +39,47 @@ def test_config_defaults_are_kafkas() -> None:
     ({"storage": {"wal_dir": "/x"}}, "'storage.wal_dir' is not allowed"),
     ({"log_level": "LOUD"}, "'log_level' must be one of"),
     ({"log_dirs": ["/a", "/a/"]}, "duplicate"),
+    # formerly accepted: stream storage numbers without bounds, and Kafka's fetch-wait rule
+    ({"storage": {"compaction_interval_ms": -5}}, "'storage.compaction_interval_ms' must be >= 0, got -5"),
+    ({"storage": {"readahead_bytes": -1}}, "'storage.readahead_bytes' must be >= 1, got -1"),
+    ({"storage": {"readahead_bytes": 0}}, "'storage.readahead_bytes' must be >= 1, got 0"),
+    ({"storage": {"compaction_target_bytes": 1}}, "'storage.compaction_target_bytes' must be >= 2"),
+    ({"storage": {"compaction_max_small_objects": 0}}, "'storage.compaction_max_small_objects' must be >= 2"),
+    ({"storage": {"compaction_min_age_ms": -1}}, "'storage.compaction_min_age_ms' must be >= 0"),
+    ({"storage": {"compaction_delete_delay_ms": -10}}, "'storage.compaction_delete_delay_ms' must be >= 0"),
+    ({"storage": {"compaction_interval_ms": 2.5}}, "'storage.compaction_interval_ms' must be an integer"),
+    ({"replica_fetch_wait_max_ms": 2000, "replica_lag_time_max_ms": 1000},
+     "'replica_fetch_wait_max_ms' must be at most 'replica_lag_time_max_ms'"),
 ])
 def test_bad_config_is_invalid_config(change: dict, needle: str) -> None:
     with pytest.raises(FerryError) as e:
         config_from_dict(dict(BASE, **change))
     assert e.value.error is ErrorCode.INVALID_CONFIG and needle in e.value.message
+
+
+def test_documented_zeros_are_accepted() -> None:
+    storage = {"compaction_interval_ms": 0, "compaction_min_age_ms": 0, "compaction_delete_delay_ms": 0,
+               "cache_bytes": 0, "index_cache_entries": 0}
+    cfg = config_from_dict(dict(BASE, storage=storage, peer_probe_interval_ms=0, meta_checkpoint_interval_ms=0,
+                                produce_handoff_wait_ms=0, replica_fetch_wait_max_ms=500, replica_lag_time_max_ms=500))
+    assert cfg.storage == storage and cfg.produce_handoff_wait_ms == 0
+
+
+def test_a_broker_with_a_bad_config_exits_2_naming_the_setting_and_creates_nothing(  # type: ignore[no-untyped-def]
+        tmp_path, capsys, monkeypatch) -> None:
+    from broker import server
+
+    async def started(config: Any) -> int:  # a config that got through would start a broker here
+        return 0
+
+    monkeypatch.setattr(server, "run", started)
+
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(dict(BASE, log_dirs=[str(tmp_path / "d0")], wal_root=str(tmp_path / "wal"),
+                                    storage={"compaction_interval_ms": -5})))
+    assert server.main(["--id", "1", "--config", str(path)]) == 2
+    assert "INVALID_CONFIG" in (err := capsys.readouterr().err) and "'storage.compaction_interval_ms'" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
 
 
 def test_load_config_id_must_match(tmp_path) -> None:  # type: ignore[no-untyped-def]

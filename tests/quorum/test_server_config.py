@@ -49,6 +49,11 @@ def test_a_single_controller_ticks_often() -> None:
     ({"controllers": PEERS, "data_dir": 7}, 1, "'data_dir' must be a string"),
     ({"controllers": {"1": dict(PEERS["1"], port=1)}, "data_dir": "/d"}, 1, "'controllers.1.port'"),
     ({"controllers": PEERS, "data_dir": "/d", "raft": {"append_entries_period_s": 0.2}}, 1, "must exceed 3"),
+    # formerly accepted: a negative controller id, a port out of range
+    ({"controllers": {"-1": PEERS["1"]}, "data_dir": "/d"}, -1, "'controllers.-1': a controller id must be >= 0"),
+    ({"controllers": {"1": {"raft": "h:99999", "http": "h:8001"}}, "data_dir": "/d"}, 1,
+     "'controllers.1.raft': 'h:99999' is not host:port with a port from 1 to 65535"),
+    ({"controllers": {"1": {"raft": "h:9001", "http": "h:0"}}, "data_dir": "/d"}, 1, "'controllers.1.http'"),
 ])
 def test_bad_configs_are_invalid_config_with_a_reason(data: dict[str, Any], node_id: int, words: str) -> None:
     with pytest.raises(FerryError) as err:

@@ -7,7 +7,8 @@ from typing import Any, Literal
 import pytest
 
 from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.strict_config import NonNegativeInt, PositiveFloat, PositiveInt, Secret, build
+from metadata_quorum.strict_config import (Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
+                                           Secret, build)
 from stream_storage.config import S3Config, s3_config_from_dict, storage_config_from_dict
 
 
@@ -80,3 +81,28 @@ def test_storage_configs_use_the_same_loader() -> None:
         storage_config_from_dict({})
     with pytest.raises(FerryError, match="'upload_interval_ms' must be >= 1"):
         storage_config_from_dict({"wal_dir": "/w", "upload_interval_ms": 0})
+    with pytest.raises(FerryError, match="'compaction_interval_ms' must be >= 0, got -5"):
+        storage_config_from_dict({"wal_dir": "/w", "compaction_interval_ms": -5})
+    with pytest.raises(FerryError, match="'readahead_bytes' must be >= 1, got -1"):
+        storage_config_from_dict({"wal_dir": "/w", "readahead_bytes": -1})
+    assert storage_config_from_dict({"wal_dir": "/w", "compaction_interval_ms": 0}).compaction_interval_ms == 0
+
+
+@dataclass(frozen=True)
+class Shares:
+    band: Fraction = 0.5
+    floor: NonNegativeFloat = 0.0
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"band": 1}, "'band' must be > 0 and < 1, got 1"),
+    ({"band": 0.0}, "'band' must be > 0 and < 1, got 0.0"),
+    ({"floor": -0.5}, "'floor' must be >= 0, got -0.5"),
+    ({"floor": float("inf")}, "'floor' must be a finite number"),
+    ({"band": float("nan")}, "'band' must be a finite number"),
+])
+def test_fractions_and_finite_floats(data: Any, words: str) -> None:
+    with pytest.raises(FerryError) as err:
+        build(Shares, data, "shares")
+    assert err.value.error is ErrorCode.INVALID_CONFIG and words in err.value.message
+    assert build(Shares, {"band": 0.999, "floor": 3}, "shares") == Shares(0.999, 3.0)

@@ -20,12 +20,15 @@ is not asked again; cooldowns count from the action's end.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Callable, Literal, Mapping, get_args
 
 from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.strict_config import (Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, build,
+                                           invalid)
 
-POLICIES = ("target-utilization", "step", "scheduled")
+PolicyKind = Literal["target-utilization", "step", "scheduled"]
+POLICIES: tuple[str, ...] = get_args(PolicyKind)
 
 
 @dataclass(frozen=True)
@@ -53,27 +56,46 @@ NOTHING = Decision()
 
 
 @dataclass(frozen=True)
+class ScheduleEntry:
+    """From ``at_s`` on, a scheduled policy wants ``brokers`` brokers."""
+
+    at_s: NonNegativeFloat
+    brokers: PositiveInt
+
+
+@dataclass(frozen=True)
 class PolicyConfig:
-    kind: str
-    capacity_bytes_per_s: float = 1_000_000.0  # per broker, network in
-    min_brokers: int = 1
-    max_brokers: int = 10
-    window_s: int = 5
+    """A scenario's ``policy``; the annotations are what the strict loader accepts
+    (metadata_quorum/strict_config.py)."""
+
+    kind: PolicyKind
+    capacity_bytes_per_s: PositiveFloat = 1_000_000.0  # per broker, network in
+    min_brokers: PositiveInt = 1
+    max_brokers: PositiveInt = 10
+    window_s: PositiveInt = 5
     # target-utilization
-    target: float = 0.6
-    low: float = 0.4
-    high: float = 0.8
+    target: NonNegativeFloat = 0.6
+    low: NonNegativeFloat = 0.4
+    high: NonNegativeFloat = 0.8
     # step
-    scale_out_at: float = 0.85
-    scale_in_at: float = 0.35
-    step_brokers: int = 1
-    cooldown_out_s: float = 10.0
-    cooldown_in_s: float = 30.0
+    scale_out_at: NonNegativeFloat = 0.85
+    scale_in_at: NonNegativeFloat = 0.35
+    step_brokers: PositiveInt = 1
+    cooldown_out_s: NonNegativeFloat = 10.0
+    cooldown_in_s: NonNegativeFloat = 30.0
     # the planner's runs the actions start
-    rebalance_window_ms: int = 5_000
-    balance_band: float = 0.05
-    # scheduled
-    schedule: tuple[tuple[float, int], ...] = ()
+    rebalance_window_ms: PositiveInt = 5_000
+    balance_band: Fraction = 0.05
+    # scheduled (in time order once parsed)
+    schedule: tuple[ScheduleEntry, ...] = ()
+
+
+# Settings only one kind of policy reads: given to another kind they would be silently ignored.
+KIND_SETTINGS: dict[str, frozenset[str]] = {
+    "target-utilization": frozenset({"target", "low", "high"}),
+    "step": frozenset({"scale_out_at", "scale_in_at", "step_brokers"}),
+    "scheduled": frozenset({"schedule"}),
+}
 
 
 @dataclass(frozen=True)
@@ -145,9 +167,9 @@ def step(config: PolicyConfig, state: PolicyState, sample: LoadSample) -> tuple[
 
 def scheduled(config: PolicyConfig, state: PolicyState, sample: LoadSample) -> tuple[Decision, PolicyState]:
     wanted = None
-    for at_s, brokers in config.schedule:
-        if sample.t_s >= at_s:
-            wanted = brokers
+    for entry in config.schedule:
+        if sample.t_s >= entry.at_s:
+            wanted = entry.brokers
     n = len(sample.live_brokers)
     if wanted is None or wanted == n:
         return NOTHING, state
@@ -186,37 +208,18 @@ def pick_broker_to_remove(sample: LoadSample, protected: frozenset[int] = frozen
 
 
 def parse_policy(raw: Mapping[str, object], where: str = "policy") -> PolicyConfig:
-    """The scenario's ``policy`` mapping; a mistake is INVALID_CONFIG naming the field."""
-    def bad(message: str) -> FerryError:
-        return FerryError(ErrorCode.INVALID_CONFIG, f"{where}.{message}")
+    """The scenario's ``policy`` mapping, built by the strict loader: an unknown setting, a bad
+    value or a setting of another kind of policy is INVALID_CONFIG naming ``where.setting``."""
+    config = build(PolicyConfig, raw, "scenario", prefix=where + ".")
+    others = {name for kind, names in KIND_SETTINGS.items() if kind != config.kind for name in names}
+    foreign = sorted(set(raw) & others)
+    if foreign:
+        raise invalid(f"scenario setting '{where}.{foreign[0]}' does not apply to a {config.kind} policy")
+    config = replace(config, schedule=tuple(sorted(config.schedule, key=lambda e: (e.at_s, e.brokers))))
 
-    kind = raw.get("kind")
-    if kind not in POLICIES:
-        raise bad(f"kind must be one of {', '.join(POLICIES)}, got {kind!r}")
-    known = {f for f in PolicyConfig.__dataclass_fields__}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise bad(f"{unknown[0]} is not a policy setting (known: {', '.join(sorted(known - {'kind'}))})")
-    values: dict[str, object] = {"kind": kind}
-    for name, spec in PolicyConfig.__dataclass_fields__.items():
-        if name in ("kind", "schedule") or name not in raw:
-            continue
-        value = raw[name]
-        default = spec.default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad(f"{name} must be a number, got {value!r}")
-        if isinstance(default, int) and not isinstance(default, bool) and not float(value).is_integer():
-            raise bad(f"{name} must be an integer, got {value!r}")
-        if value < 0 or (name in ("capacity_bytes_per_s", "window_s", "min_brokers", "step_brokers",
-                                  "rebalance_window_ms", "balance_band") and value <= 0):
-            raise bad(f"{name} must be positive, got {value!r}")
-        values[name] = int(value) if isinstance(default, int) else float(value)
-    if "schedule" in raw:
-        sched = raw["schedule"]
-        if not isinstance(sched, list) or not all(isinstance(e, dict) and {"at_s", "brokers"} <= set(e) for e in sched):
-            raise bad("schedule must be a list of {at_s, brokers}")
-        values["schedule"] = tuple(sorted((float(e["at_s"]), int(e["brokers"])) for e in sched))
-    config = PolicyConfig(**values)  # type: ignore[arg-type]
+    def bad(message: str) -> FerryError:
+        return invalid(f"scenario setting '{where}': {message}")
+
     if config.min_brokers > config.max_brokers:
         raise bad(f"min_brokers {config.min_brokers} is above max_brokers {config.max_brokers}")
     if config.kind == "target-utilization" and not 0 < config.low < config.target < config.high:

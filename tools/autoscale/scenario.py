@@ -37,21 +37,28 @@ and moves the heat to other partitions every ``move_every_s`` (chosen by ``seed`
 ``policy`` (tools/autoscale/policies.py) lets a policy decide when to add and remove brokers,
 from the brokers' per-second load; ``slo_p99_ms`` is the produce p99 a comparison counts
 seconds above (default 250).
+
+The file is read by the strict config loader (metadata_quorum/strict_config.py) through the
+``*Section`` dataclasses below: an unknown key anywhere (a step's key its action does not take
+included) or a value out of range is INVALID_CONFIG naming it by its path (``steps[2].count``,
+``load.hot.factor``).
 """
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.strict_config import (Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, Range, build,
+                                           check, invalid)
 from tools.autoscale.policies import PolicyConfig, parse_policy
 
-ACTIONS = ("set_rate", "add_brokers", "rebalance", "remove_broker")
+Action = Literal["set_rate", "add_brokers", "rebalance", "remove_broker"]
+ACTIONS: tuple[str, ...] = get_args(Action)
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml"
 
 
@@ -136,158 +143,173 @@ class Scenario:
         return rate
 
 
-def _bad(message: str) -> FerryError:
-    return FerryError(ErrorCode.INVALID_CONFIG, message)
+Seconds = Annotated[float, Range(at_least=1.0)]
+Rate = Annotated[float, Range(at_least=1.0)]  # records per second
 
 
-def _number(obj: dict[str, Any], key: str, default: Any, kind: type, where: str, minimum: float = 0) -> Any:
-    value = obj.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
-        raise _bad(f"{where}.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
-    if value < minimum:
-        raise _bad(f"{where}.{key} must be at least {minimum}, got {value!r}")
-    return kind(value)
+@dataclass(frozen=True)
+class ClusterSection:
+    brokers: PositiveInt = 3
+    controllers: PositiveInt = 3
+    metrics_interval_ms: Annotated[int, Range(at_least=100)] = 1_000
+    upload_interval_ms: PositiveInt | None = None
 
 
-def _optional_int(obj: dict[str, Any], key: str, where: str, minimum: int) -> int | None:
-    return _number(obj, key, None, int, where, minimum) if key in obj else None
+@dataclass(frozen=True)
+class TopicSection:
+    name: str = "load"
+    partitions: PositiveInt = 24
 
 
-def _only(obj: dict[str, Any], fields: set[str], where: str) -> None:
-    """A field the section does not know is a mistake, not something to ignore."""
-    unknown = sorted(set(obj) - fields)
-    if unknown:
-        raise _bad(f"unknown {where} field(s): {', '.join(unknown)}")
+@dataclass(frozen=True)
+class DiurnalSection:
+    period_s: Seconds
+    min_rate_per_s: NonNegativeFloat
+    max_rate_per_s: Rate
 
 
-def _band(raw: dict[str, Any], where: str) -> float:
-    band = _number(raw, "balance_band", 0.05, float, where)
-    if not 0 < band < 1:
-        raise _bad(f"{where}.balance_band must be between 0 and 1, got {band}")
-    return band
+@dataclass(frozen=True)
+class BurstSection:
+    at_s: NonNegativeFloat
+    duration_s: Annotated[float, Range(at_least=0.001)]
+    factor: NonNegativeFloat
 
 
-def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, dict):
-        raise _bad(f"{key} must be a mapping, got {type(value).__name__}")
-    return value
+@dataclass(frozen=True)
+class HotSection:
+    partitions: PositiveInt
+    factor: Annotated[float, Range(at_least=1.0)]
+    move_every_s: NonNegativeFloat = 0.0
+
+
+@dataclass(frozen=True)
+class LoadSection:
+    rate_per_s: Rate = 300.0
+    value_bytes: Annotated[int, Range(at_least=32)] = 512
+    skew: NonNegativeFloat = 0.0
+    diurnal: DiurnalSection | None = None
+    bursts: tuple[BurstSection, ...] = ()
+    zipf_s: NonNegativeFloat = 0.0
+    hot: HotSection | None = None
+
+
+# One section per action: a key the action does not take is refused like any unknown key.
+@dataclass(frozen=True)
+class SetRateSection:
+    at_s: NonNegativeFloat
+    action: Literal["set_rate"]
+    rate_per_s: Rate
+    ramp_s: NonNegativeFloat = 0.0
+
+
+@dataclass(frozen=True)
+class AddBrokersSection:
+    at_s: NonNegativeFloat
+    action: Literal["add_brokers"]
+    count: PositiveInt = 1
+
+
+@dataclass(frozen=True)
+class RebalanceSection:
+    at_s: NonNegativeFloat
+    action: Literal["rebalance"]
+    window_ms: PositiveInt = 8_000
+    balance_band: Fraction = 0.05
+
+
+@dataclass(frozen=True)
+class RemoveBrokerSection:
+    at_s: NonNegativeFloat
+    action: Literal["remove_broker"]
+    broker: PositiveInt
+    window_ms: PositiveInt = 5_000
+    balance_band: Fraction = 0.05
+
+
+STEP_SECTIONS: dict[str, type] = {"set_rate": SetRateSection, "add_brokers": AddBrokersSection,
+                                  "rebalance": RebalanceSection, "remove_broker": RemoveBrokerSection}
+
+
+@dataclass(frozen=True)
+class ScenarioSection:
+    """The whole file; ``steps`` and ``policy`` are objects checked further by their own sections."""
+
+    duration_s: Seconds
+    name: str = "scenario"
+    cluster: ClusterSection = field(default_factory=ClusterSection)
+    topic: TopicSection = field(default_factory=TopicSection)
+    load: LoadSection = field(default_factory=LoadSection)
+    steps: tuple[dict[str, Any], ...] = ()
+    drain_timeout_s: Seconds = 20.0
+    policy: dict[str, Any] | None = None
+    slo_p99_ms: Annotated[float, Range(at_least=1.0)] = 250.0
+    seed: NonNegativeInt = 0
 
 
 def parse_scenario(text: str) -> Scenario:
-    """Parse and check a scenario; a mistake is INVALID_CONFIG naming the field."""
+    """Parse and check a scenario; a mistake is INVALID_CONFIG naming the field by its path."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise _bad(f"the scenario is not valid YAML: {exc}") from None
+        raise invalid(f"the scenario is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise _bad("the scenario must be a YAML mapping")
-    known = {"name", "duration_s", "cluster", "topic", "load", "steps", "drain_timeout_s", "policy", "slo_p99_ms",
-             "seed"}
-    _only(data, known, "scenario")
-    cluster, topic, load = _section(data, "cluster"), _section(data, "topic"), _section(data, "load")
-    _only(cluster, CLUSTER_FIELDS, "cluster")
-    _only(topic, TOPIC_FIELDS, "topic")
-    duration_s = _number(data, "duration_s", None, float, "scenario", 1)
-    brokers = _number(cluster, "brokers", 3, int, "cluster", 1)
+        raise invalid("the scenario must be a YAML mapping")
+    raw = build(ScenarioSection, data, "scenario")
+    if not raw.name or "/" in raw.name:
+        raise invalid(f"scenario setting 'name' must be non-empty and without '/', got {raw.name!r}")
+    steps = _steps(raw.steps, raw.duration_s, raw.cluster.brokers)
+    load = raw.load
+    if load.diurnal is not None and load.diurnal.min_rate_per_s > load.diurnal.max_rate_per_s:
+        raise invalid(f"scenario setting 'load.diurnal.min_rate_per_s' ({load.diurnal.min_rate_per_s}) "
+                      f"is above max_rate_per_s ({load.diurnal.max_rate_per_s})")
+    d, h = load.diurnal, load.hot
+    return Scenario(
+        name=raw.name, duration_s=raw.duration_s, brokers=raw.cluster.brokers, controllers=raw.cluster.controllers,
+        metrics_interval_ms=raw.cluster.metrics_interval_ms, upload_interval_ms=raw.cluster.upload_interval_ms,
+        topic=raw.topic.name, partitions=raw.topic.partitions, rate_per_s=load.rate_per_s,
+        value_bytes=load.value_bytes, skew=load.skew, drain_timeout_s=raw.drain_timeout_s, steps=steps,
+        diurnal=None if d is None else (d.period_s, d.min_rate_per_s, d.max_rate_per_s),
+        bursts=tuple((b.at_s, b.duration_s, b.factor) for b in load.bursts), zipf_s=load.zipf_s,
+        hot=None if h is None else (h.partitions, h.factor, h.move_every_s), seed=raw.seed,
+        policy=_policy(raw.policy, raw.cluster.brokers), slo_p99_ms=raw.slo_p99_ms)
+
+
+def _steps(raw_steps: tuple[dict[str, Any], ...], duration_s: float, brokers: int) -> tuple[Step, ...]:
+    """Each step built by the section of its action, then checked against the scenario: in time
+    order, before its end, never removing a broker twice or the last one."""
     steps: list[Step] = []
-    raw_steps = data.get("steps", [])
-    if not isinstance(raw_steps, list):
-        raise _bad("steps must be a list")
-    removed: set[int] = set()
+    removed: set[int | None] = set()
     live = brokers
     for k, raw in enumerate(raw_steps):
         where = f"steps[{k}]"
-        if not isinstance(raw, dict):
-            raise _bad(f"{where} must be a mapping")
-        action = raw.get("action")
-        if action not in ACTIONS:
-            raise _bad(f"{where}.action must be one of {', '.join(ACTIONS)}, got {action!r}")
-        at_s = _number(raw, "at_s", None, float, where)
-        if at_s >= duration_s:
-            raise _bad(f"{where}.at_s ({at_s}) is not before the end of the scenario ({duration_s} s)")
-        if steps and at_s < steps[-1].at_s:
-            raise _bad(f"{where}.at_s ({at_s}) is before the previous step's ({steps[-1].at_s}): keep steps in order")
-        step = Step(at_s=at_s, action=action)
-        if action == "set_rate":
-            step = Step(at_s, action, rate_per_s=_number(raw, "rate_per_s", None, float, where, 1),
-                        ramp_s=_number(raw, "ramp_s", 0.0, float, where))
-        elif action == "add_brokers":
-            step = Step(at_s, action, count=_number(raw, "count", 1, int, where, 1))
+        action = check(Action, raw.get("action"), "scenario", f"{where}.action")
+        step = Step(**asdict(build(STEP_SECTIONS[action], raw, "scenario", prefix=where + ".")))
+        if step.at_s >= duration_s:
+            raise invalid(f"scenario setting '{where}.at_s' ({step.at_s}) is not before the end of the scenario "
+                          f"({duration_s} s)")
+        if steps and step.at_s < steps[-1].at_s:
+            raise invalid(f"scenario setting '{where}.at_s' ({step.at_s}) is before the previous step's "
+                          f"({steps[-1].at_s}): keep steps in order")
+        if action == "add_brokers":
             live += step.count
-        elif action == "rebalance":
-            step = Step(at_s, action, window_ms=_number(raw, "window_ms", 8_000, int, where, 1),
-                        balance_band=_band(raw, where))
         elif action == "remove_broker":
-            broker = _number(raw, "broker", None, int, where, 1)
-            if broker in removed:
-                raise _bad(f"{where}: broker {broker} is already removed")
+            if step.broker in removed:
+                raise invalid(f"scenario setting '{where}.broker': broker {step.broker} is already removed")
             if live <= 1:
-                raise _bad(f"{where}: removing broker {broker} would leave no broker")
-            removed.add(broker)
+                raise invalid(f"scenario setting '{where}.broker': removing broker {step.broker} would leave no broker")
+            removed.add(step.broker)
             live -= 1
-            step = Step(at_s, action, broker=broker, window_ms=_number(raw, "window_ms", 5_000, int, where, 1),
-                        balance_band=_band(raw, where))
         steps.append(step)
-    name = data.get("name", "scenario")
-    if not isinstance(name, str) or not name or "/" in name:
-        raise _bad(f"name must be a non-empty string without '/', got {name!r}")
-    return Scenario(
-        name=name, duration_s=duration_s, brokers=brokers,
-        controllers=_number(cluster, "controllers", 3, int, "cluster", 1),
-        metrics_interval_ms=_number(cluster, "metrics_interval_ms", 1_000, int, "cluster", 100),
-        upload_interval_ms=_optional_int(cluster, "upload_interval_ms", "cluster", 1),
-        topic=str(topic.get("name", "load")), partitions=_number(topic, "partitions", 24, int, "topic", 1),
-        rate_per_s=_number(load, "rate_per_s", 300.0, float, "load", 1),
-        value_bytes=_number(load, "value_bytes", 512, int, "load", 32),
-        skew=_number(load, "skew", 0.0, float, "load"),
-        drain_timeout_s=_number(data, "drain_timeout_s", 20.0, float, "scenario", 1),
-        steps=tuple(steps), **_shapes(load), seed=_number(data, "seed", 0, int, "scenario"),
-        policy=_policy(data, brokers), slo_p99_ms=_number(data, "slo_p99_ms", 250.0, float, "scenario", 1))
+    return tuple(steps)
 
 
-CLUSTER_FIELDS = {"brokers", "controllers", "metrics_interval_ms", "upload_interval_ms"}
-TOPIC_FIELDS = {"name", "partitions"}
-LOAD_FIELDS = {"rate_per_s", "value_bytes", "skew", "diurnal", "bursts", "zipf_s", "hot"}
-
-
-def _shapes(load: dict[str, Any]) -> dict[str, Any]:
-    _only(load, LOAD_FIELDS, "load")
-    out: dict[str, Any] = {"zipf_s": _number(load, "zipf_s", 0.0, float, "load")}
-    if "diurnal" in load:
-        d = load["diurnal"]
-        if not isinstance(d, dict):
-            raise _bad("load.diurnal must be a mapping {period_s, min_rate_per_s, max_rate_per_s}")
-        low = _number(d, "min_rate_per_s", None, float, "load.diurnal", 0)
-        high = _number(d, "max_rate_per_s", None, float, "load.diurnal", 1)
-        if low > high:
-            raise _bad(f"load.diurnal.min_rate_per_s ({low}) is above max_rate_per_s ({high})")
-        out["diurnal"] = (_number(d, "period_s", None, float, "load.diurnal", 1), low, high)
-    bursts = load.get("bursts", [])
-    if not isinstance(bursts, list) or not all(isinstance(b, dict) for b in bursts):
-        raise _bad("load.bursts must be a list of {at_s, duration_s, factor}")
-    out["bursts"] = tuple((_number(b, "at_s", None, float, f"load.bursts[{k}]"),
-                           _number(b, "duration_s", None, float, f"load.bursts[{k}]", 0.001),
-                           _number(b, "factor", None, float, f"load.bursts[{k}]", 0)) for k, b in enumerate(bursts))
-    if "hot" in load:
-        h = load["hot"]
-        if not isinstance(h, dict):
-            raise _bad("load.hot must be a mapping {partitions, factor, move_every_s}")
-        out["hot"] = (_number(h, "partitions", None, int, "load.hot", 1), _number(h, "factor", None, float, "load.hot", 1),
-                      _number(h, "move_every_s", 0.0, float, "load.hot"))
-    return out
-
-
-def _policy(data: dict[str, Any], brokers: int) -> PolicyConfig | None:
-    if "policy" not in data:
+def _policy(raw: dict[str, Any] | None, brokers: int) -> PolicyConfig | None:
+    if raw is None:
         return None
-    raw = data["policy"]
-    if not isinstance(raw, dict):
-        raise _bad("policy must be a mapping with a kind")
     config = parse_policy(raw)
     if not config.min_brokers <= brokers <= config.max_brokers:
-        raise _bad(f"cluster.brokers ({brokers}) is outside the policy's min_brokers..max_brokers "
-                   f"({config.min_brokers}..{config.max_brokers})")
+        raise invalid(f"scenario setting 'cluster.brokers' ({brokers}) is outside the policy's "
+                      f"min_brokers..max_brokers ({config.min_brokers}..{config.max_brokers})")
     return config
 
 
@@ -296,5 +318,5 @@ def load_scenario(path: str | Path | None) -> Scenario:
     try:
         text = target.read_text(encoding="utf-8")
     except OSError as exc:
-        raise FerryError(ErrorCode.INVALID_CONFIG, f"cannot read scenario {str(target)!r}: {exc.strerror}") from None
+        raise invalid(f"cannot read scenario {str(target)!r}: {exc.strerror}") from None
     return parse_scenario(text)
