@@ -51,7 +51,8 @@ def free_port() -> int:
 
 
 def random_cluster_id() -> str:
-    """Kafka's cluster id: 16 random bytes, URL-safe base64 without padding."""
+    """Kafka's cluster id: 16 random bytes, URL-safe base64 without padding (it may start with
+    ``-``, so it is passed as ``--cluster-id=ID``, never as a separate argument)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
@@ -145,7 +146,7 @@ class ApacheKafkaCluster:
             if (Path(self._log_dir(node)) / "meta.properties").exists():
                 continue
             out = subprocess.run(java_command(self.jars_dir, "kafka.tools.StorageTool",
-                                              ["format", "-t", cluster_id, "-c", str(node.props_file)], 256,
+                                              ["format", f"--cluster-id={cluster_id}", "-c", str(node.props_file)], 256,
                                               self.state_dir / "log4j2.xml"),
                                  capture_output=True, text=True, timeout=120)
             if out.returncode != 0:
