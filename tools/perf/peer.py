@@ -258,8 +258,9 @@ def set_throttle(bootstrap: str, topic: str, brokers: list[int], rate_bytes_s: i
     resources.append(ConfigResource("topic", topic, incremental_configs=[
         ConfigEntry("leader.replication.throttled.replicas", "*" if value else None, incremental_operation=op),
         ConfigEntry("follower.replication.throttled.replicas", "*" if value else None, incremental_operation=op)]))
-    for future in admin.incremental_alter_configs(resources).values():
-        future.result(30)
+    for resource in resources:  # one broker resource per call, as the admin client requires
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(30)
 
 
 def one_move(system: System, label: str, size_bytes: int, start: list[int], target: list[int],
