@@ -345,45 +345,63 @@ def wait_all_leaders(bootstrap: str, topic: str, partitions: int, timeout_s: flo
     return time.monotonic() - started
 
 
+def led_by_first(target: dict[int, list[int]]) -> Callable[[int, int], bool]:
+    """Whether a partition is led by the first replica of its target."""
+    return lambda partition, leader: leader == target[partition][0]
+
+
+MANY_PER_TOPIC = 1000  # Kafka refuses a single operation of more than 10,000 records (POLICY_VIOLATION)
+
+
 def many_partitions(system: System, partitions: int, replication_factor: int, brokers: int = 3,
                     timeout_s: float = 1800.0) -> dict[str, Any]:
-    """Create ``partitions`` partitions, then move every partition's leadership at once.
+    """Create ``partitions`` partitions (topics of up to 1,000), then move every partition's
+    leadership at once.
 
-    Ferry: one AlterPartitionReassignments naming, for each partition, the next broker (the
-    six-step move of every partition). Kafka: with RF 3 on three brokers every broker already
-    holds every partition, so the move that copies nothing is a leadership move: each replica
-    list rotated by one (one AlterPartitionReassignments, no data moves) and one preferred
-    election for all. Time = from the request until Metadata names every target leader."""
-    from confluent_kafka import TopicPartition as CTP
+    Ferry: AlterPartitionReassignments naming, for each partition, the next broker (the six-step
+    move of every partition), one request per topic, sent back to back. Kafka: with RF 3 on three
+    brokers every broker already holds every partition, so the move that copies nothing is a
+    leadership move: each replica list rotated by one (AlterPartitionReassignments, no data
+    moves) and a preferred election of every partition. Time = from the first request until
+    Metadata names every target leader."""
     from confluent_kafka import ElectionType
+    from confluent_kafka import TopicPartition as CTP
     from kafka import TopicPartition as KTP
     from kafka.admin import KafkaAdminClient
 
-    topic = f"peer-many-{partitions}"
+    sizes = [min(MANY_PER_TOPIC, partitions - start) for start in range(0, partitions, MANY_PER_TOPIC)]
+    topics = [f"peer-many-{partitions}-{i}" for i in range(len(sizes))]
     started = time.monotonic()
-    create_topic(system.bootstrap, topic, partitions=partitions, replication_factor=replication_factor)
+    for topic, count in zip(topics, sizes):
+        create_topic(system.bootstrap, topic, partitions=count, replication_factor=replication_factor)
     created_s = time.monotonic() - started
-    meta = AdminClient({"bootstrap.servers": system.bootstrap}).list_topics(topic, timeout=60).topics[topic]
-    replicas = {p: list(pm.replicas) for p, pm in meta.partitions.items()}
-    if replication_factor == 1:
-        target = {p: [r[0] % brokers + 1] for p, r in replicas.items()}
-    else:
-        target = {p: r[1:] + r[:1] for p, r in replicas.items()}
+    confluent = AdminClient({"bootstrap.servers": system.bootstrap})
+    targets: dict[str, dict[int, list[int]]] = {}
+    for topic in topics:
+        meta = confluent.list_topics(topic, timeout=60).topics[topic]
+        replicas = {p: list(pm.replicas) for p, pm in meta.partitions.items()}
+        targets[topic] = {p: [r[0] % brokers + 1] for p, r in replicas.items()} if replication_factor == 1 \
+            else {p: r[1:] + r[:1] for p, r in replicas.items()}
     admin = KafkaAdminClient(bootstrap_servers=system.bootstrap, request_timeout_ms=int(timeout_s * 1000))
     try:
         started = time.monotonic()
-        errors = [e for e in admin.alter_partition_reassignments(
-            {KTP(topic, p): t for p, t in target.items()}).values() if e is not None]
-        if errors:
-            raise RuntimeError(f"{len(errors)} reassignments refused, e.g. {errors[0]}")
+        for topic, target in targets.items():
+            errors = [e for e in admin.alter_partition_reassignments(
+                {KTP(topic, p): t for p, t in target.items()}).values() if e is not None]
+            if errors:
+                raise RuntimeError(f"{len(errors)} reassignments of {topic} refused, e.g. {errors[0]}")
         if replication_factor > 1:
-            confluent = AdminClient({"bootstrap.servers": system.bootstrap})
-            confluent.elect_leaders(ElectionType.PREFERRED, [CTP(topic, p) for p in target]).result(timeout_s)
-        wait_all_leaders(system.bootstrap, topic, partitions, timeout_s, lambda p, b: b == target[p][0])
+            elections = [confluent.elect_leaders(ElectionType.PREFERRED, [CTP(topic, p) for p in target])
+                         for topic, target in targets.items()]
+            for election in elections:
+                election.result(timeout_s)
+        for topic, target in targets.items():
+            wait_all_leaders(system.bootstrap, topic, len(target), timeout_s, led_by_first(target))
         moved_s = time.monotonic() - started
     finally:
         admin.close()
-    return {"partitions": partitions, "create_s": round(created_s, 2), "move_all_s": round(moved_s, 2)}
+    return {"partitions": partitions, "topics": len(topics), "create_s": round(created_s, 2),
+            "move_all_s": round(moved_s, 2)}
 
 
 # ---------------------------------------------------------------------- 5. controlled shutdown and restart
