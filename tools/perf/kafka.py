@@ -439,25 +439,23 @@ async def java_move_unavailability(admin: Admin, bootstrap: str, moves: int) -> 
     """The same moves under Kafka's Java producer (``kafka-verifiable-producer`` from the pinned
     jars, at its defaults: idempotent, acks=all), which prints a JSON event, with its wall-clock
     time in ms, for every acknowledgement. Empty when the jars are not installed."""
-    from tools.peer.apache_kafka import java_command
     from tools.peer.jars import kafka_jars_dir
+    from tools.peer.kafka_tools import KafkaTools
 
-    jars = kafka_jars_dir()
-    if jars is None:
+    if kafka_jars_dir() is None:
         return {}
     topic = "perf-kafka-move-java"
     tp = TopicPartition(topic, 0)
     await admin.create_topic(topic, 1, assignments={0: [1]})
     await admin.wait_for_leader(tp, 1)
     acks_ms: list[int] = []
-    proc = subprocess.Popen(java_command(jars, "org.apache.kafka.tools.VerifiableProducer",
-                                         ["--bootstrap-server", bootstrap, "--topic", topic, "--throughput", "500"],
-                                         256), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = KafkaTools().start("kafka-verifiable-producer", "--bootstrap-server", bootstrap, "--topic", topic,
+                              "--throughput", "500", stderr=subprocess.DEVNULL)
 
     def read_events() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            if b"producer_send_success" in line:
+            if "producer_send_success" in line:
                 acks_ms.append(int(json.loads(line)["timestamp"]))
 
     reader = threading.Thread(target=read_events, daemon=True)
