@@ -20,8 +20,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from metadata_quorum.auth import NodeSecurity
-from metadata_quorum.strict_config import NonNegativeInt, Port, PositiveInt, build, invalid, load_json
+from metadata_quorum.kernel.auth import NodeSecurity
+from metadata_quorum.kernel.strict_config import NonNegativeInt, Port, PositiveInt, build, invalid, load_json
 from stream_storage.config import S3Config, StreamStorageConfig
 
 
@@ -118,7 +118,7 @@ _LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
 
 def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> BrokerConfig:
-    """Validate and build (metadata_quorum/strict_config.py); a wrong setting, here or in ``s3`` /
+    """Validate and build (metadata_quorum/kernel/strict_config.py); a wrong setting, here or in ``s3`` /
     ``storage``, is INVALID_CONFIG naming the setting."""
     if not isinstance(data, dict):
         raise invalid("the broker config must be a JSON object")

@@ -22,7 +22,7 @@ from broker.local_dir_move import ACTION_DELETE, ACTION_PROMOTE, ACTION_RESUME, 
 from broker.local_log import fsync_dir
 from broker.log_dirs import (FUTURE_SUFFIX, MAX_DIR_NAME_CHARS, LogDirInfo, LogDirState, delete_dir_name,
                              future_dir_name, next_dir_state, parse_dir_name, partition_dir_name, validate_log_dir)
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 if TYPE_CHECKING:
     from broker.partition_manager import PartitionManager

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from broker import partition_meta as pm
 from broker.load_sampler import LoadCounters
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 from stream_storage.control import ObjectRef
 from stream_storage.meta_stream import MetaStream

@@ -37,6 +37,7 @@ from broker.move_timeline import MoveTimeline
 from broker.partition_manager import PartitionManager, Slot
 from broker.compaction import compaction_loop
 from broker.retention import retention_loop
+from broker.stream_directory import image_directory
 from stream_storage.compaction import CompactionPolicy
 from stream_storage.gc import GarbageCollector, gc_loop
 from stream_storage.wal_gc import DeadWalCollector
@@ -52,7 +53,7 @@ from broker.kafka.sasl import Users
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER
 from stream_storage import batches
 from stream_storage.record_validator import ValidationPolicy, validate_produce_records
@@ -219,7 +220,8 @@ class Broker:
         self._background.append(asyncio.create_task(gc_loop(collector, self.config.gc_interval_ms,
                                                             self._is_gc_collector)))
         if self.storage.config.wal.mode == "s3":  # dead brokers' WAL objects, once nothing needs them
-            wal_gc = DeadWalCollector(self.object_store, self.storage.config.wal.key_prefix, lambda: self.image)
+            wal_gc = DeadWalCollector(self.object_store, self.storage.config.wal.key_prefix,
+                                      lambda: image_directory(self.image))
             self._background.append(asyncio.create_task(wal_gc.loop(self.config.dead_wal_gc_interval_ms,
                                                                     self._is_gc_collector)))
         cfg = self.storage.config

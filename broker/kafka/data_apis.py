@@ -34,7 +34,7 @@ from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.fetch_sessions import FetchContext, FetchPartition, FetchSessionCache, PartitionOutcome
 from broker.kafka.produce_answer import success_answer
 from broker.kafka.wire import Request, api_versions_response
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import NO_LEADER
 from metadata_quorum.s3_replicas import reported_isr, reported_replicas

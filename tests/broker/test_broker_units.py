@@ -9,7 +9,7 @@ import pytest
 from broker.config import config_from_dict, load_config, wal_dir_of
 from broker.heartbeat import BrokerLease
 from broker.load_sampler import LoadCounters, LoadSampler, PartitionLoad
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from broker.load_samples import decode_samples, encode_samples
 
 BASE = {"broker_id": 1, "controllers": ["127.0.0.1:9001"], "log_dirs": ["/var/ferry/d0"]}
@@ -146,7 +146,7 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
 
     from broker.heartbeat import BrokerLease
     from broker.server import Broker
-    from metadata_quorum.errors import ErrorCode, FerryError
+    from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
     now = {"t": 100.0}
     lease = BrokerLease(4000)

@@ -18,7 +18,7 @@ from broker.partition_meta import PartitionMeta
 from broker.replica import META_COMPACT_FORCE_RECORDS, Replica
 from broker.tail_handoff import TailHandoff
 from metadata_quorum.delta import MetadataDelta
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE
 from metadata_quorum.local_controller import LocalController
 from stream_storage import batches

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from broker.config import config_from_dict
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.config import storage_config_from_dict
 
 BASE = {"broker_id": 1, "controllers": ["127.0.0.1:9001"], "log_dirs": ["/tmp/ferry-b1"]}
