@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from typing import Any, Awaitable, Callable
 
 from broker.config import BrokerConfig
 from metadata_quorum.client import ControllerClient
-from stream_storage.config import s3_config_from_dict, storage_config_from_dict
 from stream_storage.control import HttpStreamControl, OpStreamControl
 from stream_storage.object_store import ObjectStore, RetryingObjectStore
 from stream_storage.s3_cost import S3RequestObserver
@@ -20,8 +20,7 @@ log = logging.getLogger("ferry.broker.storage")
 
 def open_object_store(config: BrokerConfig, observer: S3RequestObserver | None = None) -> ObjectStore:
     """The broker's S3 store with bounded retries; ``observer`` counts its requests (``/metrics``)."""
-    s3 = s3_config_from_dict(dict(config.s3))
-    return RetryingObjectStore(S3ObjectStore(s3, observer=observer), s3.retry)
+    return RetryingObjectStore(S3ObjectStore(config.s3, observer=observer), config.s3.retry)
 
 
 async def open_storage(config: BrokerConfig, store: ObjectStore, client: ControllerClient, broker_id: int,
@@ -29,13 +28,11 @@ async def open_storage(config: BrokerConfig, store: ObjectStore, client: Control
                        write: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None) -> StreamStorage:
     """A started StreamStorage on ``wal_dir``; its own WAL tail is kept for re-opens. Stream
     operations go through ``write`` when given (the broker's batcher), else one request each."""
-    settings = dict(config.storage)
-    settings["wal_dir"] = wal_dir
     control = HttpStreamControl(client) if write is None else \
         OpStreamControl(write, lambda op, args: _read_reply(client, op, args))
     # in S3 each of the broker's WALs (one per log dir) has a name: "main", or the log dir's id
     wal_name = "main" if len(config.log_dirs) == 1 else os.path.basename(os.path.normpath(wal_dir))
-    storage = StreamStorage(storage_config_from_dict(settings), store, control, broker_id, broker_epoch(), wal_name)
+    storage = StreamStorage(dataclasses.replace(config.storage, wal_dir=wal_dir), store, control, broker_id, broker_epoch(), wal_name)
     replay = await storage.start()
     if replay.entries:
         log.info("WAL %s holds %d entries from before the restart (%d torn bytes cut)", wal_dir,
