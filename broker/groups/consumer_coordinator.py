@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from broker.groups import consumer_group as cg
 from broker.groups.consumer_assignors import ASSIGNORS, RANGE, UNIFORM, AssignorMember
@@ -39,6 +40,7 @@ from broker.groups.consumer_records import (
 )
 from broker.groups.timers import DeadlineQueue
 from metadata_quorum.kernel.errors import ErrorCode
+from metadata_quorum.ops.group_configs import ConsumerGroupTimeouts, consumer_group_timeouts
 
 SESSION_TIMER = "session"
 REVOCATION_TIMER = "revocation"
@@ -60,6 +62,17 @@ class ConsumerGroupConfig:
             raise ValueError(f"session_timeout_ms, heartbeat_interval_ms and max_size must be positive: {self}")
         if not self.assignors or any(a not in ASSIGNORS for a in self.assignors):
             raise ValueError(f"assignors must be a non-empty subset of {sorted(ASSIGNORS)}, got {self.assignors}")
+
+
+class GroupConfigLookup(Protocol):
+    """A group's own configs (ConfigResource GROUP, as the metadata log holds them): empty when
+    none are set."""
+
+    def __call__(self, group_id: str) -> Mapping[str, str]: ...
+
+
+def _no_group_configs(group_id: str) -> Mapping[str, str]:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -131,8 +144,9 @@ def _error(error: GroupError, message: str, member_id: str | None = None) -> Con
 class ConsumerGroups:
     """Every consumer-protocol group of one coordinator partition."""
 
-    def __init__(self, config: ConsumerGroupConfig) -> None:
+    def __init__(self, config: ConsumerGroupConfig, group_configs: GroupConfigLookup = _no_group_configs) -> None:
         self.config = config
+        self.group_configs = group_configs
         self.groups: dict[str, ConsumerGroup] = {}
         self.timers: DeadlineQueue[tuple[str, str, str, int]] = DeadlineQueue()
 
@@ -184,6 +198,13 @@ class ConsumerGroups:
         self.replay(record)
 
     # ------------------------------------------------------------ queries
+    def timeouts(self, group_id: str) -> ConsumerGroupTimeouts:
+        """The session timeout and heartbeat interval this group's members get: the group's
+        ``consumer.session.timeout.ms`` / ``consumer.heartbeat.interval.ms`` when set (read at
+        every heartbeat, so a change applies from each member's next one), else the defaults."""
+        return consumer_group_timeouts(self.group_configs(group_id), self.config.session_timeout_ms,
+                                       self.config.heartbeat_interval_ms)
+
     def has_group(self, group_id: str) -> bool:
         return group_id in self.groups
 
@@ -299,7 +320,8 @@ class ConsumerGroups:
         send = (req.member_epoch == cg.JOIN_EPOCH or nxt.assigned != before.assigned
                 or (req.owned is not None and normalize(req.owned) != nxt.assigned))
         return ConsumerHeartbeatResult(ErrorCode.NONE, None, member_id, nxt.member_epoch,
-                                       self.config.heartbeat_interval_ms, nxt.assigned if send else None), out
+                                       self.timeouts(group.group_id).heartbeat_interval_ms,
+                                       nxt.assigned if send else None), out
 
     def _invalid(self, req: ConsumerHeartbeat) -> str | None:
         """Kafka's request checks: the reason INVALID_REQUEST is answered, or None."""
@@ -445,7 +467,8 @@ class ConsumerGroups:
 
     # ------------------------------------------------------------ timers
     def _touch(self, group: ConsumerGroup, member_id: str, now_ms: int) -> None:
-        self.timers.schedule((SESSION_TIMER, group.group_id, member_id, 0), now_ms + self.config.session_timeout_ms)
+        self.timers.schedule((SESSION_TIMER, group.group_id, member_id, 0),
+                             now_ms + self.timeouts(group.group_id).session_timeout_ms)
 
     def _arm_revocation(self, group: ConsumerGroup, member_id: str, now_ms: int) -> None:
         current = group.current(member_id)

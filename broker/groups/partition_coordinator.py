@@ -24,6 +24,7 @@ from broker.groups.consumer_coordinator import (
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
     DescribedConsumerGroup,
+    GroupConfigLookup,
     TopicInfo,
 )
 from broker.groups.consumer_errors import GroupError
@@ -64,20 +65,26 @@ class ListedAnyGroup:
 
 class PartitionCoordinator(GroupCoordinator):
     def __init__(self, config: GroupCoordinatorConfig, now_ms: int,
-                 consumer_config: ConsumerGroupConfig | None = None) -> None:
+                 consumer_config: ConsumerGroupConfig | None = None,
+                 group_configs: GroupConfigLookup | None = None) -> None:
         self._consumer = ConsumerGroups(consumer_config or ConsumerGroupConfig())
+        if group_configs is not None:
+            self._consumer.group_configs = group_configs
         self._expired: list[ConsumerRecord] = []  # consumer groups deleted by offsets retention in a tick
         super().__init__(config, now_ms)
 
     @classmethod
     def load_partition(cls, records: Iterable[AnyGroupRecord], config: GroupCoordinatorConfig, now_ms: int,
-                       consumer_config: ConsumerGroupConfig | None = None) -> PartitionCoordinator:
+                       consumer_config: ConsumerGroupConfig | None = None,
+                       group_configs: GroupConfigLookup | None = None) -> PartitionCoordinator:
         """Replay the partition's records of both kinds (see GroupCoordinator.load); consumer
         group members get a full session from ``now_ms``."""
         coordinator = cls.load(records, config, now_ms)  # type: ignore[arg-type]
         assert isinstance(coordinator, PartitionCoordinator)
         if consumer_config is not None:
             coordinator._consumer.config = consumer_config
+        if group_configs is not None:
+            coordinator._consumer.group_configs = group_configs
         coordinator._consumer.start(now_ms)
         return coordinator
 

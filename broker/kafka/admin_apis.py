@@ -34,18 +34,21 @@ from kafka.protocol.api_message import ApiMessage
 
 from broker.kafka.acl_operations import CLUSTER_OPERATIONS
 from broker.kafka.auto_create import TopicDefaults
-from broker.kafka.config_catalog import BrokerValue, ConfigEntry, broker_entries, topic_entries
+from broker.kafka.config_catalog import BrokerValue, ConfigEntry, broker_entries, group_entries, topic_entries
 from broker.kafka.data_apis import ZERO_UUID, kafka_endpoint_of, kafka_error, topic_uuid
 from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, Json, forward_timeout_ms, forwarding_failure
 from broker.kafka.wire import Request
 from broker.log_dirs_report import LogDirReport, TopicFilter
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.ops.group_configs import KAFKA_DEFAULTS, check_group_name
 from metadata_quorum.records import STORAGE_S3
 from metadata_quorum.s3_replicas import replication_factor
 
 TOPIC_RESOURCE = 2  # ConfigResource types on the wire
 BROKER_RESOURCE = 4
+GROUP_RESOURCE = 32
+CONFIG_RESOURCES = {TOPIC_RESOURCE: "topic", BROKER_RESOURCE: "broker", GROUP_RESOURCE: "group"}
 BROKER_ENDPOINTS = 1  # DescribeCluster's endpoint type
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
 CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}  # IncrementalAlterConfigs' operations
@@ -276,9 +279,13 @@ class AdminApis:
         if rtype == TOPIC_RESOURCE:
             reply = await self._read("describe_configs", {"resources": [{"type": "topic", "name": name}]})
             return topic_entries(reply["resources"][0]["configs"], keys, broker=self.core.static_configs())
+        if rtype == GROUP_RESOURCE:
+            check_group_name(name)
+            reply = await self._read("describe_configs", {"resources": [{"type": "group", "name": name}]})
+            return group_entries(reply["resources"][0]["configs"], KAFKA_DEFAULTS, keys)
         if rtype != BROKER_RESOURCE:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}: this broker describes "
-                                                        "topic (2) and broker (4) configs")
+                                                        "topic (2), broker (4) and group (32) configs")
         own = str(self.core.broker_id)
         if name not in ("", own):
             raise FerryError(ErrorCode.INVALID_REQUEST,
@@ -349,10 +356,10 @@ class AdminApis:
                                                    f"{BROKER_MAX_MESSAGE_BYTES}, the largest batch they accept)")
 
     async def _alter_resource(self, rtype: int, name: str, change: Json, validate_only: bool) -> ItemError | None:
-        if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+        if rtype not in CONFIG_RESOURCES:
             return ItemError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}: this broker alters "
-                                                        "topic (2) and broker (4) configs")
-        resource = {"type": "topic" if rtype == TOPIC_RESOURCE else "broker", "name": name, **change}
+                                                        "topic (2), broker (4) and group (32) configs")
+        resource = {"type": CONFIG_RESOURCES[rtype], "name": name, **change}
         try:
             await self._write("alter_configs", {"resources": [resource], "validate_only": validate_only})
         except Exception as exc:  # noqa: BLE001 - answered per resource

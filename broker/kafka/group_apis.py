@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Mapping, Protocol, TypeVar
 
 from kafka.protocol.admin.groups import (DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
                                          DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse)
@@ -91,6 +91,11 @@ class GroupApis:
         self._loading: dict[int, asyncio.Future[_Hosted]] = {}
         self._creating: asyncio.Future[None] | None = None
 
+    def group_configs(self, group_id: str) -> Mapping[str, str]:
+        """The group's own configs in this broker's metadata image (KIP-848 group configs)."""
+        image = self.core.image
+        return image.configs.get("group", group_id) if image is not None else {}
+
     # ------------------------------------------------------------------ where groups live
     def _num_partitions(self) -> int | None:
         image = self.core.image
@@ -160,7 +165,7 @@ class GroupApis:
             if offset >= read.high_watermark:
                 break
         hosted = _Hosted(epoch, PartitionCoordinator.load_partition(records, self.config, self.clock_ms(),
-                                                                     self.consumer_config))
+                                                                     self.consumer_config, self.group_configs))
         self._hosted[partition] = hosted
         self._schedule(partition, hosted, hosted.coordinator.next_deadline_ms())
         log.info("loaded %d group record(s) of %s-%d at leader epoch %d", len(records), OFFSETS_TOPIC,

@@ -43,10 +43,13 @@ class Client:
 
 
 class Harness:
-    def __init__(self, config: ConsumerGroupConfig | None = None) -> None:
+    def __init__(self, config: ConsumerGroupConfig | None = None,
+                 group_configs: dict[str, dict[str, str]] | None = None) -> None:
         self.now_ms = 1_000
         self.config = config or ConsumerGroupConfig()
-        self.coordinator = PartitionCoordinator(GroupCoordinatorConfig(), self.now_ms, self.config)
+        self.group_configs = group_configs if group_configs is not None else {}
+        self.coordinator = PartitionCoordinator(GroupCoordinatorConfig(), self.now_ms, self.config,
+                                                lambda g: self.group_configs.get(g, {}))
         self.log: list[tuple[bytes, bytes | None]] = []
         self.topics = dict(TOPICS)
         self.clients: dict[str, Client] = {}
@@ -170,6 +173,31 @@ def test_leave_and_session_expiry_hand_partitions_over() -> None:
     h.settle()
     assert h.owned_counts() == {"a": 6}
     assert h.coordinator.consumer_describe(G).group_epoch == epoch + 1
+
+
+def test_a_groups_own_session_timeout_and_heartbeat_interval_are_enforced() -> None:
+    """consumer.session.timeout.ms / consumer.heartbeat.interval.ms of the group (KIP-848 group
+    configs) replace the coordinator's defaults: the interval members are told, and how long a
+    silent member keeps its partitions; a change applies from each member's next heartbeat."""
+    h = Harness(group_configs={G: {"consumer.session.timeout.ms": "50000",
+                                   "consumer.heartbeat.interval.ms": "7000"}})
+    assert h.join("a").heartbeat_interval_ms == 7_000
+    h.join("b")
+    h.settle()
+    assert h.owned_counts() == {"a": 3, "b": 3}
+    h.clients.pop("b")  # b dies; a keeps heartbeating
+    for _ in range(9):  # 45 s: the default session would have ended, the group's 50 s has not
+        h.now_ms += 5_000
+        h.beat("a")
+        h._keep(h.coordinator.tick(h.now_ms).records)
+    assert "b" in h.coordinator.consumer_groups.group(G).metas  # type: ignore[union-attr]
+    h.now_ms += 5_000
+    h._keep(h.coordinator.tick(h.now_ms).records)
+    assert "b" not in h.coordinator.consumer_groups.group(G).metas  # type: ignore[union-attr]
+    h.group_configs[G] = {}  # deleted: back to the defaults at the next heartbeat
+    assert h.beat("a").heartbeat_interval_ms == 5_000
+    other = Harness()
+    assert other.join("a").heartbeat_interval_ms == 5_000
 
 
 def test_fencing_and_epoch_errors() -> None:
