@@ -521,18 +521,28 @@ class Broker:
 
     async def offset_at(self, topic: str, partition: int, spec: str, timestamp_ms: int = -1,
                         client_leader_epoch: int | None = None) -> tuple[int, int, int]:
-        """Kafka's ListOffsets: (offset, timestamp_ms, leader_epoch) for earliest, latest or a timestamp."""
+        """Kafka's ListOffsets: (offset, timestamp_ms, leader_epoch) for ``spec`` — ``earliest``,
+        ``latest``, ``timestamp``, ``max_timestamp`` (-3: the first record with the largest
+        timestamp), ``earliest_local`` (-4: the log start, since clients see one tier) or
+        ``latest_tiered`` (-5: the last offset already in S3 objects, -1 if none)."""
         slot = self.partition_slot(topic, partition, for_write=False, client_leader_epoch=client_leader_epoch)
         replica = slot.replica
         assert replica is not None
-        if spec == "earliest":
+        if spec in ("earliest", "earliest_local"):
             return replica.log_start_offset, -1, replica.leader_epoch
         if spec == "latest":
             return replica.high_watermark, -1, replica.leader_epoch
         if spec == "timestamp":
             offset, found_ts = await replica.offset_for_timestamp(timestamp_ms)
             return offset, found_ts, replica.leader_epoch
-        raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest or timestamp")
+        if spec == "max_timestamp":
+            offset, found_ts = await replica.max_timestamp_offset()
+            return offset, found_ts, replica.leader_epoch if offset >= 0 else -1
+        if spec == "latest_tiered":
+            offset = replica.latest_tiered_offset()
+            return offset, -1, replica.leader_epoch if offset >= 0 else -1
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest, timestamp, max_timestamp, "
+                                                    "earliest_local or latest_tiered")
 
     # ------------------------------------------------------------------ log dirs
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:

@@ -22,7 +22,7 @@ from broker.kafka.consumer_group_messages import (REQUEST_CLASSES, ConsumerGroup
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.Produce: (3, 11),
     ApiKey.Fetch: (4, 12),
-    ApiKey.ListOffsets: (1, 6),
+    ApiKey.ListOffsets: (1, 9),  # v7-v9: timestamps -3, -4, -5 (data_apis.SPECIAL_TIMESTAMPS)
     ApiKey.Metadata: (0, 12),
     ApiKey.ApiVersions: (0, 4),
     ApiKey.InitProducerId: (0, 4),

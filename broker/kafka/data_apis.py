@@ -41,6 +41,11 @@ from metadata_quorum.s3_replicas import reported_isr, reported_replicas
 
 LATEST_TIMESTAMP = -1  # ListOffsets' special timestamps
 EARLIEST_TIMESTAMP = -2
+#: special timestamp -> (the offset spec it asks for, the first ListOffsets version that has it):
+#: -3 max timestamp (KIP-734, v7), -4 earliest local (KIP-1005, v8), -5 latest tiered (KIP-1005, v9)
+SPECIAL_TIMESTAMPS: dict[int, tuple[str, int]] = {
+    LATEST_TIMESTAMP: ("latest", 0), EARLIEST_TIMESTAMP: ("earliest", 0), -3: ("max_timestamp", 7),
+    -4: ("earliest_local", 8), -5: ("latest_tiered", 9)}
 ZERO_UUID = uuid.UUID(int=0)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 #: the refusal of every transactional id (FindCoordinator, InitProducerId, Produce): Kafka's error
@@ -424,11 +429,13 @@ class DataApis:
             parts = []
             for p in topic.partitions:
                 epoch = p.current_leader_epoch if req.api_version >= 4 else None
-                spec = "latest" if p.timestamp == LATEST_TIMESTAMP else "earliest" \
-                    if p.timestamp == EARLIEST_TIMESTAMP else "timestamp"
+                spec, since = SPECIAL_TIMESTAMPS.get(p.timestamp, ("timestamp", 0))
                 try:
                     if spec == "timestamp" and p.timestamp < 0:
                         raise FerryError(ErrorCode.INVALID_REQUEST, f"timestamp {p.timestamp} is not supported")
+                    if req.api_version < since:
+                        raise FerryError(ErrorCode.UNSUPPORTED_VERSION, f"timestamp {p.timestamp} needs ListOffsets "
+                                                                        f"v{since}, the request is v{req.api_version}")
                     offset, ts, leader_epoch = await self.core.offset_at(topic.name, p.partition_index, spec,
                                                                          p.timestamp, epoch)
                     parts.append(LP(partition_index=p.partition_index, error_code=0, timestamp=ts, offset=offset,
