@@ -25,7 +25,7 @@ def assert_works(peer: Peer, check: Check) -> None:
 
 
 def test_topics_and_configs(peer: Peer) -> None:
-    for name in ("topics_lifecycle", "configs_topic", "configs_broker"):
+    for name in ("topics_lifecycle", "configs_topic", "configs_broker", "configs_group"):
         assert_works(peer, BY_TOOL[name])
 
 
@@ -48,6 +48,6 @@ def test_perf_tests_and_verifiable_clients(peer: Peer) -> None:
 
 
 def test_every_quick_check_is_run_here() -> None:
-    covered = {"topics_lifecycle", "configs_topic", "configs_broker", "console_round_trip", "group_reset_offsets",
+    covered = {"topics_lifecycle", "configs_topic", "configs_broker", "configs_group", "console_round_trip", "group_reset_offsets",
                "group_delete_offsets", "reassign", "perf_tests", "verifiable_round_trip"}
     assert covered == set(BY_TOOL)

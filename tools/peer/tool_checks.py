@@ -237,6 +237,29 @@ def configs_broker(peer: Peer) -> str:
     return f"broker {b} and the cluster default altered, described, deleted"
 
 
+def configs_group(peer: Peer) -> str:
+    """A consumer group's configs (KIP-848) before the group exists: --alter --add-config and
+    --describe, a value outside group.consumer.max.session.timeout.ms refused; thorough:
+    --delete-config and --describe --all showing the default."""
+    group = peer.name("configs-group")
+    entity = ("--entity-type", "groups", "--entity-name", group)
+    peer.ok("kafka-configs", "--alter", *entity, "--add-config",
+            "consumer.session.timeout.ms=50000,consumer.heartbeat.interval.ms=6000")
+    run = peer.ok("kafka-configs", "--describe", *entity)
+    expect("consumer.session.timeout.ms=50000" in run.stdout and "consumer.heartbeat.interval.ms=6000" in run.stdout,
+           "--describe", run)
+    bad = peer.tool("kafka-configs", "--alter", *entity, "--add-config", "consumer.session.timeout.ms=90000")
+    expect(not bad.ok and "InvalidConfigurationException" in bad.output, "a value above the maximum was not refused",
+           bad)
+    if not peer.thorough:
+        return "added two configs, described, a value out of bounds refused"
+    peer.ok("kafka-configs", "--alter", *entity, "--delete-config", "consumer.session.timeout.ms")
+    run = peer.ok("kafka-configs", "--describe", "--all", *entity)
+    expect("consumer.session.timeout.ms=45000" in run.stdout and "consumer.heartbeat.interval.ms=6000" in run.stdout,
+           "--delete-config, then --describe --all", run)
+    return "added two, one out of bounds refused, deleted one, the default described"
+
+
 def perf_tests(peer: Peer) -> str:
     topic, n = peer.name("perf"), 20000
     peer.create_topic(topic, 3)
@@ -347,6 +370,7 @@ QUICK: tuple[Check, ...] = (
     Check("kafka-reassign-partitions", "--generate/--execute/--verify", reassign),
     Check("kafka-configs", "topic --alter/--describe", configs_topic),
     Check("kafka-configs", "broker --alter/--describe", configs_broker),
+    Check("kafka-configs", "group --alter/--describe (KIP-848)", configs_group),
     Check("kafka-producer/consumer-perf-test", "20,000 records", perf_tests),
     Check("kafka-verifiable-producer/consumer", "idempotent, exactly once", verifiable_round_trip),
 )
