@@ -304,7 +304,12 @@ def get_offsets_and_delete_records(peer: Peer) -> str:
     expect(f"partition: {topic}-0\tlow_watermark: 5" in run.stdout, "the low watermark is not 5", run)
     run = peer.ok("kafka-get-offsets", "--topic", topic, "--time", "-2")
     expect(f"{topic}:0:5" in run.stdout and f"{topic}:1:0" in run.stdout, "earliest offsets", run)
-    return "records before offset 5 deleted; earliest offsets 5 and 0"
+    run = peer.ok("kafka-get-offsets", "--topic", topic, "--partitions", "0", "--time", "-4")  # earliest local
+    expect(f"{topic}:0:5" in run.stdout, "the earliest local offset (-4) is not the log start", run)
+    run = peer.ok("kafka-get-offsets", "--topic", topic, "--partitions", "0", "--time", "-3")  # max timestamp
+    found = re.findall(rf"^{re.escape(topic)}:0:(\d+)$", run.stdout, re.M)
+    expect(len(found) == 1 and 5 <= int(found[0]) < 12, "the max-timestamp offset (-3) is not a record left", run)
+    return f"records before offset 5 deleted; earliest offsets 5 and 0; earliest local 5; max timestamp at {found[0]}"
 
 
 def log_dirs(peer: Peer) -> str:
