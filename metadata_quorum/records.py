@@ -172,7 +172,7 @@ class KVRecord:
 
 @dataclass(frozen=True)
 class ConfigRecord:
-    """A dynamic config; ``resource_type`` is "broker", "topic" or "cluster"; ``value = None`` deletes."""
+    """A dynamic config; ``resource_type`` is "broker", "topic", "cluster" or "group"; ``value = None`` deletes."""
 
     resource_type: str
     resource_name: str
