@@ -412,9 +412,13 @@ class Replica:
             return target
         result = await self.storage.fetch(self.data_stream_id, max(start, target.base_offset), TIMESTAMP_SCAN_BYTES)
         found = first_at(((r.offset, r.timestamp_ms) for r in batches.read_records(result.data)), target, start)
-        if found is None:  # an index seeded from an old meta may name a batch before the one
+        if found is None:
+            # an index seeded from an old meta may name a batch before the one; key compaction may
+            # have removed the record: then the largest of what remains, read (bounded)
             found_offset, found_ts = await self.offset_for_timestamp(target.timestamp_ms)
-            return (found_offset, found_ts) if found_offset >= 0 else (-1, -1)
+            if found_offset >= 0:
+                return found_offset, found_ts
+            return await self._largest_in(start, end) or (-1, -1)
         return found
 
     async def _largest_in(self, from_offset: int, to_offset: int) -> tuple[int, int] | None:

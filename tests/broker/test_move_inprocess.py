@@ -777,3 +777,11 @@ async def test_max_timestamp_and_latest_tiered_offsets_survive_uploads_deletes_a
     assert await slot.replica.max_timestamp_offset() == (5, 8_000)
     await put(8_000)                                 # 7: a tie comes after the first
     assert await slot.replica.max_timestamp_offset() == (5, 8_000)
+    await put(20_000_000)                            # 8: a new maximum, then the owner dies
+    c.controller.listeners.remove(c.listeners[2])
+    c.skew_ms += 5000
+    epoch1 = c.controller.image.cluster.brokers[1].broker_epoch
+    c.controller.write("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch1, "metadata_offset": 10**9})
+    c.controller.tick()  # fences broker 2; broker 1 recovers its WAL tail and rebuilds the index from it
+    slot = await c.serving(1, "mx", 0)
+    assert await slot.replica.max_timestamp_offset() == (8, 20_000_000)
