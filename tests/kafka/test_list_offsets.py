@@ -6,7 +6,7 @@ from kafka.protocol.consumer.offsets import ListOffsetsRequest
 
 from broker.kafka.data_apis import DataApis
 from broker.kafka.wire import Request
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 
 class SpecCore:
