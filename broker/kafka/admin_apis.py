@@ -299,6 +299,7 @@ class AdminApis:
             nulls = [c.name for c in r.configs if c.value is None]
             over = self._over_batch_limit({c.name: c.value for c in r.configs}) \
                 if r.resource_type == TOPIC_RESOURCE else None
+            over = over or self._read_only(r.resource_type, [c.name for c in r.configs])
             error = ItemError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}") \
                 if nulls else over if over is not None else await self._alter_resource(r.resource_type, r.resource_name, {
                     "configs": {c.name: c.value for c in r.configs}, "replace": True}, bool(body.validate_only))
@@ -322,6 +323,9 @@ class AdminApis:
             elif r.resource_type == TOPIC_RESOURCE and (over := self._over_batch_limit(
                     {c.name: c.value for c in r.configs if CONFIG_OPS[c.config_operation] == "set"})) is not None:
                 error = over
+            elif (read_only := self._read_only(r.resource_type, [c.name for c in r.configs
+                                                                 if CONFIG_OPS[c.config_operation] != "delete"])):
+                error = read_only
             else:
                 ops = [{"op": CONFIG_OPS[c.config_operation], "key": c.name, "value": c.value} for c in r.configs]
                 error = await self._alter_resource(r.resource_type, r.resource_name, {"ops": ops},
@@ -329,6 +333,20 @@ class AdminApis:
             results.append(R(error_code=error.error.code if error else 0, error_message=error.message if error else None,
                              resource_type=r.resource_type, resource_name=r.resource_name))
         return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
+
+    def _read_only(self, rtype: int, keys: Sequence[str]) -> ItemError | None:
+        """The broker configs this broker reports are applied at start-up (broker_configs.py): a
+        change to one would be stored and never applied, so it is refused as Kafka refuses a
+        non-dynamic broker config (ConfigAdminManager: INVALID_REQUEST with DynamicBrokerConfig's
+        message), and nothing changes. Kafka's dynamic broker configs (the replication throttles,
+        ``replica.alter.log.dirs.io.max.bytes.per.second``, …) are not among them and are stored."""
+        if rtype != BROKER_RESOURCE:
+            return None
+        static = self.core.static_configs()
+        fixed = sorted({k for k in keys if k in static})
+        if not fixed:
+            return None
+        return ItemError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: [{', '.join(fixed)}]")
 
     def _over_batch_limit(self, configs: Mapping[str, str | None]) -> ItemError | None:
         """A topic's ``max.message.bytes`` may not exceed the broker's ``message.max.bytes``: the

@@ -119,9 +119,9 @@ def alter_user_scram_credentials(image: MetadataImage, args: dict[str, Any], ctx
             errors[a.name] = exc
     results: list[dict[str, Any]] = []
     for user in order:
-        exc = errors.get(user)
-        error = item_error(exc.error, exc.message) if exc is not None else {**item_error(ErrorCode.NONE, ""),
-                                                                            "message": None}
+        refused = errors.get(user)
+        error = item_error(refused.error, refused.message) if refused is not None else \
+            {**item_error(ErrorCode.NONE, ""), "message": None}
         results.append({"user": user, **error})
     return ControllerResult(tuple(records), {"results": results})
 
