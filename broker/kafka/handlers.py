@@ -16,6 +16,7 @@ from broker.kafka.forwarding import ControllerCalls
 from broker.kafka.group_apis import GroupApis, GroupsCore
 from broker.kafka.listener import Handler
 from broker.kafka.quorum_apis import QuorumApis, QuorumState
+from broker.kafka.quota_apis import describe_client_quotas
 from broker.kafka.scram_apis import ScramApis
 
 
@@ -74,6 +75,7 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
         ApiKey.DescribeQuorum: quorum_apis.describe_quorum,
         ApiKey.DescribeUserScramCredentials: scram.describe_user_scram_credentials,
         ApiKey.AlterUserScramCredentials: scram.alter_user_scram_credentials,
+        ApiKey.DescribeClientQuotas: describe_client_quotas,
     }
     missing = set(SUPPORTED_VERSIONS) - set(table) - {ApiKey.SaslHandshake, ApiKey.SaslAuthenticate}
     if missing:

@@ -94,27 +94,29 @@ def alter_user_scram_credentials(image: MetadataImage, args: dict[str, Any], ctx
     """``{"deletions": [{name, mechanism}], "upsertions": [{name, mechanism, iterations, salt,
     salted_password}]}`` (mechanism: Kafka's type, 1 = SCRAM-SHA-256, 2 = SCRAM-SHA-512; salt and
     salted password base64) -> ``{"results": [{user, error, code, message}]}``, one per user in
-    the order first named."""
+    the order first named.
+
+    As Kafka's ScramControlManager: deletions then upsertions are walked in order, each checked
+    when met; a user met a second time (whatever the mechanism: Kafka 4.4's controller refuses
+    SCRAM-SHA-256 and SCRAM-SHA-512 of one user in one request too) loses both alterations to
+    DUPLICATE_RESOURCE, and a user already refused is skipped."""
     alterations = [_parse(d, f"deletions[{i}]", False)
                    for i, d in enumerate(opt_list(args, "deletions", MAX_ALTERATIONS) or [])]
     alterations += [_parse(u, f"upsertions[{i}]", True)
                     for i, u in enumerate(opt_list(args, "upsertions", MAX_ALTERATIONS) or [])]
     order: list[str] = []
     errors: dict[str, FerryError] = {}
-    wanted: dict[str, Alteration] = {}
-    for a in alterations:  # deletions first, as Kafka's ScramControlManager walks them
+    wanted: dict[str, Record] = {}
+    for a in alterations:
         if a.name not in order:
             order.append(a.name)
         if a.name in errors:
             continue
         if wanted.pop(a.name, None) is not None:
             errors[a.name] = FerryError(ErrorCode.DUPLICATE_RESOURCE, _TWICE)
-        else:
-            wanted[a.name] = a
-    records: list[Record] = []
-    for a in wanted.values():
+            continue
         try:
-            records.append(_record(image, a))
+            wanted[a.name] = _record(image, a)
         except FerryError as exc:
             errors[a.name] = exc
     results: list[dict[str, Any]] = []
@@ -123,7 +125,7 @@ def alter_user_scram_credentials(image: MetadataImage, args: dict[str, Any], ctx
         error = item_error(refused.error, refused.message) if refused is not None else \
             {**item_error(ErrorCode.NONE, ""), "message": None}
         results.append({"user": user, **error})
-    return ControllerResult(tuple(records), {"results": results})
+    return ControllerResult(tuple(wanted.values()), {"results": results})
 
 
 def describe_user_scram_credentials(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:

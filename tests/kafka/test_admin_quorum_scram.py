@@ -9,10 +9,12 @@ import hashlib
 from typing import Any
 
 import pytest
+from kafka.protocol.admin.client_quotas import DescribeClientQuotasRequest
 from kafka.protocol.admin.cluster import DescribeQuorumRequest, DescribeQuorumResponse
 from kafka.protocol.admin.configs import AlterConfigsRequest, IncrementalAlterConfigsRequest
 from kafka.protocol.admin.users import AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest
 
+from broker.kafka.quota_apis import describe_client_quotas
 from broker.kafka.quorum_apis import QuorumApis, describe_quorum_response, directory_uuid
 from broker.kafka.scram_apis import ScramApis
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -168,3 +170,21 @@ async def test_describe_quorum_asks_the_quorum_and_maps_its_failure() -> None:
     assert isinstance(ok, DescribeQuorumResponse) and ok.error_code == 0 and ok.topics[0].partitions[0].leader_id == 2
     down = encoded(req, await QuorumApis(_Quorum(FerryError(ErrorCode.NOT_CONTROLLER, "electing"))).describe_quorum(req))
     assert down.error_code == ErrorCode.NOT_CONTROLLER.code and down.topics == []
+
+
+# --------------------------------------------------------------------------- DescribeClientQuotas
+
+
+@pytest.mark.parametrize("version", [0, 1])
+async def test_describe_client_quotas_answers_none_and_checks_the_filter(version: int) -> None:
+    C = DescribeClientQuotasRequest.ComponentData
+    ok = request(DescribeClientQuotasRequest(components=[C(entity_type="user", match_type=0, match="alice")],
+                                             strict=False), version)
+    out = encoded(ok, await describe_client_quotas(ok))
+    assert (out.error_code, out.entries) == (0, [])
+    for bad in ([C(entity_type="group", match_type=0, match="g")],
+                [C(entity_type="user", match_type=1, match=None), C(entity_type="user", match_type=2, match=None)],
+                [C(entity_type="user", match_type=7, match=None)],
+                [C(entity_type="ip", match_type=2, match=None), C(entity_type="user", match_type=2, match=None)]):
+        req = request(DescribeClientQuotasRequest(components=bad, strict=False), version)
+        assert encoded(req, await describe_client_quotas(req)).error_code == ErrorCode.INVALID_REQUEST.code

@@ -103,3 +103,13 @@ def test_malformed_arguments_are_invalid_request() -> None:
             assert getattr(exc, "error", None) is ErrorCode.INVALID_REQUEST, exc
         else:
             raise AssertionError(f"{args} was accepted")
+
+
+def test_checks_happen_in_kafkas_order() -> None:
+    """A user refused at its first alteration is not also a duplicate at its second (Kafka walks
+    deletions then upsertions, checking each when met); both mechanisms of one user in one request
+    are a duplicate, as Kafka 4.4's controller answers kafka-configs' combined --add-config."""
+    out = alter(controller(1).image, deletions=[{"name": "erin", "mechanism": 9}],
+                upsertions=[upsert("erin"), upsert("frank"), upsert("frank", mechanism=2)])
+    assert errors_of(out.reply) == {"erin": "UNSUPPORTED_SASL_MECHANISM", "frank": "DUPLICATE_RESOURCE"}
+    assert out.records == ()
