@@ -93,7 +93,8 @@ def describe_quorum_response(asked: list[tuple[str, list[int]]], status: Json, r
                                  leader_id=-1, leader_epoch=-1, high_watermark=-1, current_voters=[], observers=[]))
                 continue
             answers.append(P(partition_index=0, error_code=0, error_message=None,
-                             leader_id=int(status.get("leader_id", -1)), leader_epoch=int(status.get("leader_epoch", -1)),
+                             leader_id=int(status.get("leader_id", -1)),
+                             leader_epoch=int(status.get("leader_epoch", -1)),
                              high_watermark=int(status.get("high_watermark", -1)),
                              current_voters=voters, observers=observers))
         topics.append(T(topic_name=name, partitions=answers))

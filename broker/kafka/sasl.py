@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Callable, Protocol
 
 from metadata_quorum.image import MetadataImage
-from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode
 from metadata_quorum.kernel.scram import BY_NAME, MECHANISMS as SCRAM_MECHANISMS, ScramCredential, ScramMechanism
 from metadata_quorum.kernel.strict_config import SECRET, build, invalid, load_json
 
@@ -61,8 +61,9 @@ class Users:
 
     @classmethod
     def from_passwords(cls, passwords: dict[str, str]) -> "Users":
-        return cls(dict(passwords), {(u, m.name): ScramCredential.derive(m, p, secrets.token_bytes(16), SCRAM_ITERATIONS)
-                                     for u, p in passwords.items() for m in SCRAM_MECHANISMS})
+        return cls(dict(passwords), {
+            (u, m.name): ScramCredential.derive(m, p, secrets.token_bytes(16), SCRAM_ITERATIONS)
+            for u, p in passwords.items() for m in SCRAM_MECHANISMS})
 
     @classmethod
     def load(cls, path: str) -> "Users":
