@@ -62,7 +62,7 @@ def test_documented_zeros_are_accepted() -> None:
                "cache_bytes": 0, "index_cache_entries": 0}
     cfg = config_from_dict(dict(BASE, storage=storage, peer_probe_interval_ms=0, meta_checkpoint_interval_ms=0,
                                 produce_handoff_wait_ms=0, replica_fetch_wait_max_ms=500, replica_lag_time_max_ms=500))
-    assert cfg.storage == storage and cfg.produce_handoff_wait_ms == 0
+    assert {k: getattr(cfg.storage, k) for k in storage} == storage and cfg.produce_handoff_wait_ms == 0
 
 
 def test_a_broker_with_a_bad_config_exits_2_naming_the_setting_and_creates_nothing(  # type: ignore[no-untyped-def]
