@@ -47,6 +47,7 @@ from metadata_quorum.s3_replicas import replication_factor
 TOPIC_RESOURCE = 2  # ConfigResource types on the wire
 BROKER_RESOURCE = 4
 BROKER_ENDPOINTS = 1  # DescribeCluster's endpoint type
+ENDPOINT_TYPES = {1: "BROKER", 2: "CONTROLLER"}  # Kafka's EndpointType
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
 CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}  # IncrementalAlterConfigs' operations
 MAX_MESSAGE_BYTES, BROKER_MAX_MESSAGE_BYTES = "max.message.bytes", "message.max.bytes"
@@ -385,9 +386,14 @@ class AdminApis:
         endpoint_type = body.endpoint_type if req.api_version >= 1 else BROKER_ENDPOINTS
         ops = set(CLUSTER_OPERATIONS) if body.include_cluster_authorized_operations else None
         if endpoint_type != BROKER_ENDPOINTS:
+            # as Kafka 4.4's brokers (AuthHelper.computeDescribeClusterResponse): the controllers'
+            # endpoints are asked of a controller, any other type is unknown
+            known = ENDPOINT_TYPES.get(endpoint_type)
+            error, message = (ErrorCode.MISMATCHED_ENDPOINT_TYPE, "The request was sent to an endpoint of type "
+                              f"BROKER, but we wanted an endpoint of type {known}") if known is not None else \
+                (ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"Unsupported endpoint type {endpoint_type}")
             return DescribeClusterResponse(
-                throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE.code,
-                error_message="Brokers answer for broker endpoints only (endpoint type 1)",
+                throttle_time_ms=0, error_code=error.code, error_message=message,
                 endpoint_type=endpoint_type, cluster_id=self.core.cluster_id, controller_id=-1, brokers=[],
                 authorized_operations=None)
         include_fenced = bool(body.include_fenced_brokers) if req.api_version >= 2 else False
