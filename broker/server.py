@@ -51,7 +51,7 @@ from broker.kafka.broker_configs import (StaticConfig, broker_static_configs, de
 from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
 from broker.kafka.listener import KafkaListener
-from broker.kafka.sasl import Users
+from broker.kafka.sasl import ScramStore, Users
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
@@ -180,9 +180,11 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
             forwarder = QuorumForwarder(self.client, self._wait_for_metadata)
-            self.kafka = KafkaListener(kafka_handlers(self, forwarder, topic_defaults(self.config)), self.config.host, self.config.kafka_port,
+            self.kafka = KafkaListener(kafka_handlers(self, forwarder, topic_defaults(self.config), self.client),
+                                       self.config.host, self.config.kafka_port,
                                        self.config.kafka_max_request_bytes, observe=self.metrics.observe_kafka,
-                                       sasl_users=Users.load(self.config.sasl_users_file)
+                                       sasl_users=ScramStore(Users.load(self.config.sasl_users_file),
+                                                             lambda: self.image)
                                        if self.config.sasl_users_file else None)
             await self.kafka.start()
             log.info("broker %d Kafka listener on %s:%d", self.broker_id, self.config.host, self.kafka.port)

@@ -17,6 +17,7 @@ from metadata_quorum.image import (
     ConfigsImage,
     MetadataImage,
     PartitionRegistration,
+    ScramImage,
     StreamMetadata,
     StreamsImage,
     TopicIdPartition,
@@ -37,10 +38,12 @@ from metadata_quorum.records import (
     RemoveStreamObjectRecord,
     RemoveStreamRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     StreamObjectRecord,
     StreamRecord,
     TopicRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 
 
@@ -77,6 +80,7 @@ class MetadataDelta:
         self._refs: dict[str, tuple[int, ...]] = {}  # object key -> streams referencing it (() = none)
         self._configs: dict[tuple[str, str], dict[str, str]] = {}
         self._kv: dict[str, str | None] = {}
+        self._scram: dict[tuple[str, str], UserScramCredentialRecord | None] = {}
         self._changed_partitions: set[TopicIdPartition] = set()
 
     # ----------------------------------------------------------------- current view
@@ -263,6 +267,12 @@ class MetadataDelta:
     def _kv_record(self, r: KVRecord) -> None:
         self._kv[r.key] = r.value
 
+    def _scram_credential(self, r: UserScramCredentialRecord) -> None:
+        self._scram[(r.name, r.mechanism)] = r
+
+    def _remove_scram_credential(self, r: RemoveUserScramCredentialRecord) -> None:
+        self._scram[(r.name, r.mechanism)] = None
+
     def _noop(self, r: NoOpRecord) -> None:
         return None
 
@@ -287,7 +297,8 @@ class MetadataDelta:
             configs = ConfigsImage(image.configs.configs.update(
                 {k: (PMap(v) if v else REMOVE) for k, v in self._configs.items()}))
         kv = image.kv.update(_removals(self._kv)) if self._kv else image.kv
-        return MetadataImage(self.offset, self.epoch, cluster, topics, streams, configs, kv)
+        scram = ScramImage(image.scram.credentials.update(_removals(self._scram))) if self._scram else image.scram
+        return MetadataImage(self.offset, self.epoch, cluster, topics, streams, configs, kv, scram)
 
     def _apply_topics(self) -> TopicsImage:
         old = self.image.topics
@@ -382,6 +393,8 @@ _HANDLERS: dict[type, Any] = {
     RemoveStreamObjectRecord: MetadataDelta._remove_stream_object,
     ConfigRecord: MetadataDelta._config,
     KVRecord: MetadataDelta._kv_record,
+    UserScramCredentialRecord: MetadataDelta._scram_credential,
+    RemoveUserScramCredentialRecord: MetadataDelta._remove_scram_credential,
     NoOpRecord: MetadataDelta._noop,
 }
 

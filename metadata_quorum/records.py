@@ -181,6 +181,26 @@ class ConfigRecord:
 
 
 @dataclass(frozen=True)
+class UserScramCredentialRecord:
+    """KRaft's UserScramCredentialRecord: a user's SCRAM credential for one mechanism (an upsert).
+    ``mechanism`` is the SASL name (``SCRAM-SHA-256``, ``SCRAM-SHA-512``); salt and keys are
+    base64: the password itself is never in the log."""
+
+    name: str
+    mechanism: str
+    salt: str
+    stored_key: str
+    server_key: str
+    iterations: int
+
+
+@dataclass(frozen=True)
+class RemoveUserScramCredentialRecord:
+    name: str
+    mechanism: str
+
+
+@dataclass(frozen=True)
 class NoOpRecord:
     """Written by a new leader so that its first commit fences the old leader's term."""
 
@@ -202,6 +222,8 @@ Record = Union[
     RemoveStreamObjectRecord,
     KVRecord,
     ConfigRecord,
+    UserScramCredentialRecord,
+    RemoveUserScramCredentialRecord,
     NoOpRecord,
 ]
 

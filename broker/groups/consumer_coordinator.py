@@ -22,7 +22,6 @@ from typing import Protocol
 
 from broker.groups import consumer_group as cg
 from broker.groups.consumer_assignors import ASSIGNORS, RANGE, UNIFORM, AssignorMember
-from broker.groups.consumer_errors import ConsumerGroupError, GroupError
 from broker.groups.consumer_group import ConsumerGroup, reconcile
 from broker.groups.consumer_records import (
     ConsumerCurrentRecord,
@@ -103,7 +102,7 @@ class ConsumerHeartbeat:
 
 @dataclass(frozen=True)
 class ConsumerHeartbeatResult:
-    error: GroupError
+    error: ErrorCode
     message: str | None = None
     member_id: str | None = None
     member_epoch: int = 0
@@ -128,7 +127,7 @@ class DescribedConsumerMember:
 @dataclass(frozen=True)
 class DescribedConsumerGroup:
     group_id: str
-    error: GroupError
+    error: ErrorCode
     state: str = cg.DEAD
     group_epoch: int = 0
     assignment_epoch: int = 0
@@ -137,7 +136,7 @@ class DescribedConsumerGroup:
     topic_names: Mapping[str, str] | None = None
 
 
-def _error(error: GroupError, message: str, member_id: str | None = None) -> ConsumerHeartbeatResult:
+def _error(error: ErrorCode, message: str, member_id: str | None = None) -> ConsumerHeartbeatResult:
     return ConsumerHeartbeatResult(error, message, member_id)
 
 
@@ -234,7 +233,7 @@ class ConsumerGroups:
         return DescribedConsumerGroup(group_id, ErrorCode.NONE, group.state(), group.epoch, group.assignment_epoch,
                                       self.preferred_assignor(group), members, names)
 
-    def validate_commit(self, group_id: str, member_id: str, member_epoch: int) -> GroupError:
+    def validate_commit(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode:
         """OffsetCommit to a consumer group: by a member at its current epoch, or (epoch < 0,
         no member id) by an admin or a consumer outside the group while the group is empty."""
         group = self.groups[group_id]
@@ -244,9 +243,9 @@ class ConsumerGroups:
             return ErrorCode.UNKNOWN_MEMBER_ID
         current = group.current(member_id).member_epoch
         if member_epoch > current:
-            return ConsumerGroupError.FENCED_MEMBER_EPOCH
+            return ErrorCode.FENCED_MEMBER_EPOCH
         if member_epoch < current:
-            return ConsumerGroupError.STALE_MEMBER_EPOCH
+            return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 
     # ------------------------------------------------------------ heartbeat
@@ -257,7 +256,7 @@ class ConsumerGroups:
         if invalid is not None:
             return _error(ErrorCode.INVALID_REQUEST, invalid, req.member_id), out
         if req.server_assignor is not None and req.server_assignor not in self.config.assignors:
-            return _error(ConsumerGroupError.UNSUPPORTED_ASSIGNOR,
+            return _error(ErrorCode.UNSUPPORTED_ASSIGNOR,
                           f"assignor {req.server_assignor!r} is not one of {list(self.config.assignors)}"), out
         if req.member_epoch in (cg.LEAVE_EPOCH, cg.STATIC_LEAVE_EPOCH):
             return self._leave(req, now_ms, out), out
@@ -274,7 +273,7 @@ class ConsumerGroups:
                 holder = group.static_member(req.instance_id)
                 if holder is not None and holder != member_id:
                     if group.current(holder).member_epoch != cg.STATIC_LEAVE_EPOCH:
-                        return _error(ConsumerGroupError.UNRELEASED_INSTANCE_ID,
+                        return _error(ErrorCode.UNRELEASED_INSTANCE_ID,
                                       f"instance {req.instance_id} is still held by member {holder}"), out
                     replaced, old_meta = holder, group.metas[holder]
             if member_id not in group.metas and replaced is None and len(group.metas) >= self.config.max_size:
@@ -354,14 +353,14 @@ class ConsumerGroups:
             return _error(ErrorCode.FENCED_INSTANCE_ID, f"instance {req.instance_id} belongs to another member")
         current = group.current(member_id)
         if req.member_epoch > current.member_epoch:
-            return _error(ConsumerGroupError.FENCED_MEMBER_EPOCH,
+            return _error(ErrorCode.FENCED_MEMBER_EPOCH,
                           f"epoch {req.member_epoch} is ahead of the member's {current.member_epoch}")
         if req.member_epoch < current.member_epoch:
             # the member may have missed the response that moved it on: accepted if it owns no more
             # than it is assigned at its current epoch
             if not (req.member_epoch == current.previous_member_epoch and req.owned is not None
                     and cg.is_subset(normalize(req.owned), current.assigned)):
-                return _error(ConsumerGroupError.FENCED_MEMBER_EPOCH,
+                return _error(ErrorCode.FENCED_MEMBER_EPOCH,
                               f"epoch {req.member_epoch} is behind the member's {current.member_epoch}")
         return None
 
@@ -453,7 +452,7 @@ class ConsumerGroups:
         self._emit(ConsumerMemberRecord(group.group_id, member_id, None), out)
         self.timers.cancel((SESSION_TIMER, group.group_id, member_id, 0))
 
-    def delete(self, group_id: str) -> tuple[GroupError, list[ConsumerRecord]]:
+    def delete(self, group_id: str) -> tuple[ErrorCode, list[ConsumerRecord]]:
         """DeleteGroups of a consumer group: only when it has no members."""
         out: list[ConsumerRecord] = []
         group = self.groups[group_id]

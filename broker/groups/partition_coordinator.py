@@ -27,7 +27,6 @@ from broker.groups.consumer_coordinator import (
     GroupConfigLookup,
     TopicInfo,
 )
-from broker.groups.consumer_errors import GroupError
 from broker.groups.consumer_records import CONSUMER_RECORD_TYPES, AnyGroupRecord, ConsumerRecord
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.messages import (
@@ -128,7 +127,7 @@ class PartitionCoordinator(GroupCoordinator):
     def commit_offsets(self, request: OffsetCommitRequest, now_ms: int) -> Effects[OffsetCommitResult]:
         if self._unloaded or not self._consumer.has_group(request.group_id):
             return super().commit_offsets(request, now_ms)
-        error: GroupError = self._consumer.validate_commit(request.group_id, request.member_id,
+        error: ErrorCode = self._consumer.validate_commit(request.group_id, request.member_id,
                                                            request.generation_id)
         if error is not ErrorCode.NONE:
             return self._with(OffsetCommitResult(tuple(PartitionResult(p.topic, p.partition, error)
@@ -148,7 +147,7 @@ class PartitionCoordinator(GroupCoordinator):
         if group.metas:
             subscribed |= set(group.topics)
         free = [tp for tp in partitions if tp.topic not in subscribed]
-        deleted: dict[tuple[str, int], GroupError] = {}
+        deleted: dict[tuple[str, int], ErrorCode] = {}
         records: tuple[AnyGroupRecord, ...] = ()
         if free and self.group_state(group_id) is GroupState.EMPTY:  # the offsets are in the classic store
             inner = super().delete_offsets(group_id, free, now_ms)

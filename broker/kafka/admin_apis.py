@@ -50,6 +50,7 @@ BROKER_RESOURCE = 4
 GROUP_RESOURCE = 32
 CONFIG_RESOURCES = {TOPIC_RESOURCE: "topic", BROKER_RESOURCE: "broker", GROUP_RESOURCE: "group"}
 BROKER_ENDPOINTS = 1  # DescribeCluster's endpoint type
+ENDPOINT_TYPES = {1: "BROKER", 2: "CONTROLLER"}  # Kafka's EndpointType
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
 CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}  # IncrementalAlterConfigs' operations
 MAX_MESSAGE_BYTES, BROKER_MAX_MESSAGE_BYTES = "max.message.bytes", "message.max.bytes"
@@ -306,6 +307,7 @@ class AdminApis:
             nulls = [c.name for c in r.configs if c.value is None]
             over = self._over_batch_limit({c.name: c.value for c in r.configs}) \
                 if r.resource_type == TOPIC_RESOURCE else None
+            over = over or self._read_only(r.resource_type, [c.name for c in r.configs])
             error = ItemError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}") \
                 if nulls else over if over is not None else await self._alter_resource(r.resource_type, r.resource_name, {
                     "configs": {c.name: c.value for c in r.configs}, "replace": True}, bool(body.validate_only))
@@ -329,6 +331,9 @@ class AdminApis:
             elif r.resource_type == TOPIC_RESOURCE and (over := self._over_batch_limit(
                     {c.name: c.value for c in r.configs if CONFIG_OPS[c.config_operation] == "set"})) is not None:
                 error = over
+            elif (read_only := self._read_only(r.resource_type, [c.name for c in r.configs
+                                                                 if CONFIG_OPS[c.config_operation] != "delete"])):
+                error = read_only
             else:
                 ops = [{"op": CONFIG_OPS[c.config_operation], "key": c.name, "value": c.value} for c in r.configs]
                 error = await self._alter_resource(r.resource_type, r.resource_name, {"ops": ops},
@@ -336,6 +341,20 @@ class AdminApis:
             results.append(R(error_code=error.error.code if error else 0, error_message=error.message if error else None,
                              resource_type=r.resource_type, resource_name=r.resource_name))
         return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
+
+    def _read_only(self, rtype: int, keys: Sequence[str]) -> ItemError | None:
+        """The broker configs this broker reports are applied at start-up (broker_configs.py): a
+        change to one would be stored and never applied, so it is refused as Kafka refuses a
+        non-dynamic broker config (ConfigAdminManager: INVALID_REQUEST with DynamicBrokerConfig's
+        message), and nothing changes. Kafka's dynamic broker configs (the replication throttles,
+        ``replica.alter.log.dirs.io.max.bytes.per.second``, …) are not among them and are stored."""
+        if rtype != BROKER_RESOURCE:
+            return None
+        static = self.core.static_configs()
+        fixed = sorted({k for k in keys if k in static})
+        if not fixed:
+            return None
+        return ItemError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: [{', '.join(fixed)}]")
 
     def _over_batch_limit(self, configs: Mapping[str, str | None]) -> ItemError | None:
         """A topic's ``max.message.bytes`` may not exceed the broker's ``message.max.bytes``: the
@@ -374,9 +393,14 @@ class AdminApis:
         endpoint_type = body.endpoint_type if req.api_version >= 1 else BROKER_ENDPOINTS
         ops = set(CLUSTER_OPERATIONS) if body.include_cluster_authorized_operations else None
         if endpoint_type != BROKER_ENDPOINTS:
+            # as Kafka 4.4's brokers (AuthHelper.computeDescribeClusterResponse): the controllers'
+            # endpoints are asked of a controller, any other type is unknown
+            known = ENDPOINT_TYPES.get(endpoint_type)
+            error, message = (ErrorCode.MISMATCHED_ENDPOINT_TYPE, "The request was sent to an endpoint of type "
+                              f"BROKER, but we wanted an endpoint of type {known}") if known is not None else \
+                (ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"Unsupported endpoint type {endpoint_type}")
             return DescribeClusterResponse(
-                throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE.code,
-                error_message="Brokers answer for broker endpoints only (endpoint type 1)",
+                throttle_time_ms=0, error_code=error.code, error_message=message,
                 endpoint_type=endpoint_type, cluster_id=self.core.cluster_id, controller_id=-1, brokers=[],
                 authorized_operations=None)
         include_fenced = bool(body.include_fenced_brokers) if req.api_version >= 2 else False

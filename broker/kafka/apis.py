@@ -58,6 +58,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ElectLeaders: (0, 2),
     ApiKey.DescribeLogDirs: (1, 4),
     ApiKey.AlterReplicaLogDirs: (1, 2),
+    ApiKey.DescribeQuorum: (0, 2),  # quorum_apis.py: the metadata quorum, asked of the active controller
+    ApiKey.DescribeUserScramCredentials: (0, 0),  # scram_apis.py
+    ApiKey.AlterUserScramCredentials: (0, 0),
+    ApiKey.DescribeClientQuotas: (0, 1),  # quota_apis.py: no quotas, none configured
 }
 
 

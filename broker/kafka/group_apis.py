@@ -31,7 +31,6 @@ from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, Fin
 
 from broker import groups as g
 from broker.groups.consumer_coordinator import ConsumerGroupConfig
-from broker.groups.consumer_errors import GroupError
 from broker.groups.consumer_records import decode_any_group_record, encode_consumer_record
 from broker.groups.partition_coordinator import PartitionCoordinator
 from broker.kafka.acl_operations import GROUP_OPERATIONS
@@ -366,7 +365,7 @@ class GroupApis:
                     p.committed_leader_epoch if v >= 6 else g.messages.NO_LEADER_EPOCH, p.committed_metadata))
         request = g.OffsetCommitRequest(body.group_id, tuple(known), body.member_id, body.generation_id_or_member_epoch,
                                         body.group_instance_id if v >= 7 else None)
-        results: list[tuple[str, int, GroupError]] = [(t, p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for t, p in unknown]
+        results: list[tuple[str, int, ErrorCode]] = [(t, p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for t, p in unknown]
         if known:
             try:
                 partition, hosted = await self._coordinator(body.group_id)
@@ -411,7 +410,7 @@ class GroupApis:
         body: OffsetDeleteRequest = req.body  # type: ignore[assignment]
         image = self.core.image
         known: list[g.TopicPartition] = []
-        results: list[tuple[str, int, GroupError]] = []
+        results: list[tuple[str, int, ErrorCode]] = []
         for t in body.topics:
             topic_id = image.topics.by_name.get(t.name) if image is not None else None
             for p in t.partitions:

@@ -15,6 +15,9 @@ from broker.kafka.data_apis import DataApis
 from broker.kafka.forwarding import ControllerCalls
 from broker.kafka.group_apis import GroupApis, GroupsCore
 from broker.kafka.listener import Handler
+from broker.kafka.quorum_apis import QuorumApis, QuorumState
+from broker.kafka.quota_apis import describe_client_quotas
+from broker.kafka.scram_apis import ScramApis
 
 
 def new_producer_id() -> int:
@@ -27,11 +30,14 @@ class KafkaCore(GroupsCore, AdminCore, Protocol):
 
 
 def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
-                   topic_defaults: TopicDefaults = TopicDefaults()) -> dict[int, Handler]:
+                   topic_defaults: TopicDefaults = TopicDefaults(),
+                   quorum: QuorumState | None = None) -> dict[int, Handler]:
     data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults))
     groups = GroupApis(core)
     admin = AdminApis(core, controller, topic_defaults)
     consumer_groups = ConsumerGroupApis(groups)
+    quorum_apis = QuorumApis(quorum)
+    scram = ScramApis(core, controller)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,
@@ -66,6 +72,10 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
         ApiKey.ElectLeaders: admin.elect_leaders,
         ApiKey.DescribeLogDirs: admin.describe_log_dirs,
         ApiKey.AlterReplicaLogDirs: admin.alter_replica_log_dirs,
+        ApiKey.DescribeQuorum: quorum_apis.describe_quorum,
+        ApiKey.DescribeUserScramCredentials: scram.describe_user_scram_credentials,
+        ApiKey.AlterUserScramCredentials: scram.alter_user_scram_credentials,
+        ApiKey.DescribeClientQuotas: describe_client_quotas,
     }
     missing = set(SUPPORTED_VERSIONS) - set(table) - {ApiKey.SaslHandshake, ApiKey.SaslAuthenticate}
     if missing:

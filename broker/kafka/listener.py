@@ -28,7 +28,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from broker.kafka.sasl import MECHANISMS, SaslSession, Step, Users
+from broker.kafka.sasl import MECHANISMS, Credentials, SaslSession, Step
 from broker.kafka.wire import (DEFAULT_MAX_REQUEST_BYTES, MIN_READ_BYTES, KafkaConnection, NeedData, Request,
                                Unsupported, Violation, encode_error, encode_response, encode_unsupported,
                                next_read_bytes)
@@ -46,7 +46,8 @@ Answer = tuple[Union[bytes, None], str, float, float]
 class KafkaListener:
     def __init__(self, handlers: dict[int, Handler], host: str, port: int,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_inflight: int = 64,
-                 observe: Callable[[str, float, float], None] | None = None, sasl_users: Users | None = None) -> None:
+                 observe: Callable[[str, float, float], None] | None = None,
+                 sasl_users: Credentials | None = None) -> None:
         """``observe(api name, handling seconds, queued seconds)`` is called for each answer;
         ``sasl_users`` makes this a SASL listener (see :mod:`broker.kafka.sasl`)."""
         self.handlers = handlers

@@ -412,7 +412,14 @@ async def test_describe_cluster(version: int) -> None:
         req = request(DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=2,
                                              include_fenced_brokers=False), version)
         out = encoded(req, await apis.describe_cluster(req))
-        assert out.error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE.code
+        assert (out.error_code, out.error_message) == (ErrorCode.MISMATCHED_ENDPOINT_TYPE.code, "The request was sent "
+                                                       "to an endpoint of type BROKER, but we wanted an endpoint of "
+                                                       "type CONTROLLER")
+        req = request(DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=9,
+                                             include_fenced_brokers=False), version)
+        out = encoded(req, await apis.describe_cluster(req))
+        assert (out.error_code, out.error_message) == (ErrorCode.UNSUPPORTED_ENDPOINT_TYPE.code,
+                                                       "Unsupported endpoint type 9")
 
 
 # --------------------------------------------------------------------------- reassignments and elections
