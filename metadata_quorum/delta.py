@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from metadata_quorum.acls import AclBinding, AclsImage
 from metadata_quorum.image import (
     BrokerRegistration,
     ClusterImage,
@@ -25,6 +26,7 @@ from metadata_quorum.image import (
 )
 from metadata_quorum.pmap import REMOVE, PMap
 from metadata_quorum.records import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     NO_LEADER,
     ConfigRecord,
@@ -34,6 +36,7 @@ from metadata_quorum.records import (
     PartitionRecord,
     Record,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveStreamObjectRecord,
     RemoveStreamRecord,
     RemoveTopicRecord,
@@ -77,6 +80,7 @@ class MetadataDelta:
         self._refs: dict[str, tuple[int, ...]] = {}  # object key -> streams referencing it (() = none)
         self._configs: dict[tuple[str, str], dict[str, str]] = {}
         self._kv: dict[str, str | None] = {}
+        self._acls: dict[int, AclBinding | None] = {}
         self._changed_partitions: set[TopicIdPartition] = set()
 
     # ----------------------------------------------------------------- current view
@@ -263,6 +267,13 @@ class MetadataDelta:
     def _kv_record(self, r: KVRecord) -> None:
         self._kv[r.key] = r.value
 
+    def _acl(self, r: AccessControlEntryRecord) -> None:
+        self._acls[r.acl_id] = AclBinding.from_record(r)
+
+    def _remove_acl(self, r: RemoveAccessControlEntryRecord) -> None:
+        if r.acl_id in self._acls or r.acl_id in self.image.acls.by_id:
+            self._acls[r.acl_id] = None
+
     def _noop(self, r: NoOpRecord) -> None:
         return None
 
@@ -287,7 +298,8 @@ class MetadataDelta:
             configs = ConfigsImage(image.configs.configs.update(
                 {k: (PMap(v) if v else REMOVE) for k, v in self._configs.items()}))
         kv = image.kv.update(_removals(self._kv)) if self._kv else image.kv
-        return MetadataImage(self.offset, self.epoch, cluster, topics, streams, configs, kv)
+        acls = AclsImage(image.acls.by_id.update(_removals(self._acls))) if self._acls else image.acls
+        return MetadataImage(self.offset, self.epoch, cluster, topics, streams, configs, kv, acls)
 
     def _apply_topics(self) -> TopicsImage:
         old = self.image.topics
@@ -382,6 +394,8 @@ _HANDLERS: dict[type, Any] = {
     RemoveStreamObjectRecord: MetadataDelta._remove_stream_object,
     ConfigRecord: MetadataDelta._config,
     KVRecord: MetadataDelta._kv_record,
+    AccessControlEntryRecord: MetadataDelta._acl,
+    RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
     NoOpRecord: MetadataDelta._noop,
 }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
+from metadata_quorum.acls import AclsImage
 from metadata_quorum.pmap import EMPTY_PMAP, PMap
 from metadata_quorum.records import (
     NO_LEADER,
@@ -389,6 +390,7 @@ class MetadataImage:
     streams: StreamsImage = field(default_factory=StreamsImage)
     configs: ConfigsImage = field(default_factory=ConfigsImage)
     kv: PMap[str, str] = field(default_factory=lambda: EMPTY_PMAP)
+    acls: AclsImage = field(default_factory=AclsImage)
 
     @property
     def next_stream_id(self) -> int:
@@ -412,6 +414,7 @@ class MetadataImage:
                 records.append(ConfigRecord(resource_type=rtype, resource_name=rname, key=key, value=value))
         for key in sorted(self.kv):
             records.append(KVRecord(key=key, value=self.kv[key]))
+        records += [self.acls.by_id[i].to_record(i) for i in sorted(self.acls.by_id)]
         return records
 
     def same_content(self, other: "MetadataImage") -> bool:
@@ -424,6 +427,7 @@ class MetadataImage:
             and {k: dict(v) for k, v in self.configs.configs.items()}
             == {k: dict(v) for k, v in other.configs.configs.items()}
             and dict(self.kv) == dict(other.kv)
+            and dict(self.acls.by_id) == dict(other.acls.by_id)
         )
 
     def indexes_consistent(self) -> bool:
@@ -465,7 +469,8 @@ class MetadataImage:
             delta.replay(record)
         image = delta.apply()
         if offset is not None:
-            image = MetadataImage(offset, epoch, image.cluster, image.topics, image.streams, image.configs, image.kv)
+            image = MetadataImage(offset, epoch, image.cluster, image.topics, image.streams, image.configs, image.kv,
+                                  image.acls)
         return image
 
 
