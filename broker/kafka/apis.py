@@ -58,6 +58,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ElectLeaders: (0, 2),
     ApiKey.DescribeLogDirs: (1, 4),
     ApiKey.AlterReplicaLogDirs: (1, 2),
+    # ACLs (acl_apis.py): Kafka 4 dropped v0
+    ApiKey.DescribeAcls: (1, 3),
+    ApiKey.CreateAcls: (1, 3),
+    ApiKey.DeleteAcls: (1, 3),
 }
 
 
