@@ -243,9 +243,6 @@ class AclsImage:
             out.setdefault(b.resource_type, []).append(b)
         return {k: tuple(v) for k, v in out.items()}
 
-    def id_of(self, binding: AclBinding) -> int | None:
-        return next((i for i, b in self.by_id.items() if b == binding), None)
-
     def matching(self, flt: AclBindingFilter) -> list[tuple[int, AclBinding]]:
         return [(i, self.by_id[i]) for i in sorted(self.by_id) if flt.matches(self.by_id[i])]
 
