@@ -107,3 +107,12 @@ def test_describe_refuses_a_filter_with_unknown_elements() -> None:
     with pytest.raises(FerryError) as err:
         run_read(EMPTY_IMAGE, "describe_acls", {"filter": flt(operation="UNKNOWN")})
     assert err.value.error is ErrorCode.INVALID_REQUEST
+
+
+def test_a_snapshot_without_an_acl_removes_it_from_a_followers_image() -> None:
+    from metadata_quorum.client import snapshot_delta
+
+    old, _ = write(EMPTY_IMAGE, "create_acls", {"creations": [binding("a"), binding("b")]})
+    kept, _ = write(EMPTY_IMAGE, "create_acls", {"creations": [binding("b")]})
+    _delta, image = snapshot_delta(old, kept.to_records(), 10)
+    assert image.offset == 10 and [b.resource_name for b in image.acls.by_id.values()] == ["b"]
