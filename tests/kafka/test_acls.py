@@ -93,6 +93,7 @@ def produce(c: LocalCluster, user: str, topic: str) -> list[int]:
     return errors
 
 
+@pytest.mark.integration
 def test_sasl_principals_are_held_to_the_acls(acl_cluster: LocalCluster) -> None:
     c = acl_cluster
     admin = AdminClient(sasl(c, "admin"))  # a super user: no ACL needed
