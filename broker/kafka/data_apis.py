@@ -48,10 +48,10 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 #: for a transactional id the client may not use, which clients treat as fatal at once
 #: (librdkafka, the Java client, kafka-python), rather than an error they retry until a timeout
 NO_TRANSACTIONS = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-#: the refusal of a topic the authorizer does not allow (broker/kafka/authorization.py)
-TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 NO_TRANSACTIONS_MESSAGE = ("this cluster has no transaction coordinator: transactions are not supported; "
                            "unset transactional.id (an idempotent producer still writes each record once)")
+#: the refusal of a topic the authorizer does not allow (broker/kafka/authorization.py)
+TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ class NoController:
 
 
 def request(body: Any, principal: str = "User:ANONYMOUS") -> Request:
-    return Request(int(body.API_KEY), 3, 1, "c", body, 0, 0, "/127.0.0.1", principal)
+    version = body.version if body.version is not None else 3
+    return Request(int(body.API_KEY), version, 1, "c", body, 0, 0, "/127.0.0.1", principal)
 
 
 def creation() -> Any:
@@ -130,3 +131,55 @@ def test_sasl_principals_are_held_to_the_acls(acl_cluster: LocalCluster) -> None
     (deleted,) = admin.delete_acls([everything]).values()
     assert sorted(map(str, deleted.result(30))) == sorted(map(str, [allow, deny]))
     assert admin.describe_acls(everything).result(30) == []
+
+
+async def test_handlers_enforce_what_the_acls_say_and_change_nothing_when_refused() -> None:
+    """Metadata, CreateTopics and CreateAcls over the real controller operations (in process)."""
+    from kafka.protocol.admin.topics import CreateTopicsRequest
+    from kafka.protocol.metadata.metadata import MetadataRequest
+
+    from broker.kafka.admin_apis import AdminApis
+    from broker.kafka.auto_create import AutoTopicCreator, TopicDefaults
+    from broker.kafka.data_apis import DataApis
+    from tests.kafka.test_admin_apis import cluster
+    from tests.kafka.test_auto_create import Core
+
+    _admin, controller, broker = cluster()
+    auth = Authorization(AuthorizerSettings(enabled=True, super_users=frozenset({"User:admin"})),
+                         lambda: broker.quorum.image)
+    data = DataApis(Core(broker.quorum), lambda: 1, auth=auth,  # type: ignore[arg-type]
+                    auto_create=AutoTopicCreator(controller, TopicDefaults()))
+    admin = AdminApis(broker, controller, auth=auth)
+    acls = AclApis(auth, controller)
+    CT = CreateTopicsRequest.CreatableTopic
+    creations = CreateTopicsRequest(topics=[CT(name=n, num_partitions=1, replication_factor=1, assignments=[],
+                                               configs=[]) for n in ("seen", "hidden")], timeout_ms=1000,
+                                    validate_only=False)
+    refused = await admin.create_topics(request(creations, "User:alice"))
+    assert {t.error_code for t in refused.topics} == {ErrorCode.TOPIC_AUTHORIZATION_FAILED.code}  # type: ignore[attr-defined]
+    assert broker.quorum.image.topics.by_name == {} and controller.calls == []
+    created = await admin.create_topics(request(creations, "User:admin"))
+    assert {t.error_code for t in created.topics} == {0}  # type: ignore[attr-defined]
+
+    C = CreateAclsRequest.AclCreation
+    allow = C(resource_type=2, resource_name="se", resource_pattern_type=4, principal="User:alice", host="*",
+              operation=3, permission_type=3)  # READ on the topics prefixed "se": DESCRIBE implied
+    assert [r.error_code for r in (await acls.create_acls(request(CreateAclsRequest(creations=[allow]),
+                                                                  "User:alice"))).results] == [  # type: ignore[attr-defined]
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED.code]
+    assert broker.quorum.image.acls.by_id == {}
+    assert [r.error_code for r in (await acls.create_acls(request(CreateAclsRequest(creations=[allow]),
+                                                                  "User:admin"))).results] == [0]  # type: ignore[attr-defined]
+
+    T = MetadataRequest.MetadataRequestTopic
+    everything = await data.metadata(request(MetadataRequest[9](topics=None, allow_auto_topic_creation=False,
+                                                                 include_topic_authorized_operations=True),
+                                             "User:alice"))
+    assert [(t.name, t.authorized_operations) for t in everything.topics] == [  # type: ignore[attr-defined]
+        ("seen", {3, 8})]  # "hidden" is left out of all topics
+    named = await data.metadata(request(MetadataRequest[9](topics=[T(name="hidden"), T(name="seen"), T(name="new")],
+                                                           allow_auto_topic_creation=True), "User:alice"))
+    assert [(t.name, t.error_code) for t in named.topics] == [  # type: ignore[attr-defined]
+        ("hidden", ErrorCode.TOPIC_AUTHORIZATION_FAILED.code), ("seen", 0),
+        ("new", ErrorCode.TOPIC_AUTHORIZATION_FAILED.code)]  # no CREATE: not created
+    assert "new" not in broker.quorum.image.topics.by_name
