@@ -46,7 +46,7 @@ from stream_storage.wal_gc import DeadWalCollector
 from broker.peer_liveness import PeerDeathWatcher, ProcessLock
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
-from broker.kafka.broker_configs import (StaticConfig, broker_static_configs, default_validation_policy,
+from broker.kafka.broker_configs import (StaticConfig, authorizer_settings, broker_static_configs, default_validation_policy,
                                          topic_defaults)
 from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
@@ -180,7 +180,8 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
             forwarder = QuorumForwarder(self.client, self._wait_for_metadata)
-            self.kafka = KafkaListener(kafka_handlers(self, forwarder, topic_defaults(self.config), self.client),
+            self.kafka = KafkaListener(kafka_handlers(self, forwarder, topic_defaults(self.config), quorum=self.client,
+                                                      authorizer=authorizer_settings(self.config)),
                                        self.config.host, self.config.kafka_port,
                                        self.config.kafka_max_request_bytes, observe=self.metrics.observe_kafka,
                                        sasl_users=ScramStore(Users.load(self.config.sasl_users_file),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
+from metadata_quorum.acls import AclsImage
 from metadata_quorum.pmap import EMPTY_PMAP, PMap
 from metadata_quorum.records import (
     NO_LEADER,
@@ -401,6 +402,7 @@ class MetadataImage:
     configs: ConfigsImage = field(default_factory=ConfigsImage)
     kv: PMap[str, str] = field(default_factory=lambda: EMPTY_PMAP)
     scram: ScramImage = field(default_factory=ScramImage)
+    acls: AclsImage = field(default_factory=AclsImage)
 
     @property
     def next_stream_id(self) -> int:
@@ -425,6 +427,7 @@ class MetadataImage:
         for key in sorted(self.kv):
             records.append(KVRecord(key=key, value=self.kv[key]))
         records += [self.scram.credentials[key] for key in sorted(self.scram.credentials)]
+        records += [self.acls.by_id[i].to_record(i) for i in sorted(self.acls.by_id)]
         return records
 
     def same_content(self, other: "MetadataImage") -> bool:
@@ -438,6 +441,7 @@ class MetadataImage:
             == {k: dict(v) for k, v in other.configs.configs.items()}
             and dict(self.kv) == dict(other.kv)
             and dict(self.scram.credentials) == dict(other.scram.credentials)
+            and dict(self.acls.by_id) == dict(other.acls.by_id)
         )
 
     def indexes_consistent(self) -> bool:
@@ -480,7 +484,7 @@ class MetadataImage:
         image = delta.apply()
         if offset is not None:
             image = MetadataImage(offset, epoch, image.cluster, image.topics, image.streams, image.configs, image.kv,
-                                  image.scram)
+                                  image.scram, image.acls)
         return image
 
 

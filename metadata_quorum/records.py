@@ -201,6 +201,26 @@ class RemoveUserScramCredentialRecord:
 
 
 @dataclass(frozen=True)
+class AccessControlEntryRecord:
+    """An ACL binding (KRaft's AccessControlEntryRecord); the enums are Kafka's names ("TOPIC",
+    "LITERAL", "READ", "ALLOW"), ``acl_id`` the offset of this record when it was first written."""
+
+    acl_id: int
+    resource_type: str
+    resource_name: str
+    pattern_type: str
+    principal: str
+    host: str
+    operation: str
+    permission_type: str
+
+
+@dataclass(frozen=True)
+class RemoveAccessControlEntryRecord:
+    acl_id: int
+
+
+@dataclass(frozen=True)
 class NoOpRecord:
     """Written by a new leader so that its first commit fences the old leader's term."""
 
@@ -224,6 +244,8 @@ Record = Union[
     ConfigRecord,
     UserScramCredentialRecord,
     RemoveUserScramCredentialRecord,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
     NoOpRecord,
 ]
 

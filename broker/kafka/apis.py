@@ -62,6 +62,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DescribeUserScramCredentials: (0, 0),  # scram_apis.py
     ApiKey.AlterUserScramCredentials: (0, 0),
     ApiKey.DescribeClientQuotas: (0, 1),  # quota_apis.py: no quotas, none configured
+    # ACLs (acl_apis.py): Kafka 4 dropped v0
+    ApiKey.DescribeAcls: (1, 3),
+    ApiKey.CreateAcls: (1, 3),
+    ApiKey.DeleteAcls: (1, 3),
 }
 
 

@@ -188,6 +188,8 @@ class _KafkaProtocol(asyncio.BufferedProtocol):
                           api_name(event.api_key), event.api_version, self.peer, event.trailing_bytes)
             if event.api_key in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate):
                 step = listener._sasl_step(self.sasl, event)
+                if self.sasl is not None and self.sasl.authenticated and self.sasl.principal is not None:
+                    self.conn.principal = f"User:{self.sasl.principal}"  # every later request's principal
                 self._answer_now(encode_response(event, _sasl_response(event, step)))
                 if step.close:
                     log.info("closing Kafka connection from %s: %s", self.peer, step.message)

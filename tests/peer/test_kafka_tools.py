@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tools.peer.checks import Check, Outcome, Peer, run_check
-from tools.peer.tool_checks import QUICK
+from tools.peer.tool_checks import ALL, QUICK
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +45,11 @@ def test_reassign_partitions(peer: Peer) -> None:
 def test_perf_tests_and_verifiable_clients(peer: Peer) -> None:
     for name in ("perf_tests", "verifiable_round_trip"):
         assert_works(peer, BY_TOOL[name])
+
+
+def test_acls_deny_a_topic_and_a_refused_produce_changes_nothing(peer: Peer) -> None:
+    (check,) = [c for c in ALL if c.tool == "kafka-acls"]
+    assert_works(peer, check)
 
 
 def test_every_quick_check_is_run_here() -> None:

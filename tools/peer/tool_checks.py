@@ -398,8 +398,34 @@ def features(peer: Peer) -> str:
 
 
 def acls(peer: Peer) -> str:
-    peer.ok("kafka-acls", "--list")
-    return "listed"
+    """The cluster runs the authorizer as librdkafka's test brokers do (AUTHORIZER_ON: no ACL on a
+    resource allows everyone). As librdkafka's test 0109: a DENY of ``User:*`` All on a topic, added
+    with kafka-acls, makes a client's produce to it fail with TOPIC_AUTHORIZATION_FAILED and append
+    nothing; --list shows it, --remove takes it away, and the same produce then works."""
+    from confluent_kafka import KafkaError, Producer
+
+    topic = peer.name("acl")
+    peer.create_topic(topic, 1)
+    peer.ok("kafka-acls", "--add", "--deny-principal", "User:*", "--operation", "All", "--deny-host", "*",
+            "--topic", topic)
+    listed = peer.ok("kafka-acls", "--list", "--topic", topic)
+    expect("principal=User:*, host=*, operation=ALL, permissionType=DENY" in listed.stdout,
+           "--list does not show the DENY", listed)
+    producer = Producer({"bootstrap.servers": peer.bootstrap, "message.timeout.ms": 10000})
+    errors: list[KafkaError] = []
+    producer.produce(topic, b"refused", on_delivery=lambda err, _m: errors.append(err) if err else None)
+    producer.flush(20)
+    expect([e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED],
+           f"a produce to the denied topic got {errors}, not TOPIC_AUTHORIZATION_FAILED")
+    peer.ok("kafka-acls", "--remove", "--force", "--deny-principal", "User:*", "--operation", "All",
+            "--deny-host", "*", "--topic", topic)
+    listed = peer.ok("kafka-acls", "--list", "--topic", topic)
+    expect("DENY" not in listed.stdout, "--list still shows the removed DENY", listed)
+    offsets = peer.log_end_offset(topic)
+    expect(offsets == 0, f"the refused produce appended: the log ends at {offsets}")
+    peer.produce(topic, [b"allowed"])
+    expect(peer.log_end_offset(topic) == 1, "the produce after --remove did not append one record")
+    return "DENY User:* added, listed; produce refused (TOPIC_AUTHORIZATION_FAILED, nothing appended); removed"
 
 
 def consumer_protocol(peer: Peer) -> str:
@@ -442,5 +468,5 @@ ALL: tuple[Check, ...] = (
     Check("kafka-configs", "users SCRAM-SHA-256/512 --alter/--describe/--delete-config", configs_users,
           needs=("DescribeUserScramCredentials", "AlterUserScramCredentials", "DescribeClientQuotas")),
     Check("kafka-features", "describe", features),
-    Check("kafka-acls", "--list", acls, needs=("DescribeAcls",)),
+    Check("kafka-acls", "--add/--list/--remove, a denied produce", acls, needs=("DescribeAcls",)),
 )
