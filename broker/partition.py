@@ -30,6 +30,9 @@ CLOSE_ATTEMPTS = 20
 # it is not unfenced yet) is retried this many times; while the broker is fenced, until it is not.
 OPEN_FENCED_RETRIES = 3
 FENCED_ERRORS = (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH)
+# Refusals an image naming this broker the partition's leader contradicts (the image holds the
+# stream and this broker's registration): the controller that answered was behind.
+BEHIND_ERRORS = (ErrorCode.STREAM_NOT_EXIST, ErrorCode.BROKER_ID_NOT_REGISTERED)
 
 
 class PartitionState(Enum):
@@ -271,9 +274,9 @@ def on_open_failed(status: PartitionStatus, error: StepError, context: OpenConte
     """Opening failed. Fenced while the image says this broker still leads at that epoch: its
     image was behind or it is not unfenced yet, so retry (a few times, or for as long as it is
     fenced). Fenced otherwise: another broker owns the streams, step down. A retriable error
-    (STREAM_NOT_CLOSED included: the previous owner is closing; STREAM_NOT_EXIST while the image
-    still names this broker leader at that epoch: the image holds the stream, so the controller
-    that answered was behind) is retried after a jittered backoff (``draw`` in [0, 1)) while not
+    (STREAM_NOT_CLOSED included: the previous owner is closing; ``BEHIND_ERRORS`` while the image
+    still names this broker leader at that epoch: the controller that answered was behind) is
+    retried after a jittered backoff (``draw`` in [0, 1)) while not
     stopping; anything else gives the open up, and the partition stays closed here until its
     leadership changes again.
     On RETRY the shell waits ``after_ms`` and calls ``on_open_retry_due``."""
@@ -289,7 +292,7 @@ def on_open_failed(status: PartitionStatus, error: StepError, context: OpenConte
         return fenced, Decision(Verdict.FENCED), tuple(a for a in actions if a is not Action.DROP)
     failures = status.open_failures + 1
     s = replace(status, open_failures=failures)
-    behind = error.code is ErrorCode.STREAM_NOT_EXIST and context.leads_at_epoch
+    behind = error.code in BEHIND_ERRORS and context.leads_at_epoch
     if (error.retriable or error.code is ErrorCode.STREAM_NOT_CLOSED or behind) and not context.stopping:
         after_ms = STEP_BACKOFF.delay_ms(failures - 1, draw, error.retry_after_ms)
         return s, Decision(Verdict.RETRY, after_ms, failures), ()

@@ -66,11 +66,12 @@ def test_a_fatal_open_failure_gives_up_and_releases() -> None:
     assert decision.verdict is Verdict.RELEASE and acts == (Action.RELEASE,) and st.state is S.CLOSED
 
 
-def test_a_stream_the_image_holds_refused_as_missing_is_retried_while_still_leader() -> None:
-    """A controller behind the image (a cut-off old leader) may answer STREAM_NOT_EXIST; given
-    up, the partition would stay unserved on the broker the metadata names its leader (found by
-    the simulation, seed 1211 at 40 steps)."""
-    missing = StepError(ErrorCode.STREAM_NOT_EXIST, retriable=False)
+@pytest.mark.parametrize("code", [ErrorCode.STREAM_NOT_EXIST, ErrorCode.BROKER_ID_NOT_REGISTERED])
+def test_a_refusal_the_image_contradicts_is_retried_while_still_leader(code: ErrorCode) -> None:
+    """A controller behind the image (a cut-off old leader) may answer that the stream or this
+    broker does not exist; given up, the partition would stay unserved on the broker the metadata
+    names its leader (found by the simulation, seeds 1211 and 5586 at 40 steps)."""
+    missing = StepError(code, retriable=False)
     _st, decision, _ = on_open_failed(opening(), missing, LEADS, draw=0.5)
     assert decision.verdict is Verdict.RETRY
     st, decision, acts = on_open_failed(opening(), missing, OpenContext(False, False), draw=0.5)

@@ -68,6 +68,7 @@ def test_regression_seeds(seed: int) -> None:
     3671,  # a broker never learned that a close whose answer it lost had committed
     608,  # a leader cut off with a broker answered its heartbeat: fenced inside the lease it granted
     1211,  # an open refused STREAM_NOT_EXIST by a controller behind: given up, the partition stayed unserved
+    5586,  # the same with BROKER_ID_NOT_REGISTERED
 ])
 def test_soak_regression_seeds(seed: int) -> None:
     """Seeds of ``make soak`` (40 steps) that once failed."""
