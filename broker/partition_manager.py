@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from broker import admission
 from broker import partition as sm
+from broker.elections import ElectionQueue
 from broker.handoff import HandoffWaits
 from broker.log_dirs import choose_log_dir, partition_dir_name
 from broker.metrics import BrokerMetrics
@@ -29,7 +30,6 @@ from broker.replica import Replica, StreamPlan
 from broker.storage_factory import UploadBatcher, prefetch_streams
 from broker.close_handoff import CloseHandoff, TailSender
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
-from metadata_quorum.kernel.backoff import STEP_BACKOFF, retry_after_ms_of
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
@@ -44,9 +44,6 @@ WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 # The old owner's last meta-stream object holds the partition meta as a snapshot: the new owner
 # needs that object alone (older ones only when it holds no snapshot, read on demand)
 PREFETCH_OBJECTS = 1
-ELECT_COALESCE_S = 0.002
-ELECT_BATCH_MAX = 500
-ELECT_ATTEMPTS = 20
 PREFETCH_BYTES = 1024 * 1024
 FENCED_ERRORS = sm.FENCED_ERRORS
 
@@ -91,8 +88,7 @@ class PartitionManager:
         self.slots: dict[TopicIdPartition, Slot] = {}
         self.move_log = MoveLog(broker_id, metrics, lambda: self.image, write, write_many, self._spawn)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._elect_queue: list[tuple[Slot, MoveHalf | None]] = []
-        self._elect_task: asyncio.Task[None] | None = None
+        self.elections = ElectionQueue(write, self._spawn, self._finish_half)
         self._incoming: dict[int, Any] = {}  # meta stream id of a partition moving here -> its storage
         self._prefetched: set[str] = set()
         self.stopping = False
@@ -507,54 +503,9 @@ class PartitionManager:
         return True
 
     def _queue_election(self, slot: Slot) -> None:
-        """Step 5. Elections of partitions closed at about the same time go in one request."""
-        self._elect_queue.append((slot, slot.source))
-        slot.source = None
-        if self._elect_task is None or self._elect_task.done():
-            self._elect_task = self._spawn(self._drain_elections())
-
-    async def _drain_elections(self) -> None:
-        await asyncio.sleep(ELECT_COALESCE_S)
-        while self._elect_queue:
-            batch, self._elect_queue = self._elect_queue[:ELECT_BATCH_MAX], self._elect_queue[ELECT_BATCH_MAX:]
-            await self._elect(batch)
-
-    async def _elect(self, batch: list[tuple[Slot, MoveHalf | None]]) -> None:
-        pending = {(slot.topic, slot.tp.partition): (slot, half) for slot, half in batch}
-        for attempt in range(ELECT_ATTEMPTS):
-            args = {"election_type": "preferred",
-                    "partitions": [{"topic": t, "partition": p} for t, p in sorted(pending)]}
-            try:
-                reply = await self._write("elect_leaders", args)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the controller's deadline elects anyway
-                log.warning("elect %d partitions failed: %r", len(pending), exc)
-                await asyncio.sleep(STEP_BACKOFF.delay_s(attempt, retry_after_ms_of(getattr(exc, "details", None))))
-                continue
-            done_ms = now_ms()
-            retry: dict[tuple[str, int], tuple[Slot, MoveHalf | None]] = {}
-            for result in reply.get("results", []):
-                key = (str(result.get("topic")), int(result.get("partition", -1)))
-                if key not in pending:
-                    continue
-                err = result.get("error")
-                if err in ("PREFERRED_LEADER_NOT_AVAILABLE", "ELIGIBLE_LEADERS_NOT_AVAILABLE") and \
-                        attempt < ELECT_ATTEMPTS - 1:
-                    retry[key] = pending[key]
-                    continue
-                _slot, half = pending[key]
-                if err and err not in ("NONE", "ELECTION_NOT_NEEDED"):
-                    # the controller's deadline elects later; the new owner's sighting stands for t5
-                    log.info("elect %s-%d: %s %s", key[0], key[1], err, result.get("message", ""))
-                elif half is not None:
-                    half.mark("t5", done_ms)
-                if half is not None:
-                    self._finish_half(half)
-            if not retry:
-                return
-            pending = retry
-            await asyncio.sleep(STEP_BACKOFF.delay_s(attempt))
+        """Step 5, batched with other closes' (``elections.py``)."""
+        half, slot.source = slot.source, None
+        self.elections.ask(slot.topic, slot.tp.partition, half)
 
     async def _checkpoints(self) -> None:
         """Every interval, each serving partition that took writes persists its meta (not clean)."""
