@@ -86,7 +86,7 @@ perf-s3: $(STAMP)
 # 10,000 seeds of the controller simulation (about 5 min), then 20 seeded fault campaigns of
 # 120 s each (about 45 min); reports and timelines in chaos-out/
 soak: $(STAMP)
-	$(PY) -m metadata_quorum.simulation --seed 0 --count 10000 --steps 40
+	$(PY) -m broker.simulation --seed 0 --count 10000 --steps 40
 	$(VENV)/bin/ferry chaos run --seed 1-20 --duration 120 --out chaos-out
 
 autoscale: $(STAMP)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from broker import admission
 from broker import partition as sm
+from broker.elections import ElectionQueue
 from broker.handoff import HandoffWaits
 from broker.log_dirs import choose_log_dir, partition_dir_name
 from broker.metrics import BrokerMetrics
@@ -28,7 +30,6 @@ from broker.replica import Replica, StreamPlan
 from broker.storage_factory import UploadBatcher, prefetch_streams
 from broker.close_handoff import CloseHandoff, TailSender
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
-from metadata_quorum.kernel.backoff import STEP_BACKOFF, retry_after_ms_of
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
@@ -40,15 +41,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("ferry.broker.partitions")
 
 WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-CLOSE_ATTEMPTS = 20
 # The old owner's last meta-stream object holds the partition meta as a snapshot: the new owner
 # needs that object alone (older ones only when it holds no snapshot, read on demand)
 PREFETCH_OBJECTS = 1
-ELECT_COALESCE_S = 0.002
-ELECT_BATCH_MAX = 500
-ELECT_ATTEMPTS = 20
 PREFETCH_BYTES = 1024 * 1024
-FENCED_ERRORS = (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH)
+FENCED_ERRORS = sm.FENCED_ERRORS
 
 
 def now_ms() -> int:
@@ -66,12 +63,8 @@ class Slot:
     target: MoveHalf | None = None
     log_dir: str | None = None
     requested_dir: str | None = None
-    close_phase: int = 0  # 0 = nothing done yet, 1 = meta persisted (steps 2-3 done)
-    close_attempts: int = 0
     # step 5 sent right behind step 4's closing commit: the partitions it elected
     election_with_close: asyncio.Task[frozenset[TopicIdPartition]] | None = None
-    open_attempts: int = 0
-    open_failures: int = 0
     io_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # a log-dir move vs. a close
 
 
@@ -95,8 +88,7 @@ class PartitionManager:
         self.slots: dict[TopicIdPartition, Slot] = {}
         self.move_log = MoveLog(broker_id, metrics, lambda: self.image, write, write_many, self._spawn)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._elect_queue: list[tuple[Slot, MoveHalf | None]] = []
-        self._elect_task: asyncio.Task[None] | None = None
+        self.elections = ElectionQueue(write, self._spawn, self._finish_half)
         self._incoming: dict[int, Any] = {}  # meta stream id of a partition moving here -> its storage
         self._prefetched: set[str] = set()
         self.stopping = False
@@ -335,42 +327,9 @@ class PartitionManager:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure goes through the state machine
-            current = self.image.topics.partition(tp.topic_id, tp.partition)
-            still_leader = current is not None and current.leader == self.broker_id and \
-                current.leader_epoch == epoch and not self.stopping
-            me = self.image.cluster.brokers.get(self.broker_id)
-            if isinstance(exc, FerryError) and exc.error in FENCED_ERRORS and still_leader and \
-                    (me is None or me.fenced or slot.open_attempts < 3):
-                # this broker is not unfenced yet, or its image was behind: try again, bounded
-                log.info("open %s-%d: %s; retrying", slot.topic, tp.partition, exc)
-                await asyncio.sleep(STEP_BACKOFF.delay_s(slot.open_attempts))
-                slot.open_attempts += 1
-                slot.status, actions = sm.on_open_failed(slot.status, True)
-                self._run(slot, actions)
-                return
-            if isinstance(exc, FerryError) and exc.error in FENCED_ERRORS:
-                log.warning("open %s-%d fenced: %s", slot.topic, tp.partition, exc)
-                self.metrics.stream_fenced.inc()
-                slot.status, actions = sm.on_fenced(slot.status)
-                self._run(slot, tuple(a for a in actions if a is not sm.Action.DROP))
-                return
-            retriable = not isinstance(exc, FerryError) or exc.retriable or exc.error is ErrorCode.STREAM_NOT_CLOSED
-            slot.open_failures += 1
-            if slot.open_failures == 1 or slot.open_failures % 20 == 0 or not retriable:
-                log.warning("open %s-%d at leader epoch %d failed (attempt %d, %s): %r", slot.topic, tp.partition,
-                            epoch, slot.open_failures, "retrying" if retriable and not self.stopping else "giving up",
-                            exc)
-            if retriable and not self.stopping:
-                await asyncio.sleep(STEP_BACKOFF.delay_s(slot.open_failures - 1,
-                                                         retry_after_ms_of(getattr(exc, "details", None))))
-            slot.status, actions = sm.on_open_failed(slot.status, retriable and not self.stopping)
-            if sm.Action.OPEN not in actions and replica is not None:
-                await self._release_half_open(slot, replica)
-            self._run(slot, actions)
+            await self._open_failed(slot, epoch, replica, exc)
             return
         slot.replica = replica
-        slot.open_attempts = 0
-        slot.open_failures = 0
         self._incoming.pop(meta_plan.stream_id, None)  # its own commits from now on: nothing to read ahead
         if self._checkpoint_task is None and self.meta_checkpoint_interval_ms > 0:
             self._checkpoint_task = self._spawn(self._checkpoints())
@@ -391,6 +350,32 @@ class PartitionManager:
             half.mark("t6", served_ms)
             slot.target = None
             self._finish_half(half)
+        self._run(slot, actions)
+
+    async def _open_failed(self, slot: Slot, epoch: int, replica: Replica | None, exc: Exception) -> None:
+        """Apply the state machine's decision on a failed open (``partition.on_open_failed``)."""
+        tp = slot.tp
+        current = self.image.topics.partition(tp.topic_id, tp.partition)
+        me = self.image.cluster.brokers.get(self.broker_id)
+        context = sm.OpenContext(leads_at_epoch=current is not None and current.leader == self.broker_id and
+                                 current.leader_epoch == epoch, broker_fenced=me is None or me.fenced,
+                                 stopping=self.stopping)
+        error = sm.StepError.of(exc)
+        slot.status, decision, actions = sm.on_open_failed(slot.status, error, context, random.random())
+        verdict = decision.verdict
+        if verdict is sm.Verdict.RETRY and error.fenced:
+            log.info("open %s-%d: %s; retrying", slot.topic, tp.partition, exc)
+        elif verdict is sm.Verdict.FENCED:
+            log.warning("open %s-%d fenced: %s", slot.topic, tp.partition, exc)
+            self.metrics.stream_fenced.inc()
+        elif decision.attempt == 1 or decision.attempt % 20 == 0 or verdict is not sm.Verdict.RETRY:
+            log.warning("open %s-%d at leader epoch %d failed (attempt %d, %s): %r", slot.topic, tp.partition,
+                        epoch, decision.attempt, "retrying" if verdict is sm.Verdict.RETRY else "giving up", exc)
+        if verdict is sm.Verdict.RETRY:
+            await asyncio.sleep(decision.after_ms / 1000)
+            slot.status, actions = sm.on_open_retry_due(slot.status)
+        if sm.Action.RELEASE in actions and replica is not None:
+            await self._release_half_open(slot, replica)
         self._run(slot, actions)
 
     async def _release_half_open(self, slot: Slot, replica: Replica) -> None:
@@ -418,12 +403,12 @@ class PartitionManager:
                 replica.abandon()
                 log.info("%s-%d was deleted; dropped its local state", slot.topic, tp.partition)
             elif replica is not None:
-                if slot.close_phase == 0:
+                if slot.status.close_phase is not sm.ClosePhase.UPLOAD_AND_CLOSE:
                     await replica.drain()
                     if half:
                         half.mark("t2", now_ms())
                     await replica.persist_meta(clean=True)
-                    slot.close_phase = 1
+                    slot.status = sm.on_meta_persisted(slot.status)
                     if half:
                         half.mark("t3", now_ms())
                 # both streams (and those of partitions closing alongside) in one object
@@ -435,44 +420,9 @@ class PartitionManager:
                     half.mark("t4", now_ms())
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001
-            if isinstance(exc, FerryError) and exc.error in FENCED_ERRORS:
-                # only the streams whose own epoch was refused belong to another broker now; the
-                # partition's other stream is still ours (the new owner may have opened one of the
-                # two before this broker's lease came back): close it, or the new owner waits on
-                # STREAM_NOT_CLOSED for a stream nobody will ever close
-                held = await self._release_unfenced(slot, replica) if replica is not None else None
-                if held is None:
-                    log.warning("close %s-%d fenced: %s (another broker owns it now)", slot.topic, tp.partition,
-                                exc)
-                    self.metrics.stream_fenced.inc()
-                    slot.close_phase = 0
-                    slot.election_with_close = None
-                    slot.status, actions = sm.on_fenced(slot.status)
-                    self._run(slot, actions)
-                    return
-                exc = held  # a stream still ours did not close: retried below, like any failed close
-            if replica is not None and self._closed_here(replica):
-                # an earlier attempt's close was applied after its answer was lost: nothing is left
-                # to upload (the close follows the upload), so this close is done
-                log.info("close %s-%d: its streams are closed already (%r)", slot.topic, tp.partition, exc)
-                replica.abandon()
-            else:
-                slot.close_attempts += 1
-                if slot.close_attempts <= CLOSE_ATTEMPTS:
-                    log.warning("close %s-%d failed (attempt %d of %d): %r; retrying", slot.topic, tp.partition,
-                                slot.close_attempts, CLOSE_ATTEMPTS, exc)
-                    await asyncio.sleep(STEP_BACKOFF.delay_s(slot.close_attempts - 1,
-                                                             retry_after_ms_of(getattr(exc, "details", None))))
-                    slot.task = self._spawn(self._close(slot))
-                    return
-                log.error("close %s-%d failed %d times (%r); leaving its streams to the next owner's recovery",
-                          slot.topic, tp.partition, slot.close_attempts, exc)
-                self.metrics.close_failures.inc()
-                if replica is not None:
-                    replica.abandon()
-        slot.close_phase = 0
-        slot.close_attempts = 0
+        except Exception as exc:  # noqa: BLE001 - every failure goes through the state machine
+            if not await self._close_failed(slot, replica, exc):
+                return
         elected = await self.close_handoff.elected_with_close(slot, half)
         slot.replica = None
         if slot.log_dir is not None:  # the replica left this broker: its local dir goes too
@@ -487,6 +437,43 @@ class PartitionManager:
             slot.source = None
             self._finish_half(half)
         self._run(slot, actions)
+
+    async def _close_failed(self, slot: Slot, replica: Replica | None, exc: Exception) -> bool:
+        """Apply the state machine's decision on a failed close (``partition.on_close_failed``);
+        returns whether the close is over (done, or given up) and is to be finished."""
+        tp = slot.tp
+        closed_here = replica is not None and self._closed_here(replica)
+        slot.status, decision, actions = sm.on_close_failed(slot.status, sm.StepError.of(exc), closed_here,
+                                                            random.random())
+        if decision.verdict is sm.Verdict.RELEASE_UNFENCED:
+            held = await self._release_unfenced(slot, replica) if replica is not None else None
+            if held is not None:
+                exc = held
+            closed_here = replica is not None and self._closed_here(replica)
+            slot.status, decision, actions = sm.on_unfenced_released(
+                slot.status, sm.StepError.of(held) if held is not None else None, closed_here, random.random())
+        verdict = decision.verdict
+        if verdict is sm.Verdict.FENCED:
+            log.warning("close %s-%d fenced: %s (another broker owns it now)", slot.topic, tp.partition, exc)
+            self.metrics.stream_fenced.inc()
+            slot.election_with_close = None
+            self._run(slot, actions)
+            return False
+        if verdict is sm.Verdict.CLOSED_ALREADY:
+            log.info("close %s-%d: its streams are closed already (%r)", slot.topic, tp.partition, exc)
+        elif verdict is sm.Verdict.RETRY:
+            log.warning("close %s-%d failed (attempt %d of %d): %r; retrying", slot.topic, tp.partition,
+                        decision.attempt, sm.CLOSE_ATTEMPTS, exc)
+            await asyncio.sleep(decision.after_ms / 1000)
+            slot.task = self._spawn(self._close(slot))
+            return False
+        else:
+            log.error("close %s-%d failed %d times (%r); leaving its streams to the next owner's recovery",
+                      slot.topic, tp.partition, decision.attempt, exc)
+            self.metrics.close_failures.inc()
+        if replica is not None:
+            replica.abandon()
+        return True
 
     async def _release_unfenced(self, slot: Slot, replica: Replica) -> Exception | None:
         """After a fenced close: close (upload and release) each of the replica's streams that this
@@ -516,54 +503,9 @@ class PartitionManager:
         return True
 
     def _queue_election(self, slot: Slot) -> None:
-        """Step 5. Elections of partitions closed at about the same time go in one request."""
-        self._elect_queue.append((slot, slot.source))
-        slot.source = None
-        if self._elect_task is None or self._elect_task.done():
-            self._elect_task = self._spawn(self._drain_elections())
-
-    async def _drain_elections(self) -> None:
-        await asyncio.sleep(ELECT_COALESCE_S)
-        while self._elect_queue:
-            batch, self._elect_queue = self._elect_queue[:ELECT_BATCH_MAX], self._elect_queue[ELECT_BATCH_MAX:]
-            await self._elect(batch)
-
-    async def _elect(self, batch: list[tuple[Slot, MoveHalf | None]]) -> None:
-        pending = {(slot.topic, slot.tp.partition): (slot, half) for slot, half in batch}
-        for attempt in range(ELECT_ATTEMPTS):
-            args = {"election_type": "preferred",
-                    "partitions": [{"topic": t, "partition": p} for t, p in sorted(pending)]}
-            try:
-                reply = await self._write("elect_leaders", args)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the controller's deadline elects anyway
-                log.warning("elect %d partitions failed: %r", len(pending), exc)
-                await asyncio.sleep(STEP_BACKOFF.delay_s(attempt, retry_after_ms_of(getattr(exc, "details", None))))
-                continue
-            done_ms = now_ms()
-            retry: dict[tuple[str, int], tuple[Slot, MoveHalf | None]] = {}
-            for result in reply.get("results", []):
-                key = (str(result.get("topic")), int(result.get("partition", -1)))
-                if key not in pending:
-                    continue
-                err = result.get("error")
-                if err in ("PREFERRED_LEADER_NOT_AVAILABLE", "ELIGIBLE_LEADERS_NOT_AVAILABLE") and \
-                        attempt < ELECT_ATTEMPTS - 1:
-                    retry[key] = pending[key]
-                    continue
-                _slot, half = pending[key]
-                if err and err not in ("NONE", "ELECTION_NOT_NEEDED"):
-                    # the controller's deadline elects later; the new owner's sighting stands for t5
-                    log.info("elect %s-%d: %s %s", key[0], key[1], err, result.get("message", ""))
-                elif half is not None:
-                    half.mark("t5", done_ms)
-                if half is not None:
-                    self._finish_half(half)
-            if not retry:
-                return
-            pending = retry
-            await asyncio.sleep(STEP_BACKOFF.delay_s(attempt))
+        """Step 5, batched with other closes' (``elections.py``)."""
+        half, slot.source = slot.source, None
+        self.elections.ask(slot.topic, slot.tp.partition, half)
 
     async def _checkpoints(self) -> None:
         """Every interval, each serving partition that took writes persists its meta (not clean)."""

@@ -1,7 +1,7 @@
 """The uploader: WAL-durable data → objects in S3 → committed at the controller → WAL trimmed.
 
 Uploads start when the buffered bytes reach ``upload_bytes`` or the oldest buffered byte is
-``upload_interval_ms`` old, and hold every stream's pending range in one stream-set object (few
+``upload_interval_ms`` old (``upload_trigger.upload_due`` decides, with the clock passed in), and hold every stream's pending range in one stream-set object (few
 PUTs). ``force_upload`` puts one stream's pending bytes in an object of its own at once, so a
 close pays one PUT of its own data and nothing else. Commits of one stream happen in offset order
 (each upload waits for the previous upload touching the same stream). A PUT is retried with the
@@ -28,6 +28,7 @@ from stream_storage.control import ObjectRef, StreamControl, is_fenced
 from stream_storage.object_format import BuiltObject, Chunk, build_object
 from stream_storage.object_store import ObjectStore, ObjectStoreError
 from stream_storage.stream import CLOSED, FAILED, FENCED, StreamHandle
+from stream_storage.upload_trigger import UploadPolicy, upload_due
 from stream_storage.wal_api import WalLog
 
 INLINE_BUILD_BYTES = 1024 * 1024  # objects up to this size are built on the event loop (≈ 0.2 ms)
@@ -45,8 +46,11 @@ class UploadStats:
 
 class Uploader:
     def __init__(self, config: StreamStorageConfig, store: ObjectStore, control: StreamControl, cache: LogCache,
-                 index_cache: IndexCache, wal: WalLog, broker: Callable[[], tuple[int, int]]) -> None:
+                 index_cache: IndexCache, wal: WalLog, broker: Callable[[], tuple[int, int]],
+                 monotonic_ms: Callable[[], float] = lambda: time.monotonic() * 1000) -> None:
         self.config = config
+        self.policy = UploadPolicy(config.upload_bytes, config.upload_interval_ms)
+        self._monotonic_ms = monotonic_ms  # the trigger's clock (the shell reads it, upload_due does not)
         self.store = store
         self.control = control
         self.cache = cache
@@ -129,7 +133,7 @@ class Uploader:
 
     def on_durable(self, handle: StreamHandle, size_bytes: int) -> None:
         if handle.oldest_pending_ms is None:
-            handle.oldest_pending_ms = time.monotonic() * 1000
+            handle.oldest_pending_ms = self._monotonic_ms()
         self.pending_bytes += size_bytes
         if self.pending_bytes >= self.config.upload_bytes:
             self._kick.set()
@@ -159,13 +163,11 @@ class Uploader:
     # -- triggers ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        interval_s = self.config.upload_interval_ms / 1000
         while not self._stopping:
             oldest = min((h.oldest_pending_ms for h in self.handles.values()
                           if h.oldest_pending_ms is not None and h.state not in (FENCED, FAILED)), default=None)
-            now_ms = time.monotonic() * 1000
-            due = oldest is not None and now_ms - oldest >= self.config.upload_interval_ms
-            if self.pending_bytes >= self.config.upload_bytes or due:
+            check = upload_due(self.pending_bytes, oldest, self._monotonic_ms(), self.policy)
+            if check.due:
                 await self._slots.acquire()
                 self._kick.clear()
                 parts = [(h, c) for h in list(self.handles.values()) if (c := self._take(h))]
@@ -173,9 +175,8 @@ class Uploader:
                     self._begin(parts, slot=True)
                     continue
                 self._slots.release()  # nothing uploadable (e.g. only failed streams): wait below
-            wait_s = interval_s if oldest is None else max(0.001, (oldest + self.config.upload_interval_ms - now_ms) / 1000)
             try:
-                await asyncio.wait_for(self._kick.wait(), timeout=wait_s)
+                await asyncio.wait_for(self._kick.wait(), timeout=check.next_check_ms / 1000)
             except asyncio.TimeoutError:
                 pass
 

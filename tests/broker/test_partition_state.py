@@ -1,7 +1,7 @@
 """The partition state machine: every rule of the six-step move, without processes."""
 from __future__ import annotations
 
-from broker.partition import (Action, PartitionState as S, PartitionStatus, on_closed, on_fenced, on_open_failed,
+from broker.partition import (Action, PartitionState as S, PartitionStatus, on_closed, on_fenced, on_open_retry_due,
                               on_opened, on_target, stream_open_epoch)
 
 
@@ -82,12 +82,12 @@ def test_fenced_while_newer_epoch_wanted_reopens() -> None:
     assert acts == (Action.DROP, Action.OPEN) and st.leader_epoch == 5
 
 
-def test_open_failure_retries_only_while_wanted() -> None:
+def test_open_retry_runs_only_while_wanted() -> None:
     st, _ = on_target(PartitionStatus(), lead=True, leader_epoch=1)
-    st2, acts = on_open_failed(st, retriable=True)
+    st2, acts = on_open_retry_due(st)
     assert acts == (Action.OPEN,) and st2.state is S.OPENING
-    st3, acts = on_open_failed(st, retriable=False)
-    assert st3.state is S.CLOSED and acts == ()
+    st3, acts = on_open_retry_due(on_target(st, lead=False, leader_epoch=2)[0])
+    assert st3.state is S.CLOSED and acts == (Action.RELEASE,)
 
 
 def test_completion_in_wrong_state_is_ignored() -> None:

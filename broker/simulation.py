@@ -4,13 +4,14 @@ The controllers are three production state machines (``ControllerCore``) over a 
 replicated log that drops, delays, duplicates and reorders messages and deposes leaders
 (``sim_quorum.SimQuorum``), whose invariants are checked after every network event. One
 ``random.Random(seed)`` drives everything: brokers register, heartbeat, die, restart and
-shut down; topics are created, deleted and reassigned; brokers follow the six-step move
-(the loser closes its streams and asks for the election, the winner opens them with its leader
-epoch) but also act on stale beliefs — opening with old epochs, committing at wrong offsets,
-closing streams they no longer own. A manual clock advances and ``tick`` runs. After every step
+shut down; topics are created, deleted and reassigned; brokers follow the six-step move through
+the production partition state machine (``sim_broker.py`` drives ``partition.py``: the loser
+closes its streams and asks for the election, the winner opens them, failures retried, released
+or fenced as the state machine decides) but also act on stale beliefs — opening with old epochs,
+committing at wrong offsets, closing streams they no longer own. A manual clock advances and ``tick`` runs. After every step
 the invariants are checked; a violation raises ``InvariantViolation`` naming the seed and step,
 so a failing seed is a regression test (like Kafka's RaftEventSimulationTest or TigerBeetle's VOPR),
-replayed alone with ``python -m metadata_quorum.simulation --seed N``.
+replayed alone with ``python -m broker.simulation --seed N``.
 """
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from broker.sim_broker import BrokerShell, SimBroker, streams_of
 from metadata_quorum.controller_core import CoreConfig
 from metadata_quorum.delta import MetadataDelta
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, STREAM_ID_COUNTER_KEY, MetadataImage
 from metadata_quorum.operations import WRITE_OPERATIONS
 from metadata_quorum.raft import advance_image
+from metadata_quorum.delta import TopicIdPartition
 from metadata_quorum.sim_quorum import Faults, InvariantViolation, SimQuorum
 from metadata_quorum.records import NO_LEADER, STORAGE_LOCAL, STORAGE_S3, STREAM_OPENED, partition_stream_key
 
@@ -44,27 +47,6 @@ class SimClock:
 
     def __call__(self) -> int:
         return self.now_ms
-
-
-@dataclass
-class SimBroker:
-    broker_id: int
-    incarnation: int = 0
-    broker_epoch: int = -1
-    alive: bool = False
-    #: stream id -> the epoch this broker believes it opened the stream with (may be stale).
-    opened: dict[int, int] = field(default_factory=dict)
-    #: it asked for a controlled shutdown and keeps asking until told to shut down
-    shutting_down: bool = False
-    #: dir id -> "saturated" / "offline" as its heartbeats report them (others are online)
-    bad_dirs: dict[str, str] = field(default_factory=dict)
-    #: broker epoch -> until when that incarnation may acknowledge writes: its last answered
-    #: heartbeat's send time plus the session timeout
-    lease_until_ms: dict[int, int] = field(default_factory=dict)
-    #: its process is gone (killed), not just silent: a peer may prove it (its WAL lock is free)
-    gone: bool = False
-    #: paused (SIGSTOP) at this time with a heartbeat stamped and not yet sent; None when running
-    paused_at_ms: int | None = None
 
 
 @dataclass
@@ -105,6 +87,14 @@ class Simulation:
         self._topic_seq = 0
         self.indeterminate = False  # the last call's outcome is unknown (it may still commit)
         self.last_error: ErrorCode | None = None  # what the last call was refused with
+        self.last_exc: FerryError | None = None
+
+    def now_ms(self) -> int:
+        return self.clock.now_ms
+
+    def records_after(self, offset: int) -> list[tuple[int, Any]]:
+        log = self.controller.log
+        return log[bisect.bisect_right(log, offset, key=lambda item: item[0]):]
 
     def _advance(self, ms: int) -> None:
         self.clock.now_ms += ms
@@ -145,11 +135,11 @@ class Simulation:
         self.trace.append(f"{self.step}: {op} {args}")
         del self.trace[:-40]
         before, before_offset = self.controller.image, self.controller.next_offset
-        self.indeterminate, self.last_error = False, None
+        self.indeterminate, self.last_error, self.last_exc = False, None, None
         try:
             return self.controller.write(op, args)
         except FerryError as e:
-            self.last_error = e.error
+            self.last_error, self.last_exc = e.error, e
             self.errors[f"{op}:{e.error.name}"] += 1
             if e.error in INDETERMINATE:
                 self.indeterminate = True
@@ -163,7 +153,7 @@ class Simulation:
     def fail(self, message: str) -> None:
         raise InvariantViolation(f"seed {self.seed} step {self.step}: {message}\n  recent: " +
                                  "\n  ".join(self.trace[-12:]) +
-                                 f"\n  replay: python -m metadata_quorum.simulation --seed {self.seed} --steps {self.steps}")
+                                 f"\n  replay: python -m broker.simulation --seed {self.seed} --steps {self.steps}")
 
     def owner_changed(self, stream_id: int, old_owner: int, old_epoch: int, new_owner: int) -> None:
         """A stream went from one open owner to another: the old incarnation's lease must have run out."""
@@ -201,6 +191,7 @@ class Simulation:
         if reply is None:
             return
         b.broker_epoch, b.alive, b.opened, b.shutting_down, b.bad_dirs = int(reply["broker_epoch"]), True, {}, False, {}
+        b.partitions, b.seen = {}, None
         b.gone, b.paused_at_ms = False, None  # a new process
         self.beat(b)
 
@@ -424,37 +415,12 @@ class Simulation:
 
     # ------------------------------------------------------------------ brokers following the log
     def streams_of(self, topic_id: str, partition: int) -> list[int]:
-        return [int(v) for kind in ("data", "meta")
-                if (v := self.image.kv.get(partition_stream_key(topic_id, partition, kind))) is not None]
+        return streams_of(self.image, TopicIdPartition(topic_id, partition))
 
     def close_lost(self, b: SimBroker) -> None:
-        """Steps 3-5 of a move on the old owner: close what it no longer leads, ask for the election.
-
-        A broker also learns from the metadata which streams it holds open (an open whose answer
-        it never got may have committed)."""
-        for stream_id, st in self.image.streams.streams.items():
-            if st.state == STREAM_OPENED and st.owner == b.broker_id and st.owner_epoch == b.broker_epoch:
-                b.opened.setdefault(stream_id, st.epoch)
-        for stream_id in sorted(b.opened):
-            owner = self.image.streams.streams.get(stream_id)
-            if owner is None:
-                b.opened.pop(stream_id)
-                continue
-            if self.leads_stream(b.broker_id, stream_id):
-                continue
-            self.call("close_stream", {"stream_id": stream_id, "epoch": b.opened.pop(stream_id),
-                                       "broker_id": b.broker_id, "broker_epoch": b.broker_epoch})
-        for topic, part in self.image.topics.all_partitions():
-            if part.leader == NO_LEADER and b.broker_id in part.removing_replicas:
-                reply = self.call("elect_leaders", {"partitions": [{"topic": topic.name, "partition": part.partition}]})
-                if reply and "error" not in reply["results"][0]:
-                    self.moves_completed += 1
-
-    def leads_stream(self, broker_id: int, stream_id: int) -> bool:
-        for _topic, part in self.image.topics.all_partitions():
-            if part.leader == broker_id and stream_id in self.streams_of(part.topic_id, part.partition):
-                return True
-        return False
+        """Steps 2-5 of a move on the old owner: what it no longer leads goes through the
+        partition state machine's close (``sim_broker.BrokerShell``)."""
+        BrokerShell(self, b).follow()
 
     def broker_sync(self) -> None:
         live = self.alive()
@@ -463,42 +429,7 @@ class Simulation:
 
     def sync(self, b: SimBroker) -> None:
         """A live broker reacts to the metadata: closes what it lost, opens what it leads."""
-        self.close_lost(b)
-        for _topic, part in self.image.topics.all_partitions():
-            if part.leader != b.broker_id or part.storage != STORAGE_S3:
-                continue
-            for stream_id in self.streams_of(part.topic_id, part.partition):
-                stream = self.image.streams.streams.get(stream_id)
-                if stream is None:
-                    continue  # deleted meanwhile (the image moves on while earlier calls run)
-                held = (stream.state, stream.owner, stream.owner_epoch) == (STREAM_OPENED, b.broker_id, b.broker_epoch)
-                if b.opened.get(stream_id) == part.leader_epoch and held:
-                    continue
-                # not opened yet, or the metadata says it no longer holds it (a close whose
-                # answer it never got committed after all): open it (again)
-                reply = self.call("open_stream", {"stream_id": stream_id, "epoch": part.leader_epoch,
-                                                  "broker_id": b.broker_id, "broker_epoch": b.broker_epoch},
-                                  must_succeed=self.may_open(b, part.topic_id, part.partition, stream_id,
-                                                             part.leader_epoch))
-                if reply is not None:
-                    b.opened[stream_id] = part.leader_epoch
-
-    @staticmethod
-    def may_open(b: SimBroker, topic_id: str, partition: int, stream_id: int,
-                 epoch: int) -> Callable[[MetadataImage], bool]:
-        """In ``image``, the partition's leader opening its closed stream with its leader epoch
-        (above the stream's, or the same one when this incarnation closed it) must succeed."""
-        def rightful(image: MetadataImage) -> bool:
-            stream = image.streams.streams.get(stream_id)
-            part = image.topics.partition(topic_id, partition)
-            reg = image.cluster.brokers.get(b.broker_id)
-            if stream is None or part is None or reg is None:
-                return False
-            reopen = epoch == stream.epoch and (stream.owner, stream.owner_epoch) == (b.broker_id, b.broker_epoch)
-            return (part.leader, part.leader_epoch) == (b.broker_id, epoch) and \
-                stream.state != STREAM_OPENED and (epoch > stream.epoch or reopen) and \
-                reg.broker_epoch == b.broker_epoch and not reg.fenced
-        return rightful
+        BrokerShell(self, b).follow()
 
     def produce(self) -> None:
         """An owner commits the next object of one of its streams (sometimes at a wrong offset)."""
@@ -573,6 +504,9 @@ class Simulation:
                     self.fail(f"open of stream {stream.stream_id} at a used epoch succeeded: {base}")
                 b.opened[stream.stream_id] = base["epoch"]
         elif kind == "close":
+            if (stream.state, stream.owner, stream.owner_epoch, stream.epoch) == \
+                    (STREAM_OPENED, b.broker_id, b.broker_epoch, epoch):
+                return  # not a stale close: the owner's own, which only its partition state machine makes
             if self.call("close_stream", base) is not None:
                 b.opened.pop(stream.stream_id, None)
         else:
@@ -613,11 +547,19 @@ class Simulation:
                 continue
             if part.leader == NO_LEADER:
                 self.fail(f"{topic.name}-{part.partition} has no leader although brokers are alive")
+            leader = self.brokers[part.leader]
+            slot = leader.partitions.get(TopicIdPartition(part.topic_id, part.partition))
+            status = slot.status if slot is not None else None
+            if status is None or not status.accepts_produce or status.leader_epoch != part.leader_epoch:
+                self.fail(f"{topic.name}-{part.partition} is {status} on its leader {part.leader} after settling, "
+                          f"leader epoch {part.leader_epoch}")
             for stream_id in self.streams_of(part.topic_id, part.partition):
                 stream = self.image.streams.streams[stream_id]
-                if (stream.state, stream.owner, stream.epoch) != (STREAM_OPENED, part.leader, part.leader_epoch):
+                held = (STREAM_OPENED, part.leader, leader.broker_epoch, leader.opened.get(stream_id))
+                if (stream.state, stream.owner, stream.owner_epoch, stream.epoch) != held:
                     self.fail(f"{topic.name}-{part.partition} stream {stream_id} is {stream} after settling, "
-                              f"leader {part.leader} epoch {part.leader_epoch}")
+                              f"leader {part.leader} (broker epoch {leader.broker_epoch}) believes it holds it at "
+                              f"epoch {leader.opened.get(stream_id)}")
 
     # ------------------------------------------------------------------ invariants
     def check(self, before: MetadataImage, after: MetadataImage) -> None:
@@ -750,12 +692,12 @@ def run_seed(seed: int, steps: int = 200) -> SimulationResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m metadata_quorum.simulation [FIRST_SEED] [COUNT] [STEPS]`` or ``--seed N [--count C]
+    """``python -m broker.simulation [FIRST_SEED] [COUNT] [STEPS]`` or ``--seed N [--count C]
     [--steps S]``: run seeds, print a summary and, for each failing seed, the command replaying it."""
     import argparse
     import traceback
 
-    parser = argparse.ArgumentParser(prog="python -m metadata_quorum.simulation")
+    parser = argparse.ArgumentParser(prog="python -m broker.simulation")
     parser.add_argument("first", nargs="?", type=int, default=None, help="first seed (default 0)")
     parser.add_argument("count_pos", nargs="?", type=int, default=None, metavar="count")
     parser.add_argument("steps_pos", nargs="?", type=int, default=None, metavar="steps")
@@ -777,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAILED seed {seed}: {type(e).__name__}: {e}")
             if not isinstance(e, InvariantViolation):
                 traceback.print_exc()
-                print(f"  replay: python -m metadata_quorum.simulation --seed {seed} --steps {steps}")
+                print(f"  replay: python -m broker.simulation --seed {seed} --steps {steps}")
             continue
         totals.update(result.errors)
         totals.update({f"quorum:{k}": v for k, v in result.quorum.items()})
