@@ -196,3 +196,195 @@ def test_spark_kafka_sink_and_source_through_a_move(jars, spark, cluster, tmp_pa
     check_source_options(spark, bootstrap, total, third_from_ms)
     print(f"Spark's Kafka connector on Ferry, {total} records: "
           + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in timings.items()))
+
+
+# ------------------------------------------------------------------ through a kill -9
+KILL_IN, KILL_OUT = "kill-in", "kill-out"
+KILL_RATE_PER_S = 250.0  # the producer's pace: records of the killed broker's partitions keep coming
+KILL_BEFORE, KILL_AFTER = 750, 2_250  # acknowledged records before the kill (at least), and after it
+KILL_TRIGGER = "250 milliseconds"
+
+
+def create_kill_topics(cluster: LocalCluster) -> tuple[int, set[int]]:
+    """Both topics; partition 0 of each led by the same broker, the one to kill. Returns it and
+    the source partitions it leads."""
+
+    async def run() -> tuple[int, set[int]]:
+        async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+            for topic in (KILL_IN, KILL_OUT):
+                await admin.create_topic(topic, PARTITIONS)
+            leaders = {p: (await admin.wait_for_leader(TopicPartition(KILL_IN, p), timeout_s=30)).leader
+                       for p in range(PARTITIONS)}
+            victim = leaders[0]
+            for p in range(PARTITIONS):
+                await admin.wait_for_leader(TopicPartition(KILL_OUT, p), timeout_s=30)
+            out0 = TopicPartition(KILL_OUT, 0)
+            if (await admin.wait_for_leader(out0, timeout_s=30)).leader != victim:
+                await admin.move_partition(out0, [victim])
+                await admin.wait_for_leader(out0, leader=victim, timeout_s=30)
+            return victim, {p for p, leader in leaders.items() if leader == victim}
+
+    return asyncio.run(run())
+
+
+def wait_led_by(cluster: LocalCluster, broker: int, timeout_s: float = 60.0) -> None:
+    """Until the controllers name ``broker`` the leader of every partition of both topics."""
+
+    async def run() -> None:
+        async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+            for topic in (KILL_IN, KILL_OUT):
+                for p in range(PARTITIONS):
+                    await admin.wait_for_leader(TopicPartition(topic, p), leader=broker, timeout_s=timeout_s)
+
+    asyncio.run(run())
+
+
+def start_kill_streams(spark: Any, bootstrap: str, base: str) -> tuple[Any, Any]:
+    """Two checkpointed queries on Spark's Kafka source: ``read`` keeps (partition, offset, value)
+    in Spark's file sink (exactly once: a batch's files count only once its entry is in the sink's
+    log), ``copy`` writes each record through Spark's Kafka sink to the same partition of the other
+    topic, keyed by where it came from."""
+    source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", KILL_IN).option("startingOffsets", "earliest").load())
+    read = (source.selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+            .writeStream.format("parquet").option("path", f"{base}/read")
+            .option("checkpointLocation", f"{base}/read-checkpoint").trigger(processingTime=KILL_TRIGGER).start())
+    copy = (source.selectExpr("CONCAT(CAST(partition AS STRING), ':', CAST(offset AS STRING)) AS key", "value",
+                              "partition")
+            .writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", KILL_OUT)
+            .option("checkpointLocation", f"{base}/copy-checkpoint").trigger(processingTime=KILL_TRIGGER).start())
+    return read, copy
+
+
+def keep_progress(queries: list[Any], kept: list[dict[int, Any]]) -> None:
+    """Every micro-batch's progress by batch id (``recentProgress`` holds only the last 100)."""
+    for query, batches in zip(queries, kept):
+        for b in query.recentProgress:
+            batches[b["batchId"]] = b
+
+
+def offsets_of(source_offset: str | None, topic: str) -> dict[int, int]:
+    parsed = json.loads(source_offset) if source_offset else None
+    return {int(p): o for p, o in (parsed or {}).get(topic, {}).items()}
+
+
+def batch_span_s(batch: Any) -> tuple[float, float]:
+    """A micro-batch's start and end, wall-clock seconds."""
+    from datetime import datetime
+
+    started = datetime.fromisoformat(batch["timestamp"].replace("Z", "+00:00")).timestamp()
+    return started, started + batch["durationMs"]["triggerExecution"] / 1000
+
+
+def failover_seen_s(batches: dict[int, Any], partitions: set[int], kill_wall_s: float) -> float | None:
+    """From the kill to the end of the first micro-batch started after it that read records of the
+    killed broker's partitions: it asked the new owner for their offsets and fetched from it."""
+    for batch_id in sorted(batches):
+        b = batches[batch_id]
+        started, ended = batch_span_s(b)
+        if started < kill_wall_s or not b["sources"]:
+            continue
+        begin = offsets_of(b["sources"][0]["startOffset"], KILL_IN)
+        end = offsets_of(b["sources"][0]["endOffset"], KILL_IN)
+        if any(end.get(p, 0) > begin.get(p, 0) for p in partitions):
+            return ended - kill_wall_s
+    return None
+
+
+def acknowledged(load: Any) -> set[tuple[int, int, str]]:
+    """(partition, offset, value) of every record the producer saw acknowledged."""
+    return {(p, o, v.decode()) for p, records in load.acked.items() for o, v in records if o is not None}
+
+
+def check_read_exactly_once(acked: set[tuple[int, int, str]], rows: list[tuple[int, int, str]]) -> None:
+    """Spark's source through the kill: every acknowledged record once, at its offset, each
+    partition in the order produced (values carry the sequence number; record ``n`` went to
+    partition ``n % 3``)."""
+    duplicated = len(rows) - len(set(rows))
+    lost = acked - set(rows)
+    unacknowledged = set(rows) - acked
+    assert not lost, f"lost {len(lost)} acknowledged records, e.g. {sorted(lost)[:5]}"
+    assert duplicated == 0, f"{duplicated} records read twice"
+    assert not unacknowledged, f"read {len(unacknowledged)} records never acknowledged, e.g. {sorted(unacknowledged)[:5]}"
+    for p in range(PARTITIONS):
+        read = sorted((o, v) for q, o, v in rows if q == p)
+        assert [o for o, _v in read] == list(range(len(read))), f"partition {p}: offsets not consecutive"
+        sequence = [int(v[1:]) for _o, v in read]
+        assert sequence == sorted(sequence) and all(n % PARTITIONS == p for n in sequence), f"partition {p} out of order"
+
+
+def check_copied(acked: set[tuple[int, int, str]], copied: dict[int, list[tuple[int, str, str]]]) -> int:
+    """Spark's Kafka sink through the kill: nothing lost, each partition copied into the same one
+    in order (of first copies); returns the duplicates, which the sink allows (at least once)."""
+    by_source = {(p, o): v for p, o, v in acked}
+    seen: set[tuple[int, int]] = set()
+    copies = 0
+    for partition, records in copied.items():
+        first_copies: list[int] = []
+        for _offset, key, value in records:
+            p, o = (int(x) for x in key.split(":"))
+            assert p == partition and by_source.get((p, o)) == value, f"{key} copied as {value!r} into {partition}"
+            if (p, o) not in seen:
+                first_copies.append(o)
+                seen.add((p, o))
+            copies += 1
+        assert first_copies == sorted(first_copies), f"partition {partition}: copied out of order"
+    lost = set(by_source) - seen
+    assert not lost, f"the sink lost {len(lost)} records, e.g. {sorted(lost)[:5]}"
+    return copies - len(seen)
+
+
+def test_spark_kafka_source_and_sink_through_a_kill(jars, spark, cluster, tmp_path):
+    """kill -9 of the broker leading partition 0 of the topic a stream reads and of the one it
+    writes, while an idempotent producer writes; the broker stays dead until everything is
+    checked, so the stream runs on the other broker after the failover."""
+    from tools.kafka_workload import KafkaLoad
+
+    bootstrap = cluster.kafka_bootstrap
+    victim, victim_partitions = create_kill_topics(cluster)
+    survivor = next(b for b in cluster.kafka_ports if b != victim)
+    load = KafkaLoad(bootstrap, KILL_IN, PARTITIONS, per_s=KILL_RATE_PER_S, members=0).start()
+    read, copy = start_kill_streams(spark, bootstrap, str(tmp_path))
+    progress: list[dict[int, Any]] = [{}, {}]
+    killed_at_s = killed_mono_s = 0.0
+    try:
+        for query in (read, copy):
+            wait_first_batch(query)
+        while load.acknowledged() < KILL_BEFORE:
+            time.sleep(0.05)
+        killed_at_s, killed_mono_s = time.time(), time.monotonic()
+        acked_before = load.acknowledged()
+        cluster.kill_broker(victim)
+        wait_led_by(cluster, survivor)
+        failover_s = time.monotonic() - killed_mono_s
+        while load.acknowledged() + len(load.errors) < acked_before + KILL_AFTER:
+            keep_progress([read, copy], progress)
+            assert read.isActive and copy.isActive, f"{read.exception() or copy.exception()}"
+            time.sleep(0.2)
+        load.stop_producing()
+        read.processAllAvailable()
+        copy.processAllAvailable()
+        keep_progress([read, copy], progress)
+    finally:
+        load.stop_producing()
+        read.stop()
+        copy.stop()
+    assert read.exception() is None and copy.exception() is None
+    assert load.errors == [], load.errors[:5]
+    acked = acknowledged(load)
+    rows = [(r.partition, r.offset, r.value) for r in spark.read.parquet(f"{tmp_path}/read").collect()]
+    check_read_exactly_once(acked, rows)
+    duplicated = check_copied(acked, read_topic(spark, bootstrap, KILL_OUT))
+    seen_s = failover_seen_s(progress[0], victim_partitions, killed_at_s)
+    assert seen_s is not None, "no micro-batch read the killed broker's partitions after the kill"
+    gap_ms = max(load.gap_ms(p, killed_mono_s, window_s=30.0) or 0.0 for p in victim_partitions)
+    # the longest micro-batch of each query among those the kill could hold up (ended after it)
+    longest_s = [max(end - start for start, end in map(batch_span_s, batches.values()) if end > killed_at_s)
+                 for batches in progress]
+    print(f"Spark through a kill -9 of broker {victim} (source partitions {sorted(victim_partitions)}): "
+          f"{len(acked)} acknowledged, read {len(rows)}, 0 lost, 0 duplicated; sink copied "
+          f"{len(acked) + duplicated}, 0 lost, {duplicated} duplicated; leaders on broker {survivor} "
+          f"{failover_s:.2f} s after the kill, the producer's longest silence {gap_ms / 1000:.2f} s, "
+          f"Spark read the killed partitions again {seen_s:.2f} s after the kill, longest micro-batch "
+          f"read {longest_s[0]:.2f} s, copy {longest_s[1]:.2f} s")
+    cluster.start_broker(victim, wait=True)
