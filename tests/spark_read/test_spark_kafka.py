@@ -214,13 +214,19 @@ KILL_TRIGGER = "250 milliseconds"
 #: kills in one run: `make spark-kafka-kills` runs more, the two brokers in turn (each restarted
 #: after its partitions failed over, so the next kill moves them back onto it)
 KILLS = int(os.environ.get("FERRY_SPARK_KILLS", "1"))
-#: With the two brokers killed in turn a client can end up knowing only the broker just killed:
-#: Metadata names live brokers only, so after the first broker's kill the clients know only the
-#: second, and the first's return is news to them only at their next refresh. With the default
-#: recovery strategy of Kafka's 3.9 client (none) they then have no broker to ask and fail after
-#: 60 s; ``rebootstrap`` (KIP-899, the default from Kafka's 4.0 clients) goes back to
-#: ``bootstrap.servers``. The single kill of `make test` keeps the defaults: the survivor is known.
-CLIENT_OPTIONS = {"kafka.metadata.recovery.strategy": "rebootstrap"} if KILLS > 1 else {}
+#: Two settings of Kafka's 3.9 clients inside Spark's connector (docs/kafka.md, "Spark's Kafka
+#: source and sink through a kill -9"). The source's offset listing (the driver's AdminClient) may
+#: bind a ListOffsets to the killed leader just before the failover and then wait for a broker the
+#: metadata no longer lists until ``default.api.timeout.ms`` (60 s) runs out, after which Spark
+#: retries with a new AdminClient: 10 s bounds that wait (the AdminClient wants no request timeout
+#: above it, so requests time out after 5 s instead of 30). With the two brokers killed in turn a
+#: client can end up knowing only the broker just killed (Metadata names live brokers only, and a
+#: restart is news to a client only at its next refresh); with the default recovery strategy
+#: (none) it then has no broker to ask, ``rebootstrap`` (KIP-899, the default from Kafka's 4.0
+#: clients) goes back to ``bootstrap.servers``. A single kill leaves the survivor known.
+RECOVERY = {"kafka.metadata.recovery.strategy": "rebootstrap"} if KILLS > 1 else {}
+SOURCE_OPTIONS = {"kafka.default.api.timeout.ms": "10000", "kafka.request.timeout.ms": "5000", **RECOVERY}
+SINK_OPTIONS = RECOVERY
 
 
 @dataclass
@@ -276,14 +282,14 @@ def start_kill_streams(spark: Any, bootstrap: str, base: str) -> tuple[Any, Any]
     in Spark's file sink (exactly once: a batch's files count only once its entry is in the sink's
     log), ``copy`` writes each record through Spark's Kafka sink to the same partition of the other
     topic, keyed by where it came from."""
-    source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).options(**CLIENT_OPTIONS)
+    source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).options(**SOURCE_OPTIONS)
               .option("subscribe", KILL_IN).option("startingOffsets", "earliest").load())
     read = (source.selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
             .writeStream.format("parquet").option("path", f"{base}/read")
             .option("checkpointLocation", f"{base}/read-checkpoint").trigger(processingTime=KILL_TRIGGER).start())
     copy = (source.selectExpr("CONCAT(CAST(partition AS STRING), ':', CAST(offset AS STRING)) AS key", "value",
                               "partition")
-            .writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).options(**CLIENT_OPTIONS)
+            .writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).options(**SINK_OPTIONS)
             .option("topic", KILL_OUT).option("checkpointLocation", f"{base}/copy-checkpoint").trigger(processingTime=KILL_TRIGGER).start())
     return read, copy
 
