@@ -22,7 +22,7 @@ from broker import replication_rules as rules
 from broker.load_sampler import LoadCounters
 from broker.local_log import LocalLog
 from broker.partition_meta import ProducerState
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 
 log = logging.getLogger("ferry.broker.local_replica")
@@ -226,6 +226,13 @@ class LocalReplica:
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int]:
         return self.log.offset_for_timestamp(timestamp_ms, self.high_watermark)
+
+    async def max_timestamp_offset(self) -> tuple[int, int]:
+        return self.log.max_timestamp_offset(self.high_watermark)
+
+    def latest_tiered_offset(self) -> int:
+        """Nothing of a storage=local partition is in S3: -1, as Kafka answers without tiered storage."""
+        return -1
 
     async def delete_records_before(self, offset: int) -> int:
         raise FerryError(ErrorCode.INVALID_REQUEST, f"DeleteRecords is not supported on storage=local topics yet "

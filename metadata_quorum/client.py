@@ -24,16 +24,17 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 
-from metadata_quorum.auth_middleware import auth_headers
-from metadata_quorum.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
+from metadata_quorum.kernel.auth_middleware import auth_headers
+from metadata_quorum.kernel.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
 from metadata_quorum.backpressure import TIMEOUT_HEADER
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.records import (
     ConfigRecord,
     KVRecord,
     Record,
     RemoveStreamObjectRecord,
     RemoveStreamRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     UnregisterBrokerRecord,
     decode_record,
@@ -461,6 +462,7 @@ def snapshot_delta(old: Any, records: list[Record], snapshot_offset: int) -> tup
         new_values = target.configs.get(rtype, rname)
         removals += [ConfigRecord(resource_type=rtype, resource_name=rname, key=k, value=None)
                      for k in values if k not in new_values]
+    removals += [RemoveAccessControlEntryRecord(acl_id=i) for i in old.acls.by_id if i not in target.acls.by_id]
     delta = MetadataDelta(old)
     try:
         for i, record in enumerate(removals + list(records)):

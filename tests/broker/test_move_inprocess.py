@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from broker.log_dirs_manager import LogDirsManager
+from broker.log_dirs_report import alter_s3_replica_dir
 from broker.metrics import BrokerMetrics
 from broker.partition import PartitionState
 from broker.partition_manager import PartitionManager
@@ -18,7 +19,7 @@ from broker.partition_meta import PartitionMeta
 from broker.replica import META_COMPACT_FORCE_RECORDS, Replica
 from broker.tail_handoff import TailHandoff
 from metadata_quorum.delta import MetadataDelta
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE
 from metadata_quorum.local_controller import LocalController
 from stream_storage import batches
@@ -641,18 +642,18 @@ async def test_log_dirs_placement_and_alter_through_future_dir(cluster: InProces
     # AlterReplicaLogDirs: bad input changes nothing
     for bad, error in (("rel/dir", ErrorCode.LOG_DIR_NOT_FOUND), ("/no/such/dir", ErrorCode.LOG_DIR_NOT_FOUND)):
         with pytest.raises(FerryError) as e:
-            await c.dirs[2].alter(c.managers[2], "l", 0, bad)
+            await alter_s3_replica_dir(c.dirs[2], c.managers[2], "l", 0, bad)
         assert e.value.error is error
     with pytest.raises(FerryError) as e:
-        await c.dirs[2].alter(c.managers[2], "nope", 0, d0)
+        await alter_s3_replica_dir(c.dirs[2], c.managers[2], "nope", 0, d0)
     assert e.value.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     with pytest.raises(FerryError) as e:
-        await c.dirs[2].alter(c.managers[2], "l", 1, d0)  # led by broker 1, no replica here
+        await alter_s3_replica_dir(c.dirs[2], c.managers[2], "l", 1, d0)  # led by broker 1, no replica here
     assert e.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert slot.log_dir == d1
     # a real move: through l-0.<uid>-future, old copy retired
     await append(slot, b"before")
-    await c.dirs[2].alter(c.managers[2], "l", 0, d0)
+    await alter_s3_replica_dir(c.dirs[2], c.managers[2], "l", 0, d0)
     assert slot.log_dir == d0 and os.listdir(d0).count("l-0") == 1 and "l-0" not in os.listdir(d1)
     await append(slot, b"after")
     assert [r.value for r in await read_all(slot)] == [b"before", b"after"]
@@ -690,7 +691,7 @@ async def test_alter_log_dir_moves_wal_and_streams_to_the_target_dir(tmp_path) -
         new_storage = c.managers[1].storage_for(other)
         assert old_storage is not new_storage and slot.replica.storage is old_storage
         acked = [(await append(slot, b"x%d" % i), b"x%d" % i) for i in range(5)]
-        await c.dirs[1].alter(c.managers[1], "w", 0, other)
+        await alter_s3_replica_dir(c.dirs[1], c.managers[1], "w", 0, other)
         assert slot.log_dir == other and slot.replica.storage is new_storage and slot.status.accepts_produce
         assert old_storage.stream(slot.replica.data_stream_id) is None  # nothing of it left in the old WAL
         assert "w-0" in os.listdir(other) and "w-0" not in os.listdir(first)
@@ -739,3 +740,48 @@ async def test_unreachable_wal_of_a_dead_owner_is_stated_not_hidden(cluster: InP
     move = c.managers[2].moves("u", 0)[0]
     assert move.wal_unreachable and move.clean is False  # ... and the loss is stated
     assert move.to_json()["wal_unreachable"] is True
+
+
+async def test_max_timestamp_and_latest_tiered_offsets_survive_uploads_deletes_and_moves(
+        cluster: InProcessCluster) -> None:
+    """ListOffsets -3 and -5 on a partition: the first record with the largest timestamp (kept as
+    batches are appended, carried to the next owner in the partition meta, recomputed from what
+    remains once DeleteRecords removed it), and the last offset already in S3 objects."""
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "mx", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    slot = await c.serving(1, "mx", 0)
+
+    async def put(*stamps: int) -> None:
+        body = batches.build_batch([batches.Record(0, ts, None, b"v", ()) for ts in stamps])
+        await slot.replica.append(body, batches.validate_batches(body))
+
+    assert await slot.replica.max_timestamp_offset() == (-1, -1)
+    assert slot.replica.latest_tiered_offset() == -1
+    await put(10_000_100, 10_000_400, 10_000_250)  # offsets 0-2: the middle one is the largest
+    await put(9_000, 10_000_300)                    # 3-4
+    await put(8_000)                                # 5
+    assert await slot.replica.max_timestamp_offset() == (1, 10_000_400)
+    await c.storages[1].force_upload(slot.replica.data_stream_id)
+    assert slot.replica.latest_tiered_offset() == 5
+    await put(7_000)                                # 6: only in the WAL and the cache
+    assert slot.replica.latest_tiered_offset() == 5
+    await slot.replica.delete_records_before(2)     # the largest record is gone, its batch is not
+    assert await slot.replica.max_timestamp_offset() == (4, 10_000_300)
+    c.controller.write("alter_partition_reassignments",
+                       {"reassignments": [{"topic": "mx", "partition": 0, "replicas": [2]}]})
+    slot = await c.serving(2, "mx", 0)
+    assert await slot.replica.max_timestamp_offset() == (4, 10_000_300)
+    assert slot.replica.latest_tiered_offset() == 6  # the close uploaded the tail
+    await slot.replica.delete_records_before(5)
+    assert await slot.replica.max_timestamp_offset() == (5, 8_000)
+    await put(8_000)                                 # 7: a tie comes after the first
+    assert await slot.replica.max_timestamp_offset() == (5, 8_000)
+    await put(20_000_000)                            # 8: a new maximum, then the owner dies
+    c.controller.listeners.remove(c.listeners[2])
+    c.skew_ms += 5000
+    epoch1 = c.controller.image.cluster.brokers[1].broker_epoch
+    c.controller.write("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch1, "metadata_offset": 10**9})
+    c.controller.tick()  # fences broker 2; broker 1 recovers its WAL tail and rebuilds the index from it
+    slot = await c.serving(1, "mx", 0)
+    assert await slot.replica.max_timestamp_offset() == (8, 20_000_000)
