@@ -311,6 +311,20 @@ def wait_acknowledged(load: Any, count: int, queries: list[Any], kept: list[dict
         time.sleep(0.2)
 
 
+def wait_progress_through(queries: list[Any], kept: list[dict[int, Any]], records: int, timeout_s: float = 30.0) -> None:
+    """Until each query's progress reports a micro-batch ending at ``records`` in all (a batch's
+    progress is posted a moment after ``processAllAvailable`` returns)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        keep_progress(queries, kept)
+        ends = [max((sum(offsets_of(b["sources"][0]["endOffset"], KILL_IN).values()) for b in batches.values()
+                     if b["sources"]), default=0) for batches in kept]
+        if min(ends) >= records:
+            return
+        assert time.monotonic() < deadline, f"progress reports {ends} of {records} records after {timeout_s} s"
+        time.sleep(0.1)
+
+
 def offsets_of(source_offset: str | None, topic: str) -> dict[int, int]:
     parsed = json.loads(source_offset) if source_offset else None
     return {int(p): o for p, o in (parsed or {}).get(topic, {}).items()}
@@ -423,7 +437,7 @@ def test_spark_kafka_source_and_sink_through_a_kill(jars, spark, cluster, tmp_pa
         load.stop_producing()
         for query in queries:
             query.processAllAvailable()
-        keep_progress(queries, progress)
+        wait_progress_through(queries, progress, load.acknowledged())
     finally:
         load.stop_producing()
         for query in queries:
