@@ -49,7 +49,7 @@ test: $(STAMP) $(KAFKA_JARS_STAMP) $(SPARK_KAFKA_JARS_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # Spark's Kafka source and sink through 10 kill -9 of the two brokers in turn, each restarted after
-# its failover (make test runs one kill): about 2.5 min
+# its failover (make test runs one kill): about 2 min
 SPARK_KILLS ?= 10
 spark-kafka-kills: $(STAMP) $(SPARK_KAFKA_JARS_STAMP)
 	FERRY_SPARK_KILLS=$(SPARK_KILLS) $(PY) -m pytest -q -s -p no:cacheprovider tests/spark_read/test_spark_kafka.py -k through_a_kill
