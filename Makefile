@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install test test-fast chaos demo perf perf-s3 soak clean kafka-jars spark-kafka-jars conformance
+.PHONY: install test test-fast chaos demo perf perf-s3 soak clean kafka-jars spark-kafka-jars spark-kafka-kills conformance
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ spark-kafka-jars: $(SPARK_KAFKA_JARS_STAMP)
 # the whole suite, the two seeded 30 s chaos campaigns included
 test: $(STAMP) $(KAFKA_JARS_STAMP) $(SPARK_KAFKA_JARS_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# Spark's Kafka source and sink through 10 kill -9 of the two brokers in turn, each restarted after
+# its failover (make test runs one kill): about 2 min
+SPARK_KILLS ?= 10
+spark-kafka-kills: $(STAMP) $(SPARK_KAFKA_JARS_STAMP)
+	FERRY_SPARK_KILLS=$(SPARK_KILLS) $(PY) -m pytest -q -s -p no:cacheprovider tests/spark_read/test_spark_kafka.py -k through_a_kill
 
 # Only the two seeded fault campaigns of 30 s against a live cluster, as one test (about 80 s).
 chaos: $(STAMP)

@@ -47,13 +47,18 @@ class KafkaLoad:
     def stop(self, timeout_s: float = 60.0) -> bool:
         """Stop producing, let the group read everything acknowledged, stop the group; returns
         whether the group read every acknowledged record."""
-        self._stop_producing.set()
-        self._threads[-1].join(timeout_s)
+        self.stop_producing(timeout_s)
         complete = self.wait_consumed(timeout_s)
         self._stop.set()
         for t in self._threads:
             t.join(timeout_s)
         return complete
+
+    def stop_producing(self, timeout_s: float = 60.0) -> None:
+        """Stop producing and wait for the producer's flush, so every record sent is acknowledged
+        or failed; the group, if any, reads on."""
+        self._stop_producing.set()
+        self._threads[-1].join(timeout_s)
 
     def acknowledged(self) -> int:
         with self._lock:
