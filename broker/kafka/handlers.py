@@ -15,6 +15,7 @@ from broker.kafka.data_apis import DataApis
 from broker.kafka.forwarding import ControllerCalls
 from broker.kafka.group_apis import GroupApis, GroupsCore
 from broker.kafka.listener import Handler
+from broker.kafka.produce_forwarding import ProduceForwarding
 
 
 def new_producer_id() -> int:
@@ -26,9 +27,10 @@ class KafkaCore(GroupsCore, AdminCore, Protocol):
     """A broker that serves the data path, consumer groups and the admin APIs."""
 
 
-def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
-                   topic_defaults: TopicDefaults = TopicDefaults()) -> dict[int, Handler]:
-    data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults))
+def kafka_handlers(core: KafkaCore, controller: ControllerCalls, topic_defaults: TopicDefaults = TopicDefaults(),
+                   forwarding: ProduceForwarding | None = None) -> dict[int, Handler]:
+    data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults),
+                    forwarding=forwarding)
     groups = GroupApis(core)
     admin = AdminApis(core, controller, topic_defaults)
     consumer_groups = ConsumerGroupApis(groups)

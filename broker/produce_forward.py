@@ -1,0 +1,100 @@
+"""Whether a produce for a partition this broker has just handed over is forwarded (pure).
+
+librdkafka puts every refused batch behind ``retry.backoff.ms`` (100 ms by default) whatever
+the refusal names, so a ``NOT_LEADER_OR_FOLLOWER`` from the old owner costs a librdkafka
+producer at least that back-off per move, although the move itself takes ~40 ms. The same client
+applies the per-partition ``CurrentLeader`` and the ``NodeEndpoints`` of a Produce v10+ answer
+(KIP-951) whatever its error code, success included: it then sends that partition's next batches
+to the named leader, with no error and no back-off. So the old owner forwards what it can no
+longer take: it holds the request until the owner it names leads, sends the partition's record
+batches unchanged to it, and answers with the owner's own result plus the new leader
+(``broker/kafka/produce_forwarder.py`` is the connection, ``broker/kafka/data_apis.py`` the answer).
+
+This module decides, from plain values, what happens to one partition of one request:
+
+* ``HERE``: the core's usual path (append when served here, the owner-to-be's hold, or the
+  refusal naming the leader);
+* ``AWAIT``: the old owner holds the request until the election names the owner (then decide again);
+* ``FORWARD``: send it to ``target``, which leads at ``target_epoch``.
+
+Only the broker that gave the partition up forwards, and only for ``window_ms`` after it did:
+a client whose metadata is older than that, or who never used this broker, is refused as
+before. A request that was itself forwarded is never forwarded again (two brokers that just
+swapped a partition twice must not send it back and forth), and neither is a request whose
+answer cannot name the new leader (Produce before v10), so a client never keeps sending to a
+broker that no longer leads without being told.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Collection
+
+from broker.admission import LeaderView, ServingState
+from metadata_quorum.records import NO_LEADER
+
+#: Produce v10 adds the per-partition CurrentLeader and the NodeEndpoints an answer names the
+#: new leader with (KIP-951); an older client would keep sending to this broker
+MIN_FORWARD_VERSION = 10
+#: the client id a broker forwards with: a request carrying it is served where it arrives
+FORWARDED_CLIENT_ID_PREFIX = "ferry-forward-from-broker-"
+
+
+class RouteKind(enum.Enum):
+    HERE = "here"
+    AWAIT = "await"
+    FORWARD = "forward"
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: RouteKind
+    target: int = NO_LEADER
+    target_epoch: int = -1
+
+
+HERE = Route(RouteKind.HERE)
+AWAIT = Route(RouteKind.AWAIT)
+
+
+@dataclass(frozen=True)
+class ProduceAsk:
+    """What about the request decides whether it may be forwarded."""
+
+    api_version: int
+    forwarded: bool  # it came from a broker that forwarded it
+    transactional: bool
+    has_records: bool
+
+
+def forwarded_client_id(broker_id: int) -> str:
+    return f"{FORWARDED_CLIENT_ID_PREFIX}{broker_id}"
+
+
+def is_forwarded(client_id: str | None) -> bool:
+    return client_id is not None and client_id.startswith(FORWARDED_CLIENT_ID_PREFIX)
+
+
+def produce_route(broker_id: int, view: LeaderView | None, state: ServingState | None,
+                  since_given_up_ms: float | None, window_ms: int, listening: Collection[int],
+                  ask: ProduceAsk) -> Route:
+    """Where one partition's batches of a produce request go.
+
+    ``state`` is this broker's slot of the partition (None: none), ``since_given_up_ms`` how long
+    ago this broker stopped owning it (None: it never did, or owns it now), ``listening`` the
+    brokers with a Kafka listener the answer can name."""
+    if window_ms <= 0 or ask.forwarded or ask.transactional or not ask.has_records or \
+            ask.api_version < MIN_FORWARD_VERSION:
+        return HERE
+    if view is None or state is None or (state.accepts_requests and not state.replica_closed):
+        return HERE
+    if since_given_up_ms is None or not 0 <= since_given_up_ms <= window_ms:
+        return HERE
+    if view.leader == broker_id:
+        return HERE  # coming back here: the core holds it while this broker opens the partition
+    if view.leader != NO_LEADER:
+        return Route(RouteKind.FORWARD, view.leader, view.leader_epoch) if view.leader in listening else HERE
+    if view.next_leader == broker_id:
+        return HERE  # moving back here before the election: the core holds it as the owner-to-be's
+    # between owners: the election behind this broker's closing commit names the owner
+    return AWAIT
