@@ -17,6 +17,15 @@ This module decides, from plain values, what happens to one partition of one req
 * ``AWAIT``: the old owner holds the request until the election names the owner (then decide again);
 * ``FORWARD``: send it to ``target``, which leads at ``target_epoch``.
 
+A forward's answer moves the client only once it has a connection to the owner: librdkafka
+(v2.15) migrates a partition to a broker it is not connected to and, while batches of the
+partition are still in flight to the old owner (they are, with a producer that keeps sending),
+does not connect until its broker thread's next idle wake-up, up to 1 s later. So the old owner
+forwards only to a broker it has already named to the same client (its host and client id) in an
+earlier answer, a refusal or a forward: a client sent to a broker connects to it and keeps the
+connection. A client it has not named the owner to gets today's refusal, whose back-off (100 ms)
+is the lesser cost; the next move to that broker is forwarded.
+
 Only the broker that gave the partition up forwards, and only for ``window_ms`` after it did:
 a client whose metadata is older than that, or who never used this broker, is refused as
 before. A request that was itself forwarded is never forwarded again (two brokers that just
@@ -26,6 +35,7 @@ broker that no longer leads without being told.
 """
 from __future__ import annotations
 
+import collections
 import enum
 from dataclasses import dataclass
 from typing import Collection
@@ -65,6 +75,26 @@ class ProduceAsk:
     forwarded: bool  # it came from a broker that forwarded it
     transactional: bool
     has_records: bool
+    sent_to: frozenset[int] = frozenset()  # brokers this broker has named as a leader to the client before
+
+
+class ClientsSentTo:
+    """Which brokers this broker has named as a leader to each client (its host and client id),
+    the most recently seen ``max_clients`` of them. Clients sharing a host and a client id share
+    an entry: at worst one of them is forwarded to a broker it is not connected to yet."""
+
+    def __init__(self, max_clients: int = 10_000) -> None:
+        self.max_clients = max_clients
+        self._sent: collections.OrderedDict[tuple[str, str | None], frozenset[int]] = collections.OrderedDict()
+
+    def sent_to(self, client: tuple[str, str | None]) -> frozenset[int]:
+        return self._sent.get(client, frozenset())
+
+    def record(self, client: tuple[str, str | None], brokers: Collection[int]) -> None:
+        before = self._sent.pop(client, frozenset())
+        self._sent[client] = before | frozenset(brokers)
+        while len(self._sent) > self.max_clients:
+            self._sent.popitem(last=False)
 
 
 def forwarded_client_id(broker_id: int) -> str:
@@ -93,8 +123,12 @@ def produce_route(broker_id: int, view: LeaderView | None, state: ServingState |
     if view.leader == broker_id:
         return HERE  # coming back here: the core holds it while this broker opens the partition
     if view.leader != NO_LEADER:
-        return Route(RouteKind.FORWARD, view.leader, view.leader_epoch) if view.leader in listening else HERE
+        if view.leader not in listening or view.leader not in ask.sent_to:
+            return HERE
+        return Route(RouteKind.FORWARD, view.leader, view.leader_epoch)
     if view.next_leader == broker_id:
         return HERE  # moving back here before the election: the core holds it as the owner-to-be's
+    if view.next_leader != NO_LEADER and view.next_leader not in ask.sent_to:
+        return HERE  # refused at once, naming the owner-to-be (which holds it until it serves)
     # between owners: the election behind this broker's closing commit names the owner
     return AWAIT

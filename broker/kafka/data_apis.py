@@ -324,6 +324,8 @@ class DataApis:
         endpoints = [ProduceResponse.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
                      for bid, e in kafka_endpoints(self.core.image).items() if bid in leaders_named] \
             if leaders_named else []
+        if self.forwarding is not None:
+            self.forwarding.named(req, leaders_named)
         return ProduceResponse(responses=[PR(name=n, partition_responses=ps) for n, ps in by_topic.items()],
                                throttle_time_ms=0, node_endpoints=endpoints)
 

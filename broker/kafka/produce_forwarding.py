@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Collection, Protocol
 
 from broker.admission import LeaderView, not_leader
 from broker.kafka.produce_forwarder import ForwardFailed, ForwardTarget
 from broker.kafka.wire import Request
-from broker.produce_forward import ProduceAsk, Route, RouteKind, is_forwarded
+from broker.produce_forward import ClientsSentTo, ProduceAsk, Route, RouteKind, is_forwarded
 from metadata_quorum.errors import FerryError
 
 DEFAULT_TIMEOUT_MS = 30_000  # a request that gives no timeout of its own (Kafka's request.timeout.ms)
@@ -56,11 +56,17 @@ class ProduceForwarding:
         self.sender = sender
         self.target_of = target_of
         self.count = count
+        self.clients = ClientsSentTo()
 
-    @staticmethod
-    def ask(req: Request, has_records: bool) -> ProduceAsk:
+    def ask(self, req: Request, has_records: bool) -> ProduceAsk:
         return ProduceAsk(req.api_version, is_forwarded(req.client_id),
-                          getattr(req.body, "transactional_id", None) is not None, has_records)
+                          getattr(req.body, "transactional_id", None) is not None, has_records,
+                          self.clients.sent_to((req.client_host, req.client_id)))
+
+    def named(self, req: Request, leaders: Collection[int]) -> None:
+        """An answer to ``req`` named ``leaders``: the client connects to them (produce_forward.py)."""
+        if leaders:
+            self.clients.record((req.client_host, req.client_id), leaders)
 
     def route(self, req: Request, topic: str, partition: int) -> Route:
         """No await: a partition served here goes on to its append in the same step."""

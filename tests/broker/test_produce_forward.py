@@ -13,14 +13,15 @@ from broker.admission import LeaderView, ServingState
 from broker.kafka.produce_forwarder import ForwardFailed, ForwardTarget
 from broker.kafka.produce_forwarding import Forwarded, ProduceForwarding
 from broker.kafka.wire import Request
-from broker.produce_forward import (AWAIT, HERE, ProduceAsk, Route, RouteKind, forwarded_client_id, is_forwarded,
-                                    produce_route)
+from broker.produce_forward import (AWAIT, HERE, ClientsSentTo, ProduceAsk, Route, RouteKind, forwarded_client_id,
+                                    is_forwarded, produce_route)
 from metadata_quorum.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER
 
 ME, OWNER = 1, 2
 WINDOW_MS = 5000
-ASK = ProduceAsk(api_version=11, forwarded=False, transactional=False, has_records=True)
+# the client was named OWNER as a leader before (so it is connected to it)
+ASK = ProduceAsk(api_version=11, forwarded=False, transactional=False, has_records=True, sent_to=frozenset({OWNER}))
 CLOSED = ServingState(accepts_requests=False, state_name="CLOSED", replica_closed=True, replica_leader_epoch=-1)
 CLOSING = ServingState(accepts_requests=False, state_name="CLOSING", replica_closed=False, replica_leader_epoch=4)
 SERVING = ServingState(accepts_requests=True, state_name="SERVING", replica_closed=False, replica_leader_epoch=4)
@@ -77,6 +78,26 @@ def test_requests_that_are_never_forwarded(ask: ProduceAsk) -> None:
 
 def test_an_owner_without_a_kafka_listener_is_not_forwarded_to() -> None:
     assert route(listening=frozenset({1, 3})) is HERE
+
+
+def test_a_client_never_sent_to_the_owner_is_refused_naming_it() -> None:
+    """librdkafka would migrate to a broker it is not connected to and wait up to 1 s to connect."""
+    new_client = ProduceAsk(11, forwarded=False, transactional=False, has_records=True, sent_to=frozenset({3}))
+    assert route(ask=new_client) is HERE
+    assert route(BETWEEN, CLOSING, ask=new_client) is HERE  # not held: refused at once, naming OWNER
+    assert route(LeaderView(NO_LEADER, 4), CLOSING, ask=new_client) is AWAIT  # no owner named yet
+
+
+def test_the_clients_sent_to_memory_is_per_client_and_bounded() -> None:
+    sent = ClientsSentTo(max_clients=2)
+    sent.record(("/10.0.0.1", "rdkafka"), [2])
+    sent.record(("/10.0.0.1", "rdkafka"), [3])
+    assert sent.sent_to(("/10.0.0.1", "rdkafka")) == {2, 3}
+    assert sent.sent_to(("/10.0.0.2", "rdkafka")) == frozenset()
+    sent.record(("/10.0.0.2", "rdkafka"), [2])
+    sent.record(("/10.0.0.3", "rdkafka"), [2])  # the least recently named client is forgotten
+    assert sent.sent_to(("/10.0.0.1", "rdkafka")) == frozenset()
+    assert sent.sent_to(("/10.0.0.3", "rdkafka")) == {2}
 
 
 def test_the_forwarded_client_id_marks_a_forwarded_request() -> None:
