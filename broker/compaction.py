@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any, Callable, Iterator, Mapping
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from stream_storage.compaction import CompactionPolicy
 
 log = logging.getLogger("ferry.broker.compaction")

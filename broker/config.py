@@ -20,8 +20,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from metadata_quorum.auth import NodeSecurity
-from metadata_quorum.strict_config import NonNegativeInt, Port, PositiveInt, build, invalid, load_json
+from metadata_quorum.kernel.auth import NodeSecurity
+from metadata_quorum.kernel.strict_config import NonNegativeInt, Port, PositiveInt, build, invalid, load_json
 from stream_storage.config import S3Config, StreamStorageConfig
 
 
@@ -39,8 +39,10 @@ class BrokerConfig:
     rack: str | None = None
     wal_root: str | None = None
     wal_dir: str | None = None
-    s3: dict[str, Any] = field(default_factory=dict)  # S3Config, checked at load
-    storage: dict[str, Any] = field(default_factory=dict)  # StreamStorageConfig overrides (upload thresholds, …)
+    s3: S3Config = field(default_factory=S3Config)
+    # stream storage settings (upload thresholds, WAL mode, …), parsed once at load; ``wal_dir`` is
+    # left empty here: each log dir's storage gets its own (storage_factory.open_storage)
+    storage: StreamStorageConfig = field(default_factory=lambda: StreamStorageConfig(wal_dir=""))
     heartbeat_interval_ms: PositiveInt = 2000
     session_timeout_ms: PositiveInt = 9000
     # how often the other brokers' WAL locks are probed for a process that is gone (peer_liveness.py); 0 = never
@@ -121,7 +123,7 @@ _LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
 
 def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> BrokerConfig:
-    """Validate and build (metadata_quorum/strict_config.py); a wrong setting, here or in ``s3`` /
+    """Validate and build (metadata_quorum/kernel/strict_config.py); a wrong setting, here or in ``s3`` /
     ``storage``, is INVALID_CONFIG naming the setting."""
     if not isinstance(data, dict):
         raise invalid("the broker config must be a JSON object")
@@ -145,7 +147,15 @@ def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> Brok
     if len(set(os.path.normpath(d) for d in dirs)) != len(dirs):
         raise invalid("broker setting 'log_dirs' has duplicate entries")
     values["log_dirs"] = [os.path.normpath(d) for d in dirs]
-    cfg = build(BrokerConfig, values, "broker")
+    # the nested sections are parsed here, once, into the typed objects the broker uses
+    raw_storage = values.pop("storage", {})
+    if isinstance(raw_storage, dict) and "wal_dir" in raw_storage:
+        raise invalid("broker setting 'storage.wal_dir' is not allowed: set 'wal_dir' or 'wal_root' at the top level")
+    given: dict[str, Any] = {
+        "s3": build(S3Config, values.pop("s3", {}), "broker", prefix="s3."),
+        "storage": build(StreamStorageConfig, raw_storage, "broker", prefix="storage.", given={"wal_dir": ""}),
+    }
+    cfg = build(BrokerConfig, values, "broker", given=given)
     if cfg.broker_id < 0:
         raise invalid(f"broker setting 'broker_id' must be >= 0, got {cfg.broker_id}")
     if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
@@ -157,11 +167,7 @@ def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> Brok
         raise invalid(f"broker setting 'log_level' must be one of {', '.join(_LOG_LEVELS)}, got {cfg.log_level!r}")
     if cfg.security is not None:
         cfg.security.check("broker")
-    # The nested stream-storage settings are checked now, not when storage starts.
-    build(S3Config, cfg.s3, "broker", prefix="s3.")
-    if "wal_dir" in cfg.storage:
-        raise invalid("broker setting 'storage.wal_dir' is not allowed: set 'wal_dir' or 'wal_root' at the top level")
-    storage = build(StreamStorageConfig, dict(cfg.storage), "broker", prefix="storage.", given={"wal_dir": "/"})
+    storage = cfg.storage
     wal_keys, object_keys = storage.wal.key_prefix.strip("/") + "/", storage.object_key_prefix.strip("/") + "/"
     if wal_keys == "/" or wal_keys.startswith(object_keys) or object_keys.startswith(wal_keys):
         # the garbage collector deletes what no stream names under the object prefix

@@ -11,7 +11,7 @@ walking).
 """
 from __future__ import annotations
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from stream_storage.batch_scan import CorruptBatch, scan_batches
 
 

@@ -23,11 +23,11 @@ from broker.log_dirs_report import LogDirReport, TopicFilter
 from broker.metrics import BrokerMetrics
 from broker.move_timeline import MoveTimeline
 from broker.partition_manager import Slot
-from metadata_quorum.auth_middleware import broker_auth_middleware
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.http_parsing import check_query_names, errors_middleware, path_int, query_int, query_str, \
+from metadata_quorum.kernel.auth_middleware import broker_auth_middleware
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.http_parsing import check_query_names, errors_middleware, path_int, query_int, query_str, \
     read_json_object
-from metadata_quorum.ops.validation import INT32_MAX, as_int, as_list, as_mapping, as_str
+from metadata_quorum.kernel.validation import INT32_MAX, as_int, as_list, as_mapping, as_str
 
 FETCH_DEFAULT_MAX_BYTES = 1024 * 1024
 FETCH_DEFAULT_MAX_WAIT_MS = 500
@@ -94,7 +94,7 @@ class BrokerHttpApi:
     def app(self) -> web.Application:
         config = self.core.config
         middlewares = [errors_middleware("docs/broker-api.md")]
-        if config.security is not None:  # bearer tokens (metadata_quorum/auth.py)
+        if config.security is not None:  # bearer tokens (metadata_quorum/kernel/auth.py)
             middlewares.append(broker_auth_middleware(config.security))
         app = web.Application(middlewares=middlewares, client_max_size=config.max_batch_bytes + 1)
         app.router.add_post("/v1/produce/{topic}/{partition}", self.produce)

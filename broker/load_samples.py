@@ -18,7 +18,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 METRICS_PREFIX = "metrics/"
 SAMPLE_COLUMNS: tuple[str, ...] = ("ts_ms", "interval_ms", "broker_id", "topic", "partition", "bytes_in",

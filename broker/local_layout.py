@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 
 LOG_SUFFIX = ".log"

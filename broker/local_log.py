@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from broker import local_layout as lay
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 
 log = logging.getLogger("ferry.broker.local_log")

@@ -31,7 +31,7 @@ from broker.log_dirs_manager import LogDirsManager
 from broker.replica_fetch_http import ReplicaFetchClient
 from broker.replica_fetcher import follow
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import STORAGE_S3
 

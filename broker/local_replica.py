@@ -22,7 +22,7 @@ from broker import replication_rules as rules
 from broker.load_sampler import LoadCounters
 from broker.local_log import LocalLog
 from broker.partition_meta import ProducerState
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 
 log = logging.getLogger("ferry.broker.local_replica")

@@ -10,22 +10,20 @@ swaps it in, and deletes the old copy as ``…-delete``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 from broker.local_dir_move import ACTION_DELETE, ACTION_PROMOTE, ACTION_RESUME, recovery_actions
 from broker.local_log import fsync_dir
 from broker.log_dirs import (FUTURE_SUFFIX, MAX_DIR_NAME_CHARS, LogDirInfo, LogDirState, delete_dir_name,
                              future_dir_name, next_dir_state, parse_dir_name, partition_dir_name, validate_log_dir)
-from metadata_quorum.errors import ErrorCode, FerryError
-
-if TYPE_CHECKING:
-    from broker.partition_manager import PartitionManager
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 log = logging.getLogger("ferry.broker.logdirs")
 META_PROPERTIES = "meta.properties"
@@ -242,27 +240,19 @@ class LogDirsManager:
         return dict(self._futures)
 
     # ------------------------------------------------------------------ AlterReplicaLogDirs
-    async def alter(self, manager: "PartitionManager", topic: str, partition: int, path: str) -> None:
-        """Move one replica to ``path`` (validated first; nothing changes on bad input)."""
-        target = validate_log_dir(path, self.infos()).path
-        topic_id = manager.image.topics.by_name.get(topic)
-        if topic_id is None or manager.image.topics.partition(topic_id, partition) is None:
-            raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{partition}")
-        slot = manager.slot_by_name(topic, partition)
-        if slot is None or slot.log_dir is None:
-            reg = manager.image.topics.partition(topic_id, partition)
-            if reg is None or manager.broker_id not in reg.replicas:
-                raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                 f"broker {manager.broker_id} hosts no replica of {topic}-{partition}")
-            if slot is not None:
-                slot.requested_dir = target  # placed there when it opens
-            return
-        if os.path.normpath(slot.log_dir) == target:
-            return
-        async with self._alter_lock:  # one move at a time
+    def validate_target(self, path: str) -> str:
+        """The normalized target dir of a move; LOG_DIR_NOT_FOUND / KAFKA_STORAGE_ERROR if unusable."""
+        return validate_log_dir(path, self.infos()).path
+
+    @contextlib.asynccontextmanager
+    async def future_move(self, topic: str, partition: int,
+                          target: str) -> AsyncIterator[Callable[[str, str, str, int], Awaitable[None]]]:
+        """One move at a time; while it runs the replica is reported as a future in ``target``.
+        Yields the directory copy (KIP-113's ``-future`` / ``-delete`` dance) for the mover to run."""
+        async with self._alter_lock:
             self._futures[(topic, partition)] = target
             try:
-                await manager.move_replica(slot, target, self._move_dir)
+                yield self._move_dir
             finally:
                 self._futures.pop((topic, partition), None)
 
@@ -312,6 +302,3 @@ def _move_replica_dir(src_root: str, dst_root: str, topic: str, partition: int,
     fsync_dir(dst_root)
     fsync_dir(src_root)
     shutil.rmtree(doomed, ignore_errors=True)
-
-
-_ = Any

@@ -5,10 +5,11 @@ Both front ends answer from the same report and run moves through the same path,
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 if TYPE_CHECKING:
     from broker.log_dirs_manager import LogDirsManager
@@ -86,8 +87,31 @@ async def alter_replica_log_dirs(log_dirs: "LogDirsManager", manager: "Partition
             if local is not None and local.is_local(topic):
                 await local.alter_log_dir(topic, partition, path)
             else:
-                await log_dirs.alter(manager, topic, partition, path)
+                await alter_s3_replica_dir(log_dirs, manager, topic, partition, path)
             outcome[i] = None
         except FerryError as exc:
             outcome[i] = exc
     return [outcome[i] for i in range(len(moves))]
+
+
+async def alter_s3_replica_dir(log_dirs: "LogDirsManager", manager: "PartitionManager", topic: str, partition: int,
+                               path: str) -> None:
+    """Move one storage=s3 replica's dir to ``path`` (validated first; nothing changes on bad input).
+    A replica assigned here but not open yet is placed there when it opens."""
+    target = log_dirs.validate_target(path)
+    topic_id = manager.image.topics.by_name.get(topic)
+    if topic_id is None or manager.image.topics.partition(topic_id, partition) is None:
+        raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{partition}")
+    slot = manager.slot_by_name(topic, partition)
+    if slot is None or slot.log_dir is None:
+        reg = manager.image.topics.partition(topic_id, partition)
+        if reg is None or manager.broker_id not in reg.replicas:
+            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"broker {manager.broker_id} hosts no replica of {topic}-{partition}")
+        if slot is not None:
+            slot.requested_dir = target  # placed there when it opens
+        return
+    if os.path.normpath(slot.log_dir) == target:
+        return
+    async with log_dirs.future_move(topic, partition, target) as move_dir:
+        await manager.move_replica(slot, target, move_dir)

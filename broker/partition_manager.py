@@ -28,8 +28,8 @@ from broker.replica import Replica, StreamPlan
 from broker.storage_factory import UploadBatcher, prefetch_streams
 from broker.close_handoff import CloseHandoff, TailSender
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
-from metadata_quorum.backoff import STEP_BACKOFF, retry_after_ms_of
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.backoff import STEP_BACKOFF, retry_after_ms_of
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
 from stream_storage.control import description_from_image

@@ -24,7 +24,7 @@ import os
 import time
 from typing import Any, Awaitable, Callable, Iterable
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from metadata_quorum.image import MetadataImage
 
 log = logging.getLogger("ferry.broker.liveness")

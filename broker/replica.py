@@ -20,11 +20,12 @@ from typing import Any, Callable
 
 from broker import partition_meta as pm
 from broker.load_sampler import LoadCounters
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 from stream_storage.control import ObjectRef
 from stream_storage.meta_stream import MetaStream
 from stream_storage.stream import FENCED as STREAM_HANDLE_FENCED
+from stream_storage.storage import StreamStorage
 
 log = logging.getLogger("ferry.broker.replica")
 
@@ -68,7 +69,7 @@ class OpenResult:
 class Replica:
     """A partition's streams, offsets and indexes while this broker owns it."""
 
-    def __init__(self, storage: Any, topic: str, topic_id: str, partition: int, broker_id: int,
+    def __init__(self, storage: StreamStorage, topic: str, topic_id: str, partition: int, broker_id: int,
                  wal_dirs_of: Callable[[int], list[str]], log_dir: str) -> None:
         self.storage = storage
         self.topic = topic
@@ -155,9 +156,9 @@ class Replica:
         loaded = time.monotonic()
         self.meta = pm.PartitionMeta.decode(values.get(META_KEY))
         nobody_held_it = data.previous_owner < 0 and meta.previous_owner < 0 and not unclean
-        fresh = META_KEY not in values and int(self.storage.stream(data.stream_id).durable_end) == 0
+        handle = self.storage.writable(data.stream_id)  # just opened: STREAM_NOT_OPENED / STREAM_FENCED if not
+        fresh = META_KEY not in values and int(handle.durable_end) == 0
         clean = nobody_held_it and (self.meta.clean_shutdown or fresh)
-        handle = self.storage.stream(data.stream_id)
         self.log_start_offset = int(handle.start_offset)
         end = int(handle.durable_end)
         self.high_watermark = end
@@ -276,6 +277,11 @@ class Replica:
             self._observed_through = self._observed_ahead.pop(self._observed_through)
 
     # ------------------------------------------------------------------ produce
+    async def append_acked(self, body: bytearray, infos: list[batches.BatchInfo], acks: int) -> tuple[int, int]:
+        """acks=1 and acks=all ask the same here: the stream has one writer and the batch is durable
+        once the WAL (a local fsync or the S3 WAL) holds it; object storage keeps the copies."""
+        return await self.append(body, infos)
+
     async def append(self, body: bytes | bytearray, infos: list[batches.BatchInfo]) -> tuple[int, int]:
         """Append one batch (the storage stamps its offsets and our leader epoch); returns (base, last)
         once the WAL has fsynced it."""

@@ -19,9 +19,9 @@ from broker import replication_rules as rules
 from broker.local_replica import ReplicaFetchResult
 
 __all__ = ["ReplicaFetchResult", "HttpReplicaFetchClient", "ReplicaFetchClient", "handler", "PATH"]
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.http_parsing import check_query_names, path_int, query_int
-from metadata_quorum.ops.validation import INT32_MAX
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.http_parsing import check_query_names, path_int, query_int
+from metadata_quorum.kernel.validation import INT32_MAX
 
 PATH = "/v1/replica-fetch/{topic}/{partition}"
 QUERY = ("replica_id", "offset", "last_fetched_epoch", "leader_epoch", "max_bytes", "max_wait_ms")

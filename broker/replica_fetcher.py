@@ -15,8 +15,8 @@ from typing import Callable, Protocol
 
 from broker.local_replica import ROLE_FOLLOWER, LocalReplica
 from broker.replica_fetch_http import ReplicaFetchClient
-from metadata_quorum.backoff import STEP_BACKOFF
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.backoff import STEP_BACKOFF
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 log = logging.getLogger("ferry.broker.replica_fetcher")
 

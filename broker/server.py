@@ -27,7 +27,6 @@ from broker.config import BrokerConfig, load_config, wal_dir_of, wal_dirs_of
 from broker.heartbeat_thread import HeartbeatClient, ThreadedHeartbeater
 from broker.load_sampler import LoadSampler, PartitionLoad
 from broker.local_partitions import LocalPartitions, LocalSlot
-from broker.local_replica import LocalReplica
 from broker.log_dirs_manager import LogDirsManager
 from broker import replica_fetch_http, tail_handoff_http
 from broker.http_api import BrokerHttpApi
@@ -37,8 +36,12 @@ from broker.move_timeline import MoveTimeline
 from broker.partition_manager import PartitionManager, Slot
 from broker.compaction import compaction_loop
 from broker.retention import retention_loop
+from broker.served_replica import ServedReplica
+from broker.stream_directory import image_directory
 from stream_storage.compaction import CompactionPolicy
 from stream_storage.gc import GarbageCollector, gc_loop
+from stream_storage.object_store import ObjectStore
+from stream_storage.storage import StreamStorage
 from stream_storage.wal_gc import DeadWalCollector
 from broker.peer_liveness import PeerDeathWatcher, ProcessLock
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
@@ -56,7 +59,7 @@ from broker.kafka.sasl import Users
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER
 from stream_storage import batches
 from stream_storage.record_validator import ValidationPolicy, validate_produce_records
@@ -100,9 +103,9 @@ class Broker:
             token=internal_token)
         self.log_dirs = LogDirsManager(list(config.log_dirs), config.log_dir_reserved_bytes,
                                        config.alter_log_dirs_max_bytes_per_second)
-        self.storage: Any = None
-        self.storages: dict[str, Any] = {}  # log dir -> its stream storage (WAL, cache, uploader)
-        self.object_store: Any = None
+        self.storage: StreamStorage | None = None  # the first log dir's (set in start)
+        self.storages: dict[str, StreamStorage] = {}  # log dir -> its stream storage (WAL, cache, uploader)
+        self.object_store: ObjectStore | None = None
         self.manager: PartitionManager | None = None
         self.local: LocalPartitions | None = None  # storage=local replicas (Kafka's replication)
         self.fetch_client = replica_fetch_http.HttpReplicaFetchClient(internal_token, config.controller_timeout_ms)
@@ -225,7 +228,8 @@ class Broker:
         self._background.append(asyncio.create_task(gc_loop(collector, self.config.gc_interval_ms,
                                                             self._is_gc_collector)))
         if self.storage.config.wal.mode == "s3":  # dead brokers' WAL objects, once nothing needs them
-            wal_gc = DeadWalCollector(self.object_store, self.storage.config.wal.key_prefix, lambda: self.image)
+            wal_gc = DeadWalCollector(self.object_store, self.storage.config.wal.key_prefix,
+                                      lambda: image_directory(self.image))
             self._background.append(asyncio.create_task(wal_gc.loop(self.config.dead_wal_gc_interval_ms,
                                                                     self._is_gc_collector)))
         cfg = self.storage.config
@@ -288,7 +292,7 @@ class Broker:
             await self.local.close()
         await self.fetch_client.close()
         await self.tail_client.close()
-        if self.storages:
+        if self.storages and self.object_store is not None:
             await close_storage(list(self.storages.values()), self.object_store)
         if self.kafka is not None:
             await self.kafka.stop()
@@ -409,7 +413,8 @@ class Broker:
             admission.check_write_lease(self.broker_id, self.write_lease_valid())
         return slot
 
-    def _confirm_ack(self, topic: str, slot: Slot | LocalSlot, replica: Any, lease_until_mono_s: float | None = None) -> None:
+    def _confirm_ack(self, topic: str, slot: Slot | LocalSlot, replica: ServedReplica,
+                     lease_until_mono_s: float | None = None) -> None:
         """See :func:`admission.may_acknowledge`: checked after the WAL sync, no await before the answer."""
         admission.may_acknowledge(
             topic, slot.tp.partition, self.broker_id, lease_valid=self.write_lease_valid(),
@@ -450,14 +455,13 @@ class Broker:
             validated = validate_produce_records(body, self._validation_policy(topic), int(time.time() * 1000),
                                                  f"{topic}-{partition}")
             body, infos = validated.data, validated.infos
-            replica = slot.replica
+            replica: ServedReplica | None = slot.replica
             assert replica is not None
             if self.log_dirs.is_saturated(slot.log_dir):
                 raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {slot.log_dir} is full (saturated)")
             lease = self.heartbeater.lease
             lease_until_mono_s = lease.sent_mono_s + lease.session_timeout_s if lease.sent_mono_s >= 0 else None
-            append = replica.append_acked(body, infos, acks) if isinstance(replica, LocalReplica) \
-                else replica.append(body, infos)
+            append = replica.append_acked(body, infos, acks)
             if acks == 0:
                 task = asyncio.ensure_future(append)
                 task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)

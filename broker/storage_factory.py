@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from typing import Any, Awaitable, Callable
 
 from broker.config import BrokerConfig
-from stream_storage.config import s3_config_from_dict, storage_config_from_dict
+from metadata_quorum.client import ControllerClient
 from stream_storage.control import HttpStreamControl, OpStreamControl
-from stream_storage.object_store import RetryingObjectStore
+from stream_storage.object_store import ObjectStore, RetryingObjectStore
 from stream_storage.s3_cost import S3RequestObserver
 from stream_storage.s3_store import S3ObjectStore
 from stream_storage.storage import StreamStorage
@@ -17,24 +18,21 @@ from stream_storage.storage import StreamStorage
 log = logging.getLogger("ferry.broker.storage")
 
 
-def open_object_store(config: BrokerConfig, observer: S3RequestObserver | None = None) -> Any:
+def open_object_store(config: BrokerConfig, observer: S3RequestObserver | None = None) -> ObjectStore:
     """The broker's S3 store with bounded retries; ``observer`` counts its requests (``/metrics``)."""
-    s3 = s3_config_from_dict(dict(config.s3))
-    return RetryingObjectStore(S3ObjectStore(s3, observer=observer), s3.retry)
+    return RetryingObjectStore(S3ObjectStore(config.s3, observer=observer), config.s3.retry)
 
 
-async def open_storage(config: BrokerConfig, store: Any, client: Any, broker_id: int,
+async def open_storage(config: BrokerConfig, store: ObjectStore, client: ControllerClient, broker_id: int,
                        broker_epoch: Callable[[], int], wal_dir: str,
                        write: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None) -> StreamStorage:
     """A started StreamStorage on ``wal_dir``; its own WAL tail is kept for re-opens. Stream
     operations go through ``write`` when given (the broker's batcher), else one request each."""
-    settings = dict(config.storage)
-    settings["wal_dir"] = wal_dir
     control = HttpStreamControl(client) if write is None else \
         OpStreamControl(write, lambda op, args: _read_reply(client, op, args))
     # in S3 each of the broker's WALs (one per log dir) has a name: "main", or the log dir's id
     wal_name = "main" if len(config.log_dirs) == 1 else os.path.basename(os.path.normpath(wal_dir))
-    storage = StreamStorage(storage_config_from_dict(settings), store, control, broker_id, broker_epoch(), wal_name)
+    storage = StreamStorage(dataclasses.replace(config.storage, wal_dir=wal_dir), store, control, broker_id, broker_epoch(), wal_name)
     replay = await storage.start()
     if replay.entries:
         log.info("WAL %s holds %d entries from before the restart (%d torn bytes cut)", wal_dir,
@@ -42,7 +40,7 @@ async def open_storage(config: BrokerConfig, store: Any, client: Any, broker_id:
     return storage
 
 
-async def _read_reply(client: Any, op: str, args: dict[str, Any]) -> dict[str, Any]:
+async def _read_reply(client: ControllerClient, op: str, args: dict[str, Any]) -> dict[str, Any]:
     return dict(await client.read(op, args))
 
 
@@ -54,7 +52,7 @@ def wal_dirs_for(config: BrokerConfig, dir_ids: dict[str, str]) -> dict[str, str
     return {path: os.path.join(config.effective_wal_dir, dir_ids[path]) for path in config.log_dirs}
 
 
-async def upload_together(storage: Any, stream_ids: list[int], close: bool = False) -> None:
+async def upload_together(storage: StreamStorage, stream_ids: list[int], close: bool = False) -> None:
     """Upload what many streams buffer as ONE object with one commit, so that closing many
     partitions at once costs a few PUTs instead of one per stream. Errors are not raised here:
     each caller's own ``force_upload`` afterwards reports its stream's outcome (and uploads
@@ -70,7 +68,7 @@ async def upload_together(storage: Any, stream_ids: list[int], close: bool = Fal
 class UploadBatcher:
     """Coalesces the force-uploads of partitions closing at about the same time (step 4)."""
 
-    def __init__(self, storage: Any, window_s: float = 0.002, max_streams: int = 1000) -> None:
+    def __init__(self, storage: StreamStorage, window_s: float = 0.002, max_streams: int = 1000) -> None:
         self.storage = storage
         self.window_s = window_s
         self.max_streams = max_streams
@@ -111,13 +109,13 @@ class UploadBatcher:
                         fut.set_result(None)
 
 
-async def prefetch_streams(storage: Any, object_key: str, size: int, stream_ids: set[int]) -> None:
+async def prefetch_streams(storage: StreamStorage, object_key: str, size: int, stream_ids: set[int]) -> None:
     """Read the blocks of ``stream_ids`` in one object into the storage's caches (contiguous
     blocks come in one ranged GET), so that a later fetch of those streams needs no S3 request."""
     await storage.prefetch(object_key, size, stream_ids)
 
 
-async def close_storage(storages: list[Any], store: Any) -> None:
+async def close_storage(storages: list[StreamStorage], store: ObjectStore) -> None:
     """Stop the storages without closing streams (partitions were closed one by one before)."""
     try:
         for storage in storages:

@@ -15,8 +15,8 @@ import aiohttp
 from aiohttp import web
 
 from broker.tail_handoff import TailHandoff
-from metadata_quorum.http_parsing import check_query_names, query_int, query_str
-from metadata_quorum.ops.validation import invalid
+from metadata_quorum.kernel.http_parsing import check_query_names, query_int, query_str
+from metadata_quorum.kernel.validation import invalid
 from stream_storage.object_format import TAIL_READ_BYTES
 from stream_storage.reader import SMALL_TAIL_BLOCKS_BYTES
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 TIMEOUT_HEADER = "Ferry-Timeout-Ms"
 MAX_HEADER_DIGITS = 9

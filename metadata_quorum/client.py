@@ -24,10 +24,10 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 
-from metadata_quorum.auth_middleware import auth_headers
-from metadata_quorum.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
+from metadata_quorum.kernel.auth_middleware import auth_headers
+from metadata_quorum.kernel.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
 from metadata_quorum.backpressure import TIMEOUT_HEADER
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.records import (
     ConfigRecord,
     KVRecord,

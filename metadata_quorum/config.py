@@ -24,9 +24,9 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from metadata_quorum.auth import ControllerSecurity
-from metadata_quorum.errors import FerryError
-from metadata_quorum.strict_config import PositiveFloat, PositiveInt, build, invalid, load_json
+from metadata_quorum.kernel.auth import ControllerSecurity
+from metadata_quorum.kernel.errors import FerryError
+from metadata_quorum.kernel.strict_config import PositiveFloat, PositiveInt, build, invalid, load_json
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class ControllerConfig:
     long_poll_max_wait_ms: PositiveInt = 30_000
     max_partitions_per_request: PositiveInt = 10_000
     raft: RaftSettings = field(default_factory=RaftSettings)
-    # When set: bearer tokens on the HTTP API and pysyncobj's password on Raft (metadata_quorum/auth.py).
+    # When set: bearer tokens on the HTTP API and pysyncobj's password on Raft (metadata_quorum/kernel/auth.py).
     security: ControllerSecurity | None = None
 
     @property
@@ -143,7 +143,7 @@ def _bad(message: str) -> FerryError:
 
 
 def parse_config(data: dict[str, Any], node_id: int) -> ControllerConfig:
-    """Build and check a config from its JSON form (metadata_quorum/strict_config.py: an unknown
+    """Build and check a config from its JSON form (metadata_quorum/kernel/strict_config.py: an unknown
     key or a bad value is INVALID_CONFIG naming the key)."""
     if not isinstance(data, dict):
         raise _bad("the controller config must be a JSON object")

@@ -37,7 +37,7 @@ from typing import Any, Mapping, Protocol, Union
 
 from metadata_quorum.backpressure import admit, retry_after_ms as queue_retry_after_ms, throttled
 from metadata_quorum.controller_result import OpContext, WriteOperation
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.raft import AppliedCommand, Command, CommandPlan, advance_image, encode_batch, split_commands
 from metadata_quorum.records import NoOpRecord, Record

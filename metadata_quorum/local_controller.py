@@ -15,7 +15,7 @@ from metadata_quorum.controller_core import (Answer, ControllerCore, CoreConfig,
                                              Refusal, Token, to_command)
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.delta import MetadataDelta
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, MetadataImage
 from metadata_quorum.operations import WRITE_OPERATIONS, run_read
 from metadata_quorum.raft import AppliedCommand, CommittedLog

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext, ReadOperation, WriteOperation
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.ops import cluster, configs, replication, streams, topics
 

@@ -21,7 +21,7 @@ from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller_core import (PRIORITY_OPERATIONS, Answer, ControllerCore, CoreConfig, NotLeader,
                                              NotLeaderError, Outcome, Ready, Refusal, Token)
 from metadata_quorum.controller_result import WriteOperation
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.raft import AppliedCommand, Command, CommandPlan, CommittedLog, RaftPeer, encode_batch
 from metadata_quorum.sessions import ObserverState
 

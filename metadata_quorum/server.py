@@ -24,13 +24,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from metadata_quorum.auth_middleware import controller_auth_middleware
+from metadata_quorum.kernel.auth_middleware import controller_auth_middleware
 from metadata_quorum.backpressure import TIMEOUT_HEADER, answer_within_ms, parse_timeout_header
 from metadata_quorum.config import ControllerConfig, load_config
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.http_parsing import check_query_names, errors_middleware, query_int, query_str, \
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.http_parsing import check_query_names, errors_middleware, query_int, query_str, \
     read_json_object
-from metadata_quorum.ops.validation import as_list, as_mapping, as_str
+from metadata_quorum.kernel.validation import as_list, as_mapping, as_str
 from metadata_quorum.quorum_controller import SESSION_CREDIT_MIN_MS, QuorumController, now_ms
 from metadata_quorum.raft import CommittedLog
 from metadata_quorum.raft_node import RaftNode
@@ -115,7 +115,7 @@ class ControllerServer:
 
     def app(self) -> web.Application:
         middlewares = [errors_middleware("docs/controller-api.md", self._count_error)]
-        if self.config.security is not None:  # bearer tokens (metadata_quorum/auth.py)
+        if self.config.security is not None:  # bearer tokens (metadata_quorum/kernel/auth.py)
             middlewares.append(controller_auth_middleware(self.config.security, self._count_error))
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
         app.router.add_post("/v1/write/{op}", self.handle_write)

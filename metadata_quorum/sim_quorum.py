@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 from metadata_quorum.controller_core import (Answer, ControllerCore, CoreConfig, FixedSlice, NotLeader,
                                              NotLeaderError, Outcome, Refusal, Token, to_command)
 from metadata_quorum.controller_result import WriteOperation
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, MetadataImage
 from metadata_quorum.raft import AppliedCommand, Command, CommittedLog, advance_image
 from metadata_quorum.records import (STREAM_OPENED, BrokerRegistrationChangeRecord, Record, UnregisterBrokerRecord,

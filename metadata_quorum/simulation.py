@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from metadata_quorum.controller_core import CoreConfig
 from metadata_quorum.delta import MetadataDelta
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, STREAM_ID_COUNTER_KEY, MetadataImage
 from metadata_quorum.operations import WRITE_OPERATIONS
 from metadata_quorum.raft import advance_image

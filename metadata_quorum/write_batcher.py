@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from metadata_quorum.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 WriteMany = Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[list[dict[str, Any]]]]
 

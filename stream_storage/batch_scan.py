@@ -19,7 +19,7 @@ from typing import Iterator
 
 from crc32c import crc32c
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 from stream_storage.batches import BatchInfo, Record
 from stream_storage.compression import Codec, decompress

@@ -16,7 +16,7 @@ from typing import Iterable, Iterator, Sequence
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 HEADER_BYTES = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength

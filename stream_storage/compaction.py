@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from metadata_quorum.ops.streams import object_created_ms
+from metadata_quorum.kernel.object_keys import object_created_ms
 from stream_storage.batches import iter_batches
 from stream_storage.control import ObjectRef
 from stream_storage.object_format import Chunk

@@ -28,7 +28,7 @@ import lz4.frame
 import snappy
 import zstandard
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 
 class Codec(IntEnum):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from metadata_quorum.strict_config import NonNegativeInt, PositiveInt, Range, Secret, build
+from metadata_quorum.kernel.strict_config import NonNegativeInt, PositiveInt, Range, Secret, build
 
 MIB = 1024 * 1024
 

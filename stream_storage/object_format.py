@@ -22,7 +22,7 @@ from typing import Sequence
 
 from crc32c import crc32c
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 MAGIC = b"FRYOBJ01"
 VERSION = 1

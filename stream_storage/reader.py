@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from stream_storage.batches import iter_batches, slice_from
 from stream_storage.cache import BlockCache, IndexCache
 from stream_storage.control import ObjectRef

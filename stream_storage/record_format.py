@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 MIN_RECORD_BYTES = 7  # length, attributes, timestamp delta, offset delta, key, value, header count
 _VARINT_MAX_BYTES = 5

@@ -41,7 +41,7 @@ from typing import Literal, Mapping
 
 from crc32c import crc32c
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 from stream_storage.compression import Codec, decompress
 from stream_storage.record_format import MIN_RECORD_BYTES, RawRecord, keyless_records, walk_records

@@ -138,10 +138,6 @@ def serve_with_proxy(port: int, bucket: str, upstream: str | None, profile: "S3P
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["check"]:
-        from stream_storage.s3_check import main as check_main
-
-        return check_main(argv[1:])
     parser = argparse.ArgumentParser(prog="ferry s3", description="the embedded S3 endpoint (moto server); "
                                      "`ferry s3 check --endpoint URL` checks another S3 implementation")
     sub = parser.add_subparsers(dest="command", required=True)

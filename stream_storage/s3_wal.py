@@ -17,8 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from metadata_quorum.backoff import Backoff
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.backoff import Backoff
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.config import RetryPolicy, WalConfig
 from stream_storage.object_store import ObjectNotFound, ObjectStore, ObjectStoreError
 from stream_storage.wal import KIND_DATA, ReplayResult, WalEntry, entry_header

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.batches import BatchInfo, iter_batches, read_records, stamp_offsets, validate_batches
 from stream_storage.cache import BlockCache, IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig

@@ -15,7 +15,7 @@ import asyncio
 import bisect
 from dataclasses import dataclass, field
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.control import ObjectRef
 
 OPEN = "OPEN"

@@ -19,8 +19,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.ops.streams import object_created_ms
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.object_keys import object_created_ms, object_key
 from stream_storage import backlog
 from stream_storage.cache import IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
@@ -267,7 +267,7 @@ class Uploader:
         with the creation time (commit_object refuses keys created at or before it)."""
         broker_id, _ = self.broker()
         created_ms = int(time.time() * 1000) + self._key_clock_adjust_ms
-        return f"{self.config.object_key_prefix}/{broker_id}/{created_ms:013d}-{uuid.uuid4().hex}"
+        return object_key(self.config.object_key_prefix, broker_id, created_ms, uuid.uuid4().hex)
 
     async def _upload_and_commit(self, parts: list[tuple[StreamHandle, list[Chunk]]],
                                  previous: list[asyncio.Future[None]],

@@ -40,7 +40,7 @@ from typing import Any
 
 from crc32c import crc32c
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 log = logging.getLogger(__name__)
 

@@ -6,17 +6,15 @@ partitions were recovered elsewhere, its ``<wal prefix>/broker-<id>/`` objects w
 bucket for ever. The garbage-collecting broker (the lowest live id, as for stream objects) lists
 the WAL prefix, reads each object of a broker that is not live once (WAL objects never change),
 and deletes those ``wal_objects.orphan_deletable`` says no recovery can need, judged on its
-metadata image. This module is the shell: list, read, ask the pure rule, delete.
+metadata (a :class:`StreamDirectory`, which the broker builds from its metadata image). This module
+is the shell: list, read, ask the pure rule, delete.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import re
-from typing import Callable
-
-from metadata_quorum.image import MetadataImage
-from metadata_quorum.records import STREAM_OPENED
+from typing import Callable, Protocol
 from stream_storage.object_store import ObjectNotFound, ObjectStore, ObjectStoreError
 from stream_storage.wal_objects import (
     HEADER_BYTES, ObjectSummary, StreamView, orphan_deletable, parse_key, parse_object, summarize)
@@ -26,35 +24,34 @@ _BROKER_RE = re.compile(r"/broker-(\d+)/[^/]+$")
 _GET_CONCURRENCY = 8
 
 
-def stream_view(image: MetadataImage, stream_id: int) -> StreamView | None:
-    stream = image.streams.streams.get(stream_id)
-    if stream is None:
-        return None
-    return StreamView(stream.epoch, stream.end_offset, stream.owner, stream.state == STREAM_OPENED,
-                      frozenset(b for b, _e in stream.wal_owners))
+class StreamDirectory(Protocol):
+    """What the collector needs of the cluster's metadata, at one point in time."""
 
+    def live_brokers(self) -> set[int]:
+        """Registered and not fenced: such a broker trims its own WAL."""
+        ...
 
-def live_brokers(image: MetadataImage) -> set[int]:
-    """Registered and not fenced: such a broker trims its own WAL."""
-    return {b for b, reg in image.cluster.brokers.items() if not reg.fenced}
+    def stream_view(self, stream_id: int) -> StreamView | None:
+        """The stream's epoch, end offset, owner and WAL owners; None if it does not exist."""
+        ...
 
 
 class DeadWalCollector:
     """One pass per :meth:`run_once`; parsed summaries are kept between passes (by key)."""
 
-    def __init__(self, store: ObjectStore, key_prefix: str, image: Callable[[], MetadataImage | None]) -> None:
+    def __init__(self, store: ObjectStore, key_prefix: str, directory: Callable[[], StreamDirectory | None]) -> None:
         self.store = store
         self.prefix = key_prefix.rstrip("/") + "/"
-        self.image = image
+        self.directory = directory
         self._summaries: dict[str, ObjectSummary] = {}
         self.deleted_total = 0
 
     async def run_once(self) -> int:
         """Delete what no recovery needs of non-live brokers' WAL objects; returns how many."""
-        image = self.image()
-        if image is None:
+        directory = self.directory()
+        if directory is None:
             return 0
-        live = live_brokers(image)
+        live = directory.live_brokers()
         wals: dict[tuple[int, str], list[str]] = {}  # (broker, WAL prefix) -> keys
         for info in await self.store.list(self.prefix):
             parsed = parse_key(info.key)
@@ -65,11 +62,11 @@ class DeadWalCollector:
         listed = {k for keys in wals.values() for k in keys}
         self._summaries = {k: v for k, v in self._summaries.items() if k in listed}
         await self._read([k for k in listed if k not in self._summaries])
-        image = self.image() or image  # judged on an image at least as new as the listing
+        directory = self.directory() or directory  # judged on metadata at least as new as the listing
         doomed: list[str] = []
         for (broker_id, _wal), keys in wals.items():
             summaries = [self._summaries[k] for k in keys if k in self._summaries]
-            doomed += orphan_deletable(summaries, broker_id, lambda sid: stream_view(image, sid))
+            doomed += orphan_deletable(summaries, broker_id, directory.stream_view)
         if not doomed:
             return 0
         try:

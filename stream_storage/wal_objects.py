@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.recovery import recoverable_chain
 from stream_storage.wal import KIND_DATA, KIND_VOID, WalEntry, _parse_segment
 

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from metadata_quorum.auth_middleware import auth_headers
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.auth_middleware import auth_headers
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.credentials import resolve_token
 from tools.client import (
     RETRIABLE_CONNECTION_ERRORS,

@@ -16,7 +16,7 @@ import traceback
 COMMANDS: dict[str, tuple[str, str]] = {
     "controller": ("metadata_quorum.server", "run a controller process (Raft node + HTTP API)"),
     "broker": ("broker.server", "run a broker process"),
-    "s3": ("stream_storage.s3_server", "run the embedded S3 endpoint (moto server): `ferry s3 serve`"),
+    "s3": ("tools.s3_cmd", "run the embedded S3 endpoint (moto server): `ferry s3 serve`"),
     "metadata-quorum": ("tools.metadata_quorum_cmd", "describe the metadata quorum (describe --status, --replication)"),
     "topics": ("tools.topics_cmd", "create, delete, list and describe topics"),
     "reassign-partitions": ("tools.reassign_cmd", "generate, execute, verify, cancel and list reassignments"),
@@ -46,7 +46,7 @@ def usage() -> str:
 
 def error_line(exc: BaseException) -> str:
     """One line for a failure: Kafka's message and error name, never a traceback."""
-    from metadata_quorum.errors import FerryError
+    from metadata_quorum.kernel.errors import FerryError
 
     if isinstance(exc, FerryError):
         return f"Error: {exc.message} ({exc.error.name})"

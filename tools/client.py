@@ -24,9 +24,9 @@ from kafka.partitioner.default import murmur2
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from metadata_quorum.auth_middleware import auth_headers
-from metadata_quorum.backoff import Backoff, retry_after_ms_of
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.auth_middleware import auth_headers
+from metadata_quorum.kernel.backoff import Backoff, retry_after_ms_of
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.credentials import resolve_token
 
 RETRIABLE_CONNECTION_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError, ConnectionError)

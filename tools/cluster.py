@@ -28,7 +28,7 @@ import urllib.request
 from typing import Any
 
 from stream_storage.s3_profile import LOCAL, parse_profile
-from metadata_quorum.auth import ControllerSecurity, generate_secrets
+from metadata_quorum.kernel.auth import ControllerSecurity, generate_secrets
 from stream_storage.s3_server import S3Server
 from tools.cluster_procs import STATE_FILE, cmd_down, cmd_status, load_state, running_processes
 from tools.cluster_procs import alive as _alive  # noqa: F401 - imported from here by callers

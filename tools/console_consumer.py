@@ -10,7 +10,7 @@ import asyncio
 import sys
 import time
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from tools.client import Consumer, TopicPartition
 from tools.console_producer import parse_properties
 

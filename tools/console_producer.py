@@ -11,7 +11,7 @@ import asyncio
 import sys
 from typing import AsyncIterator
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.client import Producer
 
 

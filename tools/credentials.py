@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 TOKEN_FILE_ENV = "FERRY_TOKEN_FILE"
 TOKEN_ENV = "FERRY_TOKEN"

@@ -19,8 +19,8 @@ import json
 import sys
 from typing import Any
 
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.ops.validation import INT32_MAX, as_int, as_list, as_mapping, as_str
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.validation import INT32_MAX, as_int, as_list, as_mapping, as_str
 from tools.admin import Admin
 from tools.client import TopicPartition
 from tools.reassign_cmd import CommandError

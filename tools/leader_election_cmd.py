@@ -12,7 +12,7 @@ import json
 import sys
 from collections import Counter
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.admin import Admin
 from tools.client import TopicPartition
 from tools.reassign_cmd import CommandError

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.admin import Admin
 from tools.reassign_cmd import CommandError
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from metadata_quorum.client import ControllerClient
 from tools.credentials import default_token
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from tools.admin import UNREACHABLE_CONTROLLERS_TIMEOUT_MS, Admin
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker import replication_throttle as thr
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.admin import Admin, BrokerInfo, PartitionState
 from tools.client import RETRIABLE_CONNECTION_ERRORS, TopicPartition
 

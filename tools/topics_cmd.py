@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.admin import Admin
 
 

@@ -38,7 +38,7 @@ from broker.groups.consumer_records import (
     normalize,
 )
 from broker.groups.timers import DeadlineQueue
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 SESSION_TIMER = "session"
 REVOCATION_TIMER = "revocation"

@@ -1,12 +1,12 @@
 """Kafka's error codes of the consumer group protocol (KIP-848) that the shared error table does
-not list yet. They carry ``code`` and ``name`` as :class:`~metadata_quorum.errors.ErrorCode`
+not list yet. They carry ``code`` and ``name`` as :class:`~metadata_quorum.kernel.errors.ErrorCode`
 members do, so a response field takes either."""
 from __future__ import annotations
 
 from enum import Enum
 from typing import Union
 
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 
 class ConsumerGroupError(Enum):

@@ -65,7 +65,7 @@ from broker.groups.rebalance import (
 )
 from broker.groups.records import GroupMetadataRecord, GroupRecord, OffsetCommitRecord
 from broker.groups.timers import DeadlineQueue
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 R = TypeVar("R")
 

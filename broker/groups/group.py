@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from broker.groups.messages import GroupState, JoinedMember, JoinProtocol, Token
 from broker.groups.records import GroupMemberValue, GroupMetadataRecord, GroupMetadataValue, OffsetValue
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 _VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
     GroupState.DEAD: frozenset(GroupState),

@@ -18,7 +18,7 @@ from typing import Generic, TypeVar, Union
 
 from broker.groups.consumer_errors import GroupError
 from broker.groups.consumer_records import AnyGroupRecord
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1

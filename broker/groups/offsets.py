@@ -16,7 +16,7 @@ from broker.groups.messages import (
     TopicPartition,
 )
 from broker.groups.records import OffsetCommitRecord, OffsetValue
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 
 def validate_offset_commit(group: ClassicGroup, request: OffsetCommitRequest) -> ErrorCode:

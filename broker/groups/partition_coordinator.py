@@ -45,7 +45,7 @@ from broker.groups.messages import (
 )
 from broker.groups.rebalance import Outbox, join_error
 from broker.groups.records import GroupRecord
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 R = TypeVar("R")
 CLASSIC = "classic"

@@ -20,7 +20,7 @@ from broker.groups.group import ClassicGroup, InitialJoin, Member
 from broker.groups.messages import UNKNOWN_MEMBER_ID, CompletedResult, GroupState, JoinResult, SyncResult, Token
 from broker.groups.records import GroupRecord
 from broker.groups.timers import DeadlineQueue
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 JOIN_TIMER = "join"
 SYNC_TIMER = "sync"

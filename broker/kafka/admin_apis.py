@@ -39,7 +39,7 @@ from broker.kafka.data_apis import ZERO_UUID, kafka_endpoint_of, kafka_error, to
 from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, Json, forward_timeout_ms, forwarding_failure
 from broker.kafka.wire import Request
 from broker.log_dirs_report import LogDirReport, TopicFilter
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import STORAGE_S3
 from metadata_quorum.s3_replicas import replication_factor

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from broker.kafka.forwarding import ControllerCalls
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.ops.topics import validate_topic_name
 
 log = logging.getLogger("ferry.broker.kafka.auto_create")

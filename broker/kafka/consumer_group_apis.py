@@ -23,7 +23,7 @@ from broker.kafka.consumer_group_messages import (ConsumerGroupDescribeRequest, 
 from broker.kafka.data_apis import INTERNAL_TOPICS, topic_id_of, topic_uuid
 from broker.kafka.group_apis import GroupApis, NotCoordinator
 from broker.kafka.wire import Request
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from metadata_quorum.image import MetadataImage
 
 MEMBER_TYPE_CONSUMER = 1

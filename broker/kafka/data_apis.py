@@ -36,7 +36,7 @@ from broker.kafka.produce_answer import success_answer
 from broker.kafka.produce_forwarding import Forwarded, ProduceForwarding
 from broker.produce_forward import RouteKind
 from broker.kafka.wire import Request, api_versions_response
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import NO_LEADER
 from metadata_quorum.s3_replicas import reported_isr, reported_replicas

@@ -27,7 +27,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0

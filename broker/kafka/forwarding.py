@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
-from metadata_quorum.backoff import retry_after_ms_of
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.backoff import retry_after_ms_of
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 Json = dict[str, Any]
 

@@ -38,7 +38,7 @@ from broker.kafka.acl_operations import GROUP_OPERATIONS
 from broker.kafka.data_apis import (NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, BrokerCore, kafka_endpoints,
                                     kafka_error)
 from broker.kafka.wire import Request
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 
 log = logging.getLogger("ferry.kafka.groups")

@@ -32,7 +32,7 @@ from broker.kafka.sasl import MECHANISMS, SaslSession, Step, Users
 from broker.kafka.wire import (DEFAULT_MAX_REQUEST_BYTES, MIN_READ_BYTES, KafkaConnection, NeedData, Request,
                                Unsupported, Violation, encode_error, encode_response, encode_unsupported,
                                next_read_bytes)
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 log = logging.getLogger("ferry.kafka")
 

@@ -20,7 +20,7 @@ import os
 import secrets
 from dataclasses import dataclass
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256")
 SCRAM_ITERATIONS = 4096

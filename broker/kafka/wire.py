@@ -29,7 +29,7 @@ from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBuffer, Enc
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 
 from broker.kafka.apis import SUPPORTED_VERSIONS, request_class
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 _FRAME = struct.Struct(">i")

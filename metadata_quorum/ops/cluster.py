@@ -17,11 +17,11 @@ import os
 from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import BrokerRegistration, MetadataImage, PartitionRegistration
 from metadata_quorum.ops.placement import Placement, RecordBuilder, election_candidate, elect, evacuate, move_s3_partition
 from metadata_quorum.ops.saturation import hand_off_saturated
-from metadata_quorum.ops.validation import (
+from metadata_quorum.kernel.validation import (
     as_mapping,
     invalid,
     opt_bool,

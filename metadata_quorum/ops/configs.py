@@ -12,9 +12,9 @@ import re
 from typing import Any, Callable
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
-from metadata_quorum.ops.validation import as_mapping, invalid, opt_bool, opt_list, req_list, req_str
+from metadata_quorum.kernel.validation import as_mapping, invalid, opt_bool, opt_list, req_list, req_str
 from metadata_quorum.records import ConfigRecord, KVRecord, Record
 
 RESOURCE_TYPES = ("broker", "topic", "cluster")

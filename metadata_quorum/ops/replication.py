@@ -15,11 +15,11 @@ import os
 from typing import Any, Mapping
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata_quorum.ops.cluster import check_broker_epoch
 from metadata_quorum.ops.placement import Placement, RecordBuilder, elect, election_candidate
-from metadata_quorum.ops.validation import (INT32_MAX, as_int, as_mapping, invalid, item_error, opt_bool, opt_list,
+from metadata_quorum.kernel.validation import (INT32_MAX, as_int, as_mapping, invalid, item_error, opt_bool, opt_list,
                                             req_int, req_list, req_str)
 from metadata_quorum.records import (NO_LEADER, STORAGE_S3, STREAM_OPENED, KVRecord, PartitionChangeRecord,
                                      partition_stream_key)

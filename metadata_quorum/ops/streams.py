@@ -33,11 +33,12 @@ from dataclasses import replace
 from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import STREAM_ID_COUNTER_KEY, MetadataImage, StreamMetadata
 from metadata_quorum.ops.cluster import (check_broker_epoch, heartbeat_expired, unregistered_session_key,
                                         unregistered_session_live)
-from metadata_quorum.ops.validation import as_int, as_mapping, invalid, req_int, req_list, req_str
+from metadata_quorum.kernel.object_keys import object_created_ms
+from metadata_quorum.kernel.validation import as_int, as_mapping, invalid, req_int, req_list, req_str
 from metadata_quorum.records import (
     STREAM_CLOSED,
     STREAM_OPENED,
@@ -52,12 +53,6 @@ NO_OWNER = -1
 INITIAL_STREAM_EPOCH = -1
 GC_HORIZON_KEY = "gc/horizon_ms"
 GC_MAX_CANDIDATES = 10_000
-
-
-def object_created_ms(object_key: str) -> int | None:
-    """The creation time an object key carries (``.../<created_ms>-<random>``), None if it has none."""
-    head, sep, _rest = object_key.rpartition("/")[2].partition("-")
-    return int(head) if sep and head.isdigit() else None
 
 
 def gc_horizon_ms(image: MetadataImage) -> int:
@@ -370,4 +365,4 @@ def describe_stream(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any
 
 
 __all__ = ["create_stream", "open_stream", "close_stream", "commit_object", "trim_stream",
-           "collect_garbage", "compact_objects", "stream_recovered", "add_wal_owner", "object_created_ms", "gc_horizon_ms", "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]
+           "collect_garbage", "compact_objects", "stream_recovered", "add_wal_owner", "gc_horizon_ms", "describe_stream", "new_stream_records", "INITIAL_STREAM_EPOCH", "NO_OWNER"]

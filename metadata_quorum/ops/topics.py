@@ -14,12 +14,12 @@ from collections import Counter
 from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import STREAM_ID_COUNTER_KEY, MetadataImage, TopicImage
 from metadata_quorum.ops.configs import check_topic_config
 from metadata_quorum.ops.placement import Placement, RecordBuilder
 from metadata_quorum.ops.streams import new_stream_records
-from metadata_quorum.ops.validation import (
+from metadata_quorum.kernel.validation import (
     INT16_MAX, INT32_MAX, MAX_PARTITIONS_PER_REQUEST, as_int, as_mapping, invalid, item_error, opt_bool, opt_int,
     opt_list, parse_decimal, req_list, str_list,
 )

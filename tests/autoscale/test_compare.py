@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.autoscale import cli
 from tools.autoscale.compare import overload_episodes, run_metrics
 from tools.autoscale.scenario import parse_scenario

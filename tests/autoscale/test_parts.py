@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.autoscale import cli
 from tools.autoscale.plots import plot_balance, plot_overview
 from tools.autoscale.recorder import Recorder, percentile

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.autoscale.policies import (
     Decision, LoadSample, PolicyConfig, PolicyState, acted, decide, parse_policy, pick_broker_to_remove,
 )

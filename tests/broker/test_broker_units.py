@@ -9,7 +9,7 @@ import pytest
 from broker.config import config_from_dict, load_config, wal_dir_of
 from broker.heartbeat import BrokerLease
 from broker.load_sampler import LoadCounters, LoadSampler, PartitionLoad
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from broker.load_samples import decode_samples, encode_samples
 
 BASE = {"broker_id": 1, "controllers": ["127.0.0.1:9001"], "log_dirs": ["/var/ferry/d0"]}
@@ -62,7 +62,7 @@ def test_documented_zeros_are_accepted() -> None:
                "cache_bytes": 0, "index_cache_entries": 0}
     cfg = config_from_dict(dict(BASE, storage=storage, peer_probe_interval_ms=0, meta_checkpoint_interval_ms=0,
                                 produce_handoff_wait_ms=0, replica_fetch_wait_max_ms=500, replica_lag_time_max_ms=500))
-    assert cfg.storage == storage and cfg.produce_handoff_wait_ms == 0
+    assert {k: getattr(cfg.storage, k) for k in storage} == storage and cfg.produce_handoff_wait_ms == 0
 
 
 def test_a_broker_with_a_bad_config_exits_2_naming_the_setting_and_creates_nothing(  # type: ignore[no-untyped-def]
@@ -146,7 +146,7 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
 
     from broker.heartbeat import BrokerLease
     from broker.server import Broker
-    from metadata_quorum.errors import ErrorCode, FerryError
+    from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
     now = {"t": 100.0}
     lease = BrokerLease(4000)

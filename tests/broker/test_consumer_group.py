@@ -19,7 +19,7 @@ from broker.groups.consumer_records import (
 )
 from broker.groups.partition_coordinator import PartitionCoordinator
 from broker.groups.records import encode_group_record
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 G = "orders"
 T1 = "AAAAAAAAAAAAAAAAAAAAAQ"

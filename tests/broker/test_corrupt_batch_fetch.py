@@ -8,7 +8,7 @@ import pytest
 from crc32c import crc32c
 
 from broker.fetch_guard import sound_batches
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 from tests.broker.test_move_inprocess import InProcessCluster, cluster  # noqa: F401 - the fixture
 

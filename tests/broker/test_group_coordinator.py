@@ -40,7 +40,7 @@ from broker.groups import (
     partition_for_group,
 )
 from broker.groups.timers import DeadlineQueue
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 E = ErrorCode
 DELAY_MS = 100

@@ -5,7 +5,7 @@ import asyncio
 from typing import Any
 
 from broker.heartbeat import Heartbeater
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 
 class ScriptedController:

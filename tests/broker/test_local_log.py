@@ -8,7 +8,7 @@ import pytest
 
 from broker import local_layout as lay
 from broker.local_log import LocalLog
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from broker.log_dirs import (LogDirInfo, LogDirState, choose_log_dir, delete_dir_name,
                              future_dir_name, next_dir_state, parse_dir_name, recovery_plan, validate_log_dir)
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 UID = "0123456789abcdef0123456789abcdef"
 DIRS = [LogDirInfo("/d/a"), LogDirInfo("/d/b"), LogDirInfo("/d/c", LogDirState.SATURATED), LogDirInfo("/d/x", LogDirState.OFFLINE)]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from broker.log_dirs_manager import LogDirsManager
+from broker.log_dirs_report import alter_s3_replica_dir
 from broker.metrics import BrokerMetrics
 from broker.partition import PartitionState
 from broker.partition_manager import PartitionManager
@@ -18,7 +19,7 @@ from broker.partition_meta import PartitionMeta
 from broker.replica import META_COMPACT_FORCE_RECORDS, Replica
 from broker.tail_handoff import TailHandoff
 from metadata_quorum.delta import MetadataDelta
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE
 from metadata_quorum.local_controller import LocalController
 from stream_storage import batches
@@ -641,18 +642,18 @@ async def test_log_dirs_placement_and_alter_through_future_dir(cluster: InProces
     # AlterReplicaLogDirs: bad input changes nothing
     for bad, error in (("rel/dir", ErrorCode.LOG_DIR_NOT_FOUND), ("/no/such/dir", ErrorCode.LOG_DIR_NOT_FOUND)):
         with pytest.raises(FerryError) as e:
-            await c.dirs[2].alter(c.managers[2], "l", 0, bad)
+            await alter_s3_replica_dir(c.dirs[2], c.managers[2], "l", 0, bad)
         assert e.value.error is error
     with pytest.raises(FerryError) as e:
-        await c.dirs[2].alter(c.managers[2], "nope", 0, d0)
+        await alter_s3_replica_dir(c.dirs[2], c.managers[2], "nope", 0, d0)
     assert e.value.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     with pytest.raises(FerryError) as e:
-        await c.dirs[2].alter(c.managers[2], "l", 1, d0)  # led by broker 1, no replica here
+        await alter_s3_replica_dir(c.dirs[2], c.managers[2], "l", 1, d0)  # led by broker 1, no replica here
     assert e.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert slot.log_dir == d1
     # a real move: through l-0.<uid>-future, old copy retired
     await append(slot, b"before")
-    await c.dirs[2].alter(c.managers[2], "l", 0, d0)
+    await alter_s3_replica_dir(c.dirs[2], c.managers[2], "l", 0, d0)
     assert slot.log_dir == d0 and os.listdir(d0).count("l-0") == 1 and "l-0" not in os.listdir(d1)
     await append(slot, b"after")
     assert [r.value for r in await read_all(slot)] == [b"before", b"after"]
@@ -690,7 +691,7 @@ async def test_alter_log_dir_moves_wal_and_streams_to_the_target_dir(tmp_path) -
         new_storage = c.managers[1].storage_for(other)
         assert old_storage is not new_storage and slot.replica.storage is old_storage
         acked = [(await append(slot, b"x%d" % i), b"x%d" % i) for i in range(5)]
-        await c.dirs[1].alter(c.managers[1], "w", 0, other)
+        await alter_s3_replica_dir(c.dirs[1], c.managers[1], "w", 0, other)
         assert slot.log_dir == other and slot.replica.storage is new_storage and slot.status.accepts_produce
         assert old_storage.stream(slot.replica.data_stream_id) is None  # nothing of it left in the old WAL
         assert "w-0" in os.listdir(other) and "w-0" not in os.listdir(first)

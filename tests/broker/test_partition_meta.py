@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from broker.partition_meta import (PRODUCER_BATCHES_KEPT, SEQUENCE_MAX, TIME_INDEX_MAX_ENTRIES, PartitionMeta,
                                    ProducerState, TimeIndex, add_leader_epoch, sequence_error)
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 
 def test_duplicate_batch_returns_original_offsets() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from broker.peer_liveness import PeerDeathWatcher, ProcessLock, lock_is_free
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tests.quorum.quorum_helpers import controller, epoch_of
 
 ROOT = Path(__file__).resolve().parents[2]

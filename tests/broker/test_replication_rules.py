@@ -12,7 +12,7 @@ from broker import local_layout as lay
 from broker import replication_rules as rules
 from broker.local_log import LocalLog
 from broker.local_replica import LocalReplica, ReplicationSettings
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 
 F = rules.FollowerState

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from broker.retention import RetentionConfig, apply_retention, expired_below, retention_start
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.control import ObjectRef
 from tools.client import TopicPartition
 from tools.delete_records_cmd import parse_offset_json

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from broker.config import config_from_dict
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.config import storage_config_from_dict
 
 BASE = {"broker_id": 1, "controllers": ["127.0.0.1:9001"], "log_dirs": ["/tmp/ferry-b1"]}
@@ -12,7 +12,7 @@ BASE = {"broker_id": 1, "controllers": ["127.0.0.1:9001"], "log_dirs": ["/tmp/fe
 
 def test_wal_mode_s3_is_accepted_with_its_thresholds() -> None:
     cfg = config_from_dict(dict(BASE, storage={"wal": {"mode": "s3", "object_interval_ms": 10}}))
-    storage = storage_config_from_dict(dict(cfg.storage, wal_dir="/x"))
+    storage = cfg.storage  # parsed once, at load
     assert (storage.wal.mode, storage.wal.object_interval_ms, storage.wal.object_bytes) == ("s3", 10, 8 * 1024 * 1024)
     assert storage_config_from_dict({"wal_dir": "/x"}).wal.mode == "local"
 

@@ -11,9 +11,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from broker import partition as sm
 from broker.tail_handoff import TailHandoff, broker_url, next_leader, plan_handoffs
 from broker.tail_handoff_http import MAX_TAIL_BYTES, PATH, TailHandoffClient, handler
-from metadata_quorum.auth import NodeSecurity
-from metadata_quorum.auth_middleware import broker_auth_middleware
-from metadata_quorum.http_parsing import errors_middleware
+from metadata_quorum.kernel.auth import NodeSecurity
+from metadata_quorum.kernel.auth_middleware import broker_auth_middleware
+from metadata_quorum.kernel.http_parsing import errors_middleware
 from metadata_quorum.local_controller import LocalController
 from stream_storage.reader import index_tail_start
 

@@ -29,7 +29,7 @@ from broker.kafka.forwarding import Json, QuorumForwarder, forwarding_failure
 from broker.kafka.wire import Request, encode_response
 from broker.log_dirs_report import LogDirReport, ReplicaInDir, TopicFilter
 from metadata_quorum.client import ControllerClient
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.local_controller import LocalController
 from tests.quorum.quorum_helpers import ManualClock, log_dirs

@@ -12,7 +12,7 @@ from kafka.protocol.metadata.metadata import MetadataRequest
 from broker.kafka.auto_create import AutoTopicCreator, Decision, TopicDefaults, unknown_topic_decision
 from broker.kafka.data_apis import DataApis
 from broker.kafka.forwarding import Json
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.local_controller import LocalController
 from tests.kafka.test_admin_apis import InProcessController, cluster, request

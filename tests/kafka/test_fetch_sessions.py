@@ -7,7 +7,7 @@ import itertools
 
 from broker.kafka.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, FetchContext, FetchPartition,
                                          FetchSessionCache, PartitionOutcome, next_epoch)
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 A0, A1, B0 = FetchPartition("a", 0, 0, 1000), FetchPartition("a", 1, 0, 1000), FetchPartition("b", 0, 5, 1000)
 NOTHING = PartitionOutcome(0, 10, 0)

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTP
 
 from broker.kafka.sasl import SaslSession, State, Users
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from tests.kafka.test_wire import metadata
 from tools.admin import Admin
 from tools.client import TopicPartition

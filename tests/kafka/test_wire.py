@@ -13,7 +13,7 @@ from broker.kafka.apis import SUPPORTED_VERSIONS, check_table, request_class
 from broker.kafka.wire import (MAX_READ_BYTES, MIN_READ_BYTES, NEED_DATA, KafkaConnection, Request, Unsupported,
                                Violation, api_versions_response, encode_response, encode_unsupported,
                                next_read_bytes)
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 
 
 def frame(msg, version: int, correlation_id: int = 1, client_id: str | None = "c") -> bytes:

@@ -9,7 +9,7 @@ import pytest
 
 from metadata_quorum.controller_result import OpContext
 from metadata_quorum.delta import replay_records
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.local_controller import LocalController
 from metadata_quorum.operations import WRITE_OPERATIONS

@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from broker.config import config_from_dict
-from metadata_quorum.auth import (ANY, BROKER_ONLY_WRITES, INTERNAL_ONLY, Principal, authenticate, authorize,
+from metadata_quorum.kernel.auth import (ANY, BROKER_ONLY_WRITES, INTERNAL_ONLY, Principal, authenticate, authorize,
                                   bearer_token, broker_route_principals, controller_route_principals,
                                   generate_secrets)
 from metadata_quorum.config import parse_config
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 ADMIN = "a" * 20
 INTERNAL = "i" * 20
@@ -83,9 +83,9 @@ async def test_the_middleware_refuses_before_the_handler_runs() -> None:
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
 
-    from metadata_quorum.auth import ControllerSecurity
-    from metadata_quorum.auth_middleware import controller_auth_middleware
-    from metadata_quorum.http_parsing import errors_middleware
+    from metadata_quorum.kernel.auth import ControllerSecurity
+    from metadata_quorum.kernel.auth_middleware import controller_auth_middleware
+    from metadata_quorum.kernel.http_parsing import errors_middleware
 
     calls: list[str] = []
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from metadata_quorum.backoff import Backoff, retry_after_ms_of
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.backoff import Backoff, retry_after_ms_of
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.raft import Command, CommittedLog
 from metadata_quorum.records import KVRecord
 from metadata_quorum.write_batcher import Retry, Settle, WriteBatcher, plan_retry

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from tools.metadata_quorum_cmd import format_replication, format_status
 from tools.topics_cmd import TopicCommandError, format_describe, parse_configs, parse_replica_assignment
 

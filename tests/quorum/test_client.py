@@ -9,7 +9,7 @@ from aiohttp import web
 
 from metadata_quorum.client import ControllerClient, MetadataLogFollower, snapshot_delta
 from metadata_quorum.delta import MetadataDelta
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE
 from metadata_quorum.records import KVRecord, PartitionRecord, Record, RegisterBrokerRecord, TopicRecord
 from tools.proc import LOOPBACK, free_ports

@@ -6,7 +6,7 @@ from typing import Any
 from metadata_quorum.controller_core import (Answer, ControllerCore, CoreConfig, FixedSlice, NotLeader,
                                              NotLeaderError, PlannedCommand, Refusal, to_command)
 from metadata_quorum.controller_result import ControllerResult, OpContext
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.operations import WRITE_OPERATIONS
 from metadata_quorum.raft import AppliedCommand, CommittedLog
 from metadata_quorum.records import KVRecord, NoOpRecord, decode_record

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from metadata_quorum.client import ControllerClient
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.proc import LOOPBACK, free_ports
 
 GUARD_S = 30  # far above the unreachable timeout, far below the client's own timeout

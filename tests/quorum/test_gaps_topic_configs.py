@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from metadata_quorum.delta import replay_records
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from metadata_quorum.local_controller import LocalController
 from metadata_quorum.ops.configs import TOPIC_CONFIGS
 from metadata_quorum.records import ConfigRecord

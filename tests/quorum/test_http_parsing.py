@@ -1,14 +1,14 @@
-"""The shared request parser (metadata_quorum/http_parsing.py) and the field rules it reuses, without sockets."""
+"""The shared request parser (metadata_quorum/kernel/http_parsing.py) and the field rules it reuses, without sockets."""
 from __future__ import annotations
 
 import pytest
 from multidict import MultiDict, MultiDictProxy
 
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.http_parsing import (
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.http_parsing import (
     MAX_JSON_DEPTH, check_query_names, json_depth, parse_json, parse_json_object, query_int, query_str,
 )
-from metadata_quorum.ops.validation import as_int, as_list, as_str, parse_decimal
+from metadata_quorum.kernel.validation import as_int, as_list, as_str, parse_decimal
 
 
 def refused(fn, *args, **kwargs) -> FerryError:  # type: ignore[no-untyped-def]

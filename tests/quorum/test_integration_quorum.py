@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from metadata_quorum.client import ControllerClient, MetadataLogFollower
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.records import KVRecord, decode_record
 from tools.proc import Quorum, http_get_json, start_quorum
 

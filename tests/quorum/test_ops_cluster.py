@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from metadata_quorum.records import NO_LEADER, partition_stream_key
 from tests.quorum.quorum_helpers import (
     REELECTION_TIMEOUT_MS,

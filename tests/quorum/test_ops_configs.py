@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.operations import READ_OPERATIONS, run_read, run_write
 from tests.quorum.quorum_helpers import controller, expect_error, make_ctx, run
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from metadata_quorum.records import partition_stream_key
 from tests.quorum.quorum_helpers import controller, expect_error, partition, run
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metadata_quorum.delta import replay_records
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from metadata_quorum.operations import READ_OPERATIONS, WRITE_OPERATIONS
 from tests.quorum.quorum_helpers import controller, make_ctx
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from tests.quorum.quorum_helpers import controller, epoch_of, run
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from metadata_quorum.operations import READ_OPERATIONS
 from metadata_quorum.records import NO_LEADER
 from metadata_quorum.s3_replicas import reported_replicas

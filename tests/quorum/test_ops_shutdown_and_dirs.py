@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from metadata_quorum.delta import MetadataDelta, replay_records
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import NO_LEADER, BrokerRegistrationChangeRecord
 from tests.quorum.quorum_helpers import (

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from metadata_quorum.operations import READ_OPERATIONS
 from metadata_quorum.records import STREAM_CLOSED, STREAM_OPENED
 from tests.quorum.quorum_helpers import SESSION_TIMEOUT_MS, controller, epoch_of, expect_error, run

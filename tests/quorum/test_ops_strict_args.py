@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from metadata_quorum.ops.topics import create_topics
-from metadata_quorum.ops.validation import MAX_PARTITIONS_PER_REQUEST
+from metadata_quorum.kernel.validation import MAX_PARTITIONS_PER_REQUEST
 from tests.quorum.quorum_helpers import controller, make_ctx, partition, run
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode
 from metadata_quorum.image import STREAM_ID_COUNTER_KEY
 from metadata_quorum.records import NO_LEADER, STREAM_CLOSED, partition_stream_key
 from metadata_quorum.operations import READ_OPERATIONS

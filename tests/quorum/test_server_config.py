@@ -8,7 +8,7 @@ import pytest
 
 from metadata_quorum import server
 from metadata_quorum.config import load_config, parse_config
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 PEERS = {"1": {"raft": "127.0.0.1:9001", "http": "127.0.0.1:8001"},
          "2": {"raft": "127.0.0.1:9002", "http": "127.0.0.1:8002"},

@@ -12,7 +12,7 @@ import pytest
 
 from metadata_quorum.config import ControllerConfig, PeerAddress
 from metadata_quorum.controller_result import ControllerResult, OpContext
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.quorum_controller import QuorumController
 from metadata_quorum.raft import Command, CommittedLog
 from metadata_quorum.records import KVRecord, NoOpRecord, Record, decode_record

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.strict_config import (Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.strict_config import (Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
                                            Secret, build)
 from stream_storage.config import S3Config, s3_config_from_dict, storage_config_from_dict
 

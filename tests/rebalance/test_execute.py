@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.client import TopicPartition
 from tools.rebalance.execute import execute_plan
 from tools.rebalance.model import Move

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from tools.rebalance.log_dirs import parse_kafka_log_dirs, plan_log_dirs
 from tools.rebalance.model import make_cluster_load, reassignment_json
 from tools.rebalance.planner import PlannerConfig, plan

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.rebalance.greedy import greedy_owners
 from tools.rebalance.model import make_cluster_load, reassignment_json, Move
 from tools.rebalance.planner import PlannerConfig, plan

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from tools.rebalance import cli
 from tools.rebalance.aggregate import aggregate_samples, read_samples
 from tools.rebalance.model import make_cluster_load

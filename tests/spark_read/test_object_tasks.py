@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.batches import Record, assign_offsets, build_batch
 from stream_storage.config import S3Config
 from stream_storage.object_format import Chunk, build_object

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.batches import Record, assign_offsets, build_batch, read_records
 from stream_storage.compression import Codec
 from tools.spark_read.offsets import (

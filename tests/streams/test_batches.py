@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.batches import (
     assign_offsets, build_batch, header, offset_count, read_records, slice_from, stamp_offsets, validate_batches,
 )

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.compaction import CompactionPolicy, chunks_of, plan
 from stream_storage.control import ObjectRef
 from stream_storage.memory_store import MemoryObjectStore

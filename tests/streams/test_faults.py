@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.control import LocalStreamControl
 from stream_storage.memory_store import FAULT_LOST_REPLY, MemoryObjectStore
 from stream_storage.object_format import parse_tail

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.ops.streams import GC_HORIZON_KEY, object_created_ms
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.object_keys import object_created_ms
+from metadata_quorum.ops.streams import GC_HORIZON_KEY
 from stream_storage.gc import GarbageCollector
 from stream_storage.memory_store import MemoryObjectStore
 from tests.streams.conftest import batch_of, heartbeat, read_all, register_broker, retrying

@@ -7,7 +7,7 @@ from typing import Any, Iterator
 import pytest
 
 from metadata_quorum.client import ControllerClient
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.config import S3Config, StreamStorageConfig
 from stream_storage.control import HttpStreamControl
 from stream_storage.s3_server import S3Server

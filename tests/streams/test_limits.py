@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import s3_server
 from stream_storage.memory_store import MemoryObjectStore
 from stream_storage.wal import WriteAheadLog

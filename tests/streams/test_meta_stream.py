@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from stream_storage.meta_stream import KVState, MetaStream, encode_snapshot, encode_update
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.batches import assign_offsets, build_batch, read_records
 from stream_storage.object_format import (
     FOOTER_BYTES, Chunk, build_object, check_block, parse_footer, parse_index, parse_tail,

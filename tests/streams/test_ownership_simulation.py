@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from stream_storage.memory_store import MemoryObjectStore
 from tests.streams.conftest import batch_of, heartbeat, read_all, retrying
 

@@ -20,7 +20,7 @@ from kafka import codec as kafka_codec
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches, record_format
 from stream_storage.batch_scan import CorruptBatch, DecodedBatch, scan_batches
 from stream_storage.compression import Codec

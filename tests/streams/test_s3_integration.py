@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.config import RetryPolicy, S3Config
 from stream_storage.s3_server import S3Server
 from stream_storage.s3_store import S3ObjectStore, make_s3_client, open_s3_store
@@ -261,7 +261,8 @@ async def test_failing_endpoint_ends_in_retries_without_loss_or_double_commit(s3
 async def test_s3_check_passes_on_the_embedded_server(s3_server: S3Server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """`ferry s3 check` (what qualifies another S3 implementation) on moto: every check holds."""
     from stream_storage.config import S3Config
-    from stream_storage.s3_check import run_checks, streams_roundtrip
+    from stream_storage.s3_check import run_checks
+    from tools.s3_check import streams_roundtrip
     from stream_storage.s3_store import S3ObjectStore
 
     config = S3Config(endpoint_url=s3_server.endpoint_url, bucket=s3_server.bucket)

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.batches import build_batch
 from stream_storage.config import WalConfig
 from stream_storage.memory_store import FAULT_LOST_REPLY, MemoryObjectStore
-from stream_storage.wal_gc import DeadWalCollector, live_brokers
+from broker.stream_directory import ImageStreamDirectory, image_directory
+from stream_storage.wal_gc import DeadWalCollector
 from stream_storage.wal_objects import broker_prefix
 from tests.streams.conftest import heartbeat, read_all, retrying
 
@@ -285,12 +286,12 @@ async def test_dead_brokers_wal_objects_are_deleted_once_no_recovery_needs_them(
     await a.uploader.stop()  # broker 1 crashes
     dead = wal_keys(store, 1)
     assert dead
-    gc = DeadWalCollector(store, "wal", lambda: controller.image)
+    gc = DeadWalCollector(store, "wal", lambda: image_directory(controller.image))
     assert await gc.run_once() == 0  # broker 1 is still live as far as the metadata says
     clock.skew_ms += 60_000
     heartbeat(controller, 2, b.broker_epoch)
     controller.write("tick", {})
-    assert 1 not in live_brokers(controller.image)
+    assert 1 not in ImageStreamDirectory(controller.image).live_brokers()
     assert await gc.run_once() == 0 and wal_keys(store, 1) == dead  # s1 and s2: tails not recovered
     info = await b.open_stream(s1, 1, previous_owner=1, previous_epoch=0)
     assert await gc.run_once() == 0  # taken over, recovery pending: broker 1 is in wal_owners

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.batches import build_batch
 from stream_storage.object_format import parse_tail
 from stream_storage.wal import read_wal

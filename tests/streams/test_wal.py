@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 import stream_storage.wal as wal_mod
 from stream_storage.wal import ENTRY_OVERHEAD, WriteAheadLog, must_wait_for_zeros, read_wal
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.wal import KIND_DATA, KIND_VOID, encode_entry
 from stream_storage.wal_objects import (
     HEADER_BYTES, SEQ_PER_MS, ObjectSummary, Resolved, Seal, Wait, WalBatchPlanner, WalBatchPolicy, WalObject,

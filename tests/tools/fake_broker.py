@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from broker.fetch_guard import sound_batches
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 
 

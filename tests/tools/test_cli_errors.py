@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools import cli
 from tools.cluster import ROOT
 from tools.demo import Outcome, verdict

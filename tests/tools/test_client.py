@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tests.tools.fake_broker import FakeCluster, start_fake_broker
 from tools.client import Consumer, Producer, TopicPartition, decode_batches, encode_batch, read_all
 

@@ -1,6 +1,6 @@
 """Seeded malformed HTTP requests against a live cluster's controllers and brokers.
 
-Every class of bad input the strict parser refuses (metadata_quorum/http_parsing.py) is sent to
+Every class of bad input the strict parser refuses (metadata_quorum/kernel/http_parsing.py) is sent to
 both APIs: bad JSON, deep nesting, huge integers, wrong types, floats where integers belong,
 signed / zero-padded / non-ASCII numbers, empty bodies, unknown paths, methods and query
 parameters, oversized bodies and lists, out-of-range values, corrupt record batches. Asserted: no

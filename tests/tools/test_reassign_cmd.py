@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools import reassign_cmd as rc
 from tools.admin import Admin
 from tools.client import TopicPartition

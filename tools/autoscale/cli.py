@@ -16,7 +16,7 @@ import time
 import warnings
 from pathlib import Path
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from tools.autoscale.scenario import load_scenario
 
 

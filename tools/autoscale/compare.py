@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.autoscale.summary import BALANCE_SUSTAIN_S, BALANCE_THRESHOLD, _broker_columns, _live, balance_series
 
 METRICS = ("broker_seconds", "seconds_above_slo", "overloads", "overload_to_balance_mean_s",

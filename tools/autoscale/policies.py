@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Literal, Mapping, get_args
 
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.strict_config import (Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, build,
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.strict_config import (Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, build,
                                            invalid)
 
 PolicyKind = Literal["target-utilization", "step", "scheduled"]
@@ -66,7 +66,7 @@ class ScheduleEntry:
 @dataclass(frozen=True)
 class PolicyConfig:
     """A scenario's ``policy``; the annotations are what the strict loader accepts
-    (metadata_quorum/strict_config.py)."""
+    (metadata_quorum/kernel/strict_config.py)."""
 
     kind: PolicyKind
     capacity_bytes_per_s: PositiveFloat = 1_000_000.0  # per broker, network in

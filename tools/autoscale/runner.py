@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.admin import Admin
 from tools.autoscale.plots import plot_balance, plot_overview
 from tools.autoscale.policies import LoadSample, PolicyState, acted, decide, pick_broker_to_remove

@@ -38,7 +38,7 @@ and moves the heat to other partitions every ``move_every_s`` (chosen by ``seed`
 from the brokers' per-second load; ``slo_p99_ms`` is the produce p99 a comparison counts
 seconds above (default 250).
 
-The file is read by the strict config loader (metadata_quorum/strict_config.py) through the
+The file is read by the strict config loader (metadata_quorum/kernel/strict_config.py) through the
 ``*Section`` dataclasses below: an unknown key anywhere (a step's key its action does not take
 included) or a value out of range is INVALID_CONFIG naming it by its path (``steps[2].count``,
 ``load.hot.factor``).
@@ -53,7 +53,7 @@ from typing import Annotated, Any, Literal, get_args
 
 import yaml
 
-from metadata_quorum.strict_config import (Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, Range, build,
+from metadata_quorum.kernel.strict_config import (Fraction, NonNegativeFloat, NonNegativeInt, PositiveInt, Range, build,
                                            check, invalid)
 from tools.autoscale.policies import PolicyConfig, parse_policy
 

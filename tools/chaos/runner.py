@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metadata_quorum.client import ControllerClient
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from stream_storage.s3_server import S3Server
 from tools.admin import Admin
 from tools.chaos.checker import Acked, Verdict, Violation, check_health, check_metadata, check_records, verdict

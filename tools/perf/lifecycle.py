@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from broker.compaction import compaction_loop
-from metadata_quorum.ops.streams import object_created_ms
+from metadata_quorum.kernel.object_keys import object_created_ms
 from stream_storage.batches import ATTRIBUTES_OFFSET, iter_batches
 from stream_storage.compaction import CompactionPolicy, plan as plan_runs, stream_bytes
 from stream_storage.config import MIB, StreamStorageConfig

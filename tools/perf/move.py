@@ -36,7 +36,7 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 from tools.admin import Admin
 from tools.client import TopicPartition, encode_batch, raise_for_error
 from stream_storage.s3_profile import parse_profile

@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from metadata_quorum.auth import generate_secrets
+from metadata_quorum.kernel.auth import generate_secrets
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.config import RaftSettings
 from tools.proc import LOOPBACK, Quorum, free_ports, start_quorum, stop_process

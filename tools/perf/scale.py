@@ -32,7 +32,7 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.admin import Admin
 from tools.client import Producer, TopicPartition, read_all
 from tools.cluster import LocalCluster

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence, cast
 import numpy as np
 import pandas as pd
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.rebalance.model import ClusterLoad, make_cluster_load
 
 if TYPE_CHECKING:

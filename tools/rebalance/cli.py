@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.rebalance.model import reassignment_json
 from tools.rebalance.planner import PlannerConfig, plan, validate_modes
 from stream_storage.config import S3Config

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.rebalance.model import Move
 
 SUBMIT_BATCH = 500

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 RESOURCES: tuple[str, ...] = ("net_in", "net_out")
 """The load resources, in goal priority order (AutoMQ's network-in and network-out goals)."""

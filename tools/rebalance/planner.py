@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.rebalance.model import RESOURCES, ClusterLoad, Plan, moves_between
 
 _INF = float("inf")

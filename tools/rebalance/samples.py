@@ -21,7 +21,7 @@ from broker.load_samples import (
     parse_sample_key,
     sample_key,
 )
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 __all__ = ["METRICS_PREFIX", "SAMPLE_COLUMNS", "PartitionSample", "S3SampleSource", "SampleStore", "decode_samples",
            "encode_samples", "keys_in_window", "local_sample_files", "parse_sample_key",

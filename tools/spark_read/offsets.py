@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 EARLIEST = -2
 LATEST = -1

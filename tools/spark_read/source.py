@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.config import S3Config
 from stream_storage.object_format import (
     TAIL_READ_BYTES, IndexEntry, ObjectIndex, check_block, parse_index, parse_tail,

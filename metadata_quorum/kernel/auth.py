@@ -27,8 +27,8 @@ import hmac
 import secrets
 from dataclasses import dataclass, field
 
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.strict_config import Secret, invalid
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.strict_config import Secret, invalid
 
 # A token shorter than this is guessable; `generate_secrets` makes 43-character ones.
 MIN_SECRET_CHARS = 16

@@ -10,10 +10,10 @@ understand is the caller's mistake and gets a 4xx, never a 500 with a traceback:
   of at most :data:`MAX_JSON_INT_DIGITS` digits, no duplicate keys and no ``NaN``/``Infinity``
   (the parser's recursion and Python's 4,300-digit limit are not a client's business);
 - a query parameter appears at most once, only where the endpoint knows it, and an integer one is
-  plain ASCII decimal (:func:`metadata_quorum.ops.validation.parse_decimal`);
+  plain ASCII decimal (:func:`metadata_quorum.kernel.validation.parse_decimal`);
 - unknown paths and methods get the same JSON body (INVALID_REQUEST) as every other refusal.
 
-Field types inside a body are checked by :mod:`metadata_quorum.ops.validation`, the same rules
+Field types inside a body are checked by :mod:`metadata_quorum.kernel.validation`, the same rules
 the controller's operations use.
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from multidict import MultiMapping
 
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.ops.validation import MAX_STRING_CHARS, as_str, invalid, parse_decimal
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.validation import MAX_STRING_CHARS, as_str, invalid, parse_decimal
 
 log = logging.getLogger("ferry.http")
 

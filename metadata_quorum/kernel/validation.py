@@ -1,7 +1,7 @@
 """Argument checking shared by the operations: bad input becomes INVALID_REQUEST with a clear message.
 
 One rule per concept, used by the controller's operations and by both HTTP front ends
-(:mod:`metadata_quorum.http_parsing`): an integer is a JSON integer (never a bool, a float or a
+(:mod:`metadata_quorum.kernel.http_parsing`): an integer is a JSON integer (never a bool, a float or a
 string of digits), within int64 unless a tighter range is given; a string or a list has a bounded
 size; a number written in text (a query parameter, an object key) is plain ASCII decimal. Coercing
 ``1.5`` or ``"01"`` to an integer once moved the wrong partition; refusing is the only answer that
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

@@ -12,10 +12,10 @@ from typing import Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from metadata_quorum.auth import (ControllerSecurity, NodeSecurity, Principal, authenticate, authorize,
+from metadata_quorum.kernel.auth import (ControllerSecurity, NodeSecurity, Principal, authenticate, authorize,
                                   broker_route_principals, controller_route_principals)
-from metadata_quorum.errors import ErrorCode, FerryError
-from metadata_quorum.http_parsing import Handler, error_response
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.http_parsing import Handler, error_response
 
 log = logging.getLogger("ferry.auth")
 

@@ -29,7 +29,7 @@ import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 T = TypeVar("T")
 
