@@ -19,7 +19,7 @@ from broker.admission import LeaderView, not_leader
 from broker.kafka.produce_forwarder import ForwardFailed, ForwardTarget
 from broker.kafka.wire import Request
 from broker.produce_forward import ClientsSentTo, ProduceAsk, Route, RouteKind, is_forwarded
-from metadata_quorum.errors import FerryError
+from metadata_quorum.kernel.errors import FerryError
 
 DEFAULT_TIMEOUT_MS = 30_000  # a request that gives no timeout of its own (Kafka's request.timeout.ms)
 

@@ -15,7 +15,7 @@ from broker.kafka.produce_forwarding import Forwarded, ProduceForwarding
 from broker.kafka.wire import Request
 from broker.produce_forward import (AWAIT, HERE, ClientsSentTo, ProduceAsk, Route, RouteKind, forwarded_client_id,
                                     is_forwarded, produce_route)
-from metadata_quorum.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER
 
 ME, OWNER = 1, 2
