@@ -21,10 +21,10 @@ A forward's answer moves the client only once it has a connection to the owner: 
 (v2.15) migrates a partition to a broker it is not connected to and, while batches of the
 partition are still in flight to the old owner (they are, with a producer that keeps sending),
 does not connect until its broker thread's next idle wake-up, up to 1 s later. So the old owner
-forwards only to a broker it has already named to the same client (its host and client id) in an
-earlier answer, a refusal or a forward: a client sent to a broker connects to it and keeps the
-connection. A client it has not named the owner to gets today's refusal, whose back-off (100 ms)
-is the lesser cost; the next move to that broker is forwarded.
+forwards only to a broker it had named to the same client (its host and client id) in an answer,
+a refusal or a forward, before this hand-over began: a client sent to a broker connects to it and
+keeps the connection. A client it has not named the owner to gets today's refusal, whose back-off
+(100 ms) is the lesser cost, throughout the hand-over; the next move to that broker is forwarded.
 
 Only the broker that gave the partition up forwards, and only for ``window_ms`` after it did:
 a client whose metadata is older than that, or who never used this broker, is refused as
@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import collections
 import enum
-from dataclasses import dataclass
-from typing import Collection
+from dataclasses import dataclass, field
+from typing import Collection, Mapping
 
 from broker.admission import LeaderView, ServingState
 from metadata_quorum.records import NO_LEADER
@@ -75,7 +75,8 @@ class ProduceAsk:
     forwarded: bool  # it came from a broker that forwarded it
     transactional: bool
     has_records: bool
-    sent_to: frozenset[int] = frozenset()  # brokers this broker has named as a leader to the client before
+    # the brokers this broker has named as a leader to the client, and how long ago it first did (ms)
+    named_ms_ago: Mapping[int, float] = field(default_factory=dict)
 
 
 class ClientsSentTo:
@@ -85,14 +86,17 @@ class ClientsSentTo:
 
     def __init__(self, max_clients: int = 10_000) -> None:
         self.max_clients = max_clients
-        self._sent: collections.OrderedDict[tuple[str, str | None], frozenset[int]] = collections.OrderedDict()
+        # client -> broker -> when this broker first named it to the client (monotonic seconds)
+        self._sent: collections.OrderedDict[tuple[str, str | None], dict[int, float]] = collections.OrderedDict()
 
-    def sent_to(self, client: tuple[str, str | None]) -> frozenset[int]:
-        return self._sent.get(client, frozenset())
+    def named_ms_ago(self, client: tuple[str, str | None], now_mono_s: float) -> dict[int, float]:
+        return {b: (now_mono_s - t) * 1000 for b, t in self._sent.get(client, {}).items()}
 
-    def record(self, client: tuple[str, str | None], brokers: Collection[int]) -> None:
-        before = self._sent.pop(client, frozenset())
-        self._sent[client] = before | frozenset(brokers)
+    def record(self, client: tuple[str, str | None], brokers: Collection[int], now_mono_s: float) -> None:
+        named = self._sent.pop(client, {})
+        for b in brokers:
+            named.setdefault(b, now_mono_s)
+        self._sent[client] = named
         while len(self._sent) > self.max_clients:
             self._sent.popitem(last=False)
 
@@ -122,13 +126,17 @@ def produce_route(broker_id: int, view: LeaderView | None, state: ServingState |
         return HERE
     if view.leader == broker_id:
         return HERE  # coming back here: the core holds it while this broker opens the partition
+    # named to the client before this hand-over began: within one hand-over a client is either
+    # forwarded or refused throughout (a batch forwarded after a refused one would reach the owner
+    # with a gap in its sequence numbers, OUT_OF_ORDER_SEQUENCE_NUMBER)
+    known = {b for b, ago_ms in ask.named_ms_ago.items() if ago_ms > since_given_up_ms}
     if view.leader != NO_LEADER:
-        if view.leader not in listening or view.leader not in ask.sent_to:
+        if view.leader not in listening or view.leader not in known:
             return HERE
         return Route(RouteKind.FORWARD, view.leader, view.leader_epoch)
     if view.next_leader == broker_id:
         return HERE  # moving back here before the election: the core holds it as the owner-to-be's
-    if view.next_leader != NO_LEADER and view.next_leader not in ask.sent_to:
+    if view.next_leader != NO_LEADER and view.next_leader not in known:
         return HERE  # refused at once, naming the owner-to-be (which holds it until it serves)
     # between owners: the election behind this broker's closing commit names the owner
     return AWAIT

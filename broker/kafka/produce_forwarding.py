@@ -61,12 +61,12 @@ class ProduceForwarding:
     def ask(self, req: Request, has_records: bool) -> ProduceAsk:
         return ProduceAsk(req.api_version, is_forwarded(req.client_id),
                           getattr(req.body, "transactional_id", None) is not None, has_records,
-                          self.clients.sent_to((req.client_host, req.client_id)))
+                          self.clients.named_ms_ago((req.client_host, req.client_id), time.monotonic()))
 
     def named(self, req: Request, leaders: Collection[int]) -> None:
         """An answer to ``req`` named ``leaders``: the client connects to them (produce_forward.py)."""
         if leaders:
-            self.clients.record((req.client_host, req.client_id), leaders)
+            self.clients.record((req.client_host, req.client_id), leaders, time.monotonic())
 
     def route(self, req: Request, topic: str, partition: int) -> Route:
         """No await: a partition served here goes on to its append in the same step."""

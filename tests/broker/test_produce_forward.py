@@ -20,8 +20,9 @@ from metadata_quorum.records import NO_LEADER
 
 ME, OWNER = 1, 2
 WINDOW_MS = 5000
-# the client was named OWNER as a leader before (so it is connected to it)
-ASK = ProduceAsk(api_version=11, forwarded=False, transactional=False, has_records=True, sent_to=frozenset({OWNER}))
+# the client was named OWNER as a leader a minute ago (so it is connected to it)
+ASK = ProduceAsk(api_version=11, forwarded=False, transactional=False, has_records=True,
+                 named_ms_ago={OWNER: 60_000.0})
 CLOSED = ServingState(accepts_requests=False, state_name="CLOSED", replica_closed=True, replica_leader_epoch=-1)
 CLOSING = ServingState(accepts_requests=False, state_name="CLOSING", replica_closed=False, replica_leader_epoch=4)
 SERVING = ServingState(accepts_requests=True, state_name="SERVING", replica_closed=False, replica_leader_epoch=4)
@@ -82,22 +83,31 @@ def test_an_owner_without_a_kafka_listener_is_not_forwarded_to() -> None:
 
 def test_a_client_never_sent_to_the_owner_is_refused_naming_it() -> None:
     """librdkafka would migrate to a broker it is not connected to and wait up to 1 s to connect."""
-    new_client = ProduceAsk(11, forwarded=False, transactional=False, has_records=True, sent_to=frozenset({3}))
+    new_client = ProduceAsk(11, forwarded=False, transactional=False, has_records=True, named_ms_ago={3: 60_000.0})
     assert route(ask=new_client) is HERE
     assert route(BETWEEN, CLOSING, ask=new_client) is HERE  # not held: refused at once, naming OWNER
     assert route(LeaderView(NO_LEADER, 4), CLOSING, ask=new_client) is AWAIT  # no owner named yet
 
 
+def test_a_client_refused_in_this_hand_over_is_refused_throughout_it() -> None:
+    """Named OWNER 10 ms ago by this hand-over's first refusal: its next batch is refused too, or
+    the owner would get it with a gap in its sequence numbers (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+    refused_now = ProduceAsk(11, forwarded=False, transactional=False, has_records=True, named_ms_ago={OWNER: 10.0})
+    assert route(since_ms=30.0, ask=refused_now) is HERE
+    assert route(BETWEEN, CLOSED, since_ms=30.0, ask=refused_now) is HERE
+    assert route(since_ms=5.0, ask=refused_now) == Route(RouteKind.FORWARD, OWNER, 5)  # named before this one
+
+
 def test_the_clients_sent_to_memory_is_per_client_and_bounded() -> None:
     sent = ClientsSentTo(max_clients=2)
-    sent.record(("/10.0.0.1", "rdkafka"), [2])
-    sent.record(("/10.0.0.1", "rdkafka"), [3])
-    assert sent.sent_to(("/10.0.0.1", "rdkafka")) == {2, 3}
-    assert sent.sent_to(("/10.0.0.2", "rdkafka")) == frozenset()
-    sent.record(("/10.0.0.2", "rdkafka"), [2])
-    sent.record(("/10.0.0.3", "rdkafka"), [2])  # the least recently named client is forgotten
-    assert sent.sent_to(("/10.0.0.1", "rdkafka")) == frozenset()
-    assert sent.sent_to(("/10.0.0.3", "rdkafka")) == {2}
+    sent.record(("/10.0.0.1", "rdkafka"), [2], now_mono_s=100.0)
+    sent.record(("/10.0.0.1", "rdkafka"), [2, 3], now_mono_s=101.0)  # 2 keeps when it was first named
+    assert sent.named_ms_ago(("/10.0.0.1", "rdkafka"), 102.0) == {2: 2000.0, 3: 1000.0}
+    assert sent.named_ms_ago(("/10.0.0.2", "rdkafka"), 102.0) == {}
+    sent.record(("/10.0.0.2", "rdkafka"), [2], now_mono_s=102.0)
+    sent.record(("/10.0.0.3", "rdkafka"), [2], now_mono_s=103.0)  # the least recently named client is forgotten
+    assert sent.named_ms_ago(("/10.0.0.1", "rdkafka"), 104.0) == {}
+    assert sent.named_ms_ago(("/10.0.0.3", "rdkafka"), 104.0) == {2: 1000.0}
 
 
 def test_the_forwarded_client_id_marks_a_forwarded_request() -> None:
