@@ -84,6 +84,12 @@ class BrokerConfig:
     replica_fetch_wait_max_ms: PositiveInt = 500
     replica_high_watermark_checkpoint_interval_ms: PositiveInt = 5000
     produce_request_timeout_ms: PositiveInt = 30000
+    # Kafka's authorizer.class.name (false: none, every request allowed; true: the ACLs in the
+    # metadata log decide, as Kafka's StandardAuthorizer), super.users ("User:<name>" each) and
+    # allow.everyone.if.no.acl.found
+    authorizer_enabled: bool = False
+    super_users: tuple[str, ...] = ()
+    allow_everyone_if_no_acl_found: bool = False
     log_level: str = "INFO"
     # When set: clients need a bearer token, and the broker sends internal_token to the controllers.
     security: NodeSecurity | None = None
@@ -163,6 +169,10 @@ def config_from_dict(data: dict[str, Any], broker_id: int | None = None) -> Brok
     if cfg.replica_fetch_wait_max_ms > cfg.replica_lag_time_max_ms:
         # Kafka's rule too: a follower parked in a fetch longer than the lag limit drops out of the ISR
         raise invalid("broker setting 'replica_fetch_wait_max_ms' must be at most 'replica_lag_time_max_ms'")
+    for user in cfg.super_users:
+        kind, _, name = user.partition(":")
+        if not kind or not name:
+            raise invalid(f"broker setting 'super_users': {user!r} is not a principal of the form User:<name>")
     if cfg.log_level.upper() not in _LOG_LEVELS:
         raise invalid(f"broker setting 'log_level' must be one of {', '.join(_LOG_LEVELS)}, got {cfg.log_level!r}")
     if cfg.security is not None:

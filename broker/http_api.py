@@ -159,8 +159,9 @@ class BrokerHttpApi:
         check_query_names(request.query, ("spec", "timestamp_ms", "leader_epoch"))
         topic, partition = request.match_info["topic"], _partition_param(request)
         spec = query_str(request.query, "spec", "latest") or "latest"
-        if spec not in ("earliest", "latest", "timestamp"):
-            raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec[:80]!r}; use earliest, latest or timestamp")
+        if spec not in ("earliest", "latest", "timestamp", "max_timestamp", "earliest_local", "latest_tiered"):
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec[:80]!r}; use earliest, latest, timestamp, "
+                                                        "max_timestamp, earliest_local or latest_tiered")
         ts = _int_param(request, "timestamp_ms") if spec == "timestamp" else -1
         offset, found_ts, epoch = await self.core.offset_at(topic, partition, spec, ts, _epoch_param(request))
         return web.json_response({"offset": offset, "timestamp_ms": found_ts, "leader_epoch": epoch})

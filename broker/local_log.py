@@ -363,6 +363,17 @@ class LocalLog:
                 offset = max(offset + 1, [i.next_offset for i in batches.iter_batches(data)][-1])
         return -1, -1
 
+    def max_timestamp_offset(self, max_offset: int) -> tuple[int, int]:
+        """ListOffsets -3: (offset, timestamp) of the first record with the largest timestamp, as
+        Kafka finds it: each segment knows its largest timestamp (kept as batches are indexed,
+        recovered from its time index), and the first segment holding the overall largest is
+        searched through its time index. (-1, -1) when the log has no timestamped record, or
+        when that record is not below ``max_offset`` (the high watermark) yet."""
+        largest = max((seg.max_timestamp_ms for seg in self.segments), default=-1)
+        if largest < 0:
+            return -1, -1
+        return self.offset_for_timestamp(largest, max_offset)
+
     # ------------------------------------------------------------------ truncation
     def truncate_to(self, offset: int) -> int:
         """Remove everything at and after ``offset`` (a follower's divergent suffix; whole batches:

@@ -227,6 +227,13 @@ class LocalReplica:
     async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int]:
         return self.log.offset_for_timestamp(timestamp_ms, self.high_watermark)
 
+    async def max_timestamp_offset(self) -> tuple[int, int]:
+        return self.log.max_timestamp_offset(self.high_watermark)
+
+    def latest_tiered_offset(self) -> int:
+        """Nothing of a storage=local partition is in S3: -1, as Kafka answers without tiered storage."""
+        return -1
+
     async def delete_records_before(self, offset: int) -> int:
         raise FerryError(ErrorCode.INVALID_REQUEST, f"DeleteRecords is not supported on storage=local topics yet "
                          f"({self.topic}-{self.partition})")

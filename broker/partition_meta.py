@@ -165,6 +165,8 @@ class PartitionMeta:
     leader_epochs: list[tuple[int, int]] = field(default_factory=list)  # (leader_epoch, start_offset)
     producers: dict[str, Any] = field(default_factory=dict)
     time_index: list[tuple[int, int]] = field(default_factory=list)
+    # the max-timestamp index (broker/max_timestamp.py); None: written before it was kept
+    max_timestamps: list[list[int]] | None = None
     data_stream_id: int = -1
     meta_stream_id: int = -1
     closed_by_broker: int = -1
@@ -175,6 +177,7 @@ class PartitionMeta:
                 "end_offset": self.end_offset, "size_bytes": self.size_bytes,
                 "leader_epochs": [list(e) for e in self.leader_epochs], "producers": self.producers,
                 "time_index": [list(e) for e in self.time_index], "data_stream_id": self.data_stream_id,
+                **({} if self.max_timestamps is None else {"max_timestamps": self.max_timestamps}),
                 "meta_stream_id": self.meta_stream_id, "closed_by_broker": self.closed_by_broker,
                 "stream_epoch": self.stream_epoch}
 
@@ -191,6 +194,7 @@ class PartitionMeta:
                    leader_epochs=[(int(a), int(b)) for a, b in d.get("leader_epochs", [])],
                    producers=dict(d.get("producers", {})),
                    time_index=[(int(a), int(b)) for a, b in d.get("time_index", [])],
+                   max_timestamps=[[int(x) for x in e] for e in d["max_timestamps"]] if "max_timestamps" in d else None,
                    data_stream_id=int(d.get("data_stream_id", -1)), meta_stream_id=int(d.get("meta_stream_id", -1)),
                    closed_by_broker=int(d.get("closed_by_broker", -1)), stream_epoch=int(d.get("stream_epoch", -1)))
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from broker import partition_meta as pm
 from broker.load_sampler import LoadCounters
+from broker.max_timestamp import Candidate, MaxTimestampIndex, first_at, largest_first
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 from stream_storage.control import ObjectRef
@@ -91,6 +92,7 @@ class Replica:
         self.meta_stream: MetaStream | None = None
         self.producers = pm.ProducerState()
         self.time_index = pm.TimeIndex()
+        self.max_timestamps = MaxTimestampIndex()
         self.counters = LoadCounters()
         self._inflight = 0
         self._drained = asyncio.Event()
@@ -165,6 +167,10 @@ class Replica:
         self.size_bytes = self.meta.size_bytes
         self.producers = pm.ProducerState.from_json(self.meta.producers)
         self.time_index = pm.TimeIndex(self.meta.time_index)
+        self.max_timestamps = MaxTimestampIndex.from_json(self.meta.max_timestamps) \
+            if self.meta.max_timestamps is not None else MaxTimestampIndex.seeded(self.meta.time_index,
+                                                                                  self.meta.end_offset)
+        self.max_timestamps.trim(self.log_start_offset)
         self._observed_through = end
         if not clean:
             rebuild_from = self.meta.end_offset if self.log_start_offset <= self.meta.end_offset <= end \
@@ -266,6 +272,7 @@ class Replica:
     def _observe(self, info: batches.BatchInfo, base_offset: int, offset_count: int) -> None:
         self.size_bytes += info.size_bytes
         self.time_index.observe(info.max_timestamp_ms, base_offset)
+        self.max_timestamps.observe(info.max_timestamp_ms, base_offset, base_offset + offset_count)
         self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.records_count,
                               base_offset, base_offset + info.last_offset_delta)
         end = base_offset + offset_count
@@ -387,6 +394,57 @@ class Replica:
             offset = max(offset + 1, int(result.next_offset))
         return -1, -1
 
+    async def max_timestamp_offset(self) -> tuple[int, int]:
+        """ListOffsets -3 (KIP-734): (offset, timestamp) of the first record with the largest
+        timestamp still in the log, (-1, -1) when it has none. The index says which batch; one
+        read of it answers (a few more when the log start cut into the batch or range that held
+        the maximum)."""
+        start, end = self.log_start_offset, self.high_watermark
+        plan = self.max_timestamps.plan(start, end)
+        if plan is None:
+            return -1, -1
+        target: tuple[int, int] | Candidate | None = plan.front
+        if plan.scan_from is not None and plan.scan_to is not None:
+            target = plan.after_scan(await self._largest_in(plan.scan_from, min(plan.scan_to, end)))
+        if target is None:
+            return -1, -1
+        if not isinstance(target, Candidate):
+            return target
+        result = await self.storage.fetch(self.data_stream_id, max(start, target.base_offset), TIMESTAMP_SCAN_BYTES)
+        found = first_at(((r.offset, r.timestamp_ms) for r in batches.read_records(result.data)), target, start)
+        if found is None:
+            # an index seeded from an old meta may name a batch before the one; key compaction may
+            # have removed the record: then the largest of what remains, read (bounded)
+            found_offset, found_ts = await self.offset_for_timestamp(target.timestamp_ms)
+            if found_offset >= 0:
+                return found_offset, found_ts
+            return await self._largest_in(start, end) or (-1, -1)
+        return found
+
+    async def _largest_in(self, from_offset: int, to_offset: int) -> tuple[int, int] | None:
+        """The first record with the largest timestamp in ``[from_offset, to_offset)``, reading at
+        most ``REBUILD_SCAN_BYTES`` (past that, the best seen so far)."""
+        best: tuple[int, int] | None = None
+        offset, scanned = from_offset, 0
+        while offset < to_offset and scanned < REBUILD_SCAN_BYTES:
+            result = await self.storage.fetch(self.data_stream_id, offset, TIMESTAMP_SCAN_BYTES)
+            if not result.data:
+                break
+            found = largest_first(((r.offset, r.timestamp_ms) for r in batches.read_records(result.data)),
+                                  from_offset, to_offset)
+            if found is not None and (best is None or found[1] > best[1]):
+                best = found
+            scanned += len(result.data)
+            offset = max(offset + 1, int(result.next_offset))
+        return best
+
+    def latest_tiered_offset(self) -> int:
+        """ListOffsets -5 (KIP-1005): the last offset already in S3 objects (committed by the
+        controller; what is newer is in the WAL and the broker's cache), -1 when none is."""
+        handle = self.storage.stream(self.data_stream_id)
+        committed = int(handle.committed_end) if handle is not None else 0
+        return committed - 1 if committed > 0 else -1
+
     # ------------------------------------------------------------------ retention and DeleteRecords
     async def committed_objects(self) -> list[Any]:
         """The data stream's committed objects, oldest first."""
@@ -417,6 +475,7 @@ class Replica:
                                  f"{self.topic}-{self.partition} is no longer served here: {exc}") from exc
             raise
         self.log_start_offset = max(self.log_start_offset, offset)
+        self.max_timestamps.trim(self.log_start_offset)
         self.size_bytes = max(0, self.size_bytes - removed_bytes)
         return self.log_start_offset
 
@@ -449,6 +508,7 @@ class Replica:
         m.size_bytes = self.size_bytes
         m.producers = self.producers.to_json()
         m.time_index = list(self.time_index.entries)
+        m.max_timestamps = self.max_timestamps.to_json()
         m.data_stream_id = self.data_stream_id
         m.meta_stream_id = self.meta_stream_id
         m.closed_by_broker = self.broker_id

@@ -46,7 +46,7 @@ from stream_storage.wal_gc import DeadWalCollector
 from broker.peer_liveness import PeerDeathWatcher, ProcessLock
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
-from broker.kafka.broker_configs import (StaticConfig, broker_static_configs, default_validation_policy,
+from broker.kafka.broker_configs import (StaticConfig, authorizer_settings, broker_static_configs, default_validation_policy,
                                          topic_defaults)
 from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
@@ -55,7 +55,7 @@ from broker.kafka.data_apis import kafka_endpoints
 from broker.kafka.produce_forwarder import ForwardTarget, ProduceForwarder
 from broker.kafka.produce_forwarding import ProduceForwarding
 from broker.produce_routes import ProduceRoutes
-from broker.kafka.sasl import Users
+from broker.kafka.sasl import ScramStore, Users
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
@@ -185,10 +185,13 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
             forwarder = QuorumForwarder(self.client, self._wait_for_metadata)
-            handlers = kafka_handlers(self, forwarder, topic_defaults(self.config), self._produce_forwarding())
+            handlers = kafka_handlers(self, forwarder, topic_defaults(self.config), quorum=self.client,
+                                      authorizer=authorizer_settings(self.config),
+                                      forwarding=self._produce_forwarding())
             self.kafka = KafkaListener(handlers, self.config.host, self.config.kafka_port,
                                        self.config.kafka_max_request_bytes, observe=self.metrics.observe_kafka,
-                                       sasl_users=Users.load(self.config.sasl_users_file)
+                                       sasl_users=ScramStore(Users.load(self.config.sasl_users_file),
+                                                             lambda: self.image)
                                        if self.config.sasl_users_file else None)
             await self.kafka.start()
             log.info("broker %d Kafka listener on %s:%d", self.broker_id, self.config.host, self.kafka.port)
@@ -314,8 +317,9 @@ class Broker:
 
     def _produce_forwarding(self) -> ProduceForwarding | None:
         """A produce for a partition this broker has just handed over goes to its owner
-        (produce_forward.py); not on a SASL listener, whose credentials a broker does not hold."""
-        if self.config.sasl_users_file or self.config.produce_forward_window_ms <= 0:
+        (produce_forward.py); not on a SASL listener, whose credentials a broker does not hold, nor
+        with the authorizer on (the owner would judge the forwarding broker, not the client)."""
+        if self.config.sasl_users_file or self.config.authorizer_enabled or self.config.produce_forward_window_ms <= 0:
             return None
         routes = ProduceRoutes(self.broker_id, lambda: self.manager, self._view,
                                lambda: kafka_endpoints(self.image).keys(), self.config.produce_forward_window_ms,
@@ -543,18 +547,28 @@ class Broker:
 
     async def offset_at(self, topic: str, partition: int, spec: str, timestamp_ms: int = -1,
                         client_leader_epoch: int | None = None) -> tuple[int, int, int]:
-        """Kafka's ListOffsets: (offset, timestamp_ms, leader_epoch) for earliest, latest or a timestamp."""
+        """Kafka's ListOffsets: (offset, timestamp_ms, leader_epoch) for ``spec`` — ``earliest``,
+        ``latest``, ``timestamp``, ``max_timestamp`` (-3: the first record with the largest
+        timestamp), ``earliest_local`` (-4: the log start, since clients see one tier) or
+        ``latest_tiered`` (-5: the last offset already in S3 objects, -1 if none)."""
         slot = self.partition_slot(topic, partition, for_write=False, client_leader_epoch=client_leader_epoch)
         replica = slot.replica
         assert replica is not None
-        if spec == "earliest":
+        if spec in ("earliest", "earliest_local"):
             return replica.log_start_offset, -1, replica.leader_epoch
         if spec == "latest":
             return replica.high_watermark, -1, replica.leader_epoch
         if spec == "timestamp":
             offset, found_ts = await replica.offset_for_timestamp(timestamp_ms)
             return offset, found_ts, replica.leader_epoch
-        raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest or timestamp")
+        if spec == "max_timestamp":
+            offset, found_ts = await replica.max_timestamp_offset()
+            return offset, found_ts, replica.leader_epoch if offset >= 0 else -1
+        if spec == "latest_tiered":
+            offset = replica.latest_tiered_offset()
+            return offset, -1, replica.leader_epoch if offset >= 0 else -1
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest, timestamp, max_timestamp, "
+                                                    "earliest_local or latest_tiered")
 
     # ------------------------------------------------------------------ log dirs
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:

@@ -34,6 +34,7 @@ from metadata_quorum.records import (
     Record,
     RemoveStreamObjectRecord,
     RemoveStreamRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     UnregisterBrokerRecord,
     decode_record,
@@ -461,6 +462,7 @@ def snapshot_delta(old: Any, records: list[Record], snapshot_offset: int) -> tup
         new_values = target.configs.get(rtype, rname)
         removals += [ConfigRecord(resource_type=rtype, resource_name=rname, key=k, value=None)
                      for k in values if k not in new_values]
+    removals += [RemoveAccessControlEntryRecord(acl_id=i) for i in old.acls.by_id if i not in target.acls.by_id]
     delta = MetadataDelta(old)
     try:
         for i, record in enumerate(removals + list(records)):

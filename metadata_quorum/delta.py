@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from metadata_quorum.acls import AclBinding, AclsImage
 from metadata_quorum.image import (
     BrokerRegistration,
     ClusterImage,
     ConfigsImage,
     MetadataImage,
     PartitionRegistration,
+    ScramImage,
     StreamMetadata,
     StreamsImage,
     TopicIdPartition,
@@ -25,6 +27,7 @@ from metadata_quorum.image import (
 )
 from metadata_quorum.pmap import REMOVE, PMap
 from metadata_quorum.records import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     NO_LEADER,
     ConfigRecord,
@@ -34,13 +37,16 @@ from metadata_quorum.records import (
     PartitionRecord,
     Record,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveStreamObjectRecord,
     RemoveStreamRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     StreamObjectRecord,
     StreamRecord,
     TopicRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 
 
@@ -77,6 +83,8 @@ class MetadataDelta:
         self._refs: dict[str, tuple[int, ...]] = {}  # object key -> streams referencing it (() = none)
         self._configs: dict[tuple[str, str], dict[str, str]] = {}
         self._kv: dict[str, str | None] = {}
+        self._scram: dict[tuple[str, str], UserScramCredentialRecord | None] = {}
+        self._acls: dict[int, AclBinding | None] = {}
         self._changed_partitions: set[TopicIdPartition] = set()
 
     # ----------------------------------------------------------------- current view
@@ -263,6 +271,18 @@ class MetadataDelta:
     def _kv_record(self, r: KVRecord) -> None:
         self._kv[r.key] = r.value
 
+    def _scram_credential(self, r: UserScramCredentialRecord) -> None:
+        self._scram[(r.name, r.mechanism)] = r
+
+    def _remove_scram_credential(self, r: RemoveUserScramCredentialRecord) -> None:
+        self._scram[(r.name, r.mechanism)] = None
+    def _acl(self, r: AccessControlEntryRecord) -> None:
+        self._acls[r.acl_id] = AclBinding.from_record(r)
+
+    def _remove_acl(self, r: RemoveAccessControlEntryRecord) -> None:
+        if r.acl_id in self._acls or r.acl_id in self.image.acls.by_id:
+            self._acls[r.acl_id] = None
+
     def _noop(self, r: NoOpRecord) -> None:
         return None
 
@@ -287,7 +307,9 @@ class MetadataDelta:
             configs = ConfigsImage(image.configs.configs.update(
                 {k: (PMap(v) if v else REMOVE) for k, v in self._configs.items()}))
         kv = image.kv.update(_removals(self._kv)) if self._kv else image.kv
-        return MetadataImage(self.offset, self.epoch, cluster, topics, streams, configs, kv)
+        scram = ScramImage(image.scram.credentials.update(_removals(self._scram))) if self._scram else image.scram
+        acls = AclsImage(image.acls.by_id.update(_removals(self._acls))) if self._acls else image.acls
+        return MetadataImage(self.offset, self.epoch, cluster, topics, streams, configs, kv, scram, acls)
 
     def _apply_topics(self) -> TopicsImage:
         old = self.image.topics
@@ -382,6 +404,10 @@ _HANDLERS: dict[type, Any] = {
     RemoveStreamObjectRecord: MetadataDelta._remove_stream_object,
     ConfigRecord: MetadataDelta._config,
     KVRecord: MetadataDelta._kv_record,
+    UserScramCredentialRecord: MetadataDelta._scram_credential,
+    RemoveUserScramCredentialRecord: MetadataDelta._remove_scram_credential,
+    AccessControlEntryRecord: MetadataDelta._acl,
+    RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
     NoOpRecord: MetadataDelta._noop,
 }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
+from metadata_quorum.acls import AclsImage
 from metadata_quorum.pmap import EMPTY_PMAP, PMap
 from metadata_quorum.records import (
     NO_LEADER,
@@ -31,6 +32,7 @@ from metadata_quorum.records import (
     StreamObjectRecord,
     StreamRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
 
 #: KV key holding the next stream id to allocate, so that ids are never reused after deletion.
@@ -381,6 +383,16 @@ class ConfigsImage:
 
 
 @dataclass(frozen=True)
+class ScramImage:
+    """SCRAM credentials by (user, mechanism name), as the metadata log holds them."""
+
+    credentials: PMap[tuple[str, str], UserScramCredentialRecord] = field(default_factory=lambda: EMPTY_PMAP)
+
+    def get(self, user: str, mechanism: str) -> UserScramCredentialRecord | None:
+        return self.credentials.get((user, mechanism))
+
+
+@dataclass(frozen=True)
 class MetadataImage:
     offset: int = -1
     epoch: int = -1
@@ -389,6 +401,8 @@ class MetadataImage:
     streams: StreamsImage = field(default_factory=StreamsImage)
     configs: ConfigsImage = field(default_factory=ConfigsImage)
     kv: PMap[str, str] = field(default_factory=lambda: EMPTY_PMAP)
+    scram: ScramImage = field(default_factory=ScramImage)
+    acls: AclsImage = field(default_factory=AclsImage)
 
     @property
     def next_stream_id(self) -> int:
@@ -412,6 +426,8 @@ class MetadataImage:
                 records.append(ConfigRecord(resource_type=rtype, resource_name=rname, key=key, value=value))
         for key in sorted(self.kv):
             records.append(KVRecord(key=key, value=self.kv[key]))
+        records += [self.scram.credentials[key] for key in sorted(self.scram.credentials)]
+        records += [self.acls.by_id[i].to_record(i) for i in sorted(self.acls.by_id)]
         return records
 
     def same_content(self, other: "MetadataImage") -> bool:
@@ -424,6 +440,8 @@ class MetadataImage:
             and {k: dict(v) for k, v in self.configs.configs.items()}
             == {k: dict(v) for k, v in other.configs.configs.items()}
             and dict(self.kv) == dict(other.kv)
+            and dict(self.scram.credentials) == dict(other.scram.credentials)
+            and dict(self.acls.by_id) == dict(other.acls.by_id)
         )
 
     def indexes_consistent(self) -> bool:
@@ -465,7 +483,8 @@ class MetadataImage:
             delta.replay(record)
         image = delta.apply()
         if offset is not None:
-            image = MetadataImage(offset, epoch, image.cluster, image.topics, image.streams, image.configs, image.kv)
+            image = MetadataImage(offset, epoch, image.cluster, image.topics, image.streams, image.configs, image.kv,
+                                  image.scram, image.acls)
         return image
 
 
@@ -487,6 +506,7 @@ __all__ = [
     "TopicsImage",
     "StreamsImage",
     "ConfigsImage",
+    "ScramImage",
     "MetadataImage",
     "EMPTY_IMAGE",
     "TopicIdPartition",

@@ -11,7 +11,7 @@ from typing import Any
 from metadata_quorum.controller_result import ControllerResult, OpContext, ReadOperation, WriteOperation
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
-from metadata_quorum.ops import cluster, configs, replication, streams, topics
+from metadata_quorum.ops import acls, cluster, configs, replication, scram, streams, topics
 
 WRITE_OPERATIONS: dict[str, WriteOperation] = {
     "register_broker": cluster.register_broker,
@@ -35,6 +35,9 @@ WRITE_OPERATIONS: dict[str, WriteOperation] = {
     "stream_recovered": streams.stream_recovered,
     "alter_configs": configs.alter_configs,
     "put_kv": configs.put_kv,
+    "alter_user_scram_credentials": scram.alter_user_scram_credentials,
+    "create_acls": acls.create_acls,
+    "delete_acls": acls.delete_acls,
 }
 
 READ_OPERATIONS: dict[str, ReadOperation] = {
@@ -44,6 +47,8 @@ READ_OPERATIONS: dict[str, ReadOperation] = {
     "describe_stream": streams.describe_stream,
     "describe_configs": configs.describe_configs,
     "get_kv": configs.get_kv,
+    "describe_user_scram_credentials": scram.describe_user_scram_credentials,
+    "describe_acls": acls.describe_acls,
 }
 
 

@@ -172,12 +172,52 @@ class KVRecord:
 
 @dataclass(frozen=True)
 class ConfigRecord:
-    """A dynamic config; ``resource_type`` is "broker", "topic" or "cluster"; ``value = None`` deletes."""
+    """A dynamic config; ``resource_type`` is "broker", "topic", "cluster" or "group"; ``value = None`` deletes."""
 
     resource_type: str
     resource_name: str
     key: str
     value: str | None
+
+
+@dataclass(frozen=True)
+class UserScramCredentialRecord:
+    """KRaft's UserScramCredentialRecord: a user's SCRAM credential for one mechanism (an upsert).
+    ``mechanism`` is the SASL name (``SCRAM-SHA-256``, ``SCRAM-SHA-512``); salt and keys are
+    base64: the password itself is never in the log."""
+
+    name: str
+    mechanism: str
+    salt: str
+    stored_key: str
+    server_key: str
+    iterations: int
+
+
+@dataclass(frozen=True)
+class RemoveUserScramCredentialRecord:
+    name: str
+    mechanism: str
+
+
+@dataclass(frozen=True)
+class AccessControlEntryRecord:
+    """An ACL binding (KRaft's AccessControlEntryRecord); the enums are Kafka's names ("TOPIC",
+    "LITERAL", "READ", "ALLOW"), ``acl_id`` the offset of this record when it was first written."""
+
+    acl_id: int
+    resource_type: str
+    resource_name: str
+    pattern_type: str
+    principal: str
+    host: str
+    operation: str
+    permission_type: str
+
+
+@dataclass(frozen=True)
+class RemoveAccessControlEntryRecord:
+    acl_id: int
 
 
 @dataclass(frozen=True)
@@ -202,6 +242,10 @@ Record = Union[
     RemoveStreamObjectRecord,
     KVRecord,
     ConfigRecord,
+    UserScramCredentialRecord,
+    RemoveUserScramCredentialRecord,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
     NoOpRecord,
 ]
 

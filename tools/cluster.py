@@ -468,6 +468,27 @@ def summary(state: dict[str, Any], elapsed_s: float) -> str:
     return "\n".join(lines)
 
 
+def broker_overrides_of(items: list[str]) -> dict[str, Any]:
+    """``--broker-config KEY=VALUE`` settings: VALUE is JSON (``true``, ``4``, ``["User:admin"]``) or
+    else a string; KEY must be a broker setting (broker/config.py), which every broker then checks."""
+    from dataclasses import fields
+
+    from broker.config import BrokerConfig
+
+    known = {f.name for f in fields(BrokerConfig)}
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or key not in known:
+            raise ValueError(f"--broker-config {item!r}: expected KEY=VALUE with KEY a broker setting "
+                             "(e.g. authorizer_enabled=true)")
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            out[key] = text
+    return out
+
+
 def cmd_up(args: argparse.Namespace, state_dir: str) -> int:
     if args.controllers < 1 or args.brokers < 1:
         print("Error: --controllers and --brokers must be at least 1 (INVALID_REQUEST)", file=sys.stderr)
@@ -495,9 +516,14 @@ def cmd_up(args: argparse.Namespace, state_dir: str) -> int:
     except ValueError as exc:
         print(f"Error: {exc} (INVALID_REQUEST)", file=sys.stderr)
         return 2
+    try:
+        overrides = broker_overrides_of(args.broker_config)
+    except ValueError as exc:
+        print(f"Error: {exc} (INVALID_REQUEST)", file=sys.stderr)
+        return 2
     cluster = LocalCluster(state_dir, args.controllers, args.brokers, args.s3_endpoint, bucket=args.bucket,
                            log_dirs_per_broker=args.log_dirs_per_broker, s3_profile=args.s3_profile,
-                           secure=args.secure, wal_mode=args.wal)
+                           secure=args.secure, wal_mode=args.wal, broker_overrides=overrides)
     try:
         cluster.start()
     except (RuntimeError, TimeoutError, OSError) as exc:
@@ -534,6 +560,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--secure", action="store_true",
                         help="up: generate secrets; Raft traffic is encrypted and authenticated, the controller and "
                              "broker APIs require a bearer token (the admin token goes to <state dir>/admin.token)")
+    parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="up: a broker setting for every broker (VALUE is JSON or a string; repeatable), e.g. "
+                             "--broker-config authorizer_enabled=true --broker-config 'super_users=[\"User:admin\"]'")
     args = parser.parse_args(argv)
     state_dir = os.path.abspath(args.state_dir)
     if args.action == "down":

@@ -18,10 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from broker.groups import consumer_group as cg
 from broker.groups.consumer_assignors import ASSIGNORS, RANGE, UNIFORM, AssignorMember
-from broker.groups.consumer_errors import ConsumerGroupError, GroupError
 from broker.groups.consumer_group import ConsumerGroup, reconcile
 from broker.groups.consumer_records import (
     ConsumerCurrentRecord,
@@ -39,6 +39,7 @@ from broker.groups.consumer_records import (
 )
 from broker.groups.timers import DeadlineQueue
 from metadata_quorum.kernel.errors import ErrorCode
+from metadata_quorum.ops.group_configs import ConsumerGroupTimeouts, consumer_group_timeouts
 
 SESSION_TIMER = "session"
 REVOCATION_TIMER = "revocation"
@@ -60,6 +61,17 @@ class ConsumerGroupConfig:
             raise ValueError(f"session_timeout_ms, heartbeat_interval_ms and max_size must be positive: {self}")
         if not self.assignors or any(a not in ASSIGNORS for a in self.assignors):
             raise ValueError(f"assignors must be a non-empty subset of {sorted(ASSIGNORS)}, got {self.assignors}")
+
+
+class GroupConfigLookup(Protocol):
+    """A group's own configs (ConfigResource GROUP, as the metadata log holds them): empty when
+    none are set."""
+
+    def __call__(self, group_id: str) -> Mapping[str, str]: ...
+
+
+def _no_group_configs(group_id: str) -> Mapping[str, str]:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -90,7 +102,7 @@ class ConsumerHeartbeat:
 
 @dataclass(frozen=True)
 class ConsumerHeartbeatResult:
-    error: GroupError
+    error: ErrorCode
     message: str | None = None
     member_id: str | None = None
     member_epoch: int = 0
@@ -115,7 +127,7 @@ class DescribedConsumerMember:
 @dataclass(frozen=True)
 class DescribedConsumerGroup:
     group_id: str
-    error: GroupError
+    error: ErrorCode
     state: str = cg.DEAD
     group_epoch: int = 0
     assignment_epoch: int = 0
@@ -124,15 +136,16 @@ class DescribedConsumerGroup:
     topic_names: Mapping[str, str] | None = None
 
 
-def _error(error: GroupError, message: str, member_id: str | None = None) -> ConsumerHeartbeatResult:
+def _error(error: ErrorCode, message: str, member_id: str | None = None) -> ConsumerHeartbeatResult:
     return ConsumerHeartbeatResult(error, message, member_id)
 
 
 class ConsumerGroups:
     """Every consumer-protocol group of one coordinator partition."""
 
-    def __init__(self, config: ConsumerGroupConfig) -> None:
+    def __init__(self, config: ConsumerGroupConfig, group_configs: GroupConfigLookup = _no_group_configs) -> None:
         self.config = config
+        self.group_configs = group_configs
         self.groups: dict[str, ConsumerGroup] = {}
         self.timers: DeadlineQueue[tuple[str, str, str, int]] = DeadlineQueue()
 
@@ -184,6 +197,13 @@ class ConsumerGroups:
         self.replay(record)
 
     # ------------------------------------------------------------ queries
+    def timeouts(self, group_id: str) -> ConsumerGroupTimeouts:
+        """The session timeout and heartbeat interval this group's members get: the group's
+        ``consumer.session.timeout.ms`` / ``consumer.heartbeat.interval.ms`` when set (read at
+        every heartbeat, so a change applies from each member's next one), else the defaults."""
+        return consumer_group_timeouts(self.group_configs(group_id), self.config.session_timeout_ms,
+                                       self.config.heartbeat_interval_ms)
+
     def has_group(self, group_id: str) -> bool:
         return group_id in self.groups
 
@@ -213,7 +233,7 @@ class ConsumerGroups:
         return DescribedConsumerGroup(group_id, ErrorCode.NONE, group.state(), group.epoch, group.assignment_epoch,
                                       self.preferred_assignor(group), members, names)
 
-    def validate_commit(self, group_id: str, member_id: str, member_epoch: int) -> GroupError:
+    def validate_commit(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode:
         """OffsetCommit to a consumer group: by a member at its current epoch, or (epoch < 0,
         no member id) by an admin or a consumer outside the group while the group is empty."""
         group = self.groups[group_id]
@@ -223,9 +243,9 @@ class ConsumerGroups:
             return ErrorCode.UNKNOWN_MEMBER_ID
         current = group.current(member_id).member_epoch
         if member_epoch > current:
-            return ConsumerGroupError.FENCED_MEMBER_EPOCH
+            return ErrorCode.FENCED_MEMBER_EPOCH
         if member_epoch < current:
-            return ConsumerGroupError.STALE_MEMBER_EPOCH
+            return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 
     # ------------------------------------------------------------ heartbeat
@@ -236,7 +256,7 @@ class ConsumerGroups:
         if invalid is not None:
             return _error(ErrorCode.INVALID_REQUEST, invalid, req.member_id), out
         if req.server_assignor is not None and req.server_assignor not in self.config.assignors:
-            return _error(ConsumerGroupError.UNSUPPORTED_ASSIGNOR,
+            return _error(ErrorCode.UNSUPPORTED_ASSIGNOR,
                           f"assignor {req.server_assignor!r} is not one of {list(self.config.assignors)}"), out
         if req.member_epoch in (cg.LEAVE_EPOCH, cg.STATIC_LEAVE_EPOCH):
             return self._leave(req, now_ms, out), out
@@ -253,7 +273,7 @@ class ConsumerGroups:
                 holder = group.static_member(req.instance_id)
                 if holder is not None and holder != member_id:
                     if group.current(holder).member_epoch != cg.STATIC_LEAVE_EPOCH:
-                        return _error(ConsumerGroupError.UNRELEASED_INSTANCE_ID,
+                        return _error(ErrorCode.UNRELEASED_INSTANCE_ID,
                                       f"instance {req.instance_id} is still held by member {holder}"), out
                     replaced, old_meta = holder, group.metas[holder]
             if member_id not in group.metas and replaced is None and len(group.metas) >= self.config.max_size:
@@ -299,7 +319,8 @@ class ConsumerGroups:
         send = (req.member_epoch == cg.JOIN_EPOCH or nxt.assigned != before.assigned
                 or (req.owned is not None and normalize(req.owned) != nxt.assigned))
         return ConsumerHeartbeatResult(ErrorCode.NONE, None, member_id, nxt.member_epoch,
-                                       self.config.heartbeat_interval_ms, nxt.assigned if send else None), out
+                                       self.timeouts(group.group_id).heartbeat_interval_ms,
+                                       nxt.assigned if send else None), out
 
     def _invalid(self, req: ConsumerHeartbeat) -> str | None:
         """Kafka's request checks: the reason INVALID_REQUEST is answered, or None."""
@@ -332,14 +353,14 @@ class ConsumerGroups:
             return _error(ErrorCode.FENCED_INSTANCE_ID, f"instance {req.instance_id} belongs to another member")
         current = group.current(member_id)
         if req.member_epoch > current.member_epoch:
-            return _error(ConsumerGroupError.FENCED_MEMBER_EPOCH,
+            return _error(ErrorCode.FENCED_MEMBER_EPOCH,
                           f"epoch {req.member_epoch} is ahead of the member's {current.member_epoch}")
         if req.member_epoch < current.member_epoch:
             # the member may have missed the response that moved it on: accepted if it owns no more
             # than it is assigned at its current epoch
             if not (req.member_epoch == current.previous_member_epoch and req.owned is not None
                     and cg.is_subset(normalize(req.owned), current.assigned)):
-                return _error(ConsumerGroupError.FENCED_MEMBER_EPOCH,
+                return _error(ErrorCode.FENCED_MEMBER_EPOCH,
                               f"epoch {req.member_epoch} is behind the member's {current.member_epoch}")
         return None
 
@@ -431,7 +452,7 @@ class ConsumerGroups:
         self._emit(ConsumerMemberRecord(group.group_id, member_id, None), out)
         self.timers.cancel((SESSION_TIMER, group.group_id, member_id, 0))
 
-    def delete(self, group_id: str) -> tuple[GroupError, list[ConsumerRecord]]:
+    def delete(self, group_id: str) -> tuple[ErrorCode, list[ConsumerRecord]]:
         """DeleteGroups of a consumer group: only when it has no members."""
         out: list[ConsumerRecord] = []
         group = self.groups[group_id]
@@ -445,7 +466,8 @@ class ConsumerGroups:
 
     # ------------------------------------------------------------ timers
     def _touch(self, group: ConsumerGroup, member_id: str, now_ms: int) -> None:
-        self.timers.schedule((SESSION_TIMER, group.group_id, member_id, 0), now_ms + self.config.session_timeout_ms)
+        self.timers.schedule((SESSION_TIMER, group.group_id, member_id, 0),
+                             now_ms + self.timeouts(group.group_id).session_timeout_ms)
 
     def _arm_revocation(self, group: ConsumerGroup, member_id: str, now_ms: int) -> None:
         current = group.current(member_id)

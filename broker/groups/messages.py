@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic, TypeVar, Union
 
-from broker.groups.consumer_errors import GroupError
 from broker.groups.consumer_records import AnyGroupRecord
 from metadata_quorum.kernel.errors import ErrorCode
 
@@ -199,7 +198,7 @@ class OffsetCommitRequest:
 class PartitionResult:
     topic: str
     partition: int
-    error: GroupError
+    error: ErrorCode
 
 
 @dataclass(frozen=True)

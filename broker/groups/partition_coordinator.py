@@ -24,9 +24,9 @@ from broker.groups.consumer_coordinator import (
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
     DescribedConsumerGroup,
+    GroupConfigLookup,
     TopicInfo,
 )
-from broker.groups.consumer_errors import GroupError
 from broker.groups.consumer_records import CONSUMER_RECORD_TYPES, AnyGroupRecord, ConsumerRecord
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.messages import (
@@ -64,20 +64,26 @@ class ListedAnyGroup:
 
 class PartitionCoordinator(GroupCoordinator):
     def __init__(self, config: GroupCoordinatorConfig, now_ms: int,
-                 consumer_config: ConsumerGroupConfig | None = None) -> None:
+                 consumer_config: ConsumerGroupConfig | None = None,
+                 group_configs: GroupConfigLookup | None = None) -> None:
         self._consumer = ConsumerGroups(consumer_config or ConsumerGroupConfig())
+        if group_configs is not None:
+            self._consumer.group_configs = group_configs
         self._expired: list[ConsumerRecord] = []  # consumer groups deleted by offsets retention in a tick
         super().__init__(config, now_ms)
 
     @classmethod
     def load_partition(cls, records: Iterable[AnyGroupRecord], config: GroupCoordinatorConfig, now_ms: int,
-                       consumer_config: ConsumerGroupConfig | None = None) -> PartitionCoordinator:
+                       consumer_config: ConsumerGroupConfig | None = None,
+                       group_configs: GroupConfigLookup | None = None) -> PartitionCoordinator:
         """Replay the partition's records of both kinds (see GroupCoordinator.load); consumer
         group members get a full session from ``now_ms``."""
         coordinator = cls.load(records, config, now_ms)  # type: ignore[arg-type]
         assert isinstance(coordinator, PartitionCoordinator)
         if consumer_config is not None:
             coordinator._consumer.config = consumer_config
+        if group_configs is not None:
+            coordinator._consumer.group_configs = group_configs
         coordinator._consumer.start(now_ms)
         return coordinator
 
@@ -121,7 +127,7 @@ class PartitionCoordinator(GroupCoordinator):
     def commit_offsets(self, request: OffsetCommitRequest, now_ms: int) -> Effects[OffsetCommitResult]:
         if self._unloaded or not self._consumer.has_group(request.group_id):
             return super().commit_offsets(request, now_ms)
-        error: GroupError = self._consumer.validate_commit(request.group_id, request.member_id,
+        error: ErrorCode = self._consumer.validate_commit(request.group_id, request.member_id,
                                                            request.generation_id)
         if error is not ErrorCode.NONE:
             return self._with(OffsetCommitResult(tuple(PartitionResult(p.topic, p.partition, error)
@@ -141,7 +147,7 @@ class PartitionCoordinator(GroupCoordinator):
         if group.metas:
             subscribed |= set(group.topics)
         free = [tp for tp in partitions if tp.topic not in subscribed]
-        deleted: dict[tuple[str, int], GroupError] = {}
+        deleted: dict[tuple[str, int], ErrorCode] = {}
         records: tuple[AnyGroupRecord, ...] = ()
         if free and self.group_state(group_id) is GroupState.EMPTY:  # the offsets are in the classic store
             inner = super().delete_offsets(group_id, free, now_ms)

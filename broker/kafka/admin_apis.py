@@ -32,21 +32,26 @@ from kafka.protocol.admin.topics import (AlterPartitionReassignmentsRequest, Alt
                                          ListPartitionReassignmentsResponse)
 from kafka.protocol.api_message import ApiMessage
 
-from broker.kafka.acl_operations import CLUSTER_OPERATIONS
+from broker.kafka.authorization import CLUSTER, OPEN, TOPIC, Authorization
 from broker.kafka.auto_create import TopicDefaults
-from broker.kafka.config_catalog import BrokerValue, ConfigEntry, broker_entries, topic_entries
+from broker.kafka.config_catalog import BrokerValue, ConfigEntry, broker_entries, group_entries, topic_entries
 from broker.kafka.data_apis import ZERO_UUID, kafka_endpoint_of, kafka_error, topic_uuid
 from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, Json, forward_timeout_ms, forwarding_failure
 from broker.kafka.wire import Request
 from broker.log_dirs_report import LogDirReport, TopicFilter
+from metadata_quorum.acls import AclOperation
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.ops.group_configs import KAFKA_DEFAULTS, check_group_name
 from metadata_quorum.records import STORAGE_S3
 from metadata_quorum.s3_replicas import replication_factor
 
 TOPIC_RESOURCE = 2  # ConfigResource types on the wire
 BROKER_RESOURCE = 4
+GROUP_RESOURCE = 32
+CONFIG_RESOURCES = {TOPIC_RESOURCE: "topic", BROKER_RESOURCE: "broker", GROUP_RESOURCE: "group"}
 BROKER_ENDPOINTS = 1  # DescribeCluster's endpoint type
+ENDPOINT_TYPES = {1: "BROKER", 2: "CONTROLLER"}  # Kafka's EndpointType
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
 CONFIG_OPS = {0: "set", 1: "delete", 2: "append", 3: "subtract"}  # IncrementalAlterConfigs' operations
 MAX_MESSAGE_BYTES, BROKER_MAX_MESSAGE_BYTES = "max.message.bytes", "message.max.bytes"
@@ -74,6 +79,10 @@ class AdminCore(Protocol):
 class ItemError:
     error: ErrorCode
     message: str | None
+
+
+TOPIC_DENIED = ItemError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+CLUSTER_DENIED = ItemError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
 
 
 def topic_id_text(value: uuid.UUID) -> str:
@@ -109,8 +118,9 @@ class AdminApis:
     """Handlers of the admin APIs; each takes a decoded request and returns the response."""
 
     def __init__(self, core: AdminCore, controller: ControllerCalls,
-                 topic_defaults: TopicDefaults = TopicDefaults()) -> None:
+                 topic_defaults: TopicDefaults = TopicDefaults(), auth: Authorization = OPEN) -> None:
         self.core = core
+        self.auth = auth
         self.controller = controller
         self.topic_defaults = topic_defaults  # num.partitions / default.replication.factor for -1
 
@@ -126,7 +136,13 @@ class AdminApis:
         R = CreateTopicsResponse.CreatableTopicResult
         local: dict[int, ItemError] = {}
         items: list[Json] = []
+        # CREATE on the cluster, else on each topic
+        denied = frozenset() if self.auth.allows_cluster(req, AclOperation.CREATE) else \
+            self.auth.denied(req, AclOperation.CREATE, TOPIC, (t.name for t in body.topics))
         for i, t in enumerate(body.topics):
+            if t.name in denied:
+                local[i] = TOPIC_DENIED
+                continue
             if t.assignments and (t.num_partitions != -1 or t.replication_factor != -1):
                 local[i] = ItemError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
                                      "replicasAssignments were set. Both cannot be used at the same time.")
@@ -173,9 +189,13 @@ class AdminApis:
                                                config_source=int(e.source), is_sensitive=e.is_sensitive)
                        for e in topic_entries({c.name: c.value for c in t.configs if c.value is not None},
                                               broker=self.core.static_configs())]
+            # the new topic's configs only for a principal that may DESCRIBE_CONFIGS it, as Kafka
+            config_error = 0 if self.auth.allows(req, AclOperation.DESCRIBE_CONFIGS, TOPIC, t.name) \
+                else TOPIC_DENIED.error.code
             results.append(R(name=t.name, topic_id=topic_uuid(answer["topic_id"]), error_code=0, error_message=None,
-                             topic_config_error_code=0, num_partitions=int(answer["num_partitions"]),
-                             replication_factor=int(answer["replication_factor"]), configs=configs))
+                             topic_config_error_code=config_error, num_partitions=int(answer["num_partitions"]),
+                             replication_factor=int(answer["replication_factor"]),
+                             configs=configs if not config_error else []))
         return CreateTopicsResponse(throttle_time_ms=throttle_ms, topics=results)
 
     # ------------------------------------------------------------------ DeleteTopics
@@ -189,8 +209,15 @@ class AdminApis:
                 wanted.append((None, t.topic_id) if by_id else (t.name, None))
         else:
             wanted = [(name, None) for name in body.topic_names]
-        names = [n for n, tid in wanted if tid is None and n is not None]
-        ids = [topic_id_text(tid) for _n, tid in wanted if tid is not None]
+        image = self.core.image
+
+        def name_of(tid: uuid.UUID) -> str | None:
+            topic = image.topics.by_id.get(topic_id_text(tid)) if image is not None else None
+            return topic.name if topic is not None else None
+        denied = self.auth.denied(req, AclOperation.DELETE, TOPIC, [n if tid is None else name_of(tid)
+                                                                    for n, tid in wanted])
+        names = [n for n, tid in wanted if tid is None and n is not None and n not in denied]
+        ids = [topic_id_text(tid) for _n, tid in wanted if tid is not None and name_of(tid) not in denied]
         answers: list[Json] = []
         failure: ForwardingFailure | None = None
         if names or ids:
@@ -206,6 +233,11 @@ class AdminApis:
                 results.append(R(name=None if req.api_version >= 6 else "", topic_id=ZERO_UUID,
                                  error_code=ErrorCode.INVALID_REQUEST.code,
                                  error_message="a topic needs a name or a topic id"))
+                continue
+            if (name if tid is None else name_of(tid)) in denied:
+                results.append(R(name=name if name is not None or req.api_version >= 6 else "",
+                                 topic_id=tid or ZERO_UUID, error_code=TOPIC_DENIED.error.code,
+                                 error_message=TOPIC_DENIED.message))
                 continue
             answer: Json = {} if failure is not None else next(by_id if tid is not None else by_name, {})
             error = ItemError(failure.error, failure.message) if failure is not None else \
@@ -223,9 +255,11 @@ class AdminApis:
     async def create_partitions(self, req: Request) -> ApiMessage:
         body: CreatePartitionsRequest = req.body  # type: ignore[assignment]
         R = CreatePartitionsResponse.CreatePartitionsTopicResult
+        denied = self.auth.denied(req, AclOperation.ALTER, TOPIC, (t.name for t in body.topics))
+        allowed = [t for t in body.topics if t.name not in denied]
         items = [{"name": t.name, "count": t.count,
                   "assignments": None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]}
-                 for t in body.topics]
+                 for t in allowed]
         answers: list[Json] = []
         failure: ForwardingFailure | None = None
         if items:
@@ -237,9 +271,12 @@ class AdminApis:
             except Exception as exc:  # noqa: BLE001 - answered per topic
                 failure = failure_of(exc, req.api_version >= QUOTA_ERROR_SINCE["CreatePartitions"])
         results = []
-        for i, t in enumerate(body.topics):
-            error = ItemError(failure.error, failure.message) if failure is not None else \
-                reply_error(answers[i]) if i < len(answers) else ItemError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer")
+        by_name = dict(zip((id(t) for t in allowed), answers))
+        for t in body.topics:
+            answer = by_name.get(id(t))
+            error = TOPIC_DENIED if t.name in denied else ItemError(failure.error, failure.message) \
+                if failure is not None else reply_error(answer) if answer is not None else \
+                ItemError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer")
             results.append(R(name=t.name, error_code=error.error.code if error else 0,
                              error_message=error.message if error else None))
         return CreatePartitionsResponse(throttle_time_ms=failure.throttle_time_ms if failure else 0, results=results)
@@ -250,13 +287,27 @@ class AdminApis:
         synonyms = bool(body.include_synonyms) if req.api_version >= 1 else False
         docs = bool(body.include_documentation) if req.api_version >= 3 else False
         results = await asyncio.gather(*(self._describe_resource(r.resource_type, r.resource_name,
-                                                                 r.configuration_keys, synonyms, docs)
+                                                                 r.configuration_keys, synonyms, docs,
+                                                                 self._config_refusal(req, r.resource_type,
+                                                                                      r.resource_name, False))
                                          for r in body.resources))
         return DescribeConfigsResponse(throttle_time_ms=0, results=list(results))
 
+    def _config_refusal(self, req: Request, rtype: int, name: str, alter: bool) -> ItemError | None:
+        """DESCRIBE_CONFIGS (or ALTER_CONFIGS) on the topic, or on the cluster for a broker."""
+        op = AclOperation.ALTER_CONFIGS if alter else AclOperation.DESCRIBE_CONFIGS
+        if rtype == TOPIC_RESOURCE and not self.auth.allows(req, op, TOPIC, name):
+            return TOPIC_DENIED
+        if rtype == BROKER_RESOURCE and not self.auth.allows_cluster(req, op):
+            return CLUSTER_DENIED
+        return None
+
     async def _describe_resource(self, rtype: int, name: str, keys: list[str] | None, synonyms: bool,
-                                 docs: bool) -> Any:
+                                 docs: bool, refused: ItemError | None = None) -> Any:
         R = DescribeConfigsResponse.DescribeConfigsResult
+        if refused is not None:
+            return R(error_code=refused.error.code, error_message=refused.message, resource_type=rtype,
+                     resource_name=name, configs=[])
         try:
             entries = await self._config_entries(rtype, name, keys)
         except Exception as exc:  # noqa: BLE001 - answered per resource
@@ -276,9 +327,13 @@ class AdminApis:
         if rtype == TOPIC_RESOURCE:
             reply = await self._read("describe_configs", {"resources": [{"type": "topic", "name": name}]})
             return topic_entries(reply["resources"][0]["configs"], keys, broker=self.core.static_configs())
+        if rtype == GROUP_RESOURCE:
+            check_group_name(name)
+            reply = await self._read("describe_configs", {"resources": [{"type": "group", "name": name}]})
+            return group_entries(reply["resources"][0]["configs"], KAFKA_DEFAULTS, keys)
         if rtype != BROKER_RESOURCE:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}: this broker describes "
-                                                        "topic (2) and broker (4) configs")
+                                                        "topic (2), broker (4) and group (32) configs")
         own = str(self.core.broker_id)
         if name not in ("", own):
             raise FerryError(ErrorCode.INVALID_REQUEST,
@@ -297,8 +352,10 @@ class AdminApis:
         results = []
         for r in body.resources:
             nulls = [c.name for c in r.configs if c.value is None]
-            over = self._over_batch_limit({c.name: c.value for c in r.configs}) \
-                if r.resource_type == TOPIC_RESOURCE else None
+            over = self._config_refusal(req, r.resource_type, r.resource_name, True) or (
+                self._over_batch_limit({c.name: c.value for c in r.configs})
+                if r.resource_type == TOPIC_RESOURCE else None)
+            over = over or self._read_only(r.resource_type, [c.name for c in r.configs])
             error = ItemError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}") \
                 if nulls else over if over is not None else await self._alter_resource(r.resource_type, r.resource_name, {
                     "configs": {c.name: c.value for c in r.configs}, "replace": True}, bool(body.validate_only))
@@ -312,8 +369,10 @@ class AdminApis:
         results = []
         for r in body.resources:
             keys = [c.name for c in r.configs]
-            error: ItemError | None
-            if len(set(keys)) != len(keys):
+            error: ItemError | None = self._config_refusal(req, r.resource_type, r.resource_name, True)
+            if error is not None:
+                pass
+            elif len(set(keys)) != len(keys):
                 error = ItemError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
             elif any(c.config_operation not in CONFIG_OPS for c in r.configs):
                 bad = next(c for c in r.configs if c.config_operation not in CONFIG_OPS)
@@ -322,6 +381,9 @@ class AdminApis:
             elif r.resource_type == TOPIC_RESOURCE and (over := self._over_batch_limit(
                     {c.name: c.value for c in r.configs if CONFIG_OPS[c.config_operation] == "set"})) is not None:
                 error = over
+            elif (read_only := self._read_only(r.resource_type, [c.name for c in r.configs
+                                                                 if CONFIG_OPS[c.config_operation] != "delete"])):
+                error = read_only
             else:
                 ops = [{"op": CONFIG_OPS[c.config_operation], "key": c.name, "value": c.value} for c in r.configs]
                 error = await self._alter_resource(r.resource_type, r.resource_name, {"ops": ops},
@@ -329,6 +391,20 @@ class AdminApis:
             results.append(R(error_code=error.error.code if error else 0, error_message=error.message if error else None,
                              resource_type=r.resource_type, resource_name=r.resource_name))
         return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
+
+    def _read_only(self, rtype: int, keys: Sequence[str]) -> ItemError | None:
+        """The broker configs this broker reports are applied at start-up (broker_configs.py): a
+        change to one would be stored and never applied, so it is refused as Kafka refuses a
+        non-dynamic broker config (ConfigAdminManager: INVALID_REQUEST with DynamicBrokerConfig's
+        message), and nothing changes. Kafka's dynamic broker configs (the replication throttles,
+        ``replica.alter.log.dirs.io.max.bytes.per.second``, …) are not among them and are stored."""
+        if rtype != BROKER_RESOURCE:
+            return None
+        static = self.core.static_configs()
+        fixed = sorted({k for k in keys if k in static})
+        if not fixed:
+            return None
+        return ItemError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: [{', '.join(fixed)}]")
 
     def _over_batch_limit(self, configs: Mapping[str, str | None]) -> ItemError | None:
         """A topic's ``max.message.bytes`` may not exceed the broker's ``message.max.bytes``: the
@@ -349,10 +425,10 @@ class AdminApis:
                                                    f"{BROKER_MAX_MESSAGE_BYTES}, the largest batch they accept)")
 
     async def _alter_resource(self, rtype: int, name: str, change: Json, validate_only: bool) -> ItemError | None:
-        if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+        if rtype not in CONFIG_RESOURCES:
             return ItemError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}: this broker alters "
-                                                        "topic (2) and broker (4) configs")
-        resource = {"type": "topic" if rtype == TOPIC_RESOURCE else "broker", "name": name, **change}
+                                                        "topic (2), broker (4) and group (32) configs")
+        resource = {"type": CONFIG_RESOURCES[rtype], "name": name, **change}
         try:
             await self._write("alter_configs", {"resources": [resource], "validate_only": validate_only})
         except Exception as exc:  # noqa: BLE001 - answered per resource
@@ -365,11 +441,16 @@ class AdminApis:
         body: DescribeClusterRequest = req.body  # type: ignore[assignment]
         B = DescribeClusterResponse.DescribeClusterBroker
         endpoint_type = body.endpoint_type if req.api_version >= 1 else BROKER_ENDPOINTS
-        ops = set(CLUSTER_OPERATIONS) if body.include_cluster_authorized_operations else None
+        ops = self.auth.cluster_operations(req) if body.include_cluster_authorized_operations else None
         if endpoint_type != BROKER_ENDPOINTS:
+            # as Kafka 4.4's brokers (AuthHelper.computeDescribeClusterResponse): the controllers'
+            # endpoints are asked of a controller, any other type is unknown
+            known = ENDPOINT_TYPES.get(endpoint_type)
+            error, message = (ErrorCode.MISMATCHED_ENDPOINT_TYPE, "The request was sent to an endpoint of type "
+                              f"BROKER, but we wanted an endpoint of type {known}") if known is not None else \
+                (ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"Unsupported endpoint type {endpoint_type}")
             return DescribeClusterResponse(
-                throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE.code,
-                error_message="Brokers answer for broker endpoints only (endpoint type 1)",
+                throttle_time_ms=0, error_code=error.code, error_message=message,
                 endpoint_type=endpoint_type, cluster_id=self.core.cluster_id, controller_id=-1, brokers=[],
                 authorized_operations=None)
         include_fenced = bool(body.include_fenced_brokers) if req.api_version >= 2 else False
@@ -395,7 +476,8 @@ class AdminApis:
         allow_rf_change = bool(body.allow_replication_factor_change) if req.api_version >= 1 else True
         local: dict[tuple[str, int], ItemError] = {}
         items: list[Json] = []
-        for t in body.topics:
+        top = ItemError(ErrorCode.NONE, None) if self.auth.allows_cluster(req, AclOperation.ALTER) else CLUSTER_DENIED
+        for t in (body.topics if top is not CLUSTER_DENIED else []):
             for p in t.partitions:
                 refused = None if allow_rf_change else self._rf_change(t.name, p.partition_index, p.replicas)
                 if refused is not None:
@@ -405,7 +487,6 @@ class AdminApis:
                     items.append({"topic": t.name, "partition": p.partition_index, "replica_set": True,
                                   "replicas": None if p.replicas is None else list(p.replicas)})
         answers: dict[tuple[str, int], ItemError | None] = {}
-        top = ItemError(ErrorCode.NONE, None)
         if items:
             try:
                 reply = await self._write("alter_partition_reassignments", {"reassignments": items}, body.timeout_ms)
@@ -448,6 +529,9 @@ class AdminApis:
         args: Json = {}
         if body.topics is not None:
             args["partitions"] = [{"topic": t.name, "partition": p} for t in body.topics for p in t.partition_indexes]
+        if not self.auth.allows_cluster(req, AclOperation.DESCRIBE):
+            return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=CLUSTER_DENIED.error.code,
+                                                      error_message=CLUSTER_DENIED.message, topics=[])
         try:
             reply = await self._read("list_partition_reassignments", args, body.timeout_ms)
         except Exception as exc:  # noqa: BLE001 - a top-level error
@@ -469,7 +553,9 @@ class AdminApis:
         election_type = body.election_type if req.api_version >= 1 else PREFERRED_ELECTION
         wanted = None if body.topic_partitions is None else \
             [(t.topic, p) for t in body.topic_partitions for p in t.partitions]
-        if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+        if not self.auth.allows_cluster(req, AclOperation.ALTER):
+            top = CLUSTER_DENIED
+        elif election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
             top = ItemError(ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}")
         else:
             args: Json = {"election_type": "preferred" if election_type == PREFERRED_ELECTION else "unclean"}
@@ -507,6 +593,8 @@ class AdminApis:
         else:
             asked = {(t.topic, p) for t in body.topics for p in t.partitions}
             wanted = lambda t, p: (t, p) in asked  # noqa: E731
+        if not self.auth.allows_cluster(req, AclOperation.DESCRIBE):
+            return DescribeLogDirsResponse(throttle_time_ms=0, error_code=CLUSTER_DENIED.error.code, results=[])
         results = []
         for report in self.core.log_dirs_report(wanted):
             entries = [(r.topic, P(partition_index=r.partition, partition_size=r.size_bytes, offset_lag=r.offset_lag,
@@ -521,7 +609,11 @@ class AdminApis:
         T = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
         P = T.AlterReplicaLogDirPartitionResult
         moves = [(t.name, p, d.path) for d in body.dirs for t in d.topics for p in t.partitions]
-        outcomes = await self.core.alter_replica_log_dirs(moves)
+        outcomes: list[FerryError | None]
+        if self.auth.allows_cluster(req, AclOperation.ALTER):
+            outcomes = await self.core.alter_replica_log_dirs(moves)
+        else:
+            outcomes = [FerryError(CLUSTER_DENIED.error, CLUSTER_DENIED.message or "")] * len(moves)
         entries = []
         for (topic, partition, _path), exc in zip(moves, outcomes):
             code = kafka_error(exc)[0].code if exc is not None else 0

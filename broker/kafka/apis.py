@@ -22,7 +22,7 @@ from broker.kafka.consumer_group_messages import (REQUEST_CLASSES, ConsumerGroup
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.Produce: (3, 11),
     ApiKey.Fetch: (4, 12),
-    ApiKey.ListOffsets: (1, 6),
+    ApiKey.ListOffsets: (1, 9),  # v7-v9: timestamps -3, -4, -5 (data_apis.SPECIAL_TIMESTAMPS)
     ApiKey.Metadata: (0, 12),
     ApiKey.ApiVersions: (0, 4),
     ApiKey.InitProducerId: (0, 4),
@@ -58,6 +58,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ElectLeaders: (0, 2),
     ApiKey.DescribeLogDirs: (1, 4),
     ApiKey.AlterReplicaLogDirs: (1, 2),
+    ApiKey.DescribeQuorum: (0, 2),  # quorum_apis.py: the metadata quorum, asked of the active controller
+    ApiKey.DescribeUserScramCredentials: (0, 0),  # scram_apis.py
+    ApiKey.AlterUserScramCredentials: (0, 0),
+    ApiKey.DescribeClientQuotas: (0, 1),  # quota_apis.py: no quotas, none configured
+    # ACLs (acl_apis.py): Kafka 4 dropped v0
+    ApiKey.DescribeAcls: (1, 3),
+    ApiKey.CreateAcls: (1, 3),
+    ApiKey.DeleteAcls: (1, 3),
 }
 
 

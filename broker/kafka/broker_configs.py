@@ -20,9 +20,12 @@ from broker.kafka.auto_create import TopicDefaults
 from broker.kafka.config_catalog import ConfigType
 from broker.local_layout import RollPolicy
 from broker.retention import DEFAULT_RETENTION_MS, UNLIMITED
+from metadata_quorum.authorizer import AuthorizerSettings
 from stream_storage.record_validator import ValidationPolicy
 
 MS_PER_HOUR = 3_600_000
+#: what authorizer.class.name reports with the authorizer on: Kafka's class whose rules it follows
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,13 @@ class StaticConfig:
 def topic_defaults(config: BrokerConfig) -> TopicDefaults:
     """What the broker creates topics with (auto-creation, CreateTopics -1)."""
     return TopicDefaults(config.auto_create_topics_enable, config.num_partitions, config.default_replication_factor)
+
+
+def authorizer_settings(config: BrokerConfig) -> AuthorizerSettings:
+    """What the broker's authorizer decides with (authorizer.class.name, super.users,
+    allow.everyone.if.no.acl.found)."""
+    return AuthorizerSettings(config.authorizer_enabled, frozenset(config.super_users),
+                              config.allow_everyone_if_no_acl_found)
 
 
 def default_validation_policy(config: BrokerConfig) -> ValidationPolicy:
@@ -89,6 +99,14 @@ def broker_static_configs(config: BrokerConfig, log_dir_paths: Sequence[str],
         "socket.request.max.bytes": of("kafka_max_request_bytes", ConfigType.INT,
                                        "The largest request the Kafka listener reads; a larger one closes "
                                        "the connection."),
+        "authorizer.class.name": StaticConfig(
+            STANDARD_AUTHORIZER if config.authorizer_enabled else "", ConfigType.STRING, config.authorizer_enabled,
+            "The authorizer: the ACLs in the metadata log decide every request (authorizer_enabled), or none."),
+        "super.users": StaticConfig(";".join(config.super_users), ConfigType.STRING, bool(config.super_users),
+                                    "Principals the authorizer allows everything."),
+        "allow.everyone.if.no.acl.found": of(
+            "allow_everyone_if_no_acl_found", ConfigType.BOOLEAN,
+            "Allow a request on a resource no ACL covers (with the authorizer on)."),
         "log.retention.ms": StaticConfig(str(DEFAULT_RETENTION_MS), ConfigType.LONG, False,
                                          "How long records are kept when the topic sets no retention.ms.",
                                          (("log.retention.hours", str(DEFAULT_RETENTION_MS // MS_PER_HOUR)),)),

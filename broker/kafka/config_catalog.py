@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Mapping, Protocol, Sequence
 
+from metadata_quorum.ops.group_configs import GROUP_CONFIG_DOCS, GroupConfigDefaults, group_config_default
+
 
 class ConfigSource(IntEnum):
     """DescribeConfigsResponse's ConfigSource."""
@@ -22,6 +24,9 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    DYNAMIC_CLIENT_METRICS_CONFIG = 7
+    DYNAMIC_GROUP_CONFIG = 8
 
 
 class ConfigType(IntEnum):
@@ -214,4 +219,23 @@ def broker_entries(broker_id: int, static: Mapping[str, BrokerValue], per_broker
         out.append(ConfigEntry(name, first.value, first.source, read_only, False,
                                applied.type if applied is not None else ConfigType.STRING,
                                applied.documentation if applied is not None else None, tuple(synonyms)))
+    return out
+
+
+def group_entries(stored: Mapping[str, str], defaults: GroupConfigDefaults,
+                  keys: Sequence[str] | None = None) -> list[ConfigEntry]:
+    """A group's configs as Kafka's ConfigHelper describes them: every group config Kafka's
+    GroupConfig has that Ferry applies (or the ``keys`` asked for), the group's own value
+    (``DYNAMIC_GROUP_CONFIG``) or the coordinator's default (``DEFAULT_CONFIG``), never read-only."""
+    names = sorted(GROUP_CONFIG_DOCS) if keys is None else [k for k in keys if k in GROUP_CONFIG_DOCS]
+    out = []
+    for name in names:
+        documentation = GROUP_CONFIG_DOCS[name][1]
+        if name in stored:
+            own = Synonym(name, stored[name], ConfigSource.DYNAMIC_GROUP_CONFIG)
+            out.append(ConfigEntry(name, stored[name], ConfigSource.DYNAMIC_GROUP_CONFIG, False, False, ConfigType.INT,
+                                   documentation, (own,)))
+        else:
+            out.append(ConfigEntry(name, str(group_config_default(name, defaults)), ConfigSource.DEFAULT_CONFIG,
+                                   False, False, ConfigType.INT, documentation, ()))
     return out

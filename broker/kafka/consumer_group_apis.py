@@ -22,7 +22,9 @@ from broker.kafka.consumer_group_messages import (ConsumerGroupDescribeRequest, 
                                                   ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse)
 from broker.kafka.data_apis import INTERNAL_TOPICS, topic_id_of, topic_uuid
 from broker.kafka.group_apis import GroupApis, NotCoordinator
+from broker.kafka.authorization import TOPIC
 from broker.kafka.wire import Request
+from metadata_quorum.acls import AclOperation
 from metadata_quorum.kernel.errors import ErrorCode
 from metadata_quorum.image import MetadataImage
 
@@ -73,7 +75,12 @@ class ConsumerGroupApis:
         try:
             if not body.group_id:  # Kafka's request check comes before any coordinator lookup
                 raise NotCoordinator(ErrorCode.INVALID_REQUEST)
-            partition, hosted = await self.groups._coordinator(body.group_id)
+            groups = self.groups
+            if groups._may(req, AclOperation.READ, body.group_id) and groups.auth.denied(
+                    req, AclOperation.DESCRIBE, TOPIC, body.subscribed_topic_names or ()):
+                raise NotCoordinator(ErrorCode.TOPIC_AUTHORIZATION_FAILED)  # any subscribed topic it may not see
+            partition, hosted = await groups._coordinator(body.group_id,
+                                                          groups._may(req, AclOperation.READ, body.group_id))
             result = await self.groups._run(partition, hosted, lambda c, now: c.consumer_heartbeat(
                 request, topics, new_member_id, now))
         except NotCoordinator as exc:
@@ -94,7 +101,8 @@ class ConsumerGroupApis:
         out: list[Any] = []
         for group_id in body.group_ids:
             try:
-                _p, hosted = await self.groups._coordinator(group_id)
+                _p, hosted = await self.groups._coordinator(
+                    group_id, self.groups._may(req, AclOperation.DESCRIBE, group_id))
             except NotCoordinator as exc:
                 out.append(D(error_code=exc.error.code, group_id=group_id, group_state="", group_epoch=0,
                              assignment_epoch=0, assignor_name="", members=[]))

@@ -26,7 +26,7 @@ from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
-from broker.kafka.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
+from broker.kafka.authorization import OPEN, TOPIC, Authorization
 from broker.kafka.apis import SUPPORTED_VERSIONS
 from broker.kafka.auto_create import AutoTopicCreator, Decision, TopicDefaults, metadata_error, unknown_topic_decision
 from broker.kafka.eager import eager_start
@@ -36,6 +36,7 @@ from broker.kafka.produce_answer import success_answer
 from broker.kafka.produce_forwarding import Forwarded, ProduceForwarding
 from broker.produce_forward import RouteKind
 from broker.kafka.wire import Request, api_versions_response
+from metadata_quorum.acls import AclOperation
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import NO_LEADER
@@ -43,6 +44,11 @@ from metadata_quorum.s3_replicas import reported_isr, reported_replicas
 
 LATEST_TIMESTAMP = -1  # ListOffsets' special timestamps
 EARLIEST_TIMESTAMP = -2
+#: special timestamp -> (the offset spec it asks for, the first ListOffsets version that has it):
+#: -3 max timestamp (KIP-734, v7), -4 earliest local (KIP-1005, v8), -5 latest tiered (KIP-1005, v9)
+SPECIAL_TIMESTAMPS: dict[int, tuple[str, int]] = {
+    LATEST_TIMESTAMP: ("latest", 0), EARLIEST_TIMESTAMP: ("earliest", 0), -3: ("max_timestamp", 7),
+    -4: ("earliest_local", 8), -5: ("latest_tiered", 9)}
 ZERO_UUID = uuid.UUID(int=0)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 #: the refusal of every transactional id (FindCoordinator, InitProducerId, Produce): Kafka's error
@@ -51,6 +57,8 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 NO_TRANSACTIONS = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 NO_TRANSACTIONS_MESSAGE = ("this cluster has no transaction coordinator: transactions are not supported; "
                            "unset transactional.id (an idempotent producer still writes each record once)")
+#: the refusal of a topic the authorizer does not allow (broker/kafka/authorization.py)
+TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
 @dataclass(frozen=True)
@@ -176,8 +184,10 @@ class DataApis:
 
     def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int],
                  fetch_sessions: FetchSessionCache | None = None,
-                 auto_create: AutoTopicCreator | None = None, forwarding: ProduceForwarding | None = None) -> None:
+                 auto_create: AutoTopicCreator | None = None, auth: Authorization = OPEN,
+                 forwarding: ProduceForwarding | None = None) -> None:
         self.core = core
+        self.auth = auth
         self.new_producer_id = new_producer_id
         self.fetch_sessions = fetch_sessions if fetch_sessions is not None else FetchSessionCache()
         self.auto_create = auto_create  # None: topics are never created by Metadata
@@ -197,9 +207,13 @@ class DataApis:
         brokers = [MetadataResponse.MetadataResponseBroker(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
                    for e in live.values()]
         topics_out = []
+        auth = self.auth
+        refused: frozenset[str] = frozenset()  # named topics the principal may not DESCRIBE (or create)
         if image is not None:
             if body.topics is None or (req.api_version == 0 and not body.topics):
                 names = sorted(image.topics.by_name)
+                hidden = auth.denied(req, AclOperation.DESCRIBE, TOPIC, names)
+                names = [n for n in names if n not in hidden]  # all topics: the hidden ones are left out
             else:
                 names = []
                 for t in body.topics:
@@ -210,23 +224,39 @@ class DataApis:
                                 error_code=ErrorCode.UNKNOWN_TOPIC_ID.code, name=None, topic_id=t.topic_id,
                                 is_internal=False, partitions=[]))
                             continue
+                        if auth.denied(req, AclOperation.DESCRIBE, TOPIC, [by_id.name]):
+                            topics_out.append(MetadataResponse.MetadataResponseTopic(
+                                error_code=TOPIC_DENIED.code, name=None, topic_id=t.topic_id, is_internal=False,
+                                partitions=[]))
+                            continue
                         names.append(by_id.name)
                     else:
                         names.append(t.name)
-            unknown = self._unknown_topics(image, names, req.api_version < 4 or bool(body.allow_auto_topic_creation))
-            if any(d is Decision.CREATE for d in unknown.values()) and self.auto_create is not None:
-                await self.auto_create.create(n for n, d in unknown.items() if d is Decision.CREATE and n is not None)
+                refused = auth.denied(req, AclOperation.DESCRIBE, TOPIC, names)
+            unknown = self._unknown_topics(image, [n for n in names if n not in refused],
+                                           req.api_version < 4 or bool(body.allow_auto_topic_creation))
+            creating = [n for n, d in unknown.items() if d is Decision.CREATE and n is not None]
+            if creating and not auth.allows_cluster(req, AclOperation.CREATE):  # else CREATE on each topic
+                refused |= auth.denied(req, AclOperation.CREATE, TOPIC, creating)
+            if any(n not in refused for n in creating) and self.auto_create is not None:
+                await self.auto_create.create(n for n in creating if n not in refused)
                 image = self.core.image or image
                 live = kafka_endpoints(image)
                 brokers = [MetadataResponse.MetadataResponseBroker(node_id=e.node_id, host=e.host, port=e.port,
                                                                    rack=e.rack) for e in live.values()]
             for name in names:
+                if name in refused:
+                    topics_out.append(MetadataResponse.MetadataResponseTopic(
+                        error_code=TOPIC_DENIED.code, name=name, topic_id=ZERO_UUID, is_internal=False, partitions=[]))
+                    continue
                 topics_out.append(self._topic_metadata(image, name, live, unknown.get(name, Decision.UNKNOWN)))
         v = req.api_version
-        if v >= 8 and body.include_topic_authorized_operations:  # no authorizer: everything (acl_operations)
+        if v >= 8 and body.include_topic_authorized_operations:  # the authorizer's answers (authorization.py)
             for t in topics_out:
-                t.authorized_operations = set(TOPIC_OPERATIONS)  # type: ignore[attr-defined]
-        cluster_ops = set(CLUSTER_OPERATIONS) if 8 <= v <= 10 and body.include_cluster_authorized_operations else None
+                if t.error_code != TOPIC_DENIED.code and t.name is not None:  # type: ignore[attr-defined]
+                    t.authorized_operations = auth.operations(req, TOPIC, t.name)  # type: ignore[attr-defined]
+        cluster_ops = auth.cluster_operations(req) if 8 <= v <= 10 and body.include_cluster_authorized_operations \
+            else None
         return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=self.core.cluster_id,
                                 controller_id=self.core.broker_id, topics=topics_out,
                                 authorized_operations=cluster_ops)
@@ -268,19 +298,22 @@ class DataApis:
         body: ProduceRequest = req.body  # type: ignore[assignment]
         acks = body.acks
         targets = [(topic.name, part.index, part.records) for topic in body.topic_data for part in topic.partition_data]
+        denied = self.auth.denied(req, AclOperation.WRITE, TOPIC, (t.name for t in body.topic_data))
         results: list[AppendOutcome | Forwarded | BaseException]
         if len(targets) == 1:  # what librdkafka sends: one partition per request
             # awaited in this request's own task, which the listener started in arrival order:
             # the append reaches the WAL before this task first yields (see append_records)
             name, index, records = targets[0]
             try:
-                results = [await self._append(req, name, index, records, acks, body.transactional_id)]
+                results = [await self._append(req, name, index, records, acks, body.transactional_id,
+                                              name in denied)]
             except Exception as exc:  # noqa: BLE001 - reported per partition, as Kafka does
                 results = [exc]
         else:
             # each append in its own task, started at once (broker/kafka/eager.py): its batch has its
             # place in the log before the next pipelined request's task runs, as with one partition
-            appends = [eager_start(self._append(req, name, index, records, acks, body.transactional_id))
+            appends = [eager_start(self._append(req, name, index, records, acks, body.transactional_id,
+                                                name in denied))
                        for name, index, records in targets]
             results = list(await asyncio.gather(*appends, return_exceptions=True))
         if acks == 0:
@@ -330,7 +363,9 @@ class DataApis:
                                throttle_time_ms=0, node_endpoints=endpoints)
 
     async def _append(self, req: Request, topic: str, partition: int, records: bytes | None, acks: int,
-                      transactional_id: str | None) -> AppendOutcome | Forwarded:
+                      transactional_id: str | None, denied: bool = False) -> AppendOutcome | Forwarded:
+        if denied:
+            raise FerryError(TOPIC_DENIED, f"Not authorized to access topics: [{topic}]")
         if transactional_id is not None:
             raise FerryError(NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE)
         if not records:
@@ -366,22 +401,30 @@ class DataApis:
         # the first with data), so none is read past it
         wanted = [(p.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, max(1, max_bytes))
                    if p.partition_max_bytes > 0 else p.partition_max_bytes, p.current_leader_epoch) for p in asked]
-        results = await self._read_all(wanted, 0)
+        denied = self.auth.denied(req, AclOperation.READ, TOPIC, (p.topic for p in asked))
+        results = await self._read_all(wanted, 0, denied)
         total = sum(len(r.data) for r in results if not isinstance(r, BaseException))
         errors = any(isinstance(r, BaseException) for r in results)
         if total < max(1, body.min_bytes) and not errors and body.max_wait_ms > 0 and wanted:
-            results = await self._long_poll(wanted, results, body.max_wait_ms)
+            results = await self._long_poll(wanted, results, body.max_wait_ms, denied)
         return self._fetch_response(req, wanted, results, max_bytes, context)
 
     async def _read_all(self, wanted: list[tuple[str, int, int, int, int | None]],
-                        wait_ms: int) -> list[ReadOutcome | BaseException]:
-        return list(await asyncio.gather(*(self.core.read_records(t, p, off, mb, wait_ms, ep)
+                        wait_ms: int, denied: frozenset[str] = frozenset()) -> list[ReadOutcome | BaseException]:
+        return list(await asyncio.gather(*(self._read(t, p, off, mb, wait_ms, ep, denied)
                                            for t, p, off, mb, ep in wanted), return_exceptions=True))
 
+    async def _read(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int,
+                    epoch: int | None, denied: frozenset[str]) -> ReadOutcome:
+        if topic in denied:  # READ refused: the partition answers TOPIC_AUTHORIZATION_FAILED, nothing is read
+            raise FerryError(TOPIC_DENIED, f"Not authorized to access topics: [{topic}]")
+        return await self.core.read_records(topic, partition, offset, max_bytes, wait_ms, epoch)
+
     async def _long_poll(self, wanted: list[tuple[str, int, int, int, int | None]],
-                         first: list[ReadOutcome | BaseException], max_wait_ms: int) -> list[ReadOutcome | BaseException]:
+                         first: list[ReadOutcome | BaseException], max_wait_ms: int,
+                         denied: frozenset[str] = frozenset()) -> list[ReadOutcome | BaseException]:
         """Wait until any partition has data (or the wait ends), then answer with what is there."""
-        tasks = [asyncio.ensure_future(self.core.read_records(t, p, off, mb, max_wait_ms, ep))
+        tasks = [asyncio.ensure_future(self._read(t, p, off, mb, max_wait_ms, ep, denied))
                  for t, p, off, mb, ep in wanted]
         try:
             done, _ = await asyncio.wait(tasks, timeout=max_wait_ms / 1000 + 0.05,
@@ -442,15 +485,22 @@ class DataApis:
         LT = ListOffsetsResponse.ListOffsetsTopicResponse
         LP = LT.ListOffsetsPartitionResponse
         topics = []
+        denied = self.auth.denied(req, AclOperation.DESCRIBE, TOPIC, (t.name for t in body.topics))
         for topic in body.topics:
             parts = []
             for p in topic.partitions:
+                if topic.name in denied:
+                    parts.append(LP(partition_index=p.partition_index, error_code=TOPIC_DENIED.code, timestamp=-1,
+                                    offset=-1, leader_epoch=-1))
+                    continue
                 epoch = p.current_leader_epoch if req.api_version >= 4 else None
-                spec = "latest" if p.timestamp == LATEST_TIMESTAMP else "earliest" \
-                    if p.timestamp == EARLIEST_TIMESTAMP else "timestamp"
+                spec, since = SPECIAL_TIMESTAMPS.get(p.timestamp, ("timestamp", 0))
                 try:
                     if spec == "timestamp" and p.timestamp < 0:
                         raise FerryError(ErrorCode.INVALID_REQUEST, f"timestamp {p.timestamp} is not supported")
+                    if req.api_version < since:
+                        raise FerryError(ErrorCode.UNSUPPORTED_VERSION, f"timestamp {p.timestamp} needs ListOffsets "
+                                                                        f"v{since}, the request is v{req.api_version}")
                     offset, ts, leader_epoch = await self.core.offset_at(topic.name, p.partition_index, spec,
                                                                          p.timestamp, epoch)
                     parts.append(LP(partition_index=p.partition_index, error_code=0, timestamp=ts, offset=offset,
@@ -472,8 +522,12 @@ class DataApis:
         PR = TR.DeleteRecordsPartitionResult
         timeout_s = max(0.001, body.timeout_ms / 1000) if body.timeout_ms > 0 else 30.0
 
+        denied = self.auth.denied(req, AclOperation.DELETE, TOPIC, (t.name for t in body.topics))
+
         async def one(topic: str, partition: int, offset: int) -> ApiMessage:
             try:
+                if topic in denied:
+                    raise FerryError(TOPIC_DENIED, f"Not authorized to access topics: [{topic}]")
                 if offset < -1:
                     raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is below -1")
                 low = await asyncio.wait_for(self.core.delete_records(topic, partition, offset), timeout_s)
@@ -498,11 +552,14 @@ class DataApis:
         TR = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
         EO = TR.EpochEndOffset
         topics = []
+        denied = self.auth.denied(req, AclOperation.DESCRIBE, TOPIC, (t.topic for t in body.topics))
         for topic in body.topics:
             parts = []
             for p in topic.partitions:
                 current = p.current_leader_epoch if req.api_version >= 2 else None
                 try:
+                    if topic.topic in denied:
+                        raise FerryError(TOPIC_DENIED, f"Not authorized to access topics: [{topic.topic}]")
                     end, _ts, epoch = await self.core.offset_at(topic.topic, p.partition, "latest",
                                                                 client_leader_epoch=current)
                     if p.leader_epoch > epoch:

@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Mapping, Protocol, TypeVar
 
 from kafka.protocol.admin.groups import (DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
                                          DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse)
@@ -31,13 +31,13 @@ from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, Fin
 
 from broker import groups as g
 from broker.groups.consumer_coordinator import ConsumerGroupConfig
-from broker.groups.consumer_errors import GroupError
 from broker.groups.consumer_records import decode_any_group_record, encode_consumer_record
 from broker.groups.partition_coordinator import PartitionCoordinator
-from broker.kafka.acl_operations import GROUP_OPERATIONS
+from broker.kafka.authorization import GROUP, OPEN, TOPIC, Authorization
 from broker.kafka.data_apis import (NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, BrokerCore, kafka_endpoints,
                                     kafka_error)
 from broker.kafka.wire import Request
+from metadata_quorum.acls import AclOperation
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 
@@ -81,8 +81,9 @@ class NotCoordinator(Exception):
 class GroupApis:
     def __init__(self, core: GroupsCore, config: g.GroupCoordinatorConfig | None = None,
                  offsets_partitions: int = DEFAULT_OFFSETS_PARTITIONS,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), auth: Authorization = OPEN) -> None:
         self.core = core
+        self.auth = auth
         self.config = config or g.GroupCoordinatorConfig(group_initial_rebalance_delay_ms=300)
         self.offsets_partitions = offsets_partitions
         self.clock_ms = clock_ms
@@ -90,6 +91,11 @@ class GroupApis:
         self._hosted: dict[int, _Hosted] = {}
         self._loading: dict[int, asyncio.Future[_Hosted]] = {}
         self._creating: asyncio.Future[None] | None = None
+
+    def group_configs(self, group_id: str) -> Mapping[str, str]:
+        """The group's own configs in this broker's metadata image (KIP-848 group configs)."""
+        image = self.core.image
+        return image.configs.get("group", group_id) if image is not None else {}
 
     # ------------------------------------------------------------------ where groups live
     def _num_partitions(self) -> int | None:
@@ -114,8 +120,14 @@ class GroupApis:
             if exc.error is not ErrorCode.TOPIC_ALREADY_EXISTS:
                 log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
 
-    async def _coordinator(self, group_id: str) -> tuple[int, _Hosted]:
-        """The loaded coordinator of ``group_id``'s partition here, or NotCoordinator."""
+    def _may(self, req: Request, operation: AclOperation, group_id: str) -> bool:
+        return self.auth.allows(req, operation, GROUP, group_id)
+
+    async def _coordinator(self, group_id: str, allowed: bool = True) -> tuple[int, _Hosted]:
+        """The loaded coordinator of ``group_id``'s partition here, or NotCoordinator (also
+        GROUP_AUTHORIZATION_FAILED when the authorizer did not allow the call: ``allowed``)."""
+        if not allowed:
+            raise NotCoordinator(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         if not group_id:
             raise NotCoordinator(ErrorCode.INVALID_GROUP_ID)
         partition = self.partition_of(group_id)
@@ -160,7 +172,7 @@ class GroupApis:
             if offset >= read.high_watermark:
                 break
         hosted = _Hosted(epoch, PartitionCoordinator.load_partition(records, self.config, self.clock_ms(),
-                                                                     self.consumer_config))
+                                                                     self.consumer_config, self.group_configs))
         self._hosted[partition] = hosted
         self._schedule(partition, hosted, hosted.coordinator.next_deadline_ms())
         log.info("loaded %d group record(s) of %s-%d at leader epoch %d", len(records), OFFSETS_TOPIC,
@@ -218,9 +230,10 @@ class GroupApis:
             self._schedule(partition, hosted, effects.next_deadline_ms)
             return effects.reply
 
-    async def _parked(self, group_id: str, call: Callable[[PartitionCoordinator, Any, int], g.Effects[None]]) -> Any:
+    async def _parked(self, group_id: str, call: Callable[[PartitionCoordinator, Any, int], g.Effects[None]],
+                      allowed: bool = True) -> Any:
         """A JoinGroup or SyncGroup: parked until a later call (or this one) completes it."""
-        partition, hosted = await self._coordinator(group_id)
+        partition, hosted = await self._coordinator(group_id, allowed)
         token = object()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         hosted.parked[token] = fut
@@ -239,7 +252,9 @@ class GroupApis:
         body: FindCoordinatorRequest = req.body  # type: ignore[assignment]
         keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
         key_type = body.key_type if req.api_version >= 1 else COORDINATOR_KEY_GROUP
-        found = [await self._find_one(k, key_type) for k in keys]
+        found = [await self._find_one(k, key_type) if key_type != COORDINATOR_KEY_GROUP or
+                 self._may(req, AclOperation.DESCRIBE, k) else
+                 (ErrorCode.GROUP_AUTHORIZATION_FAILED, None, -1, "", -1) for k in keys]
         if req.api_version >= 4:
             C = FindCoordinatorResponse.Coordinator
             return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
@@ -285,7 +300,8 @@ class GroupApis:
         new_id = g.kafka_member_id(req.client_id or "", request.group_instance_id, str(uuid.uuid4()))
         try:
             result: g.JoinResult = await self._parked(
-                body.group_id, lambda c, token, now: c.join(request, token, new_id, now))
+                body.group_id, lambda c, token, now: c.join(request, token, new_id, now),
+                self._may(req, AclOperation.READ, body.group_id))
         except NotCoordinator as exc:
             result = g.JoinResult(error=exc.error, member_id=body.member_id)
         M = JoinGroupResponse.JoinGroupResponseMember
@@ -305,7 +321,8 @@ class GroupApis:
             protocol_type=body.protocol_type if v >= 5 else None, protocol_name=body.protocol_name if v >= 5 else None,
             assignments={a.member_id: bytes(a.assignment) for a in body.assignments})
         try:
-            result: g.SyncResult = await self._parked(body.group_id, lambda c, token, now: c.sync(request, token, now))
+            result: g.SyncResult = await self._parked(body.group_id, lambda c, token, now: c.sync(request, token, now),
+                                                      self._may(req, AclOperation.READ, body.group_id))
         except NotCoordinator as exc:
             result = g.SyncResult(error=exc.error)
         return SyncGroupResponse(throttle_time_ms=0, error_code=result.error.code, protocol_type=result.protocol_type,
@@ -317,7 +334,7 @@ class GroupApis:
         request = g.HeartbeatRequest(body.group_id, body.member_id, body.generation_id,
                                      body.group_instance_id if req.api_version >= 3 else None)
         try:
-            partition, hosted = await self._coordinator(body.group_id)
+            partition, hosted = await self._coordinator(body.group_id, self._may(req, AclOperation.READ, body.group_id))
             result = await self._run(partition, hosted, lambda c, now: c.heartbeat(request, now))
             error = result.error
         except NotCoordinator as exc:
@@ -331,7 +348,7 @@ class GroupApis:
                          for m in body.members) if v >= 3 else (g.LeaveMember(body.member_id),))
         request = g.LeaveRequest(body.group_id, members)
         try:
-            partition, hosted = await self._coordinator(body.group_id)
+            partition, hosted = await self._coordinator(body.group_id, self._may(req, AclOperation.READ, body.group_id))
             result = await self._run(partition, hosted, lambda c, now: c.leave(request, now))
         except NotCoordinator as exc:
             result = g.LeaveResult(exc.error)
@@ -350,9 +367,16 @@ class GroupApis:
         image = self.core.image
         known: list[g.OffsetCommitPartition] = []
         unknown: list[tuple[str, int]] = []
+        refused: list[tuple[str, int, ErrorCode]] = []  # the authorizer's: the group, else a topic
+        group_allowed = self._may(req, AclOperation.READ, body.group_id)
+        denied = self.auth.denied(req, AclOperation.READ, TOPIC, (t.name for t in body.topics))
         for t in body.topics:
             topic_id = image.topics.by_name.get(t.name) if image is not None else None
             for p in t.partitions:
+                if not group_allowed or t.name in denied:
+                    refused.append((t.name, p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED if group_allowed
+                                    else ErrorCode.GROUP_AUTHORIZATION_FAILED))
+                    continue
                 if topic_id is None or image is None or image.topics.partition(topic_id, p.partition_index) is None:
                     unknown.append((t.name, p.partition_index))
                     continue
@@ -361,7 +385,8 @@ class GroupApis:
                     p.committed_leader_epoch if v >= 6 else g.messages.NO_LEADER_EPOCH, p.committed_metadata))
         request = g.OffsetCommitRequest(body.group_id, tuple(known), body.member_id, body.generation_id_or_member_epoch,
                                         body.group_instance_id if v >= 7 else None)
-        results: list[tuple[str, int, GroupError]] = [(t, p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for t, p in unknown]
+        results: list[tuple[str, int, ErrorCode]] = refused + [(t, p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                                                                for t, p in unknown]
         if known:
             try:
                 partition, hosted = await self._coordinator(body.group_id)
@@ -384,7 +409,7 @@ class GroupApis:
             out = []
             for grp in body.groups:
                 wanted = None if grp.topics is None else [(t.name, list(t.partition_indexes)) for t in grp.topics]
-                error, parts = await self._fetch_offsets(grp.group_id, wanted)
+                error, parts = await self._fetch_offsets(req, grp.group_id, wanted)
                 T = G.OffsetFetchResponseTopics
                 out.append(G(group_id=grp.group_id, error_code=error.code, topics=[
                     T(name=name, partitions=[T.OffsetFetchResponsePartitions(
@@ -392,7 +417,7 @@ class GroupApis:
                         metadata=f.metadata, error_code=f.error.code) for f in fs]) for name, fs in parts.items()]))
             return OffsetFetchResponse(throttle_time_ms=0, groups=out)
         wanted = None if body.topics is None else [(t.name, list(t.partition_indexes)) for t in body.topics]
-        error, parts = await self._fetch_offsets(body.group_id, wanted)
+        error, parts = await self._fetch_offsets(req, body.group_id, wanted)
         T = OffsetFetchResponse.OffsetFetchResponseTopic
         return OffsetFetchResponse(throttle_time_ms=0, error_code=error.code, topics=[
             T(name=name, partitions=[T.OffsetFetchResponsePartition(
@@ -406,16 +431,20 @@ class GroupApis:
         body: OffsetDeleteRequest = req.body  # type: ignore[assignment]
         image = self.core.image
         known: list[g.TopicPartition] = []
-        results: list[tuple[str, int, GroupError]] = []
+        results: list[tuple[str, int, ErrorCode]] = []
+        denied = self.auth.denied(req, AclOperation.READ, TOPIC, (t.name for t in body.topics))
         for t in body.topics:
             topic_id = image.topics.by_name.get(t.name) if image is not None else None
             for p in t.partitions:
-                if topic_id is None or image is None or image.topics.partition(topic_id, p.partition_index) is None:
+                if t.name in denied:
+                    results.append((t.name, p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                elif topic_id is None or image is None or image.topics.partition(topic_id, p.partition_index) is None:
                     results.append((t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 else:
                     known.append(g.TopicPartition(t.name, p.partition_index))
         try:
-            partition, hosted = await self._coordinator(body.group_id)
+            partition, hosted = await self._coordinator(body.group_id,
+                                                        self._may(req, AclOperation.DELETE, body.group_id))
             outcome = await self._run(partition, hosted, lambda c, now: c.delete_offsets(body.group_id, known, now))
         except NotCoordinator as exc:
             outcome = g.OffsetDeleteResult(exc.error)
@@ -430,16 +459,23 @@ class GroupApis:
         return OffsetDeleteResponse(error_code=0, throttle_time_ms=0,
                                     topics=[T(name=n, partitions=ps) for n, ps in by_topic.items()])
 
-    async def _fetch_offsets(self, group_id: str, wanted: list[tuple[str, list[int]]] | None
+    async def _fetch_offsets(self, req: Request, group_id: str, wanted: list[tuple[str, list[int]]] | None
                              ) -> tuple[ErrorCode, dict[str, list[g.FetchedOffset]]]:
+        """A group's committed offsets (DESCRIBE on the group); a topic the principal may not
+        DESCRIBE is TOPIC_AUTHORIZATION_FAILED when named and left out when all are asked, as Kafka."""
         try:
-            _partition, hosted = await self._coordinator(group_id)
+            _partition, hosted = await self._coordinator(group_id, self._may(req, AclOperation.DESCRIBE, group_id))
         except NotCoordinator as exc:
             return exc.error, {}
         tps = None if wanted is None else [g.TopicPartition(t, p) for t, ps in wanted for p in ps]
         result = hosted.coordinator.fetch_offsets(group_id, tps)
+        denied = self.auth.denied(req, AclOperation.DESCRIBE, TOPIC, (f.topic for f in result.partitions))
         parts: dict[str, list[g.FetchedOffset]] = {}
         for f in result.partitions:
+            if f.topic in denied:
+                if wanted is None:
+                    continue
+                f = g.FetchedOffset(f.topic, f.partition, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             parts.setdefault(f.topic, []).append(f)
         return result.error, parts
 
@@ -447,12 +483,13 @@ class GroupApis:
     async def describe_groups(self, req: Request) -> ApiMessage:
         body: DescribeGroupsRequest = req.body  # type: ignore[assignment]
         D = DescribeGroupsResponse.DescribedGroup
-        # no authorizer: every operation on a group (acl_operations), for the groups described
-        ops = set(GROUP_OPERATIONS) if req.api_version >= 3 and body.include_authorized_operations else None
+        # the authorizer's answers (authorization.py), for the groups described
+        with_ops = req.api_version >= 3 and body.include_authorized_operations
         out = []
         for group_id in body.groups:
+            ops = self.auth.operations(req, GROUP, group_id) if with_ops else None
             try:
-                _p, hosted = await self._coordinator(group_id)
+                _p, hosted = await self._coordinator(group_id, self._may(req, AclOperation.DESCRIBE, group_id))
                 (d,) = hosted.coordinator.describe([group_id])
                 out.append(D(error_code=d.error.code, group_id=d.group_id, group_state=d.state.value,
                              protocol_type=d.protocol_type, protocol_data=d.protocol_data, members=[
@@ -479,6 +516,8 @@ class GroupApis:
             except NotCoordinator:
                 continue  # another broker leads it: ListGroups goes to every broker
             listed += hosted.coordinator.list_all_groups(states, types)
+        if not self.auth.allows_cluster(req, AclOperation.DESCRIBE):  # else only the groups it may DESCRIBE
+            listed = [x for x in listed if self._may(req, AclOperation.DESCRIBE, x.group_id)]
         L = ListGroupsResponse.ListedGroup
         return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
             L(group_id=x.group_id, protocol_type=x.protocol_type, group_state=x.state, group_type=x.group_type)
@@ -490,7 +529,7 @@ class GroupApis:
         out = []
         for group_id in body.groups_names:
             try:
-                partition, hosted = await self._coordinator(group_id)
+                partition, hosted = await self._coordinator(group_id, self._may(req, AclOperation.DELETE, group_id))
                 (d,) = await self._run(partition, hosted, _delete_group_call(group_id))
                 out.append(R_(group_id=group_id, error_code=d.error.code))
             except NotCoordinator as exc:

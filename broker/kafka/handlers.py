@@ -6,8 +6,10 @@ from typing import Protocol
 
 from kafka.protocol.api_key import ApiKey
 
+from broker.kafka.acl_apis import AclApis
 from broker.kafka.admin_apis import AdminApis, AdminCore
 from broker.kafka.apis import SUPPORTED_VERSIONS
+from broker.kafka.authorization import Authorization
 from broker.kafka.auto_create import AutoTopicCreator, TopicDefaults
 from broker.kafka.consumer_group_apis import ConsumerGroupApis
 from broker.kafka.consumer_group_messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
@@ -16,6 +18,10 @@ from broker.kafka.forwarding import ControllerCalls
 from broker.kafka.group_apis import GroupApis, GroupsCore
 from broker.kafka.listener import Handler
 from broker.kafka.produce_forwarding import ProduceForwarding
+from broker.kafka.quorum_apis import QuorumApis, QuorumState
+from broker.kafka.quota_apis import describe_client_quotas
+from broker.kafka.scram_apis import ScramApis
+from metadata_quorum.authorizer import OFF, AuthorizerSettings
 
 
 def new_producer_id() -> int:
@@ -27,13 +33,20 @@ class KafkaCore(GroupsCore, AdminCore, Protocol):
     """A broker that serves the data path, consumer groups and the admin APIs."""
 
 
-def kafka_handlers(core: KafkaCore, controller: ControllerCalls, topic_defaults: TopicDefaults = TopicDefaults(),
+def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
+                   topic_defaults: TopicDefaults = TopicDefaults(),
+                   quorum: QuorumState | None = None,
+                   authorizer: AuthorizerSettings = OFF,
                    forwarding: ProduceForwarding | None = None) -> dict[int, Handler]:
-    data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults),
+    auth = Authorization(authorizer, lambda: core.image)
+    data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults), auth=auth,
                     forwarding=forwarding)
-    groups = GroupApis(core)
-    admin = AdminApis(core, controller, topic_defaults)
+    groups = GroupApis(core, auth=auth)
+    admin = AdminApis(core, controller, topic_defaults, auth=auth)
     consumer_groups = ConsumerGroupApis(groups)
+    quorum_apis = QuorumApis(quorum)
+    scram = ScramApis(core, controller)
+    acls = AclApis(auth, controller)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,
@@ -68,6 +81,13 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls, topic_defaults:
         ApiKey.ElectLeaders: admin.elect_leaders,
         ApiKey.DescribeLogDirs: admin.describe_log_dirs,
         ApiKey.AlterReplicaLogDirs: admin.alter_replica_log_dirs,
+        ApiKey.DescribeQuorum: quorum_apis.describe_quorum,
+        ApiKey.DescribeUserScramCredentials: scram.describe_user_scram_credentials,
+        ApiKey.AlterUserScramCredentials: scram.alter_user_scram_credentials,
+        ApiKey.DescribeClientQuotas: describe_client_quotas,
+        ApiKey.CreateAcls: acls.create_acls,
+        ApiKey.DescribeAcls: acls.describe_acls,
+        ApiKey.DeleteAcls: acls.delete_acls,
     }
     missing = set(SUPPORTED_VERSIONS) - set(table) - {ApiKey.SaslHandshake, ApiKey.SaslAuthenticate}
     if missing:

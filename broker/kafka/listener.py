@@ -28,7 +28,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from broker.kafka.sasl import MECHANISMS, SaslSession, Step, Users
+from broker.kafka.sasl import MECHANISMS, Credentials, SaslSession, Step
 from broker.kafka.wire import (DEFAULT_MAX_REQUEST_BYTES, MIN_READ_BYTES, KafkaConnection, NeedData, Request,
                                Unsupported, Violation, encode_error, encode_response, encode_unsupported,
                                next_read_bytes)
@@ -46,7 +46,8 @@ Answer = tuple[Union[bytes, None], str, float, float]
 class KafkaListener:
     def __init__(self, handlers: dict[int, Handler], host: str, port: int,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_inflight: int = 64,
-                 observe: Callable[[str, float, float], None] | None = None, sasl_users: Users | None = None) -> None:
+                 observe: Callable[[str, float, float], None] | None = None,
+                 sasl_users: Credentials | None = None) -> None:
         """``observe(api name, handling seconds, queued seconds)`` is called for each answer;
         ``sasl_users`` makes this a SASL listener (see :mod:`broker.kafka.sasl`)."""
         self.handlers = handlers
@@ -187,6 +188,8 @@ class _KafkaProtocol(asyncio.BufferedProtocol):
                           api_name(event.api_key), event.api_version, self.peer, event.trailing_bytes)
             if event.api_key in (ApiKey.SaslHandshake, ApiKey.SaslAuthenticate):
                 step = listener._sasl_step(self.sasl, event)
+                if self.sasl is not None and self.sasl.authenticated and self.sasl.principal is not None:
+                    self.conn.principal = f"User:{self.sasl.principal}"  # every later request's principal
                 self._answer_now(encode_response(event, _sasl_response(event, step)))
                 if step.close:
                     log.info("closing Kafka connection from %s: %s", self.peer, step.message)

@@ -65,6 +65,7 @@ class Request:
     size_bytes: int
     trailing_bytes: int = 0
     client_host: str = ""  # the peer's address as Kafka reports it ("/127.0.0.1"): JoinGroup records it
+    principal: str = "User:ANONYMOUS"  # who sent it: "User:<name>" once SASL authenticated (the authorizer's)
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class KafkaConnection:
     def __init__(self, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, client_host: str = "") -> None:
         self.max_request_bytes = max_request_bytes
         self.client_host = client_host  # stamped on every request (Request.client_host)
+        self.principal = "User:ANONYMOUS"  # likewise (Request.principal); set once SASL authenticates
         self._buf = bytearray(INITIAL_BUFFER_BYTES)
         self._start = 0  # first byte not yet decoded
         self._end = 0  # end of the bytes received
@@ -213,7 +215,7 @@ class KafkaConnection:
                                  "allow")
         header = body.header
         return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame),
-                       len(frame) - consumed, self.client_host)
+                       len(frame) - consumed, self.client_host, self.principal)
 
 
 Decoder = Callable[[memoryview, int], "tuple[Any, int]"]

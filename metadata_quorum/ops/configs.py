@@ -3,7 +3,8 @@
 Topic configs are checked as Kafka's LogConfig checks them: a name Kafka does not know is refused
 ("Unknown topic config name: ..."), and a value must parse as its type and lie in its range, with
 ConfigException's wording. Ferry stores and reports them; the brokers act on those they have the
-mechanism for (docs/kafka.md).
+mechanism for (docs/kafka.md). Group configs (resource type ``group``) are checked as Kafka's
+GroupConfig checks them (``group_configs.py``) and applied by the consumer group coordinator.
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.kernel.validation import as_mapping, invalid, opt_bool, opt_list, req_list, req_str
+from metadata_quorum.ops.group_configs import check_group_configs, check_group_name
 from metadata_quorum.records import ConfigRecord, KVRecord, Record
 
-RESOURCE_TYPES = ("broker", "topic", "cluster")
+RESOURCE_TYPES = ("broker", "topic", "cluster", "group")
 
 _INT_MIN, _INT_MAX = -(2 ** 31), 2 ** 31 - 1
 _LONG_MIN, _LONG_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -161,6 +163,8 @@ def _resource(image: MetadataImage, raw: Any, check_exists: bool) -> tuple[str, 
         raise FerryError(ErrorCode.INVALID_CONFIG, f"broker resource name must be a broker id or empty, got {name!r}")
     if rtype == "topic" and check_exists and image.topics.get(name) is None:
         raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    if rtype == "group":
+        check_group_name(name)  # a group's configs may be set before the group exists, as in Kafka
     return rtype, name
 
 
@@ -225,6 +229,9 @@ def _resource_changes(image: MetadataImage, rtype: str, name: str, item: Any) ->
         for key, text in changes.items():
             if not (text is None and key in stored):
                 check_topic_config(key, text)  # deleting a stored key is always allowed
+    if rtype == "group":  # the whole config after the change, as Kafka's GroupConfig.validate sees it
+        merged = {**stored, **changes}
+        check_group_configs({k: v for k, v in merged.items() if v is not None})
     return changes
 
 

@@ -39,6 +39,9 @@ def test_config_defaults_are_kafkas() -> None:
     ({"storage": {"wal_dir": "/x"}}, "'storage.wal_dir' is not allowed"),
     ({"log_level": "LOUD"}, "'log_level' must be one of"),
     ({"log_dirs": ["/a", "/a/"]}, "duplicate"),
+    ({"super_users": ["admin"]}, "'super_users': 'admin' is not a principal of the form User:<name>"),
+    ({"super_users": "User:admin"}, "'super_users' must be a list"),
+    ({"authorizer_enabled": "yes"}, "'authorizer_enabled' must be true or false"),
     # formerly accepted: stream storage numbers without bounds, and Kafka's fetch-wait rule
     ({"storage": {"compaction_interval_ms": -5}}, "'storage.compaction_interval_ms' must be >= 0, got -5"),
     ({"storage": {"readahead_bytes": -1}}, "'storage.readahead_bytes' must be >= 1, got -1"),

@@ -11,7 +11,6 @@ from broker.groups import GroupCoordinatorConfig, GroupRecordError, JoinProtocol
 from broker.groups import OffsetCommitRequest, TopicPartition
 from broker.groups.consumer_assignors import AssignorMember, range_assign, uniform_assign
 from broker.groups.consumer_coordinator import ConsumerGroupConfig, ConsumerHeartbeat, ConsumerHeartbeatResult, TopicInfo
-from broker.groups.consumer_errors import ConsumerGroupError
 from broker.groups.consumer_records import (
     AnyGroupRecord,
     decode_any_group_record,
@@ -43,10 +42,13 @@ class Client:
 
 
 class Harness:
-    def __init__(self, config: ConsumerGroupConfig | None = None) -> None:
+    def __init__(self, config: ConsumerGroupConfig | None = None,
+                 group_configs: dict[str, dict[str, str]] | None = None) -> None:
         self.now_ms = 1_000
         self.config = config or ConsumerGroupConfig()
-        self.coordinator = PartitionCoordinator(GroupCoordinatorConfig(), self.now_ms, self.config)
+        self.group_configs = group_configs if group_configs is not None else {}
+        self.coordinator = PartitionCoordinator(GroupCoordinatorConfig(), self.now_ms, self.config,
+                                                lambda g: self.group_configs.get(g, {}))
         self.log: list[tuple[bytes, bytes | None]] = []
         self.topics = dict(TOPICS)
         self.clients: dict[str, Client] = {}
@@ -172,10 +174,35 @@ def test_leave_and_session_expiry_hand_partitions_over() -> None:
     assert h.coordinator.consumer_describe(G).group_epoch == epoch + 1
 
 
+def test_a_groups_own_session_timeout_and_heartbeat_interval_are_enforced() -> None:
+    """consumer.session.timeout.ms / consumer.heartbeat.interval.ms of the group (KIP-848 group
+    configs) replace the coordinator's defaults: the interval members are told, and how long a
+    silent member keeps its partitions; a change applies from each member's next heartbeat."""
+    h = Harness(group_configs={G: {"consumer.session.timeout.ms": "50000",
+                                   "consumer.heartbeat.interval.ms": "7000"}})
+    assert h.join("a").heartbeat_interval_ms == 7_000
+    h.join("b")
+    h.settle()
+    assert h.owned_counts() == {"a": 3, "b": 3}
+    h.clients.pop("b")  # b dies; a keeps heartbeating
+    for _ in range(9):  # 45 s: the default session would have ended, the group's 50 s has not
+        h.now_ms += 5_000
+        h.beat("a")
+        h._keep(h.coordinator.tick(h.now_ms).records)
+    assert "b" in h.coordinator.consumer_groups.group(G).metas  # type: ignore[union-attr]
+    h.now_ms += 5_000
+    h._keep(h.coordinator.tick(h.now_ms).records)
+    assert "b" not in h.coordinator.consumer_groups.group(G).metas  # type: ignore[union-attr]
+    h.group_configs[G] = {}  # deleted: back to the defaults at the next heartbeat
+    assert h.beat("a").heartbeat_interval_ms == 5_000
+    other = Harness()
+    assert other.join("a").heartbeat_interval_ms == 5_000
+
+
 def test_fencing_and_epoch_errors() -> None:
     h = Harness()
     h.join("a")
-    assert h.send(ConsumerHeartbeat(G, "a", 5, owned={})).error is ConsumerGroupError.FENCED_MEMBER_EPOCH
+    assert h.send(ConsumerHeartbeat(G, "a", 5, owned={})).error is ErrorCode.FENCED_MEMBER_EPOCH
     assert h.send(ConsumerHeartbeat(G, "zz", 1)).error is ErrorCode.UNKNOWN_MEMBER_ID
     assert h.send(ConsumerHeartbeat("nope", "a", 1)).error is ErrorCode.GROUP_ID_NOT_FOUND
     h.join("b")
@@ -184,10 +211,10 @@ def test_fencing_and_epoch_errors() -> None:
     stale = h.send(ConsumerHeartbeat(G, "a", 1, owned=dict(h.clients["a"].owned)))
     assert stale.error is ErrorCode.NONE and stale.member_epoch == 2
     assert h.send(ConsumerHeartbeat(G, "a", 1, owned={T1: frozenset(range(6))})).error is \
-        ConsumerGroupError.FENCED_MEMBER_EPOCH
+        ErrorCode.FENCED_MEMBER_EPOCH
     assert h.send(ConsumerHeartbeat(G, "a", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",),
                                     server_assignor="sticky", owned={})).error is \
-        ConsumerGroupError.UNSUPPORTED_ASSIGNOR
+        ErrorCode.UNSUPPORTED_ASSIGNOR
     bad = h.send(ConsumerHeartbeat(G, "x", 0, subscribed_topic_names=("t",), owned={}))
     assert bad.error is ErrorCode.INVALID_REQUEST and "RebalanceTimeoutMs" in (bad.message or "")
     assert h.send(ConsumerHeartbeat(G, "", 3)).error is ErrorCode.INVALID_REQUEST
@@ -201,7 +228,7 @@ def test_group_max_size_and_static_members() -> None:
     assert h.join("c").error is ErrorCode.GROUP_MAX_SIZE_REACHED
     h.settle()
     owned_by_a = dict(h.clients["a"].owned)
-    assert h.join("a2", instance_id="i-a").error is ConsumerGroupError.UNRELEASED_INSTANCE_ID
+    assert h.join("a2", instance_id="i-a").error is ErrorCode.UNRELEASED_INSTANCE_ID
     epoch = h.coordinator.consumer_describe(G).group_epoch
     left = h.send(ConsumerHeartbeat(G, "a", -2, instance_id="i-a"))
     assert left.member_epoch == -2
@@ -272,7 +299,7 @@ def test_protocols_do_not_mix_and_offsets_follow_member_epochs() -> None:
     assert joined.completed["tok"].error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     commit = OffsetCommitRequest(G, (OffsetCommitPartition("t", 0, 42),), "a", 0)
     assert h.coordinator.commit_offsets(commit, h.now_ms).reply.partitions[0].error is \
-        ConsumerGroupError.STALE_MEMBER_EPOCH
+        ErrorCode.STALE_MEMBER_EPOCH
     ok = h.coordinator.commit_offsets(OffsetCommitRequest(G, (OffsetCommitPartition("t", 0, 42),), "a", 1), h.now_ms)
     assert ok.reply.partitions[0].error is ErrorCode.NONE
     h._keep(ok.records)

@@ -201,6 +201,22 @@ def test_offset_for_timestamp(tmp_path) -> None:
     assert log.offset_for_timestamp(5000, log.log_end_offset) == (-1, -1)
 
 
+def test_max_timestamp_offset_is_the_first_record_with_the_largest_timestamp(tmp_path) -> None:
+    d = str(tmp_path / "t-0")
+    log = open_log(d, segment_bytes=300)
+    assert log.max_timestamp_offset(0) == (-1, -1)
+    log.append_as_leader(bytearray(batches.build_batch([batches.Record(0, ts, None, b"m", ()) for ts in
+                                                        (10_000_100, 10_000_400, 10_000_250)])), 0)
+    for i in range(6):  # later segments: older timestamps, then one that ties
+        log.append_as_leader(batch(b"x", ts=10_000_400 if i == 5 else 9_000 + i), 0)
+    assert len(log.segments) > 1
+    assert log.max_timestamp_offset(log.log_end_offset) == (1, 10_000_400)
+    assert log.max_timestamp_offset(1) == (-1, -1), "not yet below the high watermark"
+    end = log.log_end_offset
+    log.close()
+    assert open_log(d, segment_bytes=300, recovery_point=end).max_timestamp_offset(end) == (1, 10_000_400)
+
+
 def test_a_directory_of_another_topic_id_is_refused(tmp_path) -> None:
     d = str(tmp_path / "t-0")
     open_log(d).close()

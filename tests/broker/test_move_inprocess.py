@@ -740,3 +740,48 @@ async def test_unreachable_wal_of_a_dead_owner_is_stated_not_hidden(cluster: InP
     move = c.managers[2].moves("u", 0)[0]
     assert move.wal_unreachable and move.clean is False  # ... and the loss is stated
     assert move.to_json()["wal_unreachable"] is True
+
+
+async def test_max_timestamp_and_latest_tiered_offsets_survive_uploads_deletes_and_moves(
+        cluster: InProcessCluster) -> None:
+    """ListOffsets -3 and -5 on a partition: the first record with the largest timestamp (kept as
+    batches are appended, carried to the next owner in the partition meta, recomputed from what
+    remains once DeleteRecords removed it), and the last offset already in S3 objects."""
+    c = cluster
+    c.controller.write("create_topics", {"topics": [{"name": "mx", "num_partitions": 1, "replication_factor": 1,
+                                                     "assignments": {"0": [1]}}]})
+    slot = await c.serving(1, "mx", 0)
+
+    async def put(*stamps: int) -> None:
+        body = batches.build_batch([batches.Record(0, ts, None, b"v", ()) for ts in stamps])
+        await slot.replica.append(body, batches.validate_batches(body))
+
+    assert await slot.replica.max_timestamp_offset() == (-1, -1)
+    assert slot.replica.latest_tiered_offset() == -1
+    await put(10_000_100, 10_000_400, 10_000_250)  # offsets 0-2: the middle one is the largest
+    await put(9_000, 10_000_300)                    # 3-4
+    await put(8_000)                                # 5
+    assert await slot.replica.max_timestamp_offset() == (1, 10_000_400)
+    await c.storages[1].force_upload(slot.replica.data_stream_id)
+    assert slot.replica.latest_tiered_offset() == 5
+    await put(7_000)                                # 6: only in the WAL and the cache
+    assert slot.replica.latest_tiered_offset() == 5
+    await slot.replica.delete_records_before(2)     # the largest record is gone, its batch is not
+    assert await slot.replica.max_timestamp_offset() == (4, 10_000_300)
+    c.controller.write("alter_partition_reassignments",
+                       {"reassignments": [{"topic": "mx", "partition": 0, "replicas": [2]}]})
+    slot = await c.serving(2, "mx", 0)
+    assert await slot.replica.max_timestamp_offset() == (4, 10_000_300)
+    assert slot.replica.latest_tiered_offset() == 6  # the close uploaded the tail
+    await slot.replica.delete_records_before(5)
+    assert await slot.replica.max_timestamp_offset() == (5, 8_000)
+    await put(8_000)                                 # 7: a tie comes after the first
+    assert await slot.replica.max_timestamp_offset() == (5, 8_000)
+    await put(20_000_000)                            # 8: a new maximum, then the owner dies
+    c.controller.listeners.remove(c.listeners[2])
+    c.skew_ms += 5000
+    epoch1 = c.controller.image.cluster.brokers[1].broker_epoch
+    c.controller.write("broker_heartbeat", {"broker_id": 1, "broker_epoch": epoch1, "metadata_offset": 10**9})
+    c.controller.tick()  # fences broker 2; broker 1 recovers its WAL tail and rebuilds the index from it
+    slot = await c.serving(1, "mx", 0)
+    assert await slot.replica.max_timestamp_offset() == (8, 20_000_000)

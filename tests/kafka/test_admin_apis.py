@@ -357,6 +357,42 @@ async def test_alter_configs_replaces_the_topic_configs(version: int) -> None:
     assert dict(broker.quorum.image.configs.get("topic", "t")) == {"segment.ms": "5000"}
 
 
+async def test_group_configs_are_altered_and_described_before_the_group_exists() -> None:
+    """ConfigResource GROUP (32): IncrementalAlterConfigs sets consumer.session.timeout.ms of a
+    group nobody created; DescribeConfigs reports it as DYNAMIC_GROUP_CONFIG and the heartbeat
+    interval as Kafka's default; a value outside group.consumer.min/max.* is INVALID_CONFIG."""
+    apis, _, broker = cluster()
+    R = IncrementalAlterConfigsRequest.AlterConfigsResource
+    C = R.AlterableConfig
+    req = request(IncrementalAlterConfigsRequest(resources=[
+        R(resource_type=32, resource_name="g", configs=[C(name="consumer.session.timeout.ms", config_operation=0,
+                                                          value="50000")]),
+        R(resource_type=32, resource_name="g", configs=[C(name="consumer.session.timeout.ms", config_operation=0,
+                                                          value="70000")]),
+        R(resource_type=32, resource_name="g", configs=[C(name="share.session.timeout.ms", config_operation=0,
+                                                          value="50000")])], validate_only=False), 1)
+    out = encoded(req, await apis.incremental_alter_configs(req))
+    assert [r.error_code for r in out.responses] == [0, ErrorCode.INVALID_CONFIG.code, ErrorCode.INVALID_CONFIG.code]
+    assert "less than or equal to group.consumer.max.session.timeout.ms" in out.responses[1].error_message
+    assert dict(broker.quorum.image.configs.get("group", "g")) == {"consumer.session.timeout.ms": "50000"}
+    req = request(describe_configs([(32, "g", None), (32, "other", ["consumer.heartbeat.interval.ms"])],
+                                   synonyms=True, docs=True), 4)
+    mine, other = encoded(req, await apis.describe_configs(req)).results
+    configs = {c.name: c for c in mine.configs}
+    assert sorted(configs) == ["consumer.heartbeat.interval.ms", "consumer.session.timeout.ms"]
+    session, heartbeat = configs["consumer.session.timeout.ms"], configs["consumer.heartbeat.interval.ms"]
+    assert (session.value, session.config_source, session.read_only, session.config_type) == (
+        "50000", ConfigSource.DYNAMIC_GROUP_CONFIG, False, 3)
+    assert (heartbeat.value, heartbeat.config_source) == ("5000", ConfigSource.DEFAULT_CONFIG)
+    assert other.error_code == 0 and [(c.name, c.value) for c in other.configs] == [
+        ("consumer.heartbeat.interval.ms", "5000")]
+    R2 = AlterConfigsRequest.AlterConfigsResource
+    req = request(AlterConfigsRequest(resources=[R2(resource_type=32, resource_name="g", configs=[
+        R2.AlterableConfig(name="consumer.heartbeat.interval.ms", value="6000")])], validate_only=False), 2)
+    assert encoded(req, await apis.alter_configs(req)).responses[0].error_code == 0
+    assert dict(broker.quorum.image.configs.get("group", "g")) == {"consumer.heartbeat.interval.ms": "6000"}
+
+
 # --------------------------------------------------------------------------- DescribeCluster
 @pytest.mark.parametrize("version", [0, 1, 2])
 async def test_describe_cluster(version: int) -> None:
@@ -376,7 +412,14 @@ async def test_describe_cluster(version: int) -> None:
         req = request(DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=2,
                                              include_fenced_brokers=False), version)
         out = encoded(req, await apis.describe_cluster(req))
-        assert out.error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE.code
+        assert (out.error_code, out.error_message) == (ErrorCode.MISMATCHED_ENDPOINT_TYPE.code, "The request was sent "
+                                                       "to an endpoint of type BROKER, but we wanted an endpoint of "
+                                                       "type CONTROLLER")
+        req = request(DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=9,
+                                             include_fenced_brokers=False), version)
+        out = encoded(req, await apis.describe_cluster(req))
+        assert (out.error_code, out.error_message) == (ErrorCode.UNSUPPORTED_ENDPOINT_TYPE.code,
+                                                       "Unsupported endpoint type 9")
 
 
 # --------------------------------------------------------------------------- reassignments and elections

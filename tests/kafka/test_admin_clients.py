@@ -102,6 +102,52 @@ def test_confluent_admin_client(shared_cluster) -> None:
     assert info.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
+def test_confluent_list_offsets_max_timestamp_and_group_configs(shared_cluster) -> None:
+    """ListOffsets v7 (-3, KIP-734) through confluent-kafka's list_offsets, before and after
+    DeleteRecords removed the record holding the largest timestamp; a consumer group's configs
+    (ConfigResource GROUP, KIP-848) described and altered before the group exists."""
+    from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
+                                       NewTopic, OffsetSpec)
+
+    admin = AdminClient({"bootstrap.servers": shared_cluster.kafka_bootstrap})
+    topic = "ck-max-ts"
+    admin.create_topics([NewTopic(topic, 1, 1)], request_timeout=20)[topic].result(timeout=30)
+    producer = Producer({"bootstrap.servers": shared_cluster.kafka_bootstrap, "linger.ms": 50})
+    for ts in (10_000_100, 10_000_400, 10_000_250, 9_000):  # librdkafka's 0081 case, and an older one
+        producer.produce(topic, b"m", partition=0, timestamp=ts)
+    assert producer.flush(30) == 0
+    tp = TopicPartition(topic, 0)
+
+    def offset_of(spec: OffsetSpec) -> tuple[int, int]:
+        info = admin.list_offsets({tp: spec}, request_timeout=20)[tp].result(timeout=30)
+        return info.offset, info.timestamp
+
+    assert eventually(lambda: offset_of(OffsetSpec.max_timestamp()) == (1, 10_000_400))
+    assert offset_of(OffsetSpec.earliest())[0] == 0 and offset_of(OffsetSpec.latest())[0] == 4
+    [deleted] = admin.delete_records([TopicPartition(topic, 0, 2)], request_timeout=20).values()
+    assert deleted.result(timeout=30).low_watermark == 2
+    assert offset_of(OffsetSpec.max_timestamp()) == (2, 10_000_250)
+
+    group = ConfigResource("group", "ck-configured-group")
+    configs = admin.describe_configs([group], request_timeout=20)[group].result(timeout=30)
+    assert configs["consumer.session.timeout.ms"].value == "45000" and configs["consumer.session.timeout.ms"].is_default
+    assert configs["consumer.heartbeat.interval.ms"].value == "5000"
+    change = ConfigResource("group", "ck-configured-group", incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([change], request_timeout=20)[change].result(timeout=30)
+    configs = admin.describe_configs([group], request_timeout=20)[group].result(timeout=30)
+    assert configs["consumer.session.timeout.ms"].value == "50000"
+    assert configs["consumer.session.timeout.ms"].source == ConfigSource.GROUP_CONFIG.value
+    too_long = ConfigResource("group", "ck-configured-group", incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "60001", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as info:
+        admin.incremental_alter_configs([too_long], request_timeout=20)[too_long].result(timeout=30)
+    assert info.value.args[0].code() == KafkaError.INVALID_CONFIG
+    configs = admin.describe_configs([group], request_timeout=20)[group].result(timeout=30)
+    assert configs["consumer.session.timeout.ms"].value == "50000"
+
+
 # --------------------------------------------------------------------------- aiokafka
 async def test_aiokafka_admin_client(shared_cluster) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic

@@ -11,7 +11,8 @@ import pytest
 
 from broker.compaction import key_compaction_settings
 from broker.config import config_from_dict
-from broker.kafka.broker_configs import broker_static_configs, default_validation_policy, topic_defaults
+from broker.kafka.broker_configs import (STANDARD_AUTHORIZER, authorizer_settings, broker_static_configs,
+                                         default_validation_policy, topic_defaults)
 from broker.kafka.config_catalog import ConfigSource, broker_entries, topic_entries
 from broker.local_layout import RollPolicy
 from broker.local_replica import ReplicationSettings
@@ -25,7 +26,8 @@ CONFIG = config_from_dict({
     "max_batch_bytes": 2_000_000, "kafka_max_request_bytes": 50_000_000, "auto_create_topics_enable": False,
     "num_partitions": 6, "default_replication_factor": 3, "retention_check_interval_ms": 1234,
     "replica_lag_time_max_ms": 4321, "replica_fetch_wait_max_ms": 77,
-    "replica_high_watermark_checkpoint_interval_ms": 999, "rack": "r2"})
+    "replica_high_watermark_checkpoint_interval_ms": 999, "rack": "r2", "authorizer_enabled": True,
+    "super_users": ["User:admin", "User:ops"], "allow_everyone_if_no_acl_found": True})
 STATIC = broker_static_configs(CONFIG, CONFIG.log_dirs, "PLAINTEXT://127.0.0.1:9092")
 
 # the value each broker config is applied with, read from where the broker takes it
@@ -33,6 +35,7 @@ _POLICY = default_validation_policy(CONFIG)
 _DEFAULTS = topic_defaults(CONFIG)
 _RETENTION = RetentionConfig.from_topic_configs({})
 _ROLL = RollPolicy()
+_AUTHORIZER = authorizer_settings(CONFIG)
 BROKER_APPLIED: dict[str, Callable[[], str]] = {
     "broker.id": lambda: str(CONFIG.broker_id),
     "node.id": lambda: str(CONFIG.broker_id),
@@ -60,6 +63,10 @@ BROKER_APPLIED: dict[str, Callable[[], str]] = {
     "replica.lag.time.max.ms": lambda: str(CONFIG.replica_lag_time_max_ms),
     "replica.fetch.wait.max.ms": lambda: str(CONFIG.replica_fetch_wait_max_ms),
     "replica.high.watermark.checkpoint.interval.ms": lambda: str(CONFIG.replica_high_watermark_checkpoint_interval_ms),
+    # what the Kafka handlers' authorizer decides with (broker/kafka/handlers.py)
+    "authorizer.class.name": lambda: STANDARD_AUTHORIZER if _AUTHORIZER.enabled else "",
+    "super.users": lambda: ";".join(sorted(_AUTHORIZER.super_users)),
+    "allow.everyone.if.no.acl.found": lambda: str(_AUTHORIZER.allow_everyone_if_no_acl_found).lower(),
 }
 
 # the value a topic without its own setting is applied with

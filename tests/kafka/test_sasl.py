@@ -1,4 +1,5 @@
-"""SASL PLAIN and SCRAM-SHA-256: the pure session, then real clients against a SASL listener."""
+"""SASL PLAIN and SCRAM-SHA-256/512: the pure session and credential store, then real clients against a
+SASL listener."""
 from __future__ import annotations
 
 import asyncio
@@ -8,13 +9,18 @@ import hmac
 import json
 import struct
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTP
 
-from broker.kafka.sasl import SaslSession, State, Users
-from metadata_quorum.kernel.errors import ErrorCode
+from broker.kafka.sasl import SaslSession, ScramStore, State, Users
+from metadata_quorum.delta import replay_records
+from metadata_quorum.image import MetadataImage
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.scram import SCRAM_SHA_256, ScramCredential, ScramMechanism
+from metadata_quorum.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
 from tests.kafka.test_wire import metadata
 from tools.admin import Admin
 from tools.client import TopicPartition
@@ -23,7 +29,7 @@ from tools.cluster import LocalCluster
 USERS = {"alice": "alice-secret", "bob": "b0b"}
 
 
-def scram_client(session: SaslSession, user: str, password: str) -> tuple[ErrorCode, bytes]:
+def scram_client(session: SaslSession, user: str, password: str, hash_name: str = "sha256") -> tuple[ErrorCode, bytes]:
     """RFC 5802 from the client's side, driving the server session."""
     nonce = "fyko+d2lbbFgONRv9qkxdawL"
     first_bare = f"n={user},r={nonce}"
@@ -32,15 +38,15 @@ def scram_client(session: SaslSession, user: str, password: str) -> tuple[ErrorC
         return step.error, b""
     server_first = step.auth_bytes.decode()
     attrs = dict(p.split("=", 1) for p in server_first.split(","))
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
-    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.digest(salted, b"Client Key", hash_name)
     without_proof = f"c=biws,r={attrs['r']}"
     auth_message = f"{first_bare},{server_first},{without_proof}".encode()
-    signature = hmac.digest(hashlib.sha256(client_key).digest(), auth_message, "sha256")
+    signature = hmac.digest(hashlib.new(hash_name, client_key).digest(), auth_message, hash_name)
     proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
     final = session.authenticate(f"{without_proof},p={proof}".encode())
     if final.error is ErrorCode.NONE:
-        expected = hmac.digest(hmac.digest(salted, b"Server Key", "sha256"), auth_message, "sha256")
+        expected = hmac.digest(hmac.digest(salted, b"Server Key", hash_name), auth_message, hash_name)
         assert final.auth_bytes == b"v=" + base64.b64encode(expected)
     return final.error, final.auth_bytes
 
@@ -70,6 +76,68 @@ def test_scram_sha_256_round_trip_and_wrong_password() -> None:
     unknown = SaslSession(users)
     unknown.handshake("SCRAM-SHA-256")
     assert scram_client(unknown, "carol", "x")[0] is ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_scram_sha_512_round_trip() -> None:
+    users = Users.from_passwords(USERS)
+    good = SaslSession(users)
+    assert good.handshake("SCRAM-SHA-512").error is ErrorCode.NONE
+    assert scram_client(good, "alice", "alice-secret", "sha512")[0] is ErrorCode.NONE and good.principal == "alice"
+    wrong_hash = SaslSession(users)  # a SHA-256 proof on a SHA-512 exchange
+    wrong_hash.handshake("SCRAM-SHA-512")
+    assert scram_client(wrong_hash, "alice", "alice-secret", "sha256")[0] is ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def _image_with(records: list[Any]) -> MetadataImage:
+    return replay_records(MetadataImage(), records)
+
+
+def test_metadata_credentials_add_users_and_override_the_files() -> None:
+    """The store answers SCRAM from the metadata log first, then the users file; PLAIN only from the file."""
+    def record(user: str, password: str, mechanism: ScramMechanism) -> UserScramCredentialRecord:
+        cred = ScramCredential.derive(mechanism, password, b"salt-of-" + user.encode(), 4096)
+        b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
+        return UserScramCredentialRecord(name=user, mechanism=mechanism.name, salt=b64(cred.salt),
+                                         stored_key=b64(cred.stored_key), server_key=b64(cred.server_key),
+                                         iterations=4096)
+    current = [_image_with([record("carol", "c4rol", SCRAM_SHA_256), record("bob", "new-bob", SCRAM_SHA_256)])]
+    store = ScramStore(Users.from_passwords(USERS), lambda: current[0])
+
+    def login(user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> ErrorCode:
+        s = SaslSession(store)
+        s.handshake(mechanism)
+        return scram_client(s, user, password, "sha512" if mechanism.endswith("512") else "sha256")[0]
+    assert login("carol", "c4rol") is ErrorCode.NONE  # added by the metadata log
+    assert login("carol", "c4rol", "SCRAM-SHA-512") is ErrorCode.SASL_AUTHENTICATION_FAILED  # no 512 credential
+    assert login("bob", "new-bob") is ErrorCode.NONE  # the metadata log's credential wins
+    assert login("bob", "b0b") is ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert login("bob", "b0b", "SCRAM-SHA-512") is ErrorCode.NONE  # the file's, for the other mechanism
+    plain = SaslSession(store)
+    plain.handshake("PLAIN")
+    assert plain.authenticate(b"\x00bob\x00b0b").error is ErrorCode.NONE  # PLAIN stays the file's
+    current[0] = replay_records(current[0], [RemoveUserScramCredentialRecord(name="bob", mechanism="SCRAM-SHA-256")])
+    assert login("bob", "b0b") is ErrorCode.NONE and login("bob", "new-bob") is ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert ScramStore(None, lambda: None).scram("bob", SCRAM_SHA_256) is None
+
+
+@pytest.mark.parametrize("content, words", [
+    ({"users": {"alice": "x"}, "extra": 1}, ["unknown", "'extra'"]),
+    ({"user": {"alice": "x"}}, ["'user'"]),
+    ({"users": {"alice": 3}}, ["'users.alice'", "string"]),
+    ({"users": {"alice": ""}}, ["'users.alice'", "empty"]),
+    ({"users": {}}, ["at least one user"]),
+    ({"users": ["alice"]}, ["'users'", "object"]),
+    ([], ["JSON object"]),
+])
+def test_users_file_is_strict(tmp_path, content: Any, words: list[str]) -> None:
+    path = tmp_path / "users.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(FerryError) as info:
+        Users.load(str(path))
+    assert info.value.error is ErrorCode.INVALID_CONFIG
+    for word in words:
+        assert word in info.value.message, info.value.message
+    assert "x" not in info.value.message.replace("extra", "").replace(str(tmp_path), "")  # no password shown
 
 
 def test_wrong_order_and_unknown_mechanisms() -> None:

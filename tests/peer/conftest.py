@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tools.cluster import LocalCluster
-from tools.peer.checks import Peer
+from tools.peer.checks import AUTHORIZER_ON, Peer
 from tools.peer.kafka_tools import KafkaTools, PeerMissing
 
 
@@ -24,7 +24,7 @@ def kafka_tools() -> KafkaTools:
 def peer(kafka_tools, tmp_path_factory):  # type: ignore[no-untyped-def]
     """Kafka's tools against one cluster shared by a module's tests, each step once (not thorough)."""
     work = tmp_path_factory.mktemp("peer")
-    cluster = LocalCluster(str(work / "cluster"))
+    cluster = LocalCluster(str(work / "cluster"), broker_overrides=AUTHORIZER_ON)  # as librdkafka's test brokers
     cluster.start()
     yield Peer(kafka_tools, cluster.kafka_bootstrap, work, tuple(sorted(cluster.kafka_ports)), thorough=False)
     cluster.stop(graceful=False)

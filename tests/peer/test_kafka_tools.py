@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tools.peer.checks import Check, Outcome, Peer, run_check
-from tools.peer.tool_checks import QUICK
+from tools.peer.tool_checks import ALL, QUICK
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +25,7 @@ def assert_works(peer: Peer, check: Check) -> None:
 
 
 def test_topics_and_configs(peer: Peer) -> None:
-    for name in ("topics_lifecycle", "configs_topic", "configs_broker"):
+    for name in ("topics_lifecycle", "configs_topic", "configs_broker", "configs_group"):
         assert_works(peer, BY_TOOL[name])
 
 
@@ -47,7 +47,12 @@ def test_perf_tests_and_verifiable_clients(peer: Peer) -> None:
         assert_works(peer, BY_TOOL[name])
 
 
+def test_acls_deny_a_topic_and_a_refused_produce_changes_nothing(peer: Peer) -> None:
+    (check,) = [c for c in ALL if c.tool == "kafka-acls"]
+    assert_works(peer, check)
+
+
 def test_every_quick_check_is_run_here() -> None:
-    covered = {"topics_lifecycle", "configs_topic", "configs_broker", "console_round_trip", "group_reset_offsets",
+    covered = {"topics_lifecycle", "configs_topic", "configs_broker", "configs_group", "console_round_trip", "group_reset_offsets",
                "group_delete_offsets", "reassign", "perf_tests", "verifiable_round_trip"}
     assert covered == set(BY_TOOL)

@@ -24,8 +24,42 @@ def test_alter_configs_sets_and_deletes_keys() -> None:
 
 
 def test_unknown_resource_type_is_invalid_config() -> None:
-    expect_error(controller(1).image, "alter_configs", {"resources": [{"type": "group", "name": "g", "configs": {}}]},
-                 ErrorCode.INVALID_CONFIG)
+    expect_error(controller(1).image, "alter_configs",
+                 {"resources": [{"type": "client_metrics", "name": "g", "configs": {}}]}, ErrorCode.INVALID_CONFIG)
+
+
+def test_group_configs_are_checked_as_kafka_checks_them_and_need_no_group() -> None:
+    """KIP-848 group configs: set on a group nobody has created, within Kafka's
+    group.consumer.min/max.* bounds, unknown (share.*) names refused, the whole config after the
+    change checked, and a refused change leaves the image as it was."""
+    image = controller(1).image
+    out = run(image, "alter_configs", {"resources": [
+        {"type": "group", "name": "g", "ops": [{"op": "set", "key": "consumer.session.timeout.ms", "value": "50000"},
+                                              {"op": "set", "key": "consumer.heartbeat.interval.ms", "value": "6000"}]}]})
+    assert dict(out.image.configs.get("group", "g")) == {"consumer.session.timeout.ms": "50000",
+                                                         "consumer.heartbeat.interval.ms": "6000"}
+    described = READ_OPERATIONS["describe_configs"](out.image, {"resources": [{"type": "group", "name": "none"}]})
+    assert described == {"resources": [{"type": "group", "name": "none", "configs": {}}]}
+    for key, value, message in (
+            ("consumer.session.timeout.ms", "44999", "must be greater than or equal to group.consumer.min.session"),
+            ("consumer.session.timeout.ms", "60001", "must be less than or equal to group.consumer.max.session"),
+            ("consumer.heartbeat.interval.ms", "4999", "greater than or equal to group.consumer.min.heartbeat"),
+            ("consumer.heartbeat.interval.ms", "15001", "less than or equal to group.consumer.max.heartbeat"),
+            ("consumer.session.timeout.ms", "abc", "Not a number of type INT"),
+            ("consumer.session.timeout.ms", "0", "Value must be at least 1"),
+            ("share.session.timeout.ms", "50000", "Unknown group config name: share.session.timeout.ms")):
+        with pytest.raises(FerryError) as info:
+            run(out.image, "alter_configs", {"resources": [
+                {"type": "group", "name": "g", "ops": [{"op": "set", "key": key, "value": value}]}]})
+        assert info.value.error is ErrorCode.INVALID_CONFIG and message in str(info.value), (key, value, info.value)
+    # APPEND on a group config, the empty (default) group name
+    expect_error(out.image, "alter_configs", {"resources": [{"type": "group", "name": "g", "ops": [
+        {"op": "append", "key": "consumer.session.timeout.ms", "value": "1"}]}]}, ErrorCode.INVALID_CONFIG)
+    expect_error(out.image, "alter_configs", {"resources": [{"type": "group", "name": "", "configs": {
+        "consumer.session.timeout.ms": "50000"}}]}, ErrorCode.INVALID_REQUEST)
+    deleted = run(out.image, "alter_configs", {"resources": [{"type": "group", "name": "g", "ops": [
+        {"op": "delete", "key": "consumer.session.timeout.ms"}]}]})
+    assert dict(deleted.image.configs.get("group", "g")) == {"consumer.heartbeat.interval.ms": "6000"}
 
 
 def test_alter_configs_is_all_or_nothing() -> None:

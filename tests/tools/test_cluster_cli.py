@@ -109,3 +109,14 @@ def test_down_finds_a_process_that_logs_to_the_state_dir_but_was_not_recorded(
         if stray.poll() is None:
             stray.kill()
             stray.wait(10)
+
+
+def test_broker_config_takes_json_values_of_known_settings_only(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert cluster.broker_overrides_of(["authorizer_enabled=true", 'super_users=["User:admin"]',
+                                        "num_partitions=4", "cluster_id=c1"]) == {
+        "authorizer_enabled": True, "super_users": ["User:admin"], "num_partitions": 4, "cluster_id": "c1"}
+    with pytest.raises(ValueError):
+        cluster.broker_overrides_of(["authorizer=true"])  # not a broker setting
+    assert cluster.main(["up", "--state-dir", str(tmp_path), "--broker-config", "nope=1"]) == 2
+    assert "nope=1" in capsys.readouterr().err and not (tmp_path / "cluster.json").exists()

@@ -50,6 +50,12 @@ class Row:
     elapsed_s: float
 
 
+#: the brokers' authorizer as librdkafka's test clusters run Kafka (trivup: StandardAuthorizer,
+#: super.users=User:admin, allow.everyone.if.no.acl.found=true): ACLs decide where there are any
+AUTHORIZER_ON: dict[str, object] = {"authorizer_enabled": True, "super_users": ["User:admin"],
+                                    "allow_everyone_if_no_acl_found": True}
+
+
 @dataclass
 class Peer:
     """Kafka's tools pointed at one cluster, with a scratch directory and unique names."""
@@ -109,6 +115,16 @@ class Peer:
         left = producer.flush(30)
         if left or errors:
             raise CheckFailed(f"set-up produce to {topic}: {left} unsent, errors {errors[:3]}")
+
+    def log_end_offset(self, topic: str, partition: int = 0) -> int:
+        """The partition's log end offset (its high watermark), read through librdkafka."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.name("end")})
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)[1])
+        finally:
+            consumer.close()
 
     def commit(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         from confluent_kafka import Consumer, TopicPartition

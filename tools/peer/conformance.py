@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tools.cluster import LocalCluster
-from tools.peer.checks import Outcome, Peer, Row, run_check
+from tools.peer.checks import AUTHORIZER_ON, Outcome, Peer, Row, run_check
 from tools.peer.java_client import JavaClientPlan, run as run_java_client
 from tools.peer.kafka_tools import KAFKA_VERSION, KafkaTools, PeerMissing
 from tools.peer.tool_checks import ALL, QUICK
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"conformance: {exc}", file=sys.stderr)
         return 2
     workdir = Path(args.state_dir or tempfile.mkdtemp(prefix="ferry-conformance-"))
-    cluster = LocalCluster(str(workdir / "cluster"))
+    cluster = LocalCluster(str(workdir / "cluster"), broker_overrides=AUTHORIZER_ON)
     started = time.monotonic()
     cluster.start()
     rows: list[Row] = []

@@ -215,26 +215,78 @@ def configs_topic(peer: Peer) -> str:
 
 
 def configs_broker(peer: Peer) -> str:
-    """A broker's dynamic config: --alter and --describe; thorough: the cluster default, --delete-config."""
+    """A broker's dynamic config (a replication throttle): --alter and --describe; a config the broker
+    applies at start-up refused as Kafka refuses a non-dynamic one; thorough: the cluster default,
+    --delete-config."""
     b = str(peer.broker_ids[0])
-    peer.ok("kafka-configs", "--alter", "--entity-type", "brokers", "--entity-name", b, "--add-config",
-            "log.retention.ms=7200000")
-    run = peer.ok("kafka-configs", "--describe", "--entity-type", "brokers", "--entity-name", b)
-    expect("log.retention.ms=7200000" in run.stdout and "DYNAMIC_BROKER_CONFIG" in run.stdout, "--describe", run)
+    entity = ("--entity-type", "brokers", "--entity-name", b)
+    peer.ok("kafka-configs", "--alter", *entity, "--add-config", "leader.replication.throttled.rate=7200000")
+    run = peer.ok("kafka-configs", "--describe", *entity)
+    expect("leader.replication.throttled.rate=7200000" in run.stdout and "DYNAMIC_BROKER_CONFIG" in run.stdout,
+           "--describe", run)
+    fixed = peer.tool("kafka-configs", "--alter", *entity, "--add-config", "log.retention.ms=7200000")
+    expect(not fixed.ok and "InvalidRequestException" in fixed.output
+           and "Cannot update these configs dynamically: [log.retention.ms]" in fixed.output,
+           "a static broker config was not refused as Kafka refuses a non-dynamic one", fixed)
+    run = peer.ok("kafka-configs", "--describe", *entity)
+    expect("log.retention.ms=7200000" not in run.stdout, "the refused config was stored", run)
     if not peer.thorough:
-        return f"broker {b}: added, described"
+        return f"broker {b}: a throttle added, described; log.retention.ms refused"
     peer.ok("kafka-configs", "--alter", "--entity-type", "brokers", "--entity-default", "--add-config",
-            "log.retention.bytes=1000000000")
+            "follower.replication.throttled.rate=1000000000")
     run = peer.ok("kafka-configs", "--describe", "--entity-type", "brokers", "--entity-default")
-    expect("log.retention.bytes=1000000000" in run.stdout and "DYNAMIC_DEFAULT_BROKER_CONFIG" in run.stdout,
-           "--describe --entity-default", run)
-    peer.ok("kafka-configs", "--alter", "--entity-type", "brokers", "--entity-name", b, "--delete-config",
-            "log.retention.ms")
+    expect("follower.replication.throttled.rate=1000000000" in run.stdout
+           and "DYNAMIC_DEFAULT_BROKER_CONFIG" in run.stdout, "--describe --entity-default", run)
+    peer.ok("kafka-configs", "--alter", *entity, "--delete-config", "leader.replication.throttled.rate")
     peer.ok("kafka-configs", "--alter", "--entity-type", "brokers", "--entity-default", "--delete-config",
-            "log.retention.bytes")
-    run = peer.ok("kafka-configs", "--describe", "--entity-type", "brokers", "--entity-name", b)
-    expect("log.retention.ms=" not in run.stdout, "--delete-config on the broker", run)
-    return f"broker {b} and the cluster default altered, described, deleted"
+            "follower.replication.throttled.rate")
+    run = peer.ok("kafka-configs", "--describe", *entity)
+    expect("leader.replication.throttled.rate=" not in run.stdout, "--delete-config on the broker", run)
+    return f"broker {b} and the cluster default altered, described, deleted; log.retention.ms refused"
+
+
+def configs_users(peer: Peer) -> str:
+    """SCRAM credentials (KIP-554): --alter --add-config SCRAM-SHA-256, then SCRAM-SHA-512, --describe,
+    --delete-config. Both mechanisms in one --add-config are one request naming the user twice, which
+    Kafka 4.4's controller refuses (DUPLICATE_RESOURCE), and so does Ferry's."""
+    user = peer.name("scram-user")
+    entity = ("--entity-type", "users", "--entity-name", user)
+    peer.ok("kafka-configs", "--alter", *entity, "--add-config", "SCRAM-SHA-256=[iterations=8192,password=secret]")
+    peer.ok("kafka-configs", "--alter", *entity, "--add-config", "SCRAM-SHA-512=[password=secret]")
+    run = peer.ok("kafka-configs", "--describe", *entity)
+    expect(f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-256=iterations=8192, "
+           "SCRAM-SHA-512=iterations=4096" in run.stdout, "--describe: not both credentials", run)
+    both = peer.tool("kafka-configs", "--alter", *entity, "--add-config",
+                     "SCRAM-SHA-256=[password=a],SCRAM-SHA-512=[password=b]")
+    expect(not both.ok and "DuplicateResourceException" in both.output, "one user twice was not refused", both)
+    peer.ok("kafka-configs", "--alter", *entity, "--delete-config", "SCRAM-SHA-512")
+    run = peer.ok("kafka-configs", "--describe", *entity)
+    expect("SCRAM-SHA-256=iterations=8192" in run.stdout and "SCRAM-SHA-512" not in run.stdout,
+           "--delete-config SCRAM-SHA-512", run)
+    return "SCRAM-SHA-256 and -512 added, described, one deleted; both in one request refused as Kafka does"
+
+
+def configs_group(peer: Peer) -> str:
+    """A consumer group's configs (KIP-848) before the group exists: --alter --add-config and
+    --describe, a value outside group.consumer.max.session.timeout.ms refused; thorough:
+    --delete-config and --describe --all showing the default."""
+    group = peer.name("configs-group")
+    entity = ("--entity-type", "groups", "--entity-name", group)
+    peer.ok("kafka-configs", "--alter", *entity, "--add-config",
+            "consumer.session.timeout.ms=50000,consumer.heartbeat.interval.ms=6000")
+    run = peer.ok("kafka-configs", "--describe", *entity)
+    expect("consumer.session.timeout.ms=50000" in run.stdout and "consumer.heartbeat.interval.ms=6000" in run.stdout,
+           "--describe", run)
+    bad = peer.tool("kafka-configs", "--alter", *entity, "--add-config", "consumer.session.timeout.ms=90000")
+    expect(not bad.ok and "InvalidConfigurationException" in bad.output, "a value above the maximum was not refused",
+           bad)
+    if not peer.thorough:
+        return "added two configs, described, a value out of bounds refused"
+    peer.ok("kafka-configs", "--alter", *entity, "--delete-config", "consumer.session.timeout.ms")
+    run = peer.ok("kafka-configs", "--describe", "--all", *entity)
+    expect("consumer.session.timeout.ms=45000" in run.stdout and "consumer.heartbeat.interval.ms=6000" in run.stdout,
+           "--delete-config, then --describe --all", run)
+    return "added two, one out of bounds refused, deleted one, the default described"
 
 
 def perf_tests(peer: Peer) -> str:
@@ -281,7 +333,12 @@ def get_offsets_and_delete_records(peer: Peer) -> str:
     expect(f"partition: {topic}-0\tlow_watermark: 5" in run.stdout, "the low watermark is not 5", run)
     run = peer.ok("kafka-get-offsets", "--topic", topic, "--time", "-2")
     expect(f"{topic}:0:5" in run.stdout and f"{topic}:1:0" in run.stdout, "earliest offsets", run)
-    return "records before offset 5 deleted; earliest offsets 5 and 0"
+    run = peer.ok("kafka-get-offsets", "--topic", topic, "--partitions", "0", "--time", "-4")  # earliest local
+    expect(f"{topic}:0:5" in run.stdout, "the earliest local offset (-4) is not the log start", run)
+    run = peer.ok("kafka-get-offsets", "--topic", topic, "--partitions", "0", "--time", "-3")  # max timestamp
+    found = re.findall(rf"^{re.escape(topic)}:0:(\d+)$", run.stdout, re.M)
+    expect(len(found) == 1 and 5 <= int(found[0]) < 12, "the max-timestamp offset (-3) is not a record left", run)
+    return f"records before offset 5 deleted; earliest offsets 5 and 0; earliest local 5; max timestamp at {found[0]}"
 
 
 def log_dirs(peer: Peer) -> str:
@@ -309,9 +366,27 @@ def e2e_latency(peer: Peer) -> str:
 
 
 def metadata_quorum(peer: Peer) -> str:
+    """--status and --replication: the Raft leader among three voters, its term, the commit index, and
+    the brokers as observers, each with a known log end offset."""
     run = peer.ok("kafka-metadata-quorum", "describe", "--status")
-    expect("LeaderId:" in run.stdout, "no leader", run)
-    return run.stdout.splitlines()[0]
+    status = dict(line.split(":", 1) for line in run.stdout.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in status.items()}
+    voters = json.loads(fields.get("CurrentVoters", "[]"))
+    observers = json.loads(fields.get("CurrentObservers", "[]"))
+    leader, epoch, hw = int(fields.get("LeaderId", -1)), int(fields.get("LeaderEpoch", -1)), \
+        int(fields.get("HighWatermark", -1))
+    expect(len(voters) == 3 and leader in [v["id"] for v in voters], "the leader is not one of three voters", run)
+    expect(epoch >= 1 and hw > 0, "no leader epoch or high watermark", run)
+    expect(sorted(o["id"] for o in observers) == sorted(peer.broker_ids), "the observers are not the brokers", run)
+    rep = peer.ok("kafka-metadata-quorum", "describe", "--replication")
+    rows = [line.split() for line in rep.stdout.splitlines()[1:] if line.strip()]
+    statuses = sorted(r[-1] for r in rows)
+    expect(statuses == sorted(["Leader", "Follower", "Follower", *["Observer"] * len(peer.broker_ids)]),
+           "--replication: not a leader, two followers and the brokers", rep)
+    expect(all(int(r[2]) >= 0 for r in rows if r[-1] in ("Leader", "Observer")),
+           "--replication: an unknown log end offset", rep)
+    return f"leader {leader}, epoch {epoch}, high watermark {hw}, {len(observers)} observers; --replication " \
+           f"{len(rows)} rows"
 
 
 def features(peer: Peer) -> str:
@@ -323,8 +398,34 @@ def features(peer: Peer) -> str:
 
 
 def acls(peer: Peer) -> str:
-    peer.ok("kafka-acls", "--list")
-    return "listed"
+    """The cluster runs the authorizer as librdkafka's test brokers do (AUTHORIZER_ON: no ACL on a
+    resource allows everyone). As librdkafka's test 0109: a DENY of ``User:*`` All on a topic, added
+    with kafka-acls, makes a client's produce to it fail with TOPIC_AUTHORIZATION_FAILED and append
+    nothing; --list shows it, --remove takes it away, and the same produce then works."""
+    from confluent_kafka import KafkaError, Producer
+
+    topic = peer.name("acl")
+    peer.create_topic(topic, 1)
+    peer.ok("kafka-acls", "--add", "--deny-principal", "User:*", "--operation", "All", "--deny-host", "*",
+            "--topic", topic)
+    listed = peer.ok("kafka-acls", "--list", "--topic", topic)
+    expect("principal=User:*, host=*, operation=ALL, permissionType=DENY" in listed.stdout,
+           "--list does not show the DENY", listed)
+    producer = Producer({"bootstrap.servers": peer.bootstrap, "message.timeout.ms": 10000})
+    errors: list[KafkaError] = []
+    producer.produce(topic, b"refused", on_delivery=lambda err, _m: errors.append(err) if err else None)
+    producer.flush(20)
+    expect([e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED],
+           f"a produce to the denied topic got {errors}, not TOPIC_AUTHORIZATION_FAILED")
+    peer.ok("kafka-acls", "--remove", "--force", "--deny-principal", "User:*", "--operation", "All",
+            "--deny-host", "*", "--topic", topic)
+    listed = peer.ok("kafka-acls", "--list", "--topic", topic)
+    expect("DENY" not in listed.stdout, "--list still shows the removed DENY", listed)
+    offsets = peer.log_end_offset(topic)
+    expect(offsets == 0, f"the refused produce appended: the log ends at {offsets}")
+    peer.produce(topic, [b"allowed"])
+    expect(peer.log_end_offset(topic) == 1, "the produce after --remove did not append one record")
+    return "DENY User:* added, listed; produce refused (TOPIC_AUTHORIZATION_FAILED, nothing appended); removed"
 
 
 def consumer_protocol(peer: Peer) -> str:
@@ -346,7 +447,8 @@ QUICK: tuple[Check, ...] = (
     Check("kafka-consumer-groups", "--delete-offsets", group_delete_offsets, needs=("OffsetDelete",)),
     Check("kafka-reassign-partitions", "--generate/--execute/--verify", reassign),
     Check("kafka-configs", "topic --alter/--describe", configs_topic),
-    Check("kafka-configs", "broker --alter/--describe", configs_broker),
+    Check("kafka-configs", "broker --alter/--describe, a static config refused", configs_broker),
+    Check("kafka-configs", "group --alter/--describe (KIP-848)", configs_group),
     Check("kafka-producer/consumer-perf-test", "20,000 records", perf_tests),
     Check("kafka-verifiable-producer/consumer", "idempotent, exactly once", verifiable_round_trip),
 )
@@ -361,7 +463,10 @@ ALL: tuple[Check, ...] = (
     Check("kafka-e2e-latency", "200 records", e2e_latency),
     Check("kafka-console-consumer", "group.protocol=consumer (KIP-848)", consumer_protocol,
           needs=("ConsumerGroupHeartbeat",)),
-    Check("kafka-metadata-quorum", "describe --status", metadata_quorum, needs=("DescribeQuorum",)),
+    Check("kafka-metadata-quorum", "describe --status / --replication", metadata_quorum,
+          needs=("DescribeQuorum",)),
+    Check("kafka-configs", "users SCRAM-SHA-256/512 --alter/--describe/--delete-config", configs_users,
+          needs=("DescribeUserScramCredentials", "AlterUserScramCredentials", "DescribeClientQuotas")),
     Check("kafka-features", "describe", features),
-    Check("kafka-acls", "--list", acls, needs=("DescribeAcls",)),
+    Check("kafka-acls", "--add/--list/--remove, a denied produce", acls, needs=("DescribeAcls",)),
 )
