@@ -75,6 +75,9 @@ class BrokerConfig:
     shutdown_timeout_ms: PositiveInt = 30000
     # a produce for a partition changing hands here waits this long for the hand-off (0 = refuse at once)
     produce_handoff_wait_ms: NonNegativeInt = 1000
+    # for this long after handing a partition over, a produce for it is forwarded to the new owner
+    # (its answer names the owner, so the client moves without a refusal); 0 = refuse as before
+    produce_forward_window_ms: NonNegativeInt = 5000
     # storage=local replication, as Kafka names them (replica.lag.time.max.ms, replica.fetch.wait.max.ms,
     # replica.high.watermark.checkpoint.interval.ms, request.timeout.ms of an acks=all produce)
     replica_lag_time_max_ms: PositiveInt = 30000

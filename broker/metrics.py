@@ -19,6 +19,10 @@ class BrokerMetrics:
         self.produce_records = Counter("ferry_broker_produce_records", "Records acknowledged",
                                        ["topic", "partition"], registry=r)
         self.produce_errors = Counter("ferry_broker_produce_errors", "Produce requests refused", ["error"], registry=r)
+        self.produce_forwarded = Counter(
+            "ferry_broker_produce_forwarded_batches", "Partitions' record batches of produce requests this broker "
+            "had just handed over, forwarded to the owner (produce_forward.py), by outcome: answered by the owner, "
+            "or failed (the client got NOT_LEADER_OR_FOLLOWER naming the owner)", ["outcome"], registry=r)
         self.fetch_requests = Counter("ferry_broker_fetch_requests", "Fetch requests answered",
                                       ["topic", "partition"], registry=r)
         self.fetch_bytes = Counter("ferry_broker_fetch_bytes", "Bytes returned by fetch", ["topic", "partition"],

@@ -65,6 +65,7 @@ class Slot:
     requested_dir: str | None = None
     # step 5 sent right behind step 4's closing commit: the partitions it elected
     election_with_close: asyncio.Task[frozenset[TopicIdPartition]] | None = None
+    given_up_mono_s: float | None = None  # when this broker last stopped owning it (produce_forward.py)
     io_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # a log-dir move vs. a close
 
 
@@ -153,6 +154,21 @@ class PartitionManager:
         if slot is not None and slot.status.accepts_produce and slot.replica is not None and not slot.replica.closed:
             return False  # the common case, decided without building the image's view
         return admission.handoff_pending(self.broker_id, view(), self.serving_state(slot))
+
+    def handed_over(self, topic: str, partition: int) -> tuple[admission.ServingState, float] | None:
+        """For a partition this broker gave up and does not serve: its slot's state and when it
+        gave it up (``produce_routes.py``); None otherwise, decided from the slot alone."""
+        slot = self.slot_by_name(topic, partition)
+        if slot is None or slot.given_up_mono_s is None or (
+                slot.status.accepts_produce and slot.replica is not None and not slot.replica.closed):
+            return None
+        state = self.serving_state(slot)
+        assert state is not None
+        return state, slot.given_up_mono_s
+
+    async def hold(self, key: tuple[str, str, int], pending: Callable[[], bool], timeout_s: float) -> None:
+        """Hold a produce the old owner forwards until ``pending()`` is false (``handoff.py``)."""
+        await self.handoffs.wait(key, pending, timeout_s)
 
     async def await_handoff(self, topic: str, partition: int, view: Callable[[], admission.LeaderView | None],
                             timeout_s: float) -> None:
@@ -244,6 +260,7 @@ class PartitionManager:
         if lead and gained and reg.directories and reg.directories[0]:
             slot.requested_dir = self._dir_path_of(reg.directories[0])
         if not lead and slot.status.state in (sm.PartitionState.SERVING, sm.PartitionState.OPENING):
+            slot.given_up_mono_s = time.monotonic()
             slot.source = MoveHalf(ROLE_SOURCE, slot.topic, tp.partition, reg.change_started_ms or seen_ms,
                                    self.broker_id, reg.leader_epoch)
             slot.source.mark("t1", seen_ms)

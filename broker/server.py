@@ -51,6 +51,10 @@ from broker.kafka.broker_configs import (StaticConfig, authorizer_settings, brok
 from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
 from broker.kafka.listener import KafkaListener
+from broker.kafka.data_apis import kafka_endpoints
+from broker.kafka.produce_forwarder import ForwardTarget, ProduceForwarder
+from broker.kafka.produce_forwarding import ProduceForwarding
+from broker.produce_routes import ProduceRoutes
 from broker.kafka.sasl import ScramStore, Users
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
@@ -122,6 +126,7 @@ class Broker:
         self.url = config.advertised_url
         self.cluster_id = config.cluster_id
         self.kafka: KafkaListener | None = None
+        self.produce_forwarder = ProduceForwarder(config.broker_id)  # produce_forward.py
         self._policies: dict[str, tuple[Any, ValidationPolicy]] = {}
         # the broker's message.max.bytes is the default of every topic's max.message.bytes, as in Kafka
         self._default_policy = default_validation_policy(config)
@@ -180,9 +185,10 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
             forwarder = QuorumForwarder(self.client, self._wait_for_metadata)
-            self.kafka = KafkaListener(kafka_handlers(self, forwarder, topic_defaults(self.config), quorum=self.client,
-                                                      authorizer=authorizer_settings(self.config)),
-                                       self.config.host, self.config.kafka_port,
+            handlers = kafka_handlers(self, forwarder, topic_defaults(self.config), quorum=self.client,
+                                      authorizer=authorizer_settings(self.config),
+                                      forwarding=self._produce_forwarding())
+            self.kafka = KafkaListener(handlers, self.config.host, self.config.kafka_port,
                                        self.config.kafka_max_request_bytes, observe=self.metrics.observe_kafka,
                                        sasl_users=ScramStore(Users.load(self.config.sasl_users_file),
                                                              lambda: self.image)
@@ -293,6 +299,7 @@ class Broker:
             await close_storage(list(self.storages.values()), self.object_store)
         if self.kafka is not None:
             await self.kafka.stop()
+        await self.produce_forwarder.close()
         if self._runner is not None:
             await self._runner.cleanup()
         await self.batcher.close()
@@ -307,6 +314,22 @@ class Broker:
             return []
         return [PartitionLoad(s.topic, s.tp.partition, s.replica.counters, s.replica.size_bytes)
                 for s in self.manager.serving() if s.replica is not None]
+
+    def _produce_forwarding(self) -> ProduceForwarding | None:
+        """A produce for a partition this broker has just handed over goes to its owner
+        (produce_forward.py); not on a SASL listener, whose credentials a broker does not hold, nor
+        with the authorizer on (the owner would judge the forwarding broker, not the client)."""
+        if self.config.sasl_users_file or self.config.authorizer_enabled or self.config.produce_forward_window_ms <= 0:
+            return None
+        routes = ProduceRoutes(self.broker_id, lambda: self.manager, self._view,
+                               lambda: kafka_endpoints(self.image).keys(), self.config.produce_forward_window_ms,
+                               self.config.produce_handoff_wait_ms)
+
+        def target_of(broker_id: int) -> ForwardTarget | None:
+            e = kafka_endpoints(self.image).get(broker_id)
+            return ForwardTarget(broker_id, e.host, e.port) if e is not None and broker_id != self.broker_id else None
+        return ProduceForwarding(self.broker_id, routes, self.produce_forwarder, target_of,
+                                 lambda outcome: self.metrics.produce_forwarded.labels(outcome).inc())
 
     # ------------------------------------------------------------------ the core both front ends call
     async def await_handoff(self, topic: str, partition: int, limit_ms: int | None = None) -> None:

@@ -33,6 +33,8 @@ from broker.kafka.eager import eager_start
 from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.fetch_sessions import FetchContext, FetchPartition, FetchSessionCache, PartitionOutcome
 from broker.kafka.produce_answer import success_answer
+from broker.kafka.produce_forwarding import Forwarded, ProduceForwarding
+from broker.produce_forward import RouteKind
 from broker.kafka.wire import Request, api_versions_response
 from metadata_quorum.acls import AclOperation
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -182,12 +184,14 @@ class DataApis:
 
     def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int],
                  fetch_sessions: FetchSessionCache | None = None,
-                 auto_create: AutoTopicCreator | None = None, auth: Authorization = OPEN) -> None:
+                 auto_create: AutoTopicCreator | None = None, auth: Authorization = OPEN,
+                 forwarding: ProduceForwarding | None = None) -> None:
         self.core = core
         self.auth = auth
         self.new_producer_id = new_producer_id
         self.fetch_sessions = fetch_sessions if fetch_sessions is not None else FetchSessionCache()
         self.auto_create = auto_create  # None: topics are never created by Metadata
+        self.forwarding = forwarding  # None: a produce for a partition handed over is refused
 
     # ------------------------------------------------------------------ ApiVersions
     async def api_versions(self, req: Request) -> ApiMessage:
@@ -295,24 +299,26 @@ class DataApis:
         acks = body.acks
         targets = [(topic.name, part.index, part.records) for topic in body.topic_data for part in topic.partition_data]
         denied = self.auth.denied(req, AclOperation.WRITE, TOPIC, (t.name for t in body.topic_data))
-        results: list[AppendOutcome | BaseException]
+        results: list[AppendOutcome | Forwarded | BaseException]
         if len(targets) == 1:  # what librdkafka sends: one partition per request
             # awaited in this request's own task, which the listener started in arrival order:
             # the append reaches the WAL before this task first yields (see append_records)
             name, index, records = targets[0]
             try:
-                results = [await self._append(name, index, records, acks, body.transactional_id, name in denied)]
+                results = [await self._append(req, name, index, records, acks, body.transactional_id,
+                                              name in denied)]
             except Exception as exc:  # noqa: BLE001 - reported per partition, as Kafka does
                 results = [exc]
         else:
             # each append in its own task, started at once (broker/kafka/eager.py): its batch has its
             # place in the log before the next pipelined request's task runs, as with one partition
-            appends = [eager_start(self._append(name, index, records, acks, body.transactional_id, name in denied))
+            appends = [eager_start(self._append(req, name, index, records, acks, body.transactional_id,
+                                                name in denied))
                        for name, index, records in targets]
             results = list(await asyncio.gather(*appends, return_exceptions=True))
         if acks == 0:
             return None
-        if len(targets) == 1 and not isinstance(results[0], BaseException):
+        if len(targets) == 1 and not isinstance(results[0], (BaseException, Forwarded)):
             # the common answer, from its encoded template (see produce_answer)
             done = results[0]
             answer = success_answer(req, targets[0][0], targets[0][1], done.base_offset, done.log_append_time_ms,
@@ -333,6 +339,16 @@ class DataApis:
                     if leader != NO_LEADER:  # KIP-951: name the new leader only when there is one
                         entry.current_leader = PP.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
                         leaders_named.add(leader)
+            elif isinstance(result, Forwarded):
+                # the owner's own result, naming the owner: librdkafka applies CurrentLeader and
+                # NodeEndpoints whatever the error code and moves over (produce_forward.py)
+                entry = result.answer
+                entry.index = index
+                named = getattr(entry, "current_leader", None)
+                if named is None or named.leader_id < 0:
+                    entry.current_leader = PP.LeaderIdAndEpoch(leader_id=result.leader,
+                                                               leader_epoch=result.leader_epoch)
+                leaders_named.add(entry.current_leader.leader_id)
             else:
                 entry = PP(index=index, error_code=0, base_offset=result.base_offset,
                            log_append_time_ms=result.log_append_time_ms,
@@ -341,17 +357,26 @@ class DataApis:
         endpoints = [ProduceResponse.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
                      for bid, e in kafka_endpoints(self.core.image).items() if bid in leaders_named] \
             if leaders_named else []
+        if self.forwarding is not None:
+            self.forwarding.named(req, leaders_named)
         return ProduceResponse(responses=[PR(name=n, partition_responses=ps) for n, ps in by_topic.items()],
                                throttle_time_ms=0, node_endpoints=endpoints)
 
-    async def _append(self, topic: str, partition: int, records: bytes | None, acks: int,
-                      transactional_id: str | None, denied: bool = False) -> AppendOutcome:
+    async def _append(self, req: Request, topic: str, partition: int, records: bytes | None, acks: int,
+                      transactional_id: str | None, denied: bool = False) -> AppendOutcome | Forwarded:
         if denied:
             raise FerryError(TOPIC_DENIED, f"Not authorized to access topics: [{topic}]")
         if transactional_id is not None:
             raise FerryError(NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE)
         if not records:
             raise FerryError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
+        forwarding = self.forwarding
+        if forwarding is not None and forwarding.route(req, topic, partition).kind is not RouteKind.HERE:
+            # a partition this broker has just handed over: forwarded to its owner
+            forwarded = await forwarding.forward(req, topic, partition, records, acks,
+                                                 req.body.timeout_ms)  # type: ignore[attr-defined]
+            if forwarded is not None:
+                return forwarded
         # a copy the append may change in place (offsets, LogAppendTime) and the WAL holds until synced
         return await self.core.append_records(topic, partition, bytearray(records), acks)
 

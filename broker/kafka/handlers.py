@@ -17,6 +17,7 @@ from broker.kafka.data_apis import DataApis
 from broker.kafka.forwarding import ControllerCalls
 from broker.kafka.group_apis import GroupApis, GroupsCore
 from broker.kafka.listener import Handler
+from broker.kafka.produce_forwarding import ProduceForwarding
 from broker.kafka.quorum_apis import QuorumApis, QuorumState
 from broker.kafka.quota_apis import describe_client_quotas
 from broker.kafka.scram_apis import ScramApis
@@ -35,9 +36,11 @@ class KafkaCore(GroupsCore, AdminCore, Protocol):
 def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
                    topic_defaults: TopicDefaults = TopicDefaults(),
                    quorum: QuorumState | None = None,
-                   authorizer: AuthorizerSettings = OFF) -> dict[int, Handler]:
+                   authorizer: AuthorizerSettings = OFF,
+                   forwarding: ProduceForwarding | None = None) -> dict[int, Handler]:
     auth = Authorization(authorizer, lambda: core.image)
-    data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults), auth=auth)
+    data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults), auth=auth,
+                    forwarding=forwarding)
     groups = GroupApis(core, auth=auth)
     admin = AdminApis(core, controller, topic_defaults, auth=auth)
     consumer_groups = ConsumerGroupApis(groups)
