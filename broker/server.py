@@ -193,7 +193,7 @@ class Broker:
                                        sasl_users=ScramStore(Users.load(self.config.sasl_users_file),
                                                              lambda: self.image)
                                        if self.config.sasl_users_file else None)
-            await self.kafka.start()
+            await self.kafka.start(serve=False)  # served once the image holds this registration (_on_metadata)
             log.info("broker %d Kafka listener on %s:%d", self.broker_id, self.config.host, self.kafka.port)
         epoch = await self.heartbeater.register()
         self.object_store = open_object_store(self.config, observer=self.metrics.observe_s3)
@@ -264,6 +264,11 @@ class Broker:
         reg = image.cluster.brokers.get(self.broker_id)
         if reg is not None and reg.fenced and not self.heartbeater.state.want_shutdown:
             self.heartbeater.poke()
+        if self.kafka is not None and not self.kafka.serving and reg is not None \
+                and reg.broker_epoch == self.heartbeater.state.broker_epoch:
+            # the image reached this broker's own registration: every topic created before it is known
+            await self.kafka.serve()
+            log.info("broker %d Kafka listener serving (metadata offset %d)", self.broker_id, image.offset)
 
     async def controlled_shutdown(self) -> None:
         """SIGTERM: let the controller move every partition away, close what is left, stop."""

@@ -16,6 +16,7 @@ before it); an unexpected failure while handling a request is logged and closes 
 from __future__ import annotations
 
 import asyncio
+import socket
 import logging
 import time
 from collections import deque
@@ -43,6 +44,9 @@ Handler = Callable[[Request], Awaitable[ApiMessage | bytes | None]]
 Answer = tuple[Union[bytes, None], str, float, float]
 
 
+LISTEN_BACKLOG = 100  # asyncio's default
+
+
 class KafkaListener:
     def __init__(self, handlers: dict[int, Handler], host: str, port: int,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_inflight: int = 64,
@@ -62,11 +66,31 @@ class KafkaListener:
         self.requests_handled = 0
         self.requests_with_trailing_bytes = 0
 
-    async def start(self) -> int:
+    async def start(self, serve: bool = True) -> int:
+        """Bind the port (its number is known from here on). With ``serve=False`` connections wait
+        in the socket's backlog until :meth:`serve`: a broker binds first, since it registers its
+        Kafka endpoint, and serves once its metadata image holds its own registration, so no
+        client is answered from an image that does not know the cluster yet (Kafka's broker opens
+        its listeners for requests only after it caught up with the metadata log)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _KafkaProtocol(self), self.host, self.port)
+        if serve:
+            self._server = await loop.create_server(lambda: _KafkaProtocol(self), self.host, self.port)
+        else:  # listening already, so a client's connect waits in the backlog instead of being refused
+            sock = socket.create_server((self.host, self.port), backlog=LISTEN_BACKLOG)
+            sock.setblocking(False)
+            self._server = await loop.create_server(lambda: _KafkaProtocol(self), sock=sock, start_serving=False,
+                                                    backlog=LISTEN_BACKLOG)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
+
+    async def serve(self) -> None:
+        """Start accepting the connections :meth:`start` held back (a no-op when already serving)."""
+        if self._server is not None and not self._server.is_serving():
+            await self._server.start_serving()
 
     async def stop(self) -> None:
         if self._server is not None:

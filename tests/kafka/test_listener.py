@@ -69,6 +69,28 @@ async def test_answers_come_back_in_request_order_and_in_flight_requests_are_cap
         await listener.stop()
 
 
+async def test_a_listener_bound_but_not_serving_answers_nothing_until_it_serves() -> None:
+    """A broker binds its Kafka port before it registers and serves only once its image holds its
+    registration: a client that connects in between waits, and is answered from then on."""
+    handler = SlowFirst()
+    listener = KafkaListener({METADATA: handler}, "127.0.0.1", 0)
+    await listener.start(serve=False)
+    try:
+        assert listener.port > 0 and not listener.serving
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)  # the backlog takes it
+        writer.write(metadata_request(7))
+        writer.write_eof()
+        read = asyncio.ensure_future(read_correlation_ids(reader))
+        await asyncio.sleep(0.3)
+        assert not read.done() and listener.requests_handled == 0
+        await listener.serve()
+        assert listener.serving
+        assert await read == [7]
+        writer.close()
+    finally:
+        await listener.stop()
+
+
 async def test_a_bad_frame_after_good_requests_answers_them_then_closes_only_that_connection() -> None:
     listener = await serve(SlowFirst())
     try:
