@@ -134,7 +134,7 @@ class LocalPartitions:
                 continue
             try:
                 self._apply(tp, reg, slot)
-            except Exception:  # noqa: BLE001 - one partition's failure never stops the others
+            except Exception:  # one partition's failure never stops the others
                 log.exception("applying the change of %s-%d failed", tp.topic_id, tp.partition)
         if self._background is None and self.slots:
             self._background = asyncio.get_running_loop().create_task(self._maintain())
@@ -258,7 +258,7 @@ class LocalPartitions:
         if moving is not None and moving.target_dir == target:
             return
         self._drop_move(tp)
-        if os.path.normpath(slot.log_dir) == target:
+        if os.path.normpath(slot.log_dir) == target:  # noqa: ASYNC240 - normpath is string work, no I/O
             return  # back to where it is: the move in flight (if any) is cancelled
         future = LocalLog(mover.future_path(target, topic, partition), topic_id, self._policy_for(topic))
         await asyncio.to_thread(future.open, 0)

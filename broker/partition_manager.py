@@ -632,7 +632,8 @@ class PartitionManager:
                 slot.status, actions = sm.on_target(slot.status, lead=False, leader_epoch=slot.status.leader_epoch)
                 self._run(slot, actions)
         deadline = time.monotonic() + timeout_s
-        while self.busy() and time.monotonic() < deadline:
+        # shutdown only: busy() changes on many paths, polled to a deadline
+        while self.busy() and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 
     async def cancel_tasks(self) -> None:

@@ -56,10 +56,10 @@ class ProcessLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
+            except BlockingIOError as e:
                 if time.monotonic() > deadline:
                     os.close(fd)
-                    raise TimeoutError(f"another process holds {path}: is a broker with this id running?")
+                    raise TimeoutError(f"another process holds {path}: is a broker with this id running?") from e
                 time.sleep(0.01)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())

@@ -150,6 +150,6 @@ async def retention_loop(interval_ms: int, partitions: Callable[[], list[Any]],
         await asyncio.sleep(interval_ms / 1000)
         try:
             await apply_retention(partitions(), configs_of, int(time.time() * 1000))
-        except Exception:  # noqa: BLE001 - one failed pass must not stop retention for good
+        except Exception:  # one failed pass must not stop retention for good
             log.exception("retention pass failed")
 

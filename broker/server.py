@@ -259,7 +259,7 @@ class Broker:
             self.manager.on_delta(delta, image)
             if self.local is not None:
                 self.local.on_delta(delta, image)
-        except Exception:  # noqa: BLE001 - never stop following the metadata log
+        except Exception:  # never stop following the metadata log
             log.exception("applying metadata offset %d failed", image.offset)
         reg = image.cluster.brokers.get(self.broker_id)
         if reg is not None and reg.fenced and not self.heartbeater.state.want_shutdown:

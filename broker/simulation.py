@@ -111,7 +111,8 @@ class Simulation:
         weights = [w for w, _ in actions]
         for _ in range(3):
             self.register()
-        for self.step in range(self.steps):
+        for step in range(self.steps):
+            self.step = step
             before = self.controller.image
             action = self.rng.choices([a for _, a in actions], weights)[0]
             action()
@@ -714,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in range(first, first + count):
         try:
             result = run_seed(seed, steps)
-        except Exception as e:  # an invariant broken, or a crash: either way this seed fails
+        except Exception as e:  # noqa: BLE001 - an invariant broken, or a crash: either way this seed fails
             failed.append(seed)
             print(f"FAILED seed {seed}: {type(e).__name__}: {e}")
             if not isinstance(e, InvariantViolation):

@@ -311,7 +311,7 @@ class MetadataLogFollower:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: how the task ended no longer matters
                 pass
 
     @property
@@ -369,7 +369,6 @@ class MetadataLogFollower:
     async def handle(self, body: dict[str, Any]) -> int:
         """Apply one ``/v1/log`` response to the image and call the callback."""
         from metadata_quorum.delta import MetadataDelta
-        from metadata_quorum.image import EMPTY_IMAGE
 
         self.high_watermark = int(body.get("high_watermark", self.high_watermark))
         if "snapshot" in body:
@@ -465,7 +464,7 @@ def snapshot_delta(old: Any, records: list[Record], snapshot_offset: int) -> tup
     removals += [RemoveAccessControlEntryRecord(acl_id=i) for i in old.acls.by_id if i not in target.acls.by_id]
     delta = MetadataDelta(old)
     try:
-        for i, record in enumerate(removals + list(records)):
+        for record in removals + list(records):
             delta.replay(record, snapshot_offset)
         image = dataclasses.replace(delta.apply(), offset=snapshot_offset, epoch=target.epoch)
         if image.same_content(target):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from metadata_quorum.config import ControllerConfig
-from metadata_quorum.controller_core import (PRIORITY_OPERATIONS, Answer, ControllerCore, CoreConfig, NotLeader,
+from metadata_quorum.controller_core import (PRIORITY_OPERATIONS, Answer, ControllerCore, CoreConfig,
                                              NotLeaderError, Outcome, Ready, Refusal, Token)
 from metadata_quorum.controller_result import WriteOperation
 from metadata_quorum.kernel.errors import ErrorCode, FerryError

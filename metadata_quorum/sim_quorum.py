@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from metadata_quorum.controller_core import (Answer, ControllerCore, CoreConfig, FixedSlice, NotLeader,
+from metadata_quorum.controller_core import (Answer, ControllerCore, CoreConfig, FixedSlice,
                                              NotLeaderError, Outcome, Refusal, Token, to_command)
 from metadata_quorum.controller_result import WriteOperation
 from metadata_quorum.kernel.errors import ErrorCode, FerryError

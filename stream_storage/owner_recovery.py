@@ -184,7 +184,7 @@ class ForeignWals:
         self.reads = 0
 
     async def entries(self, wal_dir: str, stream_id: int) -> list[WalEntry]:
-        wal_dir = os.path.abspath(wal_dir)
+        wal_dir = os.path.abspath(wal_dir)  # noqa: ASYNC240 - abspath is string work (getcwd at most)
         self._expire()
         lock = self._locks.setdefault(wal_dir, asyncio.Lock())
         async with lock:

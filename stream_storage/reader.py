@@ -235,7 +235,7 @@ class ObjectReader:
     async def _quiet(coro) -> None:  # type: ignore[no-untyped-def]
         try:
             await coro
-        except Exception as exc:  # a failed readahead only costs the reader its own GET later
+        except Exception as exc:  # noqa: BLE001 - a failed readahead only costs the reader its own GET later
             log.debug("readahead failed: %s", exc)
 
     async def prefetch(self, key: str, size: int, stream_ids: set[int] | frozenset[int]) -> int:

@@ -44,7 +44,7 @@ def _create_bucket_when_up(endpoint_url: str, bucket: str, port: int) -> None:
             break
         except client.exceptions.BucketAlreadyOwnedByYou:
             break
-        except Exception:  # the server thread may not accept yet
+        except Exception:  # noqa: BLE001 - the server thread may not accept yet
             if time.monotonic() > deadline:
                 os._exit(3)
             time.sleep(0.02)

@@ -324,7 +324,7 @@ class PeerWalReader:
 
     async def objects(self, broker_id: int, opened_mono: float) -> list[WalObject]:
         now = time.monotonic()
-        for other in [b for b, l in self._listings.items() if now - l.started_mono > self.keep_s]:
+        for other in [b for b, listing in self._listings.items() if now - listing.started_mono > self.keep_s]:
             self._listings.pop(other, None)  # a failover is over: keep no copies of a dead WAL
         lock = self._locks.setdefault(broker_id, asyncio.Lock())
         async with lock:

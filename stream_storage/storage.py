@@ -561,7 +561,7 @@ class StreamStorage:
 
             def transform(data: bytes) -> bytes | None:
                 cleaned, n = key_compaction.clean(data, rule)
-                removed.append(n)
+                removed.append(n)  # noqa: B023 - _rewrite calls it within this iteration
                 return cleaned if n else None
 
             if handle.state != OPEN or not await self._rewrite(handle, group, transform):

@@ -67,7 +67,7 @@ def run_tool(name: str, rest: list[str]) -> int:
         return 130
     except BrokenPipeError:  # `ferry consume ... | head`: the reader left; not an error of the tool
         try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at exit
+            sys.stdout = open(os.devnull, "w")  # no flush error at exit
         except OSError:
             pass
         return 0

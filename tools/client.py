@@ -142,9 +142,9 @@ async def raise_for_error(resp: aiohttp.ClientResponse) -> None:
     try:
         body = await resp.json(content_type=None)
         raise FerryError.from_json(body)
-    except (ValueError, aiohttp.ContentTypeError):
+    except (ValueError, aiohttp.ContentTypeError) as e:
         text = await resp.text()
-        raise FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"HTTP {resp.status}: {text[:200]}")
+        raise FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"HTTP {resp.status}: {text[:200]}") from e
 
 
 # ---------------------------------------------------------------- record batches
@@ -395,7 +395,7 @@ class Producer:
             queue.inflight = [p.future for p in batch]
             try:
                 await self._deliver(tp, queue, batch)
-            except Exception as exc:  # pragma: no cover - defensive: never leave futures hanging
+            except Exception as exc:  # pragma: no cover  # noqa: BLE001 - defensive: never leave futures hanging
                 for p in batch:
                     if not p.future.done():
                         p.future.set_exception(exc)

@@ -187,7 +187,7 @@ class LocalCluster:
         client = make_s3_client(S3Config(endpoint_url=self.s3_endpoint, bucket=self.bucket))
         try:
             client.head_bucket(Bucket=self.bucket)
-        except Exception:  # botocore's ClientError: absent (or not ours); try to create it
+        except Exception:  # noqa: BLE001 - botocore's ClientError: absent (or not ours); try to create it
             client.create_bucket(Bucket=self.bucket)
 
     def _write_broker_config(self, bid: int) -> None:
@@ -280,7 +280,7 @@ class LocalCluster:
                 if bid in self.stopped_brokers:
                     self._signal(proc, signal.SIGCONT)
                 self._signal(proc, signal.SIGTERM if graceful and bid not in self.stopped_brokers else signal.SIGKILL)
-        for bid, proc in procs:
+        for _bid, proc in procs:
             stop_process(proc, signal.SIGTERM, timeout_s=10)
         self.broker_procs.clear()
         if self.quorum is not None:
@@ -494,7 +494,7 @@ def cmd_up(args: argparse.Namespace, state_dir: str) -> int:
         print("Error: --controllers and --brokers must be at least 1 (INVALID_REQUEST)", file=sys.stderr)
         return 2
     os.makedirs(state_dir, exist_ok=True)
-    lock = open(os.path.join(state_dir, LOCK_FILE), "a+", encoding="utf-8")  # noqa: SIM115 - held until exit
+    lock = open(os.path.join(state_dir, LOCK_FILE), "a+", encoding="utf-8")  # held until exit
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

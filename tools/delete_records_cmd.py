@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace, out: list[str]) -> bool:
     try:
-        with open(args.offset_json_file, encoding="utf-8") as f:
+        # a command's input file, read before any request
+        with open(args.offset_json_file, encoding="utf-8") as f:  # noqa: ASYNC230
             wanted = parse_offset_json(f.read())
     except OSError as exc:
         raise CommandError(f"cannot read {args.offset_json_file}: {exc.strerror}") from None

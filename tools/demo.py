@@ -81,7 +81,7 @@ async def kafka_tool_move(cluster: LocalCluster, admin: Admin, console: Console,
     src = (await admin.wait_for_leader(tp)).leader
     dst = brokers[(brokers.index(src) + 1) % len(brokers)]
     path = os.path.join(cluster.state_dir, "reassignment.json")
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path, "w", encoding="utf-8") as f:  # noqa: ASYNC230 - a small file written once, before the tool runs
         json.dump({"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition, "replicas": [dst]}]}, f)
     server = cluster.bootstrap_servers[0].removeprefix("http://")
     console.print(f"\nThe same with Kafka's tool and file format ({tp} {src} → {dst}):")
@@ -342,7 +342,7 @@ def main(argv: list[str]) -> int:
         except KeyboardInterrupt:
             outcome.problem = "interrupted"
             ok = False
-        except Exception as exc:  # report, then still stop the cluster
+        except Exception as exc:  # noqa: BLE001 - report, then still stop the cluster
             outcome.problem = f"{type(exc).__name__}: {exc} (logs in {state_dir})"
             ok = False
         finally:

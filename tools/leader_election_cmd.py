@@ -90,7 +90,8 @@ async def run(args: argparse.Namespace, out: list[str]) -> int:
     partitions: list[TopicPartition] | None
     if args.path_to_json_file:
         try:
-            with open(args.path_to_json_file, encoding="utf-8") as f:
+            # a command's input file, read before any request
+            with open(args.path_to_json_file, encoding="utf-8") as f:  # noqa: ASYNC230
                 partitions = parse_election_json(f.read())
         except OSError as exc:
             raise CommandError(f"Cannot read {args.path_to_json_file}: {exc.strerror}") from None

@@ -182,7 +182,7 @@ async def fetch_timeline(admin: Admin, tp: TopicPartition, broker_ids: list[int]
             try:
                 body = await admin.http_get(f"{urls[bid]}/v1/moves",
                                             {"topic": tp.topic, "partition": str(tp.partition), "limit": "5"})
-            except Exception:  # a dead broker: the other side may still report
+            except Exception:  # noqa: BLE001 - a dead broker: the other side may still report
                 continue
             for m in body.get("moves", []):
                 if int(m.get("move_id", 0)) >= move_after_ms and m.get("complete"):

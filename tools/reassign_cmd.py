@@ -240,7 +240,7 @@ def plural(n: int) -> str:
 def check_brokers_and_dirs(r: Reassignment, parts: dict[TopicPartition, list[int]],
                            brokers: dict[int, BrokerInfo]) -> None:
     """Kafka's verifyBrokerIds, then Ferry's log-dir check: a named dir must be one the target broker has."""
-    for tp, replicas in r.partitions:
+    for _tp, replicas in r.partitions:
         for b in replicas:
             if b not in brokers:
                 raise CommandError(f"Unknown broker id {b}", ErrorCode.BROKER_ID_NOT_REGISTERED)
@@ -403,7 +403,7 @@ async def run_execute(admin: Admin, text: str, additional: bool, out: list[str],
         raise CommandError(CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE)
     # Like Kafka's describeCluster, only unfenced brokers count: a fenced one is "unknown".
     brokers = {b: info for b, info in (await admin.describe_cluster()).items() if not info.fenced}
-    for tp, replicas in r.partitions:  # Kafka checks broker ids before looking the partitions up
+    for _tp, replicas in r.partitions:  # Kafka checks broker ids before looking the partitions up
         for b in replicas:
             if b not in brokers:
                 raise CommandError(f"Unknown broker id {b}", ErrorCode.BROKER_ID_NOT_REGISTERED)

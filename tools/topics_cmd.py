@@ -77,7 +77,8 @@ def _matcher(pattern: str | None) -> re.Pattern[str] | None:
     try:
         return re.compile(pattern)
     except re.error as e:
-        raise TopicCommandError(ErrorCode.INVALID_REQUEST, f"--topic {pattern!r} is not a valid regular expression: {e}")
+        raise TopicCommandError(ErrorCode.INVALID_REQUEST,
+                                f"--topic {pattern!r} is not a valid regular expression: {e}") from e
 
 
 async def _topic_names(client: Admin, pattern: str | None) -> list[str]:

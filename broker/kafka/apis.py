@@ -90,12 +90,12 @@ def _request_classes() -> dict[int, type[ApiMessage]]:
                     for info in pkgutil.iter_modules(package.__path__)]
     modules.append(importlib.import_module(f"{root.__name__}.sasl"))
     for extra in REQUEST_CLASSES:
-        found[int(getattr(extra, "API_KEY"))] = extra
+        found[int(extra.API_KEY)] = extra
     for module in modules:
         for value in vars(module).values():
             cls = _top_level_request(value)
             if cls is not None:
-                found[int(getattr(cls, "API_KEY"))] = cls
+                found[int(cls.API_KEY)] = cls
     return found
 
 

@@ -120,8 +120,8 @@ class ConsumerGroupApis:
             names = d.topic_names or {}
             M = D.Member
 
-            def assignment(parts: Partitions) -> Any:
-                A = M.Assignment
+            def assignment(parts: Partitions, member: Any = M, names: Mapping[str, str] = names) -> Any:
+                A = member.Assignment
                 return A(topic_partitions=[A.TopicPartitions(topic_id=topic_uuid(t), topic_name=names.get(t, ""),
                                                              partitions=sorted(ps))
                                            for t, ps in sorted(parts.items())])

@@ -207,7 +207,7 @@ def errors_middleware(api_doc: str, on_error: ErrorObserver | None = None) -> Mi
             return response
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - every answer carries a Kafka error name
+        except Exception as exc:  # every answer carries a Kafka error name
             log.exception("unexpected error in %s %s", request.method, request.path)
             return error_response(FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"internal error: {type(exc).__name__}"))
 

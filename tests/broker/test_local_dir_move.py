@@ -144,7 +144,7 @@ def test_a_live_log_moves_to_another_dir_while_appends_go_on(tmp_path) -> None:
             await asyncio.sleep(0.005)
         await task
         assert swapped == [a] and slot.log_dir == b and replica.log is future
-        for i in range(5):  # appends after the swap go to the new dir
+        for _ in range(5):  # appends after the swap go to the new dir
             replica.log.append_as_leader(bytearray(batches.build_batch([(None, b"v%04d" % n)], timestamp_ms=1000)), 0)
             n += 1
         got = read_all(replica.log)

@@ -136,13 +136,15 @@ def test_a_log_dir_move_killed_at_each_step_recovers_and_loses_nothing(cluster: 
             assert entries(c, 1, "kip113-a") == {d0: [], d1: ["kip113-a-0"]}
             assert entries(c, 1, "kip113-b") == {b_from: [], b_to: ["kip113-b-0"]}
             for topic in acked:
-                wait_for(lambda: 1 in partition_state(c, topic)["isr"], 20, f"broker 1 back in the ISR of {topic}")
+                wait_for(lambda topic=topic: 1 in partition_state(c, topic)["isr"], 20,
+                         f"broker 1 back in the ISR of {topic}")
                 leader = int(partition_state(c, topic)["leader"])
                 got = await fetch_all(s, c.broker_url(leader), topic, 0)
                 assert [(r.offset, r.value) for r in got] == acked[topic], "every acknowledged record once, in order"
                 if leader != 1:
-                    wait_for(lambda: replica_log(c, 1, topic) == replica_log(c, leader, topic), 15,
-                             f"broker 1's moved replica of {topic} equal to the leader's")
+                    wait_for(lambda topic=topic, leader=leader:
+                             replica_log(c, 1, topic) == replica_log(c, leader, topic),
+                             15, f"broker 1's moved replica of {topic} equal to the leader's")
 
     asyncio.run(run())
 

@@ -84,7 +84,7 @@ def test_a_full_local_dir_saturates_hands_off_leadership_and_comes_back(cluster:
             state = wait_for(lambda: (p := partition_state(c, "full")) and p["leader"] in (2, 3) and
                              1 not in p["isr"] and p, 10, "leadership handed off")
             # the producer goes on against the new leader (acks=all, min.insync.replicas=2)
-            for i in range(20):
+            for _ in range(20):
                 seq = len(acked["full"]) + 1
                 value = b"full-%05d-" % seq + b"after"
                 await produce_to_leader(s, c, "full", idempotent_batch(value, seq, 62))
@@ -104,7 +104,8 @@ def test_a_full_local_dir_saturates_hands_off_leadership_and_comes_back(cluster:
                                          {"reassignments": [{"topic": topic, "partition": 0, "replicas": target}]})
                 assert not reply["responses"][0].get("error"), reply
             for topic, target in (("full", [2, 3]), ("full-solo", [2])):
-                wait_for(lambda: (p := partition_state(c, topic)) and p["replicas"] == target and
+                wait_for(lambda topic=topic, target=target: (p := partition_state(c, topic)) and
+                         p["replicas"] == target and
                          not p.get("adding_replicas") and p["leader"] in target, 30, f"{topic} moved off broker 1")
             wait_for(lambda: replica_log(c, 1, "full") == b"" and replica_log(c, 1, "full-solo") == b"", 10,
                      "broker 1's replica dirs deleted")

@@ -16,7 +16,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from broker.local_log import LocalLog
 from broker import local_layout as lay
 from stream_storage import batches
 from tests.broker.helpers import controller_write, fetch_all, produce, wait_running

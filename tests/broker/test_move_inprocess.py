@@ -589,7 +589,7 @@ async def test_restarted_broker_never_replays_its_fenced_writes(cluster: InProce
     epoch2 = c.controller.image.cluster.brokers[2].broker_epoch
     c.controller.write("broker_heartbeat", {"broker_id": 2, "broker_epoch": epoch2, "metadata_offset": 10**9})
     c.controller.tick()
-    new = await c.serving(2, "s", 0)
+    await c.serving(2, "s", 0)
     # broker 1 wakes up and writes to its own WAL (a real broker's lease refuses to acknowledge this)
     body = batches.build_batch([(None, b"stale")], timestamp_ms=1)
     try:

@@ -174,7 +174,7 @@ def test_the_reported_max_message_bytes_is_the_limit_enforced(shared_cluster) ->
         outcomes: list[Any] = []
         # a batch is the record plus ~80 bytes of framing: just under the limit passes, at the limit does not
         for size in (limit - 200, limit):
-            producer.produce(topic, b"v" * size, callback=lambda err, _msg: outcomes.append(err))
+            producer.produce(topic, b"v" * size, callback=lambda err, _msg, outcomes=outcomes: outcomes.append(err))
             assert producer.flush(30) == 0
         assert outcomes[0] is None and outcomes[1] is not None, (topic, limit, outcomes)
         assert outcomes[1].code() == KafkaError.MSG_SIZE_TOO_LARGE

@@ -147,7 +147,7 @@ def test_a_refusal_read_off_uncommitted_records_waits_for_them_and_is_retriable_
 def test_a_rejected_command_fails_its_operations_and_the_view_is_rebuilt() -> None:
     core, state = make()
     activate(core, state)
-    token = core.submit("put", {"key": "mine", "value": "1"}, 1000)
+    core.submit("put", {"key": "mine", "value": "1"}, 1000)
     core.run(FixedSlice(1000))
     mine = core.take_ready().commands
     # Another leader's command commits first: the leader's one no longer follows the log.

@@ -37,7 +37,7 @@ async def _write_until_killed(quorum: Quorum) -> dict[int, KVRecord]:
         while not killed.is_set():
             try:
                 body = await client.write_with_offset("put_kv", {"key": f"{name}-{i}", "value": str(i)})
-            except Exception:
+            except Exception:  # noqa: BLE001 - the controllers are gone (below)
                 return  # the controllers are gone: this write was never acknowledged
             acked[body["offset"]] = KVRecord(key=f"{name}-{i}", value=str(i))
             i += 1

@@ -15,7 +15,7 @@ from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.quorum_controller import QuorumController
 from metadata_quorum.raft import Command, CommittedLog
-from metadata_quorum.records import KVRecord, NoOpRecord, Record, decode_record
+from metadata_quorum.records import KVRecord, NoOpRecord, decode_record
 
 
 def put(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:

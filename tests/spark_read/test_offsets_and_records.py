@@ -224,9 +224,9 @@ def test_varied_records_decode_as_the_strict_reader_does():
 
     rng = random.Random(7)
     buf = bytearray()
-    for b in range(4):
+    for _ in range(4):
         recs = []
-        for i in range(300):
+        for _ in range(300):
             key = None if rng.random() < 0.1 else os.urandom(rng.choice([0, 3, 12, 13, 200]))
             value = None if rng.random() < 0.1 else os.urandom(rng.choice([0, 1, 11, 1024, 20_000]))
             recs.append(Record(0, 1_700_000_000_000 + rng.randrange(0, 1 << 40), key, value, ()))

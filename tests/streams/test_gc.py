@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import pytest
 
@@ -111,7 +110,7 @@ async def test_gc_racing_uploads_commits_and_fences_never_deletes_a_named_object
 
     tasks = [asyncio.ensure_future(appender(sid)) for sid in sids] + [asyncio.ensure_future(collector_passes())]
     try:
-        for step in range(12):
+        for _ in range(12):
             await asyncio.sleep(rng.random() * 0.05)
             sid = rng.choice(sids)
             src = owner[sid]

@@ -12,7 +12,7 @@ import pytest
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.batches import build_batch
 from stream_storage.config import WalConfig
-from stream_storage.memory_store import FAULT_LOST_REPLY, MemoryObjectStore
+from stream_storage.memory_store import MemoryObjectStore
 from broker.stream_directory import ImageStreamDirectory, image_directory
 from stream_storage.wal_gc import DeadWalCollector
 from stream_storage.wal_objects import broker_prefix

@@ -6,7 +6,7 @@ import pytest
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.wal import KIND_DATA, KIND_VOID, encode_entry
 from stream_storage.wal_objects import (
-    HEADER_BYTES, SEQ_PER_MS, ObjectSummary, Resolved, Seal, Wait, WalBatchPlanner, WalBatchPolicy, WalObject,
+    HEADER_BYTES, SEQ_PER_MS, Resolved, Seal, Wait, WalBatchPlanner, WalBatchPolicy, WalObject,
     ObjectSummary, StreamView, deletable, encode_header, orphan_deletable, object_key, parse_key, parse_object, recovery_plan, summarize, wal_prefix)
 
 

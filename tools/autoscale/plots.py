@@ -7,10 +7,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from tools.autoscale.summary import BALANCE_THRESHOLD, balance_series  # noqa: E402
+from tools.autoscale.summary import BALANCE_THRESHOLD, balance_series
 
 _EVENT_STYLE = {"add_brokers": ("tab:green", "scale out"), "rebalance_start": ("tab:purple", "rebalance"),
                 "set_rate": ("tab:gray", "rate"), "remove_broker": ("tab:red", "remove broker")}

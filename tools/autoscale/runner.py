@@ -214,7 +214,8 @@ class Experiment:
             await asyncio.wait_for(self.producer.flush(), timeout=self.scn.drain_timeout_s)
         except asyncio.TimeoutError:
             pass
-        while time.monotonic() < deadline and (self.in_flight > 0 or self._lag() > 0):
+        # a scenario's last drain: counters of many tasks, polled to a deadline
+        while time.monotonic() < deadline and (self.in_flight > 0 or self._lag() > 0):  # noqa: ASYNC110
             await asyncio.sleep(0.2)
 
     # -- the cluster, once a second -----------------------------------------------------------------

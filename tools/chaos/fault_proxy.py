@@ -147,7 +147,7 @@ class FaultProxy:
         self.endpoint_url = ""
 
     def start(self, timeout_s: float = 20.0) -> "FaultProxy":
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it
+        log = open(self.log_path, "ab")  # the child keeps it
         self.process = subprocess.Popen([sys.executable, "-m", "tools.chaos.fault_proxy", "--upstream", self.upstream,
                                          "--seed", str(self.seed)], stdout=subprocess.PIPE, stderr=log,
                                         stdin=subprocess.DEVNULL, start_new_session=True)

@@ -179,7 +179,8 @@ class ChaosRun:
         finally:
             await self._tear_down()
         result["wall_s"] = round(time.time() - started, 1)
-        with open(os.path.join(self.out, "report.json"), "w", encoding="utf-8") as f:
+        # the campaign's report, written once at its end
+        with open(os.path.join(self.out, "report.json"), "w", encoding="utf-8") as f:  # noqa: ASYNC230
             json.dump(result, f, indent=2)
         return result
 

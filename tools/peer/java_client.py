@@ -13,7 +13,7 @@ import asyncio
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
@@ -128,7 +128,7 @@ class EventPipe(Generic[E]):
 
 async def run(cluster: LocalCluster, tools: KafkaTools, workdir: Path, plan: JavaClientPlan) -> JavaClientReport:
     """Run ``plan`` against ``cluster`` (restarting the broker it kills) and check the read-back."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - the run's work dir, made once at its start
     bootstrap = cluster.kafka_bootstrap
     started = time.monotonic()
     moves: list[MoveDone] = []
@@ -146,7 +146,8 @@ async def run(cluster: LocalCluster, tools: KafkaTools, workdir: Path, plan: Jav
                 proc = tools.start("kafka-verifiable-consumer", "--bootstrap-server", bootstrap, "--topic", plan.topic,
                                    "--group-id", plan.group, "--verbose", "--reset-policy", "earliest",
                                    "--session-timeout", "10000",
-                                   stderr=open(workdir / f"consumer-{i}.err", "w", encoding="utf-8"))
+                                   # opened once per process, before it starts
+                                   stderr=open(workdir / f"consumer-{i}.err", "w", encoding="utf-8"))  # noqa: ASYNC230
                 member: EventPipe[ConsumerEvents] = EventPipe(proc, ConsumerEvents(), workdir / f"consumer-{i}.out")
                 consumers.append(member)
             await _until(lambda: all(c.read(lambda e: e.assignments) > 0 for c in consumers), 60,
@@ -155,7 +156,8 @@ async def run(cluster: LocalCluster, tools: KafkaTools, workdir: Path, plan: Jav
             proc = tools.start("kafka-verifiable-producer", "--bootstrap-server", bootstrap, "--topic", plan.topic,
                                "--max-messages", str(plan.records), "--throughput", str(plan.rate_per_s),
                                "--repeating-keys", str(plan.keys), "--command-config", str(config),
-                               stderr=open(workdir / "producer.err", "w", encoding="utf-8"))
+                               # opened once per process, before it starts
+                               stderr=open(workdir / "producer.err", "w", encoding="utf-8"))  # noqa: ASYNC230
             pipe: EventPipe[ProducerEvents] = EventPipe(proc, ProducerEvents(), workdir / "producer.out")
             producer = pipe
             step = plan.records // (plan.moves + 3)
@@ -164,7 +166,10 @@ async def run(cluster: LocalCluster, tools: KafkaTools, workdir: Path, plan: Jav
                 return pipe.read(lambda e: len(e.acks))
 
             for i in range(plan.moves):
-                await _until(lambda: acked() >= step * (i + 1) or proc.poll() is not None, 120, "acks before a move")
+                def enough(at_least: int = step * (i + 1)) -> bool:
+                    return acked() >= at_least or proc.poll() is not None
+
+                await _until(enough, 120, "acks before a move")
                 tp = TopicPartition(plan.topic, i % plan.partitions)
                 source = (await admin.wait_for_leader(tp, timeout_s=30)).leader
                 target = source % cluster.num_brokers + 1

@@ -414,7 +414,7 @@ async def move_unavailability(admin: Admin, bootstrap: str, moves: int) -> dict[
     try:
         await asyncio.sleep(2.0)
         owner = 1
-        for i in range(moves):
+        for _ in range(moves):
             target = 2 if owner == 1 else 1
             started = time.monotonic()
             await admin.move_partition(tp, [target])
@@ -463,7 +463,8 @@ async def java_move_unavailability(admin: Admin, bootstrap: str, moves: int) -> 
     gaps_ms: list[float] = []
     try:
         deadline = time.monotonic() + 60
-        while not acks_ms and time.monotonic() < deadline:
+        # acks come from a reader thread; a benchmark's start-up wait
+        while not acks_ms and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
         await asyncio.sleep(2.0)
         owner = 1

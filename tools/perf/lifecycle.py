@@ -31,7 +31,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import shutil
 import sys
 import tempfile

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from tools.rebalance.aggregate import aggregate_samples, read_samples, warm_up
 from tools.rebalance.greedy import greedy_owners
@@ -75,7 +74,7 @@ def _quality_ok(after: dict[str, float], floor: dict[str, float]) -> bool:
 def run_case(spark: Any, case: Case, workdir: Path) -> dict[str, Any]:
     cluster = synthetic_cluster(SyntheticSpec(case.partitions, case.brokers, distribution=case.distribution))
     root = workdir / case.label
-    paths = write_sample_files(cluster, root)
+    write_sample_files(cluster, root)
     started = time.perf_counter()
     keys, end_ms = keys_in_window(local_sample_files(root), window_ms=60_000)
     agg = aggregate_samples(spark, read_samples(spark, [str(root / k) for k in keys]), window_ms=60_000,

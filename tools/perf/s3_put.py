@@ -58,7 +58,7 @@ def measure(endpoint_url: str, bucket: str, region: str, rounds: int) -> dict[st
         body = os.urandom(size)
         count = max(4, min(40, (64 * MiB) // size))
         samples: dict[str, list[tuple[float, float]]] = {"ferry": [], "raw": []}
-        for name, client in (("ferry", ferry), ("raw", raw)):
+        for _name, client in (("ferry", ferry), ("raw", raw)):
             client.put_object(Bucket=bucket, Key="perf-s3-put/warm", Body=body)
         for r in range(rounds):  # interleaved: the machine is shared and its speed drifts
             for name, client in (("ferry", ferry), ("raw", raw)):

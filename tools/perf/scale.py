@@ -140,7 +140,8 @@ class ClusterProbe:
         """Record types committed in ``[start, end)``."""
         if self._tailing is not None and self._tail_start <= start:
             deadline = time.monotonic() + 60
-            while self._tail_next < end and time.monotonic() < deadline and not self._tailing.done():
+            # the tail is filled by another task; a benchmark's check
+            while self._tail_next < end and time.monotonic() < deadline and not self._tailing.done():  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
             if self._tail_next >= end:
                 counts: Counter[str] = Counter()
@@ -346,7 +347,7 @@ async def finish_failed_row(probe: ClusterProbe, row: dict[str, Any], error: Bas
         records = await probe.records_between(int(row.get("offset_start", offset)), offset)
         row["fenced"] = fenced_count(records)
         row["raft_tick_gap_max_ms"] = await probe.tick_gap_max_ms()
-    except Exception as e:  # the cluster may be gone: keep what the round measured
+    except Exception as e:  # noqa: BLE001 - the cluster may be gone: keep what the round measured
         row["probe_error"] = repr(e)
     return row
 
@@ -372,7 +373,7 @@ async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, conso
             row: dict[str, Any] = {}
             try:
                 rounds.append(await one_size(cluster, admin, probe, n, per_partition, console, row))
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a failed round ends the run, its row kept
                 rounds.append(await finish_failed_row(probe, row, e))
                 console.print(f"  {n}: failed while in {row['failed_in']}: {row['error']}")
                 break

@@ -531,7 +531,7 @@ def print_table(out: dict[str, Any]) -> None:
     print(f"{'figure':52} {'value':>9} {'raw':>9} {'ratio':>6}  target ≥ {TARGET_RATIO:.0%}")
     for row in out["rows"]:
         print(f"{row['figure']:52} {row['value']:>9} {row['raw']:>9} {row['ratio']:>6}  {row['verdict']}")
-    print(f"close p50 (force upload + commit + close), beside a raw PUT of the same bytes just before each close:")
+    print("close p50 (force upload + commit + close), beside a raw PUT of the same bytes just before each close:")
     for label, name in (("0", "nothing"), ("1mib", "1 MiB"), ("8mib", "8 MiB")):
         raw = out.get(f"raw_put_{label}_p50_ms", "-")
         over = out.get(f"close_{label}_over_raw_put_p50_ms")

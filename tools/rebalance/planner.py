@@ -514,7 +514,7 @@ class _Search:
                 return moved
             found = None
             for s, d in pairs:
-                for x, i in lists[s][: self.cfg.candidate_partitions]:
+                for _x, i in lists[s][: self.cfg.candidate_partitions]:
                     if self._acceptable(i, s, d, None, protect):
                         found = (i, s, d)
                         break

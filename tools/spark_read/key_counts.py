@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session(args.master, app_name="ferry-key-counts")
     try:
         rows, total = key_counts(spark, options)
-    except Exception as exc:  # noqa: BLE001 - Spark wraps the data source's FerryError
+    except Exception as exc:  # Spark wraps the data source's FerryError
         from tools.spark_read.source import unwrap_spark_error
 
         error = unwrap_spark_error(exc)
