@@ -223,7 +223,7 @@ class BrokerHttpApi:
                            as_int(item.get("partition"), "partitions[].partition", 0, INT32_MAX),
                            as_str(item.get("log_dir"), "partitions[].log_dir", LOG_DIR_MAX_CHARS)))
         results = []
-        for (topic, partition, path), exc in zip(parsed, await self.core.alter_replica_log_dirs(parsed)):
+        for (topic, partition, path), exc in zip(parsed, await self.core.alter_replica_log_dirs(parsed), strict=True):
             entry: dict[str, Any] = {"topic": topic, "partition": partition, "log_dir": path,
                                      "error": exc.error.name if exc is not None else None}
             if exc is not None:
@@ -245,7 +245,7 @@ class BrokerHttpApi:
         outcomes = await asyncio.gather(*(self.core.delete_records(t, p, o) for t, p, o in parsed),
                                         return_exceptions=True)
         results = []
-        for (topic, partition, _offset), outcome in zip(parsed, outcomes):
+        for (topic, partition, _offset), outcome in zip(parsed, outcomes, strict=True):
             result: dict[str, Any] = {"topic": topic, "partition": partition}
             if isinstance(outcome, FerryError):
                 result.update(low_watermark=-1, error=outcome.error.name, message=outcome.message)

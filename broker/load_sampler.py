@@ -52,7 +52,7 @@ class LoadSampler:
             c = load.counters
             cur = (c.bytes_in, c.bytes_out, c.records_in, c.records_out)
             prev = self._last.get(key, (0, 0, 0, 0))
-            if any(a < b for a, b in zip(cur, prev)):
+            if any(a < b for a, b in zip(cur, prev, strict=True)):
                 prev = (0, 0, 0, 0)  # counters were reset (the partition left and came back)
             self._last[key] = cur
             out.append(PartitionSample(ts_ms=now_ms, interval_ms=self.interval_ms, broker_id=self.broker_id,

@@ -19,6 +19,7 @@ import bisect
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Callable
 
 from broker.sim_broker import BrokerShell, SimBroker, streams_of
@@ -631,8 +632,8 @@ class Simulation:
     def check_new_dirs(self, before: MetadataImage, name: str, old: Any, part: Any) -> None:
         """A replica newly placed on a log dir never lands on an offline one, nor on a saturated one
         while its broker has an online dir (KIP-928)."""
-        old_pairs = set(zip(old.replicas, old.directories)) if old is not None else set()
-        for replica, dir_id in zip(part.replicas, part.directories):
+        old_pairs = set(zip(old.replicas, old.directories, strict=False)) if old is not None else set()
+        for replica, dir_id in zip(part.replicas, part.directories, strict=False):
             reg = before.cluster.brokers.get(replica)
             if not dir_id or (replica, dir_id) in old_pairs or reg is None:
                 continue
@@ -672,7 +673,7 @@ class Simulation:
                 self.fail(f"stream {stream.stream_id} has offsets [{stream.start_offset}, {stream.end_offset}) "
                           "but no objects")
             return
-        for a, b in zip(objects, objects[1:]):
+        for a, b in pairwise(objects):
             if a.end_offset != b.start_offset:
                 self.fail(f"stream {stream.stream_id} has a gap or overlap: {a} then {b}")
         if objects[-1].end_offset != stream.end_offset:

@@ -230,7 +230,7 @@ class ControllerServer:
         for fut in pending:
             fut.cancel()
         answers: list[dict[str, Any]] = []
-        for item, fut in zip(ops, futures):
+        for item, fut in zip(ops, futures, strict=True):
             if fut.cancelled():
                 answers.append(self.controller.timed_out(item["op"], timeout_s).to_json())
                 continue

@@ -131,7 +131,7 @@ class WriteBatcher:
                         b.future.set_exception(exc)
                 return
             now = time.monotonic()
-            for b, answer in zip(live, answers):
+            for b, answer in zip(live, answers, strict=True):
                 if b.future.done():
                     continue
                 decision = plan_retry(answer, b.attempt, (b.deadline_mono_s - now) * 1000, self.backoff,

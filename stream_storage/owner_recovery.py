@@ -101,7 +101,8 @@ class OwnerRecovery:
         if self.s3_mode:
             listed = await asyncio.gather(*(self.peer_wals.objects(b, opened_mono) for b, _e in owners))
             handle = self.target.writable(stream_id)
-            tail = recovery_plan([(objs, e) for objs, (_b, e) in zip(listed, owners)], stream_id, handle.next_offset)
+            tail = recovery_plan([(objs, e) for objs, (_b, e) in zip(listed, owners, strict=True)], stream_id,
+                                 handle.next_offset)
         else:
             sources: list[tuple[list[WalEntry], int | None]] = []
             for broker_id, epoch in owners:

@@ -157,7 +157,7 @@ class ObjectReader:
             self.gets += 1
             view = memoryview(data)
             bodies = []
-            for block, fut in zip(run, futures):
+            for block, fut in zip(run, futures, strict=True):
                 rel = block.position - first.position
                 body = data if len(run) == 1 else bytes(view[rel: rel + block.size])
                 check_block(body, block, key)
@@ -199,7 +199,7 @@ class ObjectReader:
         if run:
             runs.append(run)
         for one_run in runs:
-            for block, body in zip(one_run, await self._get_run(key, one_run)):
+            for block, body in zip(one_run, await self._get_run(key, one_run), strict=True):
                 found[block.position] = body
         for position, fut in waiting.items():
             found[position] = await asyncio.shield(fut)

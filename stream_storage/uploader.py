@@ -311,7 +311,7 @@ class Uploader:
                     self.stats.rebuilds += 1
                     continue
             broker_id, broker_epoch = self.broker()
-            ranges = [(r, h.epoch) for r, (h, _c) in zip(built.ranges, parts)]
+            ranges = [(r, h.epoch) for r, (h, _c) in zip(built.ranges, parts, strict=True)]
             closing = [h.stream_id for h, _c in parts if h.stream_id in close_ids]
             try:
                 if closing:
@@ -417,7 +417,7 @@ class Uploader:
         self.stats.objects += 1
         self.stats.bytes += len(built.data)
         self.index_cache.put(key, built.index)
-        for stream_range, (handle, _chunks) in zip(built.ranges, parts):
+        for stream_range, (handle, _chunks) in zip(built.ranges, parts, strict=True):
             handle.committed_end = stream_range.end_offset
             handle.add_object(ObjectRef(key, stream_range.start_offset, stream_range.end_offset, len(built.data),
                                         handle.epoch, stream_range.size_bytes))

@@ -335,7 +335,7 @@ class WriteAheadLog:
             if self._failed is not None:
                 self._fail_batch(batch, f"WAL in {self.directory} failed: {self._failed}")
                 continue
-            for (_data, _sid, _end, fut), position in zip(batch, positions):
+            for (_data, _sid, _end, fut), position in zip(batch, positions, strict=True):
                 if not fut.done():
                     fut.set_result(position)
 
@@ -378,7 +378,7 @@ class WriteAheadLog:
                 raise
             segment.size = before + length  # the preallocator writes zeros only beyond this
         positions, pos = [], segment.base + before
-        for (header, payload), (stream_id, end) in zip(entries, ranges):
+        for (header, payload), (stream_id, end) in zip(entries, ranges, strict=True):
             positions.append(pos)
             pos += len(header) + len(payload)
             if end >= 0:  # data pins the segment until committed; a void marker pins nothing

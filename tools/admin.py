@@ -319,4 +319,4 @@ class Admin:
             except (FerryError, *RETRIABLE_CONNECTION_ERRORS):
                 return None
         answers = await asyncio.gather(*(one(b) for b in ids))
-        return {b: a for b, a in zip(ids, answers) if a is not None}
+        return {b: a for b, a in zip(ids, answers, strict=True) if a is not None}

@@ -75,7 +75,7 @@ async def delete_records(admin: Admin, wanted: list[tuple[TopicPartition, int]])
         for url, items in by_leader.items():
             body = {"partitions": [{"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in items]}
             reply = await admin.http_post(f"{url}/v1/delete-records", body)
-            for (tp, offset), res in zip(items, reply["partitions"]):
+            for (tp, offset), res in zip(items, reply["partitions"], strict=True):
                 if res.get("error") is None:
                     results[tp] = int(res["low_watermark"])
                     continue

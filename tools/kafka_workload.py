@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -78,7 +79,7 @@ class KafkaLoad:
         """The longest silence between two acknowledgements of ``partition`` in the window."""
         with self._lock:
             times = [t for t in self.acks_mono_s.get(partition, []) if start_mono_s - 0.05 <= t <= start_mono_s + window_s]
-        gaps = [b - a for a, b in zip(times, times[1:])]
+        gaps = [b - a for a, b in pairwise(times)]
         return max(gaps) * 1000 if gaps else None
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:

@@ -13,6 +13,7 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from metadata_quorum.kernel.errors import FerryError
@@ -234,8 +235,8 @@ async def check_read_back(bootstrap: list[str], load: ProduceLoad, timeout_s: fl
             name, seq = ProduceLoad.parse(r.value)
             if name == str(tp):
                 seq_at_offset.append(seq)
-        if any(b <= a for a, b in zip(seq_at_offset, seq_at_offset[1:])):
-            bad = next(i for i, (a, b) in enumerate(zip(seq_at_offset, seq_at_offset[1:])) if b <= a)
+        if any(b <= a for a, b in pairwise(seq_at_offset)):
+            bad = next(i for i, (a, b) in enumerate(pairwise(seq_at_offset)) if b <= a)
             out_of_order.append(f"{tp}: seq {seq_at_offset[bad + 1]} after {seq_at_offset[bad]}")
         for ack in load.acks[tp]:
             total += 1

@@ -112,7 +112,7 @@ def parse_reassignment_json(text: str) -> Reassignment:
             raise CommandError(f"Size of replicas list {java_list(replicas)} is different from size of log dirs list "
                                f"{java_list(dirs)} for partition {tp}")
         result.partitions.append((tp, list(replicas)))
-        for replica, d in zip(replicas, dirs):
+        for replica, d in zip(replicas, dirs, strict=True):
             if d == ANY_LOG_DIR:
                 continue
             if not os.path.isabs(d):
@@ -373,7 +373,7 @@ def throttle_resources(moves: dict[TopicPartition, tuple[list[int], list[int]]],
         followers = [f"{tp.partition}:{b}" for tp, (current, target) in sorted(moves.items()) if tp.topic == topic
                      for b in target if b not in current]
         ops = [{"op": "append", "key": key, "value": ",".join(items)}
-               for key, items in zip(THROTTLE_REPLICA_KEYS, (leaders, followers)) if items]
+               for key, items in zip(THROTTLE_REPLICA_KEYS, (leaders, followers), strict=True) if items]
         resources.append({"type": "topic", "name": topic, "ops": ops})
     return resources
 

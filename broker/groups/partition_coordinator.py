@@ -162,7 +162,7 @@ class PartitionCoordinator(GroupCoordinator):
         """DescribeGroups (the classic API) does not describe consumer groups: Dead, as Kafka
         answers v0-v5 (ConsumerGroupDescribe describes them)."""
         out = []
-        for group_id, d in zip(group_ids, super().describe(group_ids)):
+        for group_id, d in zip(group_ids, super().describe(group_ids), strict=True):
             if not self._unloaded and self._consumer.has_group(group_id):
                 d = DescribedGroup(group_id, ErrorCode.NONE, GroupState.DEAD, "", "")
             out.append(d)

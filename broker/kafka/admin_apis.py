@@ -615,7 +615,7 @@ class AdminApis:
         else:
             outcomes = [FerryError(CLUSTER_DENIED.error, CLUSTER_DENIED.message or "")] * len(moves)
         entries = []
-        for (topic, partition, _path), exc in zip(moves, outcomes):
+        for (topic, partition, _path), exc in zip(moves, outcomes, strict=True):
             code = kafka_error(exc)[0].code if exc is not None else 0
             entries.append((topic, P(partition_index=partition, error_code=code)))
         return AlterReplicaLogDirsResponse(throttle_time_ms=0, results=[

@@ -329,7 +329,7 @@ class DataApis:
         PP = PR.PartitionProduceResponse
         by_topic: dict[str, list[object]] = {}
         leaders_named: set[int] = set()
-        for (name, index, _), result in zip(targets, results):
+        for (name, index, _), result in zip(targets, results, strict=True):
             if isinstance(result, BaseException):
                 code, message = kafka_error(result)
                 entry = PP(index=index, error_code=code.code, base_offset=-1, log_append_time_ms=-1,
@@ -434,7 +434,7 @@ class DataApis:
                 if not t.done():
                     t.cancel()
         out: list[ReadOutcome | BaseException] = []
-        for task, before in zip(tasks, first):
+        for task, before in zip(tasks, first, strict=True):
             if task.done() and not task.cancelled():
                 exc = task.exception()
                 out.append(exc if exc is not None else task.result())
@@ -449,7 +449,7 @@ class DataApis:
         PD = FT.PartitionData
         entries: list[tuple[str, Any]] = []
         budget = FetchBudget(max_bytes)
-        for (topic, partition, _off, read_bytes, _ep), result in zip(wanted, results):
+        for (topic, partition, _off, read_bytes, _ep), result in zip(wanted, results, strict=True):
             if isinstance(result, BaseException):
                 code, _ = kafka_error(result)
                 details = result.details if isinstance(result, FerryError) and result.details else {}
@@ -471,7 +471,7 @@ class DataApis:
         if context is not None and (context.incremental or context.create):  # a session answers only news
             included = context.answer([PartitionOutcome(len(e.records or b""), e.high_watermark, e.log_start_offset,
                                                         e.error_code != 0) for _, e in entries])
-            entries = [te for te, keep in zip(entries, included) if keep]
+            entries = [te for te, keep in zip(entries, included, strict=True) if keep]
             session_id = context.session_id
         by_topic: dict[str, list[object]] = {}
         for topic, entry in entries:

@@ -122,7 +122,7 @@ class FetchContext:
         assert session is not None
         included: list[bool] = []
         to_end: list[PartitionKey] = []
-        for request, outcome in zip(self.partitions, outcomes):
+        for request, outcome in zip(self.partitions, outcomes, strict=True):
             cached = session.partitions.get(request.key)
             if cached is None:  # forgotten by a later fetch meanwhile: nothing to say about it
                 included.append(False)
@@ -193,7 +193,7 @@ class FetchSessionCache:
                now_ms: int) -> FetchSession | None:
         """A new session holding what a full fetch answered, or None when no slot can be had."""
         cached: dict[PartitionKey, _Cached] = {}
-        for request, outcome in zip(partitions, outcomes):
+        for request, outcome in zip(partitions, outcomes, strict=True):
             cached[request.key] = _Cached(request, -1 if outcome.error else outcome.high_watermark,
                                           outcome.log_start_offset)
         if len(self._sessions) >= self.max_sessions and not self._evict_for(len(cached), now_ms):

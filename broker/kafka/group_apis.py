@@ -259,7 +259,7 @@ class GroupApis:
             C = FindCoordinatorResponse.Coordinator
             return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
                 C(key=k, node_id=n, host=h, port=p, error_code=e.code, error_message=m)
-                for k, (e, m, n, h, p) in zip(keys, found)])
+                for k, (e, m, n, h, p) in zip(keys, found, strict=True)])
         e, m, n, h, p = found[0]
         return FindCoordinatorResponse(throttle_time_ms=0, error_code=e.code, error_message=m, node_id=n, host=h,
                                        port=p)

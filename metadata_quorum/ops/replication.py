@@ -112,7 +112,7 @@ def complete_local_reassignment(builder: RecordBuilder, part: PartitionRegistrat
     leader = part.leader
     if leader not in target:
         leader = next((r for r in target if r in isr and builder.is_active(r)), NO_LEADER)
-    dirs = tuple(d for r, d in zip(part.replicas, part.directories) if r in target) \
+    dirs = tuple(d for r, d in zip(part.replicas, part.directories, strict=True) if r in target) \
         if len(part.directories) == len(part.replicas) else None
     builder.add(PartitionChangeRecord(
         topic_id=part.topic_id, partition=part.partition, replicas=target, isr=isr, adding_replicas=(),
@@ -137,7 +137,8 @@ def _cancel(builder: RecordBuilder, placement: Placement, part: PartitionRegistr
     isr = tuple(r for r in part.isr if r in original) or original[:1]
     leader = part.leader if part.leader in isr else next(
         (r for r in original if r in isr and builder.is_active(r)), NO_LEADER)
-    kept_dirs: tuple[str, ...] | None = tuple(d for r, d in zip(part.replicas, part.directories) if r in original) \
+    kept_dirs: tuple[str, ...] | None = tuple(d for r, d in zip(part.replicas, part.directories, strict=True)
+                                              if r in original) \
         if len(part.directories) == len(part.replicas) else None
     builder.add(PartitionChangeRecord(
         topic_id=part.topic_id, partition=part.partition, replicas=original, isr=isr, adding_replicas=(),
@@ -198,7 +199,8 @@ def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegis
     # (this also replaces a reassignment in progress); the targets not hosting it are adding.
     adding = tuple(r for r in target if r not in part.replicas)
     removing = tuple(r for r in part.replicas if r not in target)
-    old_dirs = dict(zip(part.replicas, part.directories)) if len(part.directories) == len(part.replicas) else {}
+    old_dirs = dict(zip(part.replicas, part.directories, strict=True)) \
+        if len(part.directories) == len(part.replicas) else {}
     replicas = target + removing
     all_dirs = dirs + tuple(old_dirs.get(r, "") for r in removing)
     isr = tuple(r for r in part.isr if r in replicas) or part.isr

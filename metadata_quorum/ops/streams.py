@@ -30,6 +30,7 @@ A stream is owned by at most one broker at a time, under an epoch:
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
@@ -313,7 +314,7 @@ def compact_objects(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
                          {"gc_horizon_ms": horizon})
     old = sorted((current[k] for k in replaces if k in current), key=lambda o: o.start_offset)
     contiguous = len(old) == len(replaces) and old[0].start_offset == start and old[-1].end_offset == end and \
-        all(a.end_offset == b.start_offset for a, b in zip(old, old[1:]))
+        all(a.end_offset == b.start_offset for a, b in pairwise(old))
     if not contiguous:
         raise FerryError(ErrorCode.OFFSET_NOT_MATCHED,
                          f"objects {replaces} are not the objects of stream {stream.stream_id} covering "

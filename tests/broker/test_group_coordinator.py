@@ -363,7 +363,7 @@ def test_leave_triggers_a_rebalance_and_the_last_leave_empties_the_group() -> No
 def test_a_member_leaving_while_others_wait_for_the_assignment_sends_them_back_to_join() -> None:
     shell = Shell()
     a, b, c = (shell.new_member(n) for n in "abc")
-    for n, m in zip("abc", (a, b, c)):
+    for n, m in zip("abc", (a, b, c), strict=True):
         shell.join(f"{n}1", m)
     shell.advance(SETTLE_MS)
     shell.sync("b-sync", b, 1)

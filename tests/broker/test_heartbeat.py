@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 from typing import Any
 
 from broker.heartbeat import Heartbeater
@@ -127,7 +128,7 @@ async def test_heartbeats_leave_every_interval_while_answers_are_slow() -> None:
     hb.start()
     await asyncio.sleep(0.3)
     await hb.stop()
-    gaps = [b - a for a, b in zip(ctrl.sent_at, ctrl.sent_at[1:])]
+    gaps = [b - a for a, b in pairwise(ctrl.sent_at)]
     assert len(ctrl.sent_at) >= 10 and max(gaps) < 0.06, gaps
     assert not hb.state.fenced and hb.lease.sent_mono_s > 0
 

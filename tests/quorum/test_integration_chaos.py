@@ -43,7 +43,7 @@ async def test_no_acknowledged_write_is_lost_through_repeated_crashes(chaos_quor
             while not stop.is_set():
                 if w % 2:  # batches of independent writes
                     ops = [("put_kv", {"key": f"w{w}-{n + i}", "value": str(n + i)}) for i in range(50)]
-                    for (_op, args), answer in zip(ops, await client.write_many(ops)):
+                    for (_op, args), answer in zip(ops, await client.write_many(ops), strict=True):
                         if "offset" in answer:
                             acked[answer["offset"]] = (args["key"], args["value"])
                     n += 50

@@ -21,7 +21,7 @@ def test_a_full_dir_hands_its_local_leaderships_to_in_sync_replicas_elsewhere() 
     assert p0.leader == 0 and p1.leader == 1
     out = heartbeat(image, 0, [full])
     after = [partition(out.image, "loc", i) for i in range(3)]
-    for before, now in zip((p0, p1, p2), after):
+    for before, now in zip((p0, p1, p2), after, strict=True):
         on_full_dir = before.directories[before.replicas.index(0)] == full
         if on_full_dir:
             assert 0 not in now.isr, "a replica that cannot append leaves the ISR"

@@ -226,7 +226,7 @@ def clusters(draw):
     heavy = draw(st.sampled_from([1.0, 3.0, 30.0]))  # how heavy the tail of partition loads is
     seeds = draw(st.lists(st.floats(0.0, 1.0), min_size=2 * n, max_size=2 * n))
     net_in = [heavy ** (4 * s) - 1.0 for s in seeds[:n]]  # many small, a few large, some zero
-    net_out = [x * (0.5 + s) for x, s in zip(net_in, seeds[n:])]
+    net_out = [x * (0.5 + s) for x, s in zip(net_in, seeds[n:], strict=True)]
     return make_cluster_load(["t"] * n, range(n), owners, net_in, net_out, brokers=range(n_brokers))
 
 

@@ -4,6 +4,7 @@ real-endpoint read is in test_source.py)."""
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -41,7 +42,7 @@ def test_each_object_is_read_once_by_one_task_and_every_offset_once():
         pieces = [(sl.start_offset, sl.end_offset) for t in tasks for r in t.reads for sl in r.slices
                   if sl.partition == s.partition]
         assert pieces[0][0] == 0 and pieces[-1][1] == s.end_offset
-        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+        assert all(a[1] == b[0] for a, b in pairwise(pieces))
     # runs of about equal bytes: 21000 bytes in 3 runs
     assert [t.size for t in tasks] == [6000, 9000, 6000]
 
@@ -141,7 +142,7 @@ def test_object_task_reads_each_object_whole_once_and_every_record(monkeypatch):
     assert all(r is None for _k, r in client.gets)  # whole objects: no index GET, no ranged GET
     assert max(b.num_rows for b in batches) == 7
     values = {o: bytes(v) for b in batches if b.column("partition")[0].as_py() == 1
-              for o, v in zip(b.column("offset").to_pylist(), b.column("value").to_pylist())}
+              for o, v in zip(b.column("offset").to_pylist(), b.column("value").to_pylist(), strict=True)}
     assert values[117] == b"p1-117" * 20
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
+from itertools import pairwise
 
 import pyarrow as pa
 import pytest
@@ -18,7 +19,7 @@ from tools.spark_read.records import Columns, decode_batches, to_arrow
 
 
 def stream(topic: str, partition: int, start: int, bounds: list[int]) -> PartitionStream:
-    objects = tuple(ObjectSpan(f"o-{topic}-{partition}-{a}", a, b, 1000) for a, b in zip(bounds, bounds[1:]))
+    objects = tuple(ObjectSpan(f"o-{topic}-{partition}-{a}", a, b, 1000) for a, b in pairwise(bounds))
     return PartitionStream(topic, partition, 100 + partition, start, bounds[-1], objects)
 
 
@@ -88,7 +89,7 @@ def test_input_partitions_one_per_partition_then_split_at_object_boundaries():
     for partition, lo, hi in ((0, 0, 100), (1, 10, 50)):  # the pieces tile each range exactly
         pieces = sorted((t.start_offset, t.end_offset) for t in many if t.partition == partition)
         assert pieces[0][0] == lo and pieces[-1][1] == hi
-        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+        assert all(a[1] == b[0] for a, b in pairwise(pieces))
     assert plan_read_tasks(resolve_ranges(STREAMS, EARLIEST, {"t": {0: 0, 1: 10}})) == []
 
 

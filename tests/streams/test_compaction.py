@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from itertools import pairwise
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_bounded_objects_after_compaction_reaches_its_fixed_point() -> None:
         else:
             small_run.append(o)
     assert rewritten <= 3 * total
-    assert [(a.end_offset == b.start_offset) for a, b in zip(objs, objs[1:])] == [True] * (len(objs) - 1)
+    assert [(a.end_offset == b.start_offset) for a, b in pairwise(objs)] == [True] * (len(objs) - 1)
 
 
 def test_chunks_of_splits_at_batch_boundaries() -> None:
@@ -86,7 +87,7 @@ def test_chunks_of_splits_at_batch_boundaries() -> None:
     chunks = chunks_of(bytes(buf), 1500)
     assert len(chunks) > 1 and b"".join(c.data for c in chunks) == bytes(buf)
     assert chunks[0].start_offset == 0 and chunks[-1].end_offset == 20
-    assert all(a.end_offset == b.start_offset for a, b in zip(chunks, chunks[1:]))
+    assert all(a.end_offset == b.start_offset for a, b in pairwise(chunks))
 
 
 async def fill(storage, sid: int, batches: int) -> list[bytes]:  # type: ignore[no-untyped-def]

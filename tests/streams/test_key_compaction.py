@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+from itertools import pairwise
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -81,7 +82,7 @@ def test_clean_matches_the_reference_model(batches) -> None:  # type: ignore[no-
     assert removed == len(original) - len(kept)
     infos = list(iter_batches(cleaned))
     assert all(crc_ok(cleaned, i) for i in infos)
-    assert all(a.next_offset <= b.base_offset for a, b in zip(infos, infos[1:]))
+    assert all(a.next_offset <= b.base_offset for a, b in pairwise(infos))
     check_against_model(original, kept, end)
     again, removed_again = clean(cleaned, CleanRule(latest_offsets(kept), end - 1, NOW - RETENTION_MS))
     assert removed_again == 0 and again == cleaned  # cleaning is idempotent

@@ -117,7 +117,7 @@ def test_proxy_delays_every_request_by_its_seeded_draw() -> None:
     drawer = FateDrawer(latency_profile(p50, p99), seed)
     drawn = [drawer.draw(kind).delay_ms for kind in ["PUT", "GET"] + ["GET"] * count][2:]
     assert applied == pytest.approx(drawn, abs=0.001), "the proxy did not apply the seeded draws in order"
-    extra = [o - d for o, d in zip(observed, drawn)]
+    extra = [o - d for o, d in zip(observed, drawn, strict=True)]
     assert min(extra) > -1.0, "a request came back before its drawn latency"
     assert statistics.median(extra) < 100.0  # the endpoint's own time, on a machine that may be loaded
     sigma = math.log(p99 / p50) / 2.326

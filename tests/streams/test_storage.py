@@ -71,8 +71,8 @@ async def test_two_brokers_race_to_open_exactly_one_wins(make_storage, memory_st
     await b.start()
     sid = await a.create_stream()
     results = await asyncio.gather(a.open_stream(sid, 5), b.open_stream(sid, 5), return_exceptions=True)
-    winners = [s for s, r in zip((a, b), results) if not isinstance(r, BaseException)]
-    losers = [(s, r) for s, r in zip((a, b), results) if isinstance(r, BaseException)]
+    winners = [s for s, r in zip((a, b), results, strict=True) if not isinstance(r, BaseException)]
+    losers = [(s, r) for s, r in zip((a, b), results, strict=True) if isinstance(r, BaseException)]
     assert len(winners) == 1 and len(losers) == 1
     loser, error = losers[0]
     assert isinstance(error, FerryError) and error.error == ErrorCode.STREAM_FENCED

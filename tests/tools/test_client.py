@@ -118,7 +118,7 @@ async def test_consumer_stops_at_a_corrupt_batch_or_skips_it_when_asked(fake):
             encode_batch([(None, b"x%d" % i, None, None) for i in range(3)]),
             encode_batch([(None, b"b", None, None)])]
     log = bytearray()
-    for base, body in zip((0, 2, 5), good):
+    for base, body in zip((0, 2, 5), good, strict=True):
         batch = bytearray(body)
         batch[0:8] = base.to_bytes(8, "big")
         log += batch

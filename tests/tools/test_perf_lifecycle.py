@@ -4,6 +4,7 @@ holding compaction's structural promise and reading every byte back."""
 from __future__ import annotations
 
 import tempfile
+from itertools import pairwise
 from typing import Any, Iterator
 
 import pytest
@@ -130,7 +131,7 @@ async def test_a_compressed_run_levels_off_objects_and_reads_every_byte_back(s3_
     last = series[-1]
     for i in range(plan.partitions):
         uploads = [s["wal_uploads_per_stream"][i] for s in series]
-        assert all(a < b for a, b in zip(uploads, uploads[1:])), series  # uploads keep coming ...
+        assert all(a < b for a, b in pairwise(uploads)), series  # uploads keep coming ...
         # ... and compaction keeps up with them: the count goes up and down (a run of
         # max_small_objects is rewritten at once) but does not grow with the uploads (they
         # double from the first half to the second)

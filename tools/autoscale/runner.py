@@ -19,6 +19,7 @@ import asyncio
 import shutil
 import time
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Callable
 
@@ -449,7 +450,7 @@ class Experiment:
             acks = sorted(self.acks[event.detail["partition"]], key=lambda a: a[3])
             seen_s = event.t_s + self.t0
             best = None
-            for prev, cur in zip(acks, acks[1:]):
+            for prev, cur in pairwise(acks):
                 if (prev[2] == event.detail["from_broker"] and cur[2] == event.detail["to_broker"]
                         and cur[3] <= seen_s + 1.0 and (best is None or cur[3] > best[1])):
                     best = (prev[3], cur[3])

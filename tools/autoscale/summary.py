@@ -59,7 +59,7 @@ def time_to_balance_s(frame: pd.DataFrame, scale_out_s: float, until_s: float | 
                       added: frozenset[int] = frozenset()) -> float | None:
     """Seconds from the scale-out until max/mean ≤ 1.1 holds for 3 s with every added broker live."""
     ratios = balance_series(frame)
-    live = {int(t): set(_live(v)) for t, v in zip(frame["t_s"], frame["live_brokers"])}
+    live = {int(t): set(_live(v)) for t, v in zip(frame["t_s"], frame["live_brokers"], strict=True)}
     times = [t for t in ratios.index if t >= int(scale_out_s) and (until_s is None or t < until_s)]
     run = 0
     for t in times:
@@ -91,8 +91,8 @@ def summarize_run(frame: pd.DataFrame, events: list[dict[str, Any]], verificatio
     for m in moves:
         move_seconds.update({int(m["t_s"]), int(m["t_s"]) + 1})
     steady_end = first_step_s if first_step_s is not None else float(frame["t_s"].max()) + 1
-    steady = [float(v) for t, v in zip(frame["t_s"], p99) if 3 <= t < steady_end and v == v]
-    during = [float(v) for t, v in zip(frame["t_s"], p99) if t in move_seconds and v == v]
+    steady = [float(v) for t, v in zip(frame["t_s"], p99, strict=True) if 3 <= t < steady_end and v == v]
+    during = [float(v) for t, v in zip(frame["t_s"], p99, strict=True) if t in move_seconds and v == v]
     rebalances = events_of(events, "rebalance_done")
     final_states = events_of(events, "final_state")
     steps_ended = [e["t_s"] for e in events if e["kind"] in ("step_done", "step_failed", "step_timed_out")]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Mapping, Sequence
 
 
@@ -63,7 +64,7 @@ def check_records(acked: Mapping[str, Sequence[Acked]], read: Mapping[str, Seque
             add(f"{partition}: could not be read back ({len(acked[partition])} acknowledged records)")
             continue
         offsets = [o for o, _v in log]
-        if any(b <= a for a, b in zip(offsets, offsets[1:])):
+        if any(b <= a for a, b in pairwise(offsets)):
             add(f"{partition}: the log's offsets are not increasing")
         at_offset = {o: v for o, v in log}
         counts = Counter(v for _o, v in log if v is not None)
@@ -80,7 +81,7 @@ def check_records(acked: Mapping[str, Sequence[Acked]], read: Mapping[str, Seque
                     f"(found at {offset_of[a.value]})")
         # In order: in the log, each acknowledged record sits after those its producer sent before it.
         placed = [(a, offset_of[a.value]) for a in ordered if counts.get(a.value) == 1]
-        for (x, ox), (y, oy) in zip(placed, placed[1:]):
+        for (x, ox), (y, oy) in pairwise(placed):
             if oy <= ox:
                 add(f"{partition}: record #{y.send_seq} is at offset {oy}, before #{x.send_seq} at {ox} "
                     f"(out of send order)")

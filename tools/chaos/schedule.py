@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 PROCESS_FAULTS = ("broker_kill", "controller_kill", "owner_pause", "disk_full")
 S3_FAULTS = ("s3_errors", "s3_latency")
@@ -142,4 +143,4 @@ def _track(rng: random.Random, spec: ScheduleSpec, kinds: list[str], gap_s: tupl
 def overlapping(events: list[FaultEvent], kinds: tuple[str, ...]) -> list[tuple[FaultEvent, FaultEvent]]:
     """Pairs of events of ``kinds`` whose spans overlap (none, for one track)."""
     chosen = sorted((e for e in events if e.kind in kinds), key=lambda e: e.start_s)
-    return [(a, b) for a, b in zip(chosen, chosen[1:]) if b.start_s < a.end_s]
+    return [(a, b) for a, b in pairwise(chosen) if b.start_s < a.end_s]

@@ -2,6 +2,7 @@
 time, with each fault as a shaded span (or a line, for an instant reassignment)."""
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any, Sequence
 
 FAULT_COLOURS = {"broker_kill": "tab:red", "controller_kill": "tab:purple", "owner_pause": "tab:orange",
@@ -11,7 +12,7 @@ FAULT_COLOURS = {"broker_kill": "tab:red", "controller_kill": "tab:purple", "own
 def rates(samples: Sequence[tuple[float, int, int]]) -> tuple[list[float], list[float], list[float]]:
     """(times, HTTP acks/s, Kafka acks/s) between consecutive ``(t_s, http_total, kafka_total)`` samples."""
     times, http, kafka = [], [], []
-    for (t0, h0, k0), (t1, h1, k1) in zip(samples, samples[1:]):
+    for (t0, h0, k0), (t1, h1, k1) in pairwise(samples):
         if t1 > t0:
             times.append(t1)
             http.append((h1 - h0) / (t1 - t0))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Iterable
 
 
@@ -172,12 +173,12 @@ def check_read_back(acks: Iterable[Ack], reads: Iterable[Consumed], max_examples
             read_back += 1
     out_of_order = 0
     for partition, offsets in order.items():
-        for before, after in zip(offsets, offsets[1:]):
+        for before, after in pairwise(offsets):
             if after <= before:
                 out_of_order += 1
                 note(f"partition {partition}: offset {after} read after {before}")
         values = [_as_int(first[(partition, o)]) for o in sorted(offsets)]
-        for before_v, after_v in zip(values, values[1:]):
+        for before_v, after_v in pairwise(values):
             if before_v is not None and after_v is not None and after_v <= before_v:
                 out_of_order += 1
                 note(f"partition {partition}: value {after_v} at a higher offset than {before_v}")
@@ -201,7 +202,7 @@ def max_ack_gap_ms(acks: Iterable[Ack], partition: int | None = None) -> int:
     """The longest time between two consecutive acknowledgements (of one partition, or of any),
     a bound on how long the producer saw no progress."""
     times = sorted(a.timestamp_ms for a in acks if partition is None or a.partition == partition)
-    return max((b - a for a, b in zip(times, times[1:])), default=0)
+    return max((b - a for a, b in pairwise(times)), default=0)
 
 
 def _as_int(value: str) -> int | None:

@@ -40,6 +40,7 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, Awaitable, Callable
 
 from confluent_kafka import Consumer, KafkaError, Producer
@@ -312,7 +313,7 @@ async def throughput(cluster: LocalCluster, admin: Admin, total_bytes: int) -> d
             "produce_idempotent_mb_s": idem, "kafka_idempotent_vs_http": idem / http if http else None,
             "requests_in_flight": {"kafka": INFLIGHT, "http": INFLIGHT, "raw_tcp": PARTITIONS * RAW_PIPELINE,
                                    "kafka_idempotent": IDEMPOTENT_INFLIGHT},
-            "kafka_vs_http_rounds": [k / h for k, h in zip(rounds["kafka"], rounds["http"]) if h],
+            "kafka_vs_http_rounds": [k / h for k, h in zip(rounds["kafka"], rounds["http"], strict=True) if h],
             "costs": {name: _median_costs(c) for name, c in costs.items()},
             "rounds": rounds, "bytes_per_round": total_bytes, "load_average_1m": os.getloadavg()[0]}
 
@@ -423,7 +424,7 @@ async def move_unavailability(admin: Admin, bootstrap: str, moves: int) -> dict[
             with lock:
                 window = [t for t in acks if started - 0.05 <= t <= started + 1.5]
             # the move's gap: the longest silence between two acknowledgements around it
-            gap = max((b - a for a, b in zip(window, window[1:])), default=None)
+            gap = max((b - a for a, b in pairwise(window)), default=None)
             if gap is not None:
                 gaps_ms.append(gap * 1000)
             owner = target
@@ -475,7 +476,7 @@ async def java_move_unavailability(admin: Admin, bootstrap: str, moves: int) -> 
             await admin.wait_for_leader(tp, target, timeout_s=20)
             await asyncio.sleep(1.5)
             window = [t for t in list(acks_ms) if started_ms - 50 <= t <= started_ms + 1500]
-            gap = max((b - a for a, b in zip(window, window[1:])), default=None)
+            gap = max((b - a for a, b in pairwise(window)), default=None)
             if gap is not None:
                 gaps_ms.append(float(gap))
             owner = target

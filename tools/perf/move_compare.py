@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+from itertools import pairwise
 from typing import Any, Sequence
 
 import aiohttp
@@ -50,7 +51,7 @@ def max_gap_ms(acks: Sequence[Ack], start_s: float, end_s: float) -> float | Non
     times = [start_s] + [a.time_s for a in acks if start_s <= a.time_s <= end_s] + [end_s]
     if len(times) < 3:
         return None
-    return max(b - a for a, b in zip(times, times[1:])) * 1000
+    return max(b - a for a, b in pairwise(times)) * 1000
 
 
 def summary(classic: dict[str, dict[str, Any]], s3: dict[str, dict[str, Any]], throttle: dict[str, Any]) -> dict[str, Any]:

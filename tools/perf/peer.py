@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -217,7 +218,7 @@ class PacedProducer:
 
     def gap_ms(self, start: float, end: float) -> float | None:
         window = sorted(t for t in list(self.acks) if start <= t <= end)
-        gaps = [b - a for a, b in zip(window, window[1:])]
+        gaps = [b - a for a, b in pairwise(window)]
         return 1000 * max(gaps) if gaps else None
 
 
@@ -372,7 +373,7 @@ def many_partitions(system: System, partitions: int, replication_factor: int, br
     sizes = [min(MANY_PER_TOPIC, partitions - start) for start in range(0, partitions, MANY_PER_TOPIC)]
     topics = [f"peer-many-{partitions}-{i}" for i in range(len(sizes))]
     started = time.monotonic()
-    for topic, count in zip(topics, sizes):
+    for topic, count in zip(topics, sizes, strict=True):
         create_topic(system.bootstrap, topic, partitions=count, replication_factor=replication_factor)
     created_s = time.monotonic() - started
     confluent = AdminClient({"bootstrap.servers": system.bootstrap})
@@ -566,7 +567,7 @@ def plot(result: dict[str, Any], path: str) -> None:
         panels.append(("controlled shutdown (s)", result["kafka_controlled_leaders_elsewhere_s"],
                        result["ferry_controlled_leaders_elsewhere_s"]))
     fig, axes = plt.subplots(1, len(panels), figsize=(2.3 * len(panels), 3.2))
-    for ax, (title, k, f) in zip(axes, panels):
+    for ax, (title, k, f) in zip(axes, panels, strict=True):
         ax.bar(["Kafka", "Ferry"], [k or 0, f or 0], color=["#888888", "#1f77b4"])
         ax.set_title(title, fontsize=8)
         ax.tick_params(labelsize=7)

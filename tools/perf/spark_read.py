@@ -235,7 +235,7 @@ def raw_ranged_get_mb_s(options: ReadOptions, object_bytes: int) -> float:
     partitions = FerryReader(options).partitions()  # the driver's plan: one index GET per object
     ranges = [(obj.object_key, blocks[0].position, blocks[-1].position + blocks[-1].size - 1)
               for part in partitions if isinstance(part, FerryInputPartition)
-              for obj, blocks in zip(part.task.objects, part.blocks or ())]
+              for obj, blocks in zip(part.task.objects, part.blocks or (), strict=False)]
     with ThreadPoolExecutor(RAW_GET_THREADS) as pool:
         list(pool.map(lambda r: len(get_range(client, options.s3.bucket, *r)), ranges))
     return object_bytes / MiB / (time.perf_counter() - started)

@@ -501,7 +501,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         out["s3_profile"] = args.s3_profile
         out["endpoint"] = endpoint
         out["work_dir_fs"] = os.path.dirname(work_dir)
-        out["rows"] = [dict(zip(("figure", "value", "raw", "ratio", "verdict"), row)) for row in ratios(out)]
+        out["rows"] = [dict(zip(("figure", "value", "raw", "ratio", "verdict"), row, strict=True))
+                       for row in ratios(out)]
         out["close_target_ms"] = CLOSE_TARGET_MS
         out["close_8mib_within_target"] = out["close_8mib_p50_ms"] <= CLOSE_TARGET_MS
         return out

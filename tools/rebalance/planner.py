@@ -322,7 +322,8 @@ class _Search:
         bounds = np.searchsorted(owners, self.idx, side="left").tolist() + [self.n]
         keys = key[order].tolist()
         ids = order.tolist()
-        return [list(zip(keys[bounds[b]:bounds[b + 1]], ids[bounds[b]:bounds[b + 1]])) for b in range(len(self.idx))]
+        return [list(zip(keys[bounds[b]:bounds[b + 1]], ids[bounds[b]:bounds[b + 1]], strict=True))
+                for b in range(len(self.idx))]
 
     def _apply(self, i: int, s: int, d: int, goal: str) -> None:
         self.L[s] -= self.X[i]

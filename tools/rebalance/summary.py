@@ -75,7 +75,7 @@ def rack_violations(cluster: ClusterLoad, owners: np.ndarray, racks: dict[int, s
     usable = sorted({racks[b] for b in usable_brokers if b in racks})
     counts: dict[tuple[str, str], int] = {}
     per_topic: dict[str, int] = {}
-    for topic, owner in zip(cluster.topics.tolist(), owners.tolist()):
+    for topic, owner in zip(cluster.topics.tolist(), owners.tolist(), strict=True):
         rack = racks.get(int(owner), "")
         counts[(topic, rack)] = counts.get((topic, rack), 0) + 1
         per_topic[topic] = per_topic.get(topic, 0) + 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, Mapping, Sequence
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -204,7 +205,7 @@ def plan_read_tasks(ranges: Sequence[tuple[PartitionStream, int, int]], min_part
     tasks = []
     for s, a, b in nonempty:
         points = _split_points(s.objects, a, b, pieces[(s.topic, s.partition)])
-        for lo, hi in zip(points, points[1:]):
+        for lo, hi in pairwise(points):
             tasks.append(ReadTask(s.topic, s.partition, s.stream_id, lo, hi, _objects_for(s.objects, lo, hi)))
     return tasks
 

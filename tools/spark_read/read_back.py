@@ -34,7 +34,7 @@ def read_records(spark: Any, options: Mapping[str, str]) -> dict[int, list[tuple
     table = frame.toArrow()  # Spark 4: Arrow batches straight to the driver
     out: dict[int, list[tuple[int, bytes | None]]] = {}
     for partition, offset, value in zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
-                                        table.column("value").to_pylist()):
+                                        table.column("value").to_pylist(), strict=True):
         out.setdefault(int(partition), []).append((int(offset), value))
     for records in out.values():
         records.sort(key=lambda r: r[0])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from crc32c import crc32c
@@ -105,7 +106,7 @@ class Columns:
     def _slices(self, positions: str, lengths: str) -> list[bytes | None]:
         """Keys or values as bytes (for checks; the read path never does this per row)."""
         out: list[bytes | None] = []
-        for row, (at, n) in enumerate(zip(self.column(positions).tolist(), self.column(lengths).tolist())):
+        for row, (at, n) in enumerate(zip(self.column(positions).tolist(), self.column(lengths).tolist(), strict=True)):
             index = [b for b, first in self.runs if first <= row][-1]
             out.append(None if n < 0 else bytes(self.buffers[index][at:at + n]))
         return out
@@ -296,7 +297,7 @@ def _decode_slow(batch: bytes, start_offset: int, end_offset: int, log_append: b
             if out.include_headers:
                 out.headers.append([{"key": k, "value": v} for k, v in record.headers])
     if rows:
-        out.extend(*zip(*rows))
+        out.extend(*zip(*rows, strict=True))
 
 
 _INLINE_BYTES = 12  # an Arrow binary view holds up to 12 bytes itself, else a prefix and where they are
@@ -364,10 +365,10 @@ def to_arrow(out: Columns, topic: str, partition: int) -> Any:
 
     n = len(out)
     firsts = [first for _b, first in out.runs] + [n]
-    run_rows = [end - first for first, end in zip(firsts, firsts[1:])]
+    run_rows = [end - first for first, end in pairwise(firsts)]
     buffer_of_row = np.repeat(np.asarray([b for b, _f in out.runs], dtype=np.int64),
                               np.asarray(run_rows, dtype=np.int64))
-    used = sorted({b for (b, first), end in zip(out.runs, firsts[1:]) if end > first})
+    used = sorted({b for (b, first), end in zip(out.runs, firsts[1:], strict=True) if end > first})
     micros = out.column("timestamps_ms") * 1000  # no Arrow cast kernel (slow to load)
     arrays = [_binary_column(out.buffers, used, buffer_of_row, out.column("key_positions"), out.column("key_lengths")),
               _binary_column(out.buffers, used, buffer_of_row, out.column("value_positions"),

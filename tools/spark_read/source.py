@@ -158,7 +158,7 @@ async def describe_streams(options: ReadOptions) -> list[PartitionStream]:
                 wanted.append((topic["name"], int(part["partition"]), int(stream_id)))
         described = await asyncio.gather(*(admin.read("describe_stream", {"stream_id": sid})
                                            for _t, _p, sid in wanted))
-    return [parse_stream(t, p, sid, d) for (t, p, sid), d in zip(wanted, described)]
+    return [parse_stream(t, p, sid, d) for (t, p, sid), d in zip(wanted, described, strict=True)]
 
 
 async def describe_stream_objects(options: ReadOptions, task: ReadTask) -> tuple[ObjectSpan, ...]:
@@ -327,7 +327,8 @@ def read_indexes(client: Any, s3: S3Config, objects: Iterable[ObjectSpan]) -> di
     if not spans:
         return {}
     with ThreadPoolExecutor(min(INDEX_READ_THREADS, len(spans)), thread_name_prefix="ferry-index") as pool:
-        return dict(zip((o.object_key for o in spans), pool.map(lambda o: read_index(client, s3, o), spans)))
+        return dict(zip((o.object_key for o in spans), pool.map(lambda o: read_index(client, s3, o), spans),
+                        strict=True))
 
 
 def blocks_for_task(index: ObjectIndex, task: ReadTask, obj: ObjectSpan) -> tuple[IndexEntry, ...]:
@@ -410,7 +411,7 @@ def read_task(s3: S3Config, task: ReadTask, include_headers: bool, max_rows: int
         located: Sequence[Sequence[IndexEntry] | None] = blocks if blocks is not None else [None] * len(task.objects)
         if len(located) != len(task.objects):
             raise FerryError(ErrorCode.INVALID_REQUEST, f"{len(located)} block lists for {len(task.objects)} objects")
-        objects = iter(zip(task.objects, located))
+        objects = iter(zip(task.objects, located, strict=True))
 
         def top_up() -> None:
             while len(pending) < PREFETCH_OBJECTS:
