@@ -69,7 +69,7 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-class DurableMetaStorer(MetaStorer):  # type: ignore[misc]
+class DurableMetaStorer(MetaStorer):
     """pysyncobj's term/vote/commit-index file, written so that a power loss keeps one whole copy.
 
     Raft needs the term and the vote on disk before any message reflecting them is sent; pysyncobj
@@ -102,7 +102,7 @@ class SyncStats:
     sync_seconds_max: float = 0.0
 
 
-class DurableJournal(Journal):  # type: ignore[misc]
+class DurableJournal(Journal):
     """pysyncobj's file journal, plus ``sync()`` and durable trims (see the module docstring)."""
 
     def __init__(self, inner: FileJournal, path: str, dump_path: str | None, listener: SyncListener | None = None,

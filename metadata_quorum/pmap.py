@@ -49,7 +49,7 @@ class PMap(Mapping[K, V], Generic[K, V]):
         return _hash(key) & self._mask if self._mask else 0
 
     def __getitem__(self, key: K) -> V:
-        return self._buckets[self._bucket_of(key)][key]  # type: ignore[no-any-return]
+        return self._buckets[self._bucket_of(key)][key]
 
     def get(self, key: K, default: Any = None) -> Any:
         return self._buckets[self._bucket_of(key)].get(key, default)

@@ -283,13 +283,13 @@ class LogCore:
         snapshot = data.get("snapshot")
         if snapshot is None and data.get("snapshot_records") is not None:  # a dump of the older layout
             snapshot = encode_batch(list(data["snapshot_records"]))
-        core.snapshot = tuple(snapshot) if snapshot is not None else None  # type: ignore[assignment]
+        core.snapshot = tuple(snapshot) if snapshot is not None else None
         core.batches = [list(b) for b in data["batches"]]
         core.bases = [b[0] for b in core.batches]
         core.last_command_id = str(data["last_command_id"])
         core.next_offset = int(data["next_offset"])
         core.epoch = int(data["epoch"])
-        core.open_pieces = [tuple(p) for p in data.get("open_pieces", [])]  # type: ignore[misc]
+        core.open_pieces = [tuple(p) for p in data.get("open_pieces", [])]
         return core
 
 

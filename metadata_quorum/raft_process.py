@@ -123,7 +123,7 @@ FromRaft = Union[Applied, Failed, Reset, State, Status]
 
 # -- the replicated state ------------------------------------------------------------------------------
 
-class RaftLog(SyncObjConsumer):  # type: ignore[misc]
+class RaftLog(SyncObjConsumer):
     """pysyncobj's state machine: a ``LogCore`` of encoded batches, applied on the tick thread.
 
     Applying a command is the prev-check and a list append; each applied command goes to the
@@ -165,7 +165,7 @@ class RaftLog(SyncObjConsumer):  # type: ignore[misc]
 KEEPALIVE = {"type": "ferry_keepalive"}  # a message type pysyncobj ignores; reading it is the point
 
 
-class _GatedTransport(TCPTransport):  # type: ignore[misc]
+class _GatedTransport(TCPTransport):
     """pysyncobj's TCP transport, sending through an ``AckGate`` once the node has one."""
 
     gate: AckGate | None = None
@@ -179,7 +179,7 @@ class _GatedTransport(TCPTransport):  # type: ignore[misc]
         return bool(super().send(node, message))
 
 
-class _ReadFirstSyncObj(SyncObj):  # type: ignore[misc]
+class _ReadFirstSyncObj(SyncObj):
     """pysyncobj's node, reading its sockets before each tick's election check, keeping its
     connections to every peer alive, and (unless ``durable`` is off) syncing its journal before
     acknowledging appends or counting itself toward a commit.

@@ -9,7 +9,6 @@ without recomputing it — which is why the storage layer can assign offsets che
 from __future__ import annotations
 
 import struct
-import typing
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -85,7 +84,7 @@ def build_batch(records: Iterable[tuple[bytes | None, bytes | None] | Record],
         if isinstance(item, Record):
             builder.append(i, item.timestamp_ms, item.key, item.value, list(item.headers))
         else:
-            key, value = typing.cast("tuple[bytes | None, bytes | None]", item)
+            key, value = item
             builder.append(i, timestamp_ms, key, value, list(headers))
         count += 1
     if count == 0:

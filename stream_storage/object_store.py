@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Awaitable, Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 from stream_storage.config import RetryPolicy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ObjectStoreError(Exception):
@@ -81,7 +82,7 @@ class RetryingObjectStore:
         self.policy = policy or RetryPolicy()
         self.retries = 0
 
-    async def _run(self, what: str, factory):  # type: ignore[no-untyped-def]
+    async def _run(self, what: str, factory: Callable[[], Awaitable[T]]) -> T:
         attempt = 1
         while True:
             try:
@@ -97,13 +98,13 @@ class RetryingObjectStore:
 
     async def put(self, key: str, data: bytes | bytearray | memoryview, if_none_match: bool = False,
                   if_match: str | None = None) -> str:
-        return await self._run(f"PUT {key}", lambda: self.inner.put(key, data, if_none_match, if_match))  # type: ignore[no-any-return]
+        return await self._run(f"PUT {key}", lambda: self.inner.put(key, data, if_none_match, if_match))
 
     async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
-        return await self._run(f"GET {key}", lambda: self.inner.get(key, start, end))  # type: ignore[no-any-return]
+        return await self._run(f"GET {key}", lambda: self.inner.get(key, start, end))
 
     async def list(self, prefix: str) -> list[ObjectInfo]:
-        return await self._run(f"LIST {prefix}", lambda: self.inner.list(prefix))  # type: ignore[no-any-return]
+        return await self._run(f"LIST {prefix}", lambda: self.inner.list(prefix))
 
     async def delete(self, keys: Sequence[str]) -> None:
         await self._run(f"DELETE {len(keys)} keys", lambda: self.inner.delete(keys))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Awaitable
 
 from metadata_quorum.kernel.errors import FerryError
 from stream_storage.batches import iter_batches, slice_from
@@ -232,7 +233,7 @@ class ObjectReader:
         task.add_done_callback(self._tasks.discard)
 
     @staticmethod
-    async def _quiet(coro) -> None:  # type: ignore[no-untyped-def]
+    async def _quiet(coro: Awaitable[object]) -> None:
         try:
             await coro
         except Exception as exc:  # noqa: BLE001 - a failed readahead only costs the reader its own GET later

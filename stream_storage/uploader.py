@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Coroutine
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.object_keys import object_created_ms, object_key
@@ -180,7 +180,7 @@ class Uploader:
             except asyncio.TimeoutError:
                 pass
 
-    def _spawn(self, coro) -> asyncio.Task[None]:  # type: ignore[no-untyped-def]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

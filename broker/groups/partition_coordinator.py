@@ -44,7 +44,6 @@ from broker.groups.messages import (
     TopicPartition,
 )
 from broker.groups.rebalance import Outbox, join_error
-from broker.groups.records import GroupRecord
 from metadata_quorum.kernel.errors import ErrorCode
 
 R = TypeVar("R")
@@ -87,9 +86,9 @@ class PartitionCoordinator(GroupCoordinator):
         coordinator._consumer.start(now_ms)
         return coordinator
 
-    def _replay(self, record: GroupRecord) -> None:
+    def _replay(self, record: AnyGroupRecord) -> None:
         if isinstance(record, CONSUMER_RECORD_TYPES):
-            self._consumer.replay(record)  # type: ignore[arg-type]
+            self._consumer.replay(record)
         else:
             super()._replay(record)
 

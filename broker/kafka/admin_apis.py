@@ -132,7 +132,7 @@ class AdminApis:
 
     # ------------------------------------------------------------------ CreateTopics
     async def create_topics(self, req: Request) -> ApiMessage:
-        body: CreateTopicsRequest = req.body  # type: ignore[assignment]
+        body: CreateTopicsRequest = req.body
         R = CreateTopicsResponse.CreatableTopicResult
         local: dict[int, ItemError] = {}
         items: list[Json] = []
@@ -200,7 +200,7 @@ class AdminApis:
 
     # ------------------------------------------------------------------ DeleteTopics
     async def delete_topics(self, req: Request) -> ApiMessage:
-        body: DeleteTopicsRequest = req.body  # type: ignore[assignment]
+        body: DeleteTopicsRequest = req.body
         R = DeleteTopicsResponse.DeletableTopicResult
         wanted: list[tuple[str | None, uuid.UUID | None]] = []
         if req.api_version >= 6:
@@ -253,7 +253,7 @@ class AdminApis:
 
     # ------------------------------------------------------------------ CreatePartitions
     async def create_partitions(self, req: Request) -> ApiMessage:
-        body: CreatePartitionsRequest = req.body  # type: ignore[assignment]
+        body: CreatePartitionsRequest = req.body
         R = CreatePartitionsResponse.CreatePartitionsTopicResult
         denied = self.auth.denied(req, AclOperation.ALTER, TOPIC, (t.name for t in body.topics))
         allowed = [t for t in body.topics if t.name not in denied]
@@ -283,7 +283,7 @@ class AdminApis:
 
     # ------------------------------------------------------------------ DescribeConfigs
     async def describe_configs(self, req: Request) -> ApiMessage:
-        body: DescribeConfigsRequest = req.body  # type: ignore[assignment]
+        body: DescribeConfigsRequest = req.body
         synonyms = bool(body.include_synonyms) if req.api_version >= 1 else False
         docs = bool(body.include_documentation) if req.api_version >= 3 else False
         results = await asyncio.gather(*(self._describe_resource(r.resource_type, r.resource_name,
@@ -347,7 +347,7 @@ class AdminApis:
 
     # ------------------------------------------------------------------ AlterConfigs / IncrementalAlterConfigs
     async def alter_configs(self, req: Request) -> ApiMessage:
-        body: AlterConfigsRequest = req.body  # type: ignore[assignment]
+        body: AlterConfigsRequest = req.body
         R = AlterConfigsResponse.AlterConfigsResourceResponse
         results = []
         for r in body.resources:
@@ -364,7 +364,7 @@ class AdminApis:
         return AlterConfigsResponse(throttle_time_ms=0, responses=results)
 
     async def incremental_alter_configs(self, req: Request) -> ApiMessage:
-        body: IncrementalAlterConfigsRequest = req.body  # type: ignore[assignment]
+        body: IncrementalAlterConfigsRequest = req.body
         R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
         results = []
         for r in body.resources:
@@ -438,7 +438,7 @@ class AdminApis:
 
     # ------------------------------------------------------------------ DescribeCluster
     async def describe_cluster(self, req: Request) -> ApiMessage:
-        body: DescribeClusterRequest = req.body  # type: ignore[assignment]
+        body: DescribeClusterRequest = req.body
         B = DescribeClusterResponse.DescribeClusterBroker
         endpoint_type = body.endpoint_type if req.api_version >= 1 else BROKER_ENDPOINTS
         ops = self.auth.cluster_operations(req) if body.include_cluster_authorized_operations else None
@@ -470,7 +470,7 @@ class AdminApis:
 
     # ------------------------------------------------------------------ reassignments
     async def alter_partition_reassignments(self, req: Request) -> ApiMessage:
-        body: AlterPartitionReassignmentsRequest = req.body  # type: ignore[assignment]
+        body: AlterPartitionReassignmentsRequest = req.body
         T = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
         P = T.ReassignablePartitionResponse
         allow_rf_change = bool(body.allow_replication_factor_change) if req.api_version >= 1 else True
@@ -523,7 +523,7 @@ class AdminApis:
                          "allowReplicationFactorChange is false")
 
     async def list_partition_reassignments(self, req: Request) -> ApiMessage:
-        body: ListPartitionReassignmentsRequest = req.body  # type: ignore[assignment]
+        body: ListPartitionReassignmentsRequest = req.body
         T = ListPartitionReassignmentsResponse.OngoingTopicReassignment
         P = T.OngoingPartitionReassignment
         args: Json = {}
@@ -547,7 +547,7 @@ class AdminApis:
 
     # ------------------------------------------------------------------ ElectLeaders
     async def elect_leaders(self, req: Request) -> ApiMessage:
-        body: ElectLeadersRequest = req.body  # type: ignore[assignment]
+        body: ElectLeadersRequest = req.body
         T = ElectLeadersResponse.ReplicaElectionResult
         P = T.PartitionResult
         election_type = body.election_type if req.api_version >= 1 else PREFERRED_ELECTION
@@ -583,7 +583,7 @@ class AdminApis:
 
     # ------------------------------------------------------------------ log dirs (this broker's own)
     async def describe_log_dirs(self, req: Request) -> ApiMessage:
-        body: DescribeLogDirsRequest = req.body  # type: ignore[assignment]
+        body: DescribeLogDirsRequest = req.body
         R = DescribeLogDirsResponse.DescribeLogDirsResult
         T = R.DescribeLogDirsTopic
         P = T.DescribeLogDirsPartition
@@ -605,7 +605,7 @@ class AdminApis:
         return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)
 
     async def alter_replica_log_dirs(self, req: Request) -> ApiMessage:
-        body: AlterReplicaLogDirsRequest = req.body  # type: ignore[assignment]
+        body: AlterReplicaLogDirsRequest = req.body
         T = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
         P = T.AlterReplicaLogDirPartitionResult
         moves = [(t.name, p, d.path) for d in body.dirs for t in d.topics for p in t.partitions]

@@ -59,7 +59,7 @@ class ConsumerGroupApis:
         self.groups = groups
 
     async def heartbeat(self, req: Request) -> ApiMessage:
-        body: ConsumerGroupHeartbeatRequest = req.body  # type: ignore[assignment]
+        body: ConsumerGroupHeartbeatRequest = req.body
         owned: Partitions | None = None
         if body.topic_partitions is not None:
             owned = {topic_id_of(t.topic_id): frozenset(t.partitions) for t in body.topic_partitions}
@@ -96,7 +96,7 @@ class ConsumerGroupApis:
                  heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=assignment)
 
     async def describe(self, req: Request) -> ApiMessage:
-        body: ConsumerGroupDescribeRequest = req.body  # type: ignore[assignment]
+        body: ConsumerGroupDescribeRequest = req.body
         D = ConsumerGroupDescribeResponse.DescribedGroup
         out: list[Any] = []
         for group_id in body.group_ids:

@@ -249,7 +249,7 @@ class GroupApis:
 
     # ------------------------------------------------------------------ FindCoordinator
     async def find_coordinator(self, req: Request) -> ApiMessage:
-        body: FindCoordinatorRequest = req.body  # type: ignore[assignment]
+        body: FindCoordinatorRequest = req.body
         keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
         key_type = body.key_type if req.api_version >= 1 else COORDINATOR_KEY_GROUP
         found = [await self._find_one(k, key_type) if key_type != COORDINATOR_KEY_GROUP or
@@ -287,7 +287,7 @@ class GroupApis:
 
     # ------------------------------------------------------------------ JoinGroup / SyncGroup
     async def join_group(self, req: Request) -> ApiMessage:
-        body: JoinGroupRequest = req.body  # type: ignore[assignment]
+        body: JoinGroupRequest = req.body
         v = req.api_version
         request = g.JoinRequest(
             group_id=body.group_id, member_id=body.member_id, protocol_type=body.protocol_type,
@@ -313,7 +313,7 @@ class GroupApis:
                      for m in result.members])
 
     async def sync_group(self, req: Request) -> ApiMessage:
-        body: SyncGroupRequest = req.body  # type: ignore[assignment]
+        body: SyncGroupRequest = req.body
         v = req.api_version
         request = g.SyncRequest(
             group_id=body.group_id, member_id=body.member_id, generation_id=body.generation_id,
@@ -330,7 +330,7 @@ class GroupApis:
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
     async def heartbeat(self, req: Request) -> ApiMessage:
-        body: HeartbeatRequest = req.body  # type: ignore[assignment]
+        body: HeartbeatRequest = req.body
         request = g.HeartbeatRequest(body.group_id, body.member_id, body.generation_id,
                                      body.group_instance_id if req.api_version >= 3 else None)
         try:
@@ -342,7 +342,7 @@ class GroupApis:
         return HeartbeatResponse(throttle_time_ms=0, error_code=error.code)
 
     async def leave_group(self, req: Request) -> ApiMessage:
-        body: LeaveGroupRequest = req.body  # type: ignore[assignment]
+        body: LeaveGroupRequest = req.body
         v = req.api_version
         members = (tuple(g.LeaveMember(m.member_id, m.group_instance_id, m.reason if v >= 5 else None)
                          for m in body.members) if v >= 3 else (g.LeaveMember(body.member_id),))
@@ -362,7 +362,7 @@ class GroupApis:
 
     # ------------------------------------------------------------------ offsets
     async def offset_commit(self, req: Request) -> ApiMessage:
-        body: OffsetCommitRequest = req.body  # type: ignore[assignment]
+        body: OffsetCommitRequest = req.body
         v = req.api_version
         image = self.core.image
         known: list[g.OffsetCommitPartition] = []
@@ -402,7 +402,7 @@ class GroupApis:
         return OffsetCommitResponse(throttle_time_ms=0, topics=[T(name=n, partitions=ps) for n, ps in by_topic.items()])
 
     async def offset_fetch(self, req: Request) -> ApiMessage:
-        body: OffsetFetchRequest = req.body  # type: ignore[assignment]
+        body: OffsetFetchRequest = req.body
         v = req.api_version
         if v >= 8:
             G = OffsetFetchResponse.OffsetFetchResponseGroup
@@ -428,7 +428,7 @@ class GroupApis:
         """OffsetDelete (KIP-496): the group's committed offsets of the named partitions go, unless
         a member of the group subscribes to their topic. A partition of a topic that does not
         exist answers UNKNOWN_TOPIC_OR_PARTITION; a group-wide error answers alone, as Kafka does."""
-        body: OffsetDeleteRequest = req.body  # type: ignore[assignment]
+        body: OffsetDeleteRequest = req.body
         image = self.core.image
         known: list[g.TopicPartition] = []
         results: list[tuple[str, int, ErrorCode]] = []
@@ -481,7 +481,7 @@ class GroupApis:
 
     # ------------------------------------------------------------------ admin
     async def describe_groups(self, req: Request) -> ApiMessage:
-        body: DescribeGroupsRequest = req.body  # type: ignore[assignment]
+        body: DescribeGroupsRequest = req.body
         D = DescribeGroupsResponse.DescribedGroup
         # the authorizer's answers (authorization.py), for the groups described
         with_ops = req.api_version >= 3 and body.include_authorized_operations
@@ -504,7 +504,7 @@ class GroupApis:
         return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
     async def list_groups(self, req: Request) -> ApiMessage:
-        body: ListGroupsRequest = req.body  # type: ignore[assignment]
+        body: ListGroupsRequest = req.body
         v = req.api_version
         states = frozenset(body.states_filter) if v >= 4 and body.states_filter else None
         types = frozenset(body.types_filter) if v >= 5 and body.types_filter else None
@@ -524,7 +524,7 @@ class GroupApis:
             for x in listed])
 
     async def delete_groups(self, req: Request) -> ApiMessage:
-        body: DeleteGroupsRequest = req.body  # type: ignore[assignment]
+        body: DeleteGroupsRequest = req.body
         R_ = DeleteGroupsResponse.DeletableGroupResult
         out = []
         for group_id in body.groups_names:

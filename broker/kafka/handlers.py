@@ -50,7 +50,7 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,
-        ApiKey.Produce: data.produce,  # type: ignore[dict-item]
+        ApiKey.Produce: data.produce,
         ApiKey.Fetch: data.fetch,
         ApiKey.ListOffsets: data.list_offsets,
         ApiKey.InitProducerId: data.init_producer_id,

@@ -173,7 +173,7 @@ def spark_floor_source(rows_per_partition: int, partitions: int, value_bytes: in
 
     from tools.spark_read.source import KAFKA_SCHEMA_DDL
 
-    class FloorReader(DataSourceReader):  # type: ignore[misc]
+    class FloorReader(DataSourceReader):
         def partitions(self) -> list[InputPartition]:
             return [InputPartition(p) for p in range(partitions)]
 
@@ -193,7 +193,7 @@ def spark_floor_source(rows_per_partition: int, partitions: int, value_bytes: in
             for first in range(0, rows_per_partition, n):
                 yield batch.slice(0, min(n, rows_per_partition - first))
 
-    class FloorSource(DataSource):  # type: ignore[misc]
+    class FloorSource(DataSource):
         @classmethod
         def name(cls) -> str:
             return "ferry-perf-floor"

@@ -171,7 +171,7 @@ async def describe_stream_objects(options: ReadOptions, task: ReadTask) -> tuple
 
 
 @dataclass(frozen=True)
-class FerryInputPartition(InputPartition):  # type: ignore[misc]
+class FerryInputPartition(InputPartition):
     """One read task, with where its stream's blocks sit in each of its objects (read from the
     objects' indexes on the driver: one GET per object, not one per object and partition)."""
 
@@ -180,13 +180,13 @@ class FerryInputPartition(InputPartition):  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
-class FerryObjectPartition(InputPartition):  # type: ignore[misc]
+class FerryObjectPartition(InputPartition):
     """A run of whole objects (``readBy=object``), each holding slices of the read's streams."""
 
     task: ObjectTask
 
 
-class FerryReader(DataSourceReader):  # type: ignore[misc]
+class FerryReader(DataSourceReader):
     """Plans on the driver (``partitions``), reads on the executors (``read``)."""
 
     def __init__(self, options: ReadOptions) -> None:
@@ -223,7 +223,7 @@ class FerryReader(DataSourceReader):  # type: ignore[misc]
         yield from read_resuming(partition.task, partition.blocks, read, current_objects)
 
 
-class FerryDataSource(DataSource):  # type: ignore[misc]
+class FerryDataSource(DataSource):
     """``spark.read.format("ferry")``: a batch read of committed records with the Kafka source's columns."""
 
     @classmethod
