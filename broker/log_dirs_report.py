@@ -111,7 +111,7 @@ async def alter_s3_replica_dir(log_dirs: "LogDirsManager", manager: "PartitionMa
         if slot is not None:
             slot.requested_dir = target  # placed there when it opens
         return
-    if os.path.normpath(slot.log_dir) == target:
+    if os.path.normpath(slot.log_dir) == target:  # noqa: ASYNC240 - normpath is string work, no I/O
         return
     async with log_dirs.future_move(topic, partition, target) as move_dir:
         await manager.move_replica(slot, target, move_dir)

@@ -31,7 +31,8 @@ async def open_storage(config: BrokerConfig, store: ObjectStore, client: Control
     control = HttpStreamControl(client) if write is None else \
         OpStreamControl(write, lambda op, args: _read_reply(client, op, args))
     # in S3 each of the broker's WALs (one per log dir) has a name: "main", or the log dir's id
-    wal_name = "main" if len(config.log_dirs) == 1 else os.path.basename(os.path.normpath(wal_dir))
+    # basename/normpath are string work, no I/O
+    wal_name = "main" if len(config.log_dirs) == 1 else os.path.basename(os.path.normpath(wal_dir))  # noqa: ASYNC240
     storage = StreamStorage(dataclasses.replace(config.storage, wal_dir=wal_dir), store, control, broker_id, broker_epoch(), wal_name)
     replay = await storage.start()
     if replay.entries:

@@ -199,7 +199,7 @@ class PartitionCoordinator(GroupCoordinator):
             records += consumer_records
             if error is ErrorCode.NONE and self.group_state(group_id) is GroupState.EMPTY:
                 records += super().delete_groups([group_id], now_ms).records  # its offsets
-            results.append(DeletedGroup(group_id, error))  # type: ignore[arg-type]
+            results.append(DeletedGroup(group_id, error))
         return self._with(tuple(results), records)
 
     # ------------------------------------------------------------ timers and plumbing

@@ -59,7 +59,7 @@ class AclApis:
         return None
 
     async def create_acls(self, req: Request) -> ApiMessage:
-        body: CreateAclsRequest = req.body  # type: ignore[assignment]
+        body: CreateAclsRequest = req.body
         R = CreateAclsResponse.AclCreationResult
         refused = self._refusal(req, AclOperation.ALTER, "CreateAcls")
         if refused is None and body.creations:
@@ -79,7 +79,7 @@ class AclApis:
         return CreateAclsResponse(throttle_time_ms=0, results=results)
 
     async def describe_acls(self, req: Request) -> ApiMessage:
-        body: DescribeAclsRequest = req.body  # type: ignore[assignment]
+        body: DescribeAclsRequest = req.body
         refused = self._refusal(req, AclOperation.DESCRIBE, "DescribeAcls")
         if refused is None:
             flt = _filter(body)
@@ -95,7 +95,7 @@ class AclApis:
                                     resources=_resources([b for _, b in acls.matching(flt)]))
 
     async def delete_acls(self, req: Request) -> ApiMessage:
-        body: DeleteAclsRequest = req.body  # type: ignore[assignment]
+        body: DeleteAclsRequest = req.body
         R = DeleteAclsResponse.DeleteAclsFilterResult
         M = R.DeleteAclsMatchingAcl
         refused = self._refusal(req, AclOperation.ALTER, "DeleteAcls")

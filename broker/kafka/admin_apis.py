@@ -32,7 +32,7 @@ from kafka.protocol.admin.topics import (AlterPartitionReassignmentsRequest, Alt
                                          ListPartitionReassignmentsResponse)
 from kafka.protocol.api_message import ApiMessage
 
-from broker.kafka.authorization import CLUSTER, OPEN, TOPIC, Authorization
+from broker.kafka.authorization import OPEN, TOPIC, Authorization
 from broker.kafka.auto_create import TopicDefaults
 from broker.kafka.config_catalog import BrokerValue, ConfigEntry, broker_entries, group_entries, topic_entries
 from broker.kafka.data_apis import ZERO_UUID, kafka_endpoint_of, kafka_error, topic_uuid
@@ -271,7 +271,7 @@ class AdminApis:
             except Exception as exc:  # noqa: BLE001 - answered per topic
                 failure = failure_of(exc, req.api_version >= QUOTA_ERROR_SINCE["CreatePartitions"])
         results = []
-        by_name = dict(zip((id(t) for t in allowed), answers))
+        by_name = dict(zip((id(t) for t in allowed), answers, strict=False))  # none when the write failed
         for t in body.topics:
             answer = by_name.get(id(t))
             error = TOPIC_DENIED if t.name in denied else ItemError(failure.error, failure.message) \

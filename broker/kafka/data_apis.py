@@ -201,7 +201,7 @@ class DataApis:
 
     # ------------------------------------------------------------------ Metadata
     async def metadata(self, req: Request) -> ApiMessage:
-        body: MetadataRequest = req.body  # type: ignore[assignment]
+        body: MetadataRequest = req.body
         image = self.core.image
         live = kafka_endpoints(image)
         brokers = [MetadataResponse.MetadataResponseBroker(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
@@ -253,8 +253,8 @@ class DataApis:
         v = req.api_version
         if v >= 8 and body.include_topic_authorized_operations:  # the authorizer's answers (authorization.py)
             for t in topics_out:
-                if t.error_code != TOPIC_DENIED.code and t.name is not None:  # type: ignore[attr-defined]
-                    t.authorized_operations = auth.operations(req, TOPIC, t.name)  # type: ignore[attr-defined]
+                if t.error_code != TOPIC_DENIED.code and t.name is not None:
+                    t.authorized_operations = auth.operations(req, TOPIC, t.name)
         cluster_ops = auth.cluster_operations(req) if 8 <= v <= 10 and body.include_cluster_authorized_operations \
             else None
         return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=self.core.cluster_id,
@@ -295,7 +295,7 @@ class DataApis:
 
     # ------------------------------------------------------------------ Produce
     async def produce(self, req: Request) -> ApiMessage | bytes | None:
-        body: ProduceRequest = req.body  # type: ignore[assignment]
+        body: ProduceRequest = req.body
         acks = body.acks
         targets = [(topic.name, part.index, part.records) for topic in body.topic_data for part in topic.partition_data]
         denied = self.auth.denied(req, AclOperation.WRITE, TOPIC, (t.name for t in body.topic_data))
@@ -374,7 +374,7 @@ class DataApis:
         if forwarding is not None and forwarding.route(req, topic, partition).kind is not RouteKind.HERE:
             # a partition this broker has just handed over: forwarded to its owner
             forwarded = await forwarding.forward(req, topic, partition, records, acks,
-                                                 req.body.timeout_ms)  # type: ignore[attr-defined]
+                                                 req.body.timeout_ms)
             if forwarded is not None:
                 return forwarded
         # a copy the append may change in place (offsets, LogAppendTime) and the WAL holds until synced
@@ -382,7 +382,7 @@ class DataApis:
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, req: Request) -> ApiMessage:
-        body: FetchRequest = req.body  # type: ignore[assignment]
+        body: FetchRequest = req.body
         max_bytes = body.max_bytes if req.api_version >= 3 else 2 ** 31 - 1
         asked = [FetchPartition(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                                 p.current_leader_epoch if req.api_version >= 9 else None)
@@ -481,7 +481,7 @@ class DataApis:
 
     # ------------------------------------------------------------------ ListOffsets
     async def list_offsets(self, req: Request) -> ApiMessage:
-        body: ListOffsetsRequest = req.body  # type: ignore[assignment]
+        body: ListOffsetsRequest = req.body
         LT = ListOffsetsResponse.ListOffsetsTopicResponse
         LP = LT.ListOffsetsPartitionResponse
         topics = []
@@ -517,7 +517,7 @@ class DataApis:
         """Kafka's DeleteRecords (sent to each partition's leader): the log start offset moves to
         the given offset (-1: the high watermark); each partition answers its low watermark or
         its own error. Partitions are trimmed concurrently, within the request's timeout."""
-        body: DeleteRecordsRequest = req.body  # type: ignore[assignment]
+        body: DeleteRecordsRequest = req.body
         TR = DeleteRecordsResponse.DeleteRecordsTopicResult
         PR = TR.DeleteRecordsPartitionResult
         timeout_s = max(0.001, body.timeout_ms / 1000) if body.timeout_ms > 0 else 30.0
@@ -548,7 +548,7 @@ class DataApis:
         is one shared stream that no owner ever truncates (a write is acknowledged only once it
         is durable in it), so no epoch ever diverges: every epoch up to the current one ends at
         the log end, and a client's position is always valid."""
-        body: OffsetForLeaderEpochRequest = req.body  # type: ignore[assignment]
+        body: OffsetForLeaderEpochRequest = req.body
         TR = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
         EO = TR.EpochEndOffset
         topics = []
@@ -575,7 +575,7 @@ class DataApis:
 
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, req: Request) -> ApiMessage:
-        body: InitProducerIdRequest = req.body  # type: ignore[assignment]
+        body: InitProducerIdRequest = req.body
         if body.transactional_id is not None:
             return InitProducerIdResponse(throttle_time_ms=0, error_code=NO_TRANSACTIONS.code,
                                           producer_id=-1, producer_epoch=-1)

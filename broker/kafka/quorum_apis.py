@@ -112,7 +112,7 @@ class QuorumApis:
         self.quorum = quorum
 
     async def describe_quorum(self, req: Request) -> ApiMessage:
-        body: DescribeQuorumRequest = req.body  # type: ignore[assignment]
+        body: DescribeQuorumRequest = req.body
         if self.quorum is None:
             return DescribeQuorumResponse(error_code=ErrorCode.NOT_CONTROLLER.code,
                                           error_message="this broker has no controller client", topics=[], nodes=[])

@@ -41,7 +41,7 @@ def filter_error(components: list[tuple[str, int, str | None]]) -> str | None:
 
 
 async def describe_client_quotas(req: Request) -> ApiMessage:
-    body: DescribeClientQuotasRequest = req.body  # type: ignore[assignment]
+    body: DescribeClientQuotasRequest = req.body
     error = filter_error([(c.entity_type, c.match_type, c.match) for c in body.components])
     if error is not None:
         return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST.code,

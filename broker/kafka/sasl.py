@@ -241,7 +241,7 @@ class SaslSession:
             return self._bad_credentials()
         auth_message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
         signature = hmac.digest(cred.stored_key, auth_message, mechanism.hash_name)
-        client_key = bytes(a ^ b for a, b in zip(proof, signature))
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
         if not hmac.compare_digest(hashlib.new(mechanism.hash_name, client_key).digest(), cred.stored_key):
             return self._bad_credentials()
         server_signature = hmac.digest(cred.server_key, auth_message, mechanism.hash_name)

@@ -31,7 +31,7 @@ class ScramApis:
         self.controller = controller
 
     async def describe_user_scram_credentials(self, req: Request) -> ApiMessage:
-        body: DescribeUserScramCredentialsRequest = req.body  # type: ignore[assignment]
+        body: DescribeUserScramCredentialsRequest = req.body
         R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
         args: Json = {"users": None if body.users is None else [u.name for u in body.users]}
         image = self.core.image
@@ -51,7 +51,7 @@ class ScramApis:
                                                     results=results)
 
     async def alter_user_scram_credentials(self, req: Request) -> ApiMessage:
-        body: AlterUserScramCredentialsRequest = req.body  # type: ignore[assignment]
+        body: AlterUserScramCredentialsRequest = req.body
         R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
         args: Json = {
             "deletions": [{"name": d.name, "mechanism": d.mechanism} for d in body.deletions],

@@ -43,7 +43,7 @@ def scram_client(session: SaslSession, user: str, password: str, hash_name: str 
     without_proof = f"c=biws,r={attrs['r']}"
     auth_message = f"{first_bare},{server_first},{without_proof}".encode()
     signature = hmac.digest(hashlib.new(hash_name, client_key).digest(), auth_message, hash_name)
-    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True))).decode()
     final = session.authenticate(f"{without_proof},p={proof}".encode())
     if final.error is ErrorCode.NONE:
         expected = hmac.digest(hmac.digest(salted, b"Server Key", hash_name), auth_message, hash_name)

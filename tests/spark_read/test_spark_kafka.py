@@ -296,7 +296,7 @@ def start_kill_streams(spark: Any, bootstrap: str, base: str) -> tuple[Any, Any]
 
 def keep_progress(queries: list[Any], kept: list[dict[int, Any]]) -> None:
     """Every micro-batch's progress by batch id (``recentProgress`` holds only the last 100)."""
-    for query, batches in zip(queries, kept):
+    for query, batches in zip(queries, kept, strict=True):
         for b in query.recentProgress:
             batches[b["batchId"]] = b
 
@@ -451,7 +451,7 @@ def test_spark_kafka_source_and_sink_through_a_kill(jars, spark, cluster, tmp_pa
     print(f"Spark through {len(kills)} kill -9: {len(acked)} acknowledged, read {len(rows)} once each "
           f"(0 lost, 0 duplicated); the sink copied {len(acked) + duplicated}: 0 lost, {duplicated} duplicated")
     print("  micro-batches: " + ", ".join(f"{name} {len(batches)}, median {median_batch_s(batches):.2f} s"
-                                          for name, batches in zip(("read", "copy"), progress)))
+                                          for name, batches in zip(("read", "copy"), progress, strict=True)))
     for i, kill in enumerate(kills):
         seen_s = failover_seen_s(progress[0], kill.partitions, kill.at_s)
         assert seen_s is not None, f"no micro-batch read broker {kill.broker}'s partitions after its kill"
@@ -463,5 +463,5 @@ def test_spark_kafka_source_and_sink_through_a_kill(jars, spark, cluster, tmp_pa
               f"read the killed partitions again after {seen_s:.2f} s; longest micro-batch since: "
               + ", ".join(f"{name} {b['durationMs']['triggerExecution'] / 1000:.2f} s (latestOffset "
                           f"{b['durationMs'].get('latestOffset', 0)} ms, addBatch {b['durationMs'].get('addBatch', 0)} ms)"
-                          for name, b in zip(("read", "copy"), longest)))
+                          for name, b in zip(("read", "copy"), longest, strict=True)))
     cluster.start_broker(kills[-1].broker, wait=True)
