@@ -35,7 +35,8 @@ async def test_heartbeats_go_on_while_the_broker_loop_is_blocked() -> None:
     hb.on_registered = lambda epoch: epochs.append((epoch, threading.current_thread().name))
     assert await hb.register(timeout_s=5) == 9
     hb.start()
-    time.sleep(0.3)  # the broker's loop does not run: a heartbeat sent from it could not go out
+    # the broker's loop does not run: a heartbeat sent from it could not go out
+    time.sleep(0.3)  # noqa: ASYNC251 - blocking the loop is the point
     beats = [name for op, name in ctrl.calls if op == "broker_heartbeat"]
     assert len(beats) >= 3 and set(beats) == {"heartbeat-2"}
     assert hb.lease.valid(time.monotonic())
