@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
+from metadata_quorum.kernel.messages.streams import DescribeStreamReply
 from metadata_quorum.pmap import EMPTY_PMAP, PMap
 from metadata_quorum.records import (
     NO_LEADER,
@@ -297,7 +298,7 @@ class StreamMetadata:
     def to_records(self) -> list[Record]:
         return [self.to_record(), *self.objects]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> DescribeStreamReply:
         return {
             "stream_id": self.stream_id,
             "epoch": self.epoch,

@@ -6,7 +6,7 @@ committed image. Both raise ``FerryError`` for bad input and change nothing.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from metadata_quorum.controller_result import ControllerResult, OpContext, ReadOperation, WriteOperation
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -59,7 +59,7 @@ def run_write(image: MetadataImage, op: str, args: Any, ctx: OpContext) -> Contr
     return fn(image, args, ctx)
 
 
-def run_read(image: MetadataImage, op: str, args: Any) -> dict[str, Any]:
+def run_read(image: MetadataImage, op: str, args: Any) -> Mapping[str, Any]:
     fn = READ_OPERATIONS.get(op)
     if fn is None:
         raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown read operation {op!r}")
