@@ -13,7 +13,7 @@ trust a key use ``.get``), since the wire is JSON.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, cast
+from typing import Any, Awaitable, Callable, Mapping, Protocol, cast
 
 from metadata_quorum.kernel import messages as m
 from metadata_quorum.kernel.messages import Operation, ReplyT, RequestT
@@ -31,6 +31,17 @@ class ControllerTransport(WriteTransport, Protocol):
     async def read(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
         """Run read operation ``op`` on a committed image; its reply."""
         ...
+
+
+class WriteFunction:
+    """A write transport from a plain ``write(op, args)`` coroutine function (a connection made on
+    another thread, a scripted controller in a test); per-call timeouts do not apply to it."""
+
+    def __init__(self, write: Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]) -> None:
+        self._write_fn = write
+
+    async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
+        return await self._write_fn(op, args)
 
 
 class SplitTransport:
@@ -54,7 +65,10 @@ class ControllerWrites:
         self.transport = transport
 
     async def _write(self, op: Operation[RequestT, ReplyT], request: RequestT, timeout_ms: int | None) -> ReplyT:
-        return cast(ReplyT, await self.transport.write(op.name, request, timeout_ms))
+        # without a timeout of its own the call is ``write(op, args)``, as a transport's plain form
+        reply = await (self.transport.write(op.name, request) if timeout_ms is None
+                       else self.transport.write(op.name, request, timeout_ms))
+        return cast(ReplyT, reply)
 
     async def register_broker(self, request: cluster.RegisterBrokerRequest,
                               timeout_ms: int | None = None) -> cluster.RegisterBrokerReply:
@@ -149,7 +163,9 @@ class ControllerApi(ControllerWrites):
         self.transport = transport
 
     async def _read(self, op: Operation[RequestT, ReplyT], request: RequestT, timeout_ms: int | None) -> ReplyT:
-        return cast(ReplyT, await self.transport.read(op.name, request, timeout_ms))
+        reply = await (self.transport.read(op.name, request) if timeout_ms is None
+                       else self.transport.read(op.name, request, timeout_ms))
+        return cast(ReplyT, reply)
 
     async def describe_cluster(self, request: cluster.DescribeClusterRequest,
                                timeout_ms: int | None = None) -> cluster.DescribeClusterReply:

@@ -12,6 +12,14 @@ class LogDirEntry(TypedDict):
     path: str  # absolute
 
 
+class BrokerAddresses(TypedDict):
+    """What a broker states about itself when it registers, besides its id and incarnation."""
+
+    endpoints: list[str]
+    rack: str | None
+    log_dirs: list[LogDirEntry]
+
+
 class RegisterBrokerRequest(TypedDict):
     broker_id: int
     incarnation_id: str
@@ -22,6 +30,9 @@ class RegisterBrokerRequest(TypedDict):
 
 class RegisterBrokerReply(TypedDict):
     broker_epoch: int  # the offset of the registration record
+    # a controller may state its session timeout, which then bounds the broker's lease
+    # (broker/heartbeat.py); this controller's ops do not state it
+    session_timeout_ms: NotRequired[int]
 
 
 class UnregisterBrokerRequest(TypedDict):
@@ -45,6 +56,7 @@ class BrokerHeartbeatReply(TypedDict):
     is_caught_up: bool
     should_shut_down: bool
     metadata_high_watermark: int
+    session_timeout_ms: NotRequired[int]  # as in RegisterBrokerReply
 
 
 class TickRequest(TypedDict):

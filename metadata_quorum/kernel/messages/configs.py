@@ -2,7 +2,7 @@
 # No ``from __future__ import annotations`` here: the TypedDicts must see ``NotRequired`` at class
 # creation, or their __required_keys__ / __optional_keys__ are wrong at run time.
 
-from typing import NotRequired, TypedDict
+from typing import Mapping, NotRequired, TypedDict
 
 from metadata_quorum.kernel.messages.common import Empty
 
@@ -13,12 +13,15 @@ class ConfigOp(TypedDict):
     value: NotRequired[str | None]
 
 
-class ConfigResourceChange(TypedDict):
+class ConfigChanges(TypedDict, total=False):
+    configs: Mapping[str, str | None]  # set a value, or delete (None)
+    ops: list[ConfigOp]  # applied in order after ``configs``
+    replace: bool  # delete every stored key not set here (Kafka's AlterConfigs)
+
+
+class ConfigResourceChange(ConfigChanges):
     type: str  # broker, topic or cluster
     name: str  # a broker's id, "" for every broker's default, a topic name
-    configs: NotRequired[dict[str, str | None]]  # set a value, or delete (None)
-    ops: NotRequired[list[ConfigOp]]  # applied in order after ``configs``
-    replace: NotRequired[bool]  # delete every stored key not set here (Kafka's AlterConfigs)
 
 
 class AlterConfigsRequest(TypedDict):

@@ -2,7 +2,7 @@
 # No ``from __future__ import annotations`` here: the TypedDicts must see ``NotRequired`` at class
 # creation, or their __required_keys__ / __optional_keys__ are wrong at run time.
 
-from typing import NotRequired, TypedDict
+from typing import Mapping, NotRequired, TypedDict
 
 from metadata_quorum.kernel.messages.common import ItemErrorFields
 
@@ -10,7 +10,7 @@ from metadata_quorum.kernel.messages.common import ItemErrorFields
 class NewTopic(TypedDict):
     name: str
     storage: NotRequired[str]  # "s3" (the default) or "local"
-    configs: NotRequired[dict[str, str]]
+    configs: NotRequired[Mapping[str, str | None]]  # a None value is refused (INVALID_CONFIG)
     num_partitions: NotRequired[int]  # -1: default_num_partitions
     replication_factor: NotRequired[int]  # -1: default_replication_factor
     # partition (decimal text, a JSON object's key) -> broker ids; decides count and factor
