@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from metadata_quorum.kernel.controller_api import ControllerWrites
 from metadata_quorum.kernel.errors import ErrorCode, FerryError

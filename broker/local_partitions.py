@@ -18,7 +18,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from broker import local_layout as lay
 from broker import partition as sm

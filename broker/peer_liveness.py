@@ -22,7 +22,7 @@ import fcntl
 import logging
 import os
 import time
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Callable, Iterable
 
 from metadata_quorum.kernel.controller_api import ControllerWrites
 from metadata_quorum.kernel.errors import FerryError

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import re
 import sys
-from typing import Any
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.messages.topics import NewTopic, TopicDescription

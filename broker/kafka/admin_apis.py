@@ -36,7 +36,7 @@ from broker.kafka.acl_operations import CLUSTER_OPERATIONS
 from broker.kafka.auto_create import TopicDefaults
 from broker.kafka.config_catalog import BrokerValue, ConfigEntry, broker_entries, topic_entries
 from broker.kafka.data_apis import ZERO_UUID, kafka_endpoint_of, kafka_error, topic_uuid
-from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, Json, forward_timeout_ms, forwarding_failure
+from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, forward_timeout_ms, forwarding_failure
 from broker.kafka.wire import Request
 from broker.log_dirs_report import LogDirReport, TopicFilter
 from metadata_quorum.kernel.controller_api import ControllerApi
