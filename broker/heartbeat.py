@@ -38,7 +38,6 @@ from metadata_quorum.kernel.messages.cluster import BrokerAddresses, BrokerHeart
 log = logging.getLogger("ferry.broker.heartbeat")
 
 
-
 @dataclass
 class HeartbeatState:
     broker_id: int

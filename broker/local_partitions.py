@@ -40,7 +40,6 @@ from metadata_quorum.records import STORAGE_S3
 log = logging.getLogger("ferry.broker.local_partitions")
 
 
-
 @dataclass
 class LocalSlot:
     """A storage=local partition hosted here, in the shape the broker's front ends read (as the

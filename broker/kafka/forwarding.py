@@ -68,7 +68,7 @@ class QuorumForwarder:
         self.wait_for_offset = wait_for_offset
 
     async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Json:
-        timeout_ms = forward_timeout_ms(timeout_ms) if timeout_ms is None else timeout_ms
+        timeout_ms = DEFAULT_FORWARD_TIMEOUT_MS if timeout_ms is None else timeout_ms
         started = time.monotonic()
         # the operation's own answer (e.g. UNKNOWN_TOPIC_OR_PARTITION for a missing topic) goes back
         # to the client at once: only the quorum's unavailability is worth retrying here
@@ -84,7 +84,7 @@ class QuorumForwarder:
         return reply
 
     async def read(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Json:
-        timeout_ms = forward_timeout_ms(timeout_ms) if timeout_ms is None else timeout_ms
+        timeout_ms = DEFAULT_FORWARD_TIMEOUT_MS if timeout_ms is None else timeout_ms
         return await self.client.read(op, args, timeout_ms, retry_answers=False)
 
 
