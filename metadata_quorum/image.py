@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from metadata_quorum.acls import AclsImage
+from metadata_quorum.kernel.messages.streams import DescribeStreamReply
 from metadata_quorum.pmap import EMPTY_PMAP, PMap
 from metadata_quorum.records import (
     NO_LEADER,
@@ -299,7 +300,7 @@ class StreamMetadata:
     def to_records(self) -> list[Record]:
         return [self.to_record(), *self.objects]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> DescribeStreamReply:
         return {
             "stream_id": self.stream_id,
             "epoch": self.epoch,

@@ -6,6 +6,7 @@ from itertools import pairwise
 from typing import Any
 
 from broker.heartbeat import Heartbeater
+from metadata_quorum.kernel.controller_api import ControllerWrites, WriteFunction
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 
@@ -24,7 +25,7 @@ class ScriptedController:
 
 
 def heartbeater(ctrl: ScriptedController, registered: list[int] | None = None) -> Heartbeater:
-    hb = Heartbeater(ctrl.write, broker_id=3, interval_ms=10, session_timeout_ms=1000,
+    hb = Heartbeater(ControllerWrites(ctrl), broker_id=3, interval_ms=10, session_timeout_ms=1000,
                      registration=lambda: {"endpoints": ["http://x"], "rack": None, "log_dirs": []},
                      metadata_offset=lambda: 42, dir_states=lambda: (["d1"], []),
                      on_registered=(registered.append if registered is not None else None))
@@ -148,7 +149,7 @@ async def test_an_older_answer_never_overrides_a_newer_one() -> None:
         await release[name].wait()
         return dict(replies[name])
 
-    hb = Heartbeater(write, broker_id=3, interval_ms=10, session_timeout_ms=1000,
+    hb = Heartbeater(ControllerWrites(WriteFunction(write)), broker_id=3, interval_ms=10, session_timeout_ms=1000,
                      registration=lambda: {}, metadata_offset=lambda: 0, dir_states=lambda: ([], []))
     old = asyncio.create_task(hb.beat_once())
     await asyncio.sleep(0.01)
@@ -169,7 +170,7 @@ async def test_an_answer_about_an_incarnation_registered_over_changes_nothing() 
         await release.wait()
         return {"is_fenced": False, "is_caught_up": True}
 
-    hb = Heartbeater(write, broker_id=3, interval_ms=10, session_timeout_ms=1000,
+    hb = Heartbeater(ControllerWrites(WriteFunction(write)), broker_id=3, interval_ms=10, session_timeout_ms=1000,
                      registration=lambda: {}, metadata_offset=lambda: 0, dir_states=lambda: ([], []))
     hb.state.broker_epoch = 5
     late = asyncio.create_task(hb.beat_once())
