@@ -14,7 +14,7 @@ from metadata_quorum.controller_result import ControllerResult, OpContext, ReadO
 from metadata_quorum.kernel import messages as m
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
-from metadata_quorum.ops import acls, cluster, configs, replication, scram, streams, topics
+from metadata_quorum.ops import acls, cluster, configs, producer_ids, replication, scram, streams, topics
 
 WRITE_OPERATIONS: dict[str, WriteOperation] = {
     m.REGISTER_BROKER.name: cluster.register_broker,
@@ -22,6 +22,7 @@ WRITE_OPERATIONS: dict[str, WriteOperation] = {
     m.BROKER_HEARTBEAT.name: cluster.broker_heartbeat,
     m.TICK.name: cluster.tick,
     m.REPORT_BROKER_DEAD.name: cluster.report_broker_dead,
+    m.ALLOCATE_PRODUCER_IDS.name: producer_ids.allocate_producer_ids,
     m.CREATE_TOPICS.name: topics.create_topics,
     m.DELETE_TOPICS.name: topics.delete_topics,
     m.CREATE_PARTITIONS.name: topics.create_partitions,

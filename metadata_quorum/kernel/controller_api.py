@@ -152,6 +152,10 @@ class ControllerWrites:
     async def put_kv(self, request: configs.PutKvRequest, timeout_ms: int | None = None) -> configs.PutKvReply:
         return await self._write(m.PUT_KV, request, timeout_ms)
 
+    async def allocate_producer_ids(self, request: cluster.AllocateProducerIdsRequest,
+                                    timeout_ms: int | None = None) -> cluster.AllocateProducerIdsReply:
+        return await self._write(m.ALLOCATE_PRODUCER_IDS, request, timeout_ms)
+
     async def create_acls(self, request: security.CreateAclsRequest,
                           timeout_ms: int | None = None) -> security.CreateAclsReply:
         return await self._write(m.CREATE_ACLS, request, timeout_ms)

@@ -158,6 +158,7 @@ def _replies(c: LocalController, clock: ManualClock) -> list[tuple[str, Mapping[
     clock.advance(60_000)
     call("broker_heartbeat", {"broker_id": 0, "broker_epoch": b0, "metadata_offset": c.image.offset})
     call("tick", {})
+    call("allocate_producer_ids", {"broker_id": 0, "broker_epoch": b0})
     binding = {"resource_type": "TOPIC", "resource_name": "t", "pattern_type": "LITERAL", "principal": "User:alice",
                "host": "*", "operation": "READ", "permission_type": "ALLOW"}
     call("create_acls", {"creations": [binding, {**binding, "operation": "UNKNOWN"}]})

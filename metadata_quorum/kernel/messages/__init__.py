@@ -42,6 +42,8 @@ BROKER_HEARTBEAT = Operation("broker_heartbeat", "write", cluster.BrokerHeartbea
 TICK = Operation("tick", "write", cluster.TickRequest, cluster.TickReply)
 REPORT_BROKER_DEAD = Operation("report_broker_dead", "write", cluster.ReportBrokerDeadRequest,
                                cluster.ReportBrokerDeadReply)
+ALLOCATE_PRODUCER_IDS = Operation("allocate_producer_ids", "write", cluster.AllocateProducerIdsRequest,
+                                  cluster.AllocateProducerIdsReply)
 DESCRIBE_CLUSTER = Operation("describe_cluster", "read", cluster.DescribeClusterRequest, cluster.DescribeClusterReply)
 # -- topics -----------------------------------------------------------------------------------------
 CREATE_TOPICS = Operation("create_topics", "write", topics.CreateTopicsRequest, topics.CreateTopicsReply)
@@ -88,7 +90,8 @@ DESCRIBE_USER_SCRAM_CREDENTIALS = Operation("describe_user_scram_credentials", "
 
 #: every controller operation by name
 OPERATIONS: dict[str, Operation[Any, Any]] = {op.name: op for op in (
-    REGISTER_BROKER, UNREGISTER_BROKER, BROKER_HEARTBEAT, TICK, REPORT_BROKER_DEAD, DESCRIBE_CLUSTER,
+    REGISTER_BROKER, UNREGISTER_BROKER, BROKER_HEARTBEAT, TICK, REPORT_BROKER_DEAD, ALLOCATE_PRODUCER_IDS,
+    DESCRIBE_CLUSTER,
     CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_TOPICS,
     ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, ELECT_LEADERS, ALTER_PARTITION,
     CREATE_STREAM, OPEN_STREAM, CLOSE_STREAM, COMMIT_OBJECT, TRIM_STREAM, COLLECT_GARBAGE, COMPACT_OBJECTS,

@@ -108,3 +108,15 @@ class BrokerDescription(TypedDict):
 class DescribeClusterReply(TypedDict):
     brokers: list[BrokerDescription]
     metadata_offset: int
+
+
+class AllocateProducerIdsRequest(TypedDict):
+    broker_id: int
+    broker_epoch: int
+
+
+class AllocateProducerIdsReply(TypedDict):
+    """A block of producer ids: ``producer_id_start`` up to, not including, start + len."""
+
+    producer_id_start: int
+    producer_id_len: int
