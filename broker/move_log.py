@@ -106,9 +106,10 @@ class MoveLog:
             queued, self._queue = self._queue, {}
             puts: list[PutKvRequest] = []
             for key, halves in queued.items():
-                value = self._written.get(key, self._image().kv.get(key))
+                previous = self._written.get(key, self._image().kv.get(key))
+                value = ''
                 for half in halves:
-                    value = encode_halves(value, half)
+                    value = previous = encode_halves(previous, half)
                 self._written[key] = value
                 puts.append({"key": key, "value": value})
             try:

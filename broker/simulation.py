@@ -588,10 +588,10 @@ class Simulation:
         placed = False
         for topic, part in after.topics.all_partitions():
             if part.leader != NO_LEADER:
-                reg = after.cluster.brokers.get(part.leader)
+                leader_reg = after.cluster.brokers.get(part.leader)
                 if part.leader not in part.replicas:
                     self.fail(f"{topic.name}-{part.partition} leader {part.leader} not in replicas {part.replicas}")
-                if reg is None or not reg.is_active:
+                if leader_reg is None or not leader_reg.is_active:
                     self.fail(f"{topic.name}-{part.partition} led by fenced or departing broker {part.leader}")
                 if part.storage == STORAGE_LOCAL and part.leader not in part.isr:
                     self.fail(f"{topic.name}-{part.partition} leader {part.leader} not in ISR {part.isr}")

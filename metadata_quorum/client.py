@@ -213,7 +213,8 @@ class ControllerClient:
                     timeout_ms: int | None = None) -> dict[str, Any]:
         """Run a write operation on the active controller; returns its reply."""
         body = await self.write_with_offset(op, args, timeout_ms)
-        return body["reply"]
+        reply: dict[str, Any] = body["reply"]
+        return reply
 
     async def write_with_offset(self, op: str, args: Mapping[str, Any] | None = None,
                                 timeout_ms: int | None = None, retry_answers: bool = True) -> dict[str, Any]:

@@ -48,10 +48,12 @@ class _AnyControllerReads:
         self.admin = admin
 
     async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
-        return await self.admin.write(op, args, timeout_ms)
+        reply: Mapping[str, Any] = await self.admin.write(op, args, timeout_ms)
+        return reply
 
     async def read(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
-        return await self.admin.read(op, args, leader=False)
+        reply: Mapping[str, Any] = await self.admin.read(op, args, leader=False)
+        return reply
 
 
 @dataclass
