@@ -106,10 +106,11 @@ class MoveLog:
             queued, self._queue = self._queue, {}
             puts: list[PutKvRequest] = []
             for key, halves in queued.items():
-                previous = self._written.get(key, self._image().kv.get(key))
-                value = ''
+                value: str | None = self._written.get(key, self._image().kv.get(key))
                 for half in halves:
-                    value = previous = encode_halves(previous, half)
+                    value = encode_halves(value, half)
+                if value is None:
+                    continue  # no half queued under this key
                 self._written[key] = value
                 puts.append({"key": key, "value": value})
             try:
