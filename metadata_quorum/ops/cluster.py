@@ -153,7 +153,8 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     existing = image.cluster.brokers.get(broker_id)
     if existing is not None and existing.incarnation_id == incarnation_id and not incarnation_ended(image, existing):
         # A retry of a registration that already committed: same epoch, nothing new.
-        retried: RegisterBrokerReply = {"broker_epoch": existing.broker_epoch}
+        retried: RegisterBrokerReply = {"broker_epoch": existing.broker_epoch,
+                                        "session_timeout_ms": ctx.session_timeout_ms}
         return ControllerResult((), retried)
     if existing is not None and not existing.fenced and not heartbeat_expired(ctx, broker_id):
         raise FerryError(
@@ -183,7 +184,7 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     if existing is not None:
         # The old incarnation is gone: it must lead nothing (its partitions wait for a leader).
         evacuate(builder, Placement(image), broker_id, "restart", ctx)
-    registered: RegisterBrokerReply = {"broker_epoch": epoch}
+    registered: RegisterBrokerReply = {"broker_epoch": epoch, "session_timeout_ms": ctx.session_timeout_ms}
     return ControllerResult(tuple(builder.records), registered)
 
 
@@ -245,6 +246,8 @@ def broker_heartbeat(image: MetadataImage, args: dict[str, Any], ctx: OpContext)
         "is_caught_up": caught_up,
         "should_shut_down": should_shut_down,
         "metadata_high_watermark": ctx.next_offset + len(builder.records),
+        # the broker's lease must not outlive the session this controller fences on
+        "session_timeout_ms": ctx.session_timeout_ms,
     }
     return ControllerResult(tuple(builder.records), reply)
 

@@ -179,3 +179,19 @@ async def test_an_answer_about_an_incarnation_registered_over_changes_nothing() 
     release.set()
     await late
     assert hb.state.fenced and hb.lease.sent_mono_s < 0
+
+
+async def test_the_controllers_own_answers_bound_the_lease() -> None:
+    """Against the real operations (an in-process controller fencing on a 3 s session), a broker
+    configured with 9 s holds a lease of 3 s from its registration on."""
+    from metadata_quorum.local_controller import LocalController, LocalTransport
+    from tests.quorum.quorum_helpers import ManualClock
+
+    c = LocalController(ManualClock(), session_timeout_ms=3000)
+    hb = Heartbeater(ControllerWrites(LocalTransport(c)), broker_id=0, interval_ms=10, session_timeout_ms=9000,
+                     registration=lambda: {"endpoints": ["http://127.0.0.1:1"], "rack": None, "log_dirs": []},
+                     metadata_offset=lambda: c.image.offset, dir_states=lambda: ([], []))
+    await hb.register()
+    assert hb.lease.session_timeout_s == 3.0
+    await hb.beat_once()
+    assert hb.lease.session_timeout_s == 3.0

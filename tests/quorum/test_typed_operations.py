@@ -93,11 +93,12 @@ def test_the_facade_has_one_method_per_operation_with_its_types() -> None:
 
 def test_the_conformance_check_sees_a_departure() -> None:
     """The check below is not vacuous: a missing key, an extra key and a wrong kind are reported."""
-    good = {"broker_epoch": 3}
+    good = {"broker_epoch": 3, "session_timeout_ms": 9000}
     assert conformance(good, m.REGISTER_BROKER.reply) == []
-    assert conformance({}, m.REGISTER_BROKER.reply) == ["reply: missing 'broker_epoch'"]
-    assert conformance({"broker_epoch": 3, "epoch": 3}, m.REGISTER_BROKER.reply) == ["reply: undeclared 'epoch'"]
-    assert conformance({"broker_epoch": "3"}, m.REGISTER_BROKER.reply) == ["reply.broker_epoch: '3' is not an int"]
+    assert conformance({"session_timeout_ms": 9000}, m.REGISTER_BROKER.reply) == ["reply: missing 'broker_epoch'"]
+    assert conformance({**good, "epoch": 3}, m.REGISTER_BROKER.reply) == ["reply: undeclared 'epoch'"]
+    assert conformance({**good, "broker_epoch": "3"}, m.REGISTER_BROKER.reply) == \
+        ["reply.broker_epoch: '3' is not an int"]
     assert conformance({"topics": [{"name": "t", "topc_id": "x"}]}, m.CREATE_TOPICS.reply) == \
         ["reply.topics[0]: undeclared 'topc_id'"]
 

@@ -30,9 +30,9 @@ class RegisterBrokerRequest(TypedDict):
 
 class RegisterBrokerReply(TypedDict):
     broker_epoch: int  # the offset of the registration record
-    # a controller may state its session timeout, which then bounds the broker's lease
-    # (broker/heartbeat.py); this controller's ops do not state it
-    session_timeout_ms: NotRequired[int]
+    # the session this controller fences on: it bounds the broker's lease (broker/heartbeat.py),
+    # whatever the broker's own setting
+    session_timeout_ms: int
 
 
 class UnregisterBrokerRequest(TypedDict):
@@ -56,7 +56,7 @@ class BrokerHeartbeatReply(TypedDict):
     is_caught_up: bool
     should_shut_down: bool
     metadata_high_watermark: int
-    session_timeout_ms: NotRequired[int]  # as in RegisterBrokerReply
+    session_timeout_ms: int  # as in RegisterBrokerReply
 
 
 class TickRequest(TypedDict):
