@@ -37,6 +37,17 @@ class ProducerIdSource(Protocol):
     async def next_producer_id(self) -> int: ...
 
 
+class CountingProducerIds:
+    """Ids from a counter: for a single in-process broker (tests and tools without a controller)."""
+
+    def __init__(self, first: int = 0) -> None:
+        self._next = first
+
+    async def next_producer_id(self) -> int:
+        self._next += 1
+        return self._next - 1
+
+
 @dataclass(frozen=True)
 class Block:
     start: int
@@ -136,4 +147,4 @@ def _log_failure(task: asyncio.Task[None]) -> None:
         log.warning("producer id block prefetch failed: %r", task.exception())
 
 
-__all__ = ["ALLOCATE_ATTEMPTS", "PREFETCH_AT", "Block", "ProducerIdBlocks", "ProducerIdManager", "ProducerIdSource"]
+__all__ = ["ALLOCATE_ATTEMPTS", "PREFETCH_AT", "Block", "CountingProducerIds", "ProducerIdBlocks", "ProducerIdManager", "ProducerIdSource"]

@@ -55,6 +55,7 @@ from broker.kafka.data_apis import kafka_endpoints
 from broker.kafka.produce_forwarder import ForwardTarget, ProduceForwarder
 from broker.kafka.produce_forwarding import ProduceForwarding
 from broker.produce_routes import ProduceRoutes
+from broker.producer_ids import ProducerIdManager
 from broker.kafka.sasl import ScramStore, Users
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
@@ -186,7 +187,9 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
             forwarder = QuorumForwarder(self.client, self._wait_for_metadata)
-            handlers = kafka_handlers(self, forwarder, topic_defaults(self.config), quorum=self.client,
+            producer_ids = ProducerIdManager(self.controller.allocate_producer_ids, self.broker_id,
+                                             lambda: self.heartbeater.state.broker_epoch)
+            handlers = kafka_handlers(self, forwarder, producer_ids, topic_defaults(self.config), quorum=self.client,
                                       authorizer=authorizer_settings(self.config),
                                       forwarding=self._produce_forwarding())
             self.kafka = KafkaListener(handlers, self.config.host, self.config.kafka_port,
