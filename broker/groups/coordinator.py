@@ -35,6 +35,7 @@ from broker.groups.messages import (
     LeaveResult,
     ListedGroup,
     OffsetCommitRequest,
+    OffsetCommitPartition,
     OffsetCommitResult,
     OffsetDeleteResult,
     OffsetFetchResult,
@@ -550,6 +551,33 @@ class GroupCoordinator:
         if created and out.records:
             self._groups[group.group_id] = group
         return self._effects(OffsetCommitResult(tuple(results)), out)
+
+    def check_txn_offset_commit(self, request: OffsetCommitRequest) -> ErrorCode:
+        """TxnOffsetCommit: may this producer's consumer (member, generation) commit these offsets?
+        Checked when they are sent; they are stored when the transaction commits
+        (:meth:`commit_txn_offsets`), whatever the group's generation is by then, as Kafka does."""
+        if self._unloaded:
+            return ErrorCode.NOT_COORDINATOR
+        group = self._groups.get(request.group_id)
+        if group is None:
+            return ErrorCode.ILLEGAL_GENERATION if request.generation_id >= 0 else ErrorCode.NONE
+        return validate_offset_commit(group, request)
+
+    def commit_txn_offsets(self, group_id: str, offsets: Sequence[OffsetCommitPartition],
+                           now_ms: int) -> Effects[OffsetCommitResult]:
+        """A transaction's offsets, its commit marker written: stored as any committed offset."""
+        out = Outbox()
+        if self._unloaded:
+            return self._effects(OffsetCommitResult(()), out)
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._groups[group_id] = ClassicGroup(group_id)
+        for p in offsets:
+            record = offset_record(group_id, p.topic, p.partition, p.offset, p.leader_epoch, p.metadata, now_ms)
+            apply_offset_record(group, record)
+            out.records.append(record)
+        return self._effects(OffsetCommitResult(tuple(PartitionResult(p.topic, p.partition, ErrorCode.NONE)
+                                                      for p in offsets)), out)
 
     def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition],
                        now_ms: int) -> Effects[OffsetDeleteResult]:

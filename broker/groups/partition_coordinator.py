@@ -134,6 +134,13 @@ class PartitionCoordinator(GroupCoordinator):
         return super().commit_offsets(replace(request, member_id="", generation_id=-1, group_instance_id=None),
                                       now_ms)
 
+    def check_txn_offset_commit(self, request: OffsetCommitRequest) -> ErrorCode:
+        if self._unloaded or not self._consumer.has_group(request.group_id):
+            return super().check_txn_offset_commit(request)
+        if request.generation_id < 0 and not request.member_id:
+            return ErrorCode.NONE
+        return self._consumer.validate_commit(request.group_id, request.member_id, request.generation_id)
+
     def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition],
                        now_ms: int) -> Effects[OffsetDeleteResult]:
         """OffsetDelete of a consumer group, as Kafka decides it: partitions of topics a member

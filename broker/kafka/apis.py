@@ -29,6 +29,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OffsetForLeaderEpoch: (2, 4),
     ApiKey.DeleteRecords: (0, 2),
     ApiKey.FindCoordinator: (0, 4),
+    # transactions (txn_apis.py, txn_offsets.py): the versions before KIP-890's transaction
+    # version 2 (EndTxn v5, AddOffsetsToTxn v4, TxnOffsetCommit v5, AddPartitionsToTxn v4+)
+    ApiKey.AddPartitionsToTxn: (0, 3),
+    ApiKey.AddOffsetsToTxn: (0, 3),
+    ApiKey.EndTxn: (0, 4),
+    ApiKey.TxnOffsetCommit: (0, 4),
+    ApiKey.DescribeTransactions: (0, 0),
+    ApiKey.ListTransactions: (0, 1),
     ApiKey.JoinGroup: (0, 9),
     ApiKey.SyncGroup: (0, 5),
     ApiKey.Heartbeat: (0, 4),

@@ -51,6 +51,9 @@ COORDINATOR_KEY_TRANSACTION = 1
 R = TypeVar("R")
 
 
+Found = tuple[ErrorCode, str | None, int, str, int]  # FindCoordinator's answer for one key
+
+
 class GroupsCore(BrokerCore, Protocol):
     """What the group shell needs beyond the data path."""
 
@@ -91,6 +94,11 @@ class GroupApis:
         self._hosted: dict[int, _Hosted] = {}
         self._loading: dict[int, asyncio.Future[_Hosted]] = {}
         self._creating: asyncio.Future[None] | None = None
+        # (partition, leader epoch, group id) -> offsets of a transaction wait on its outcome
+        # (TxnOffsetCommit, broker/kafka/txn_offsets.py); none without transactions
+        self.unstable: Callable[[int, int, str], bool] = lambda _p, _e, _g: False
+        # FindCoordinator for transactional ids (broker/kafka/txn_apis.py); None: refused
+        self.find_transaction_coordinator: Callable[[str], Awaitable[Found]] | None = None
 
     def group_configs(self, group_id: str) -> Mapping[str, str]:
         """The group's own configs in this broker's metadata image (KIP-848 group configs)."""
@@ -264,8 +272,10 @@ class GroupApis:
         return FindCoordinatorResponse(throttle_time_ms=0, error_code=e.code, error_message=m, node_id=n, host=h,
                                        port=p)
 
-    async def _find_one(self, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
-        if key_type == COORDINATOR_KEY_TRANSACTION:  # refused so that the client fails at once
+    async def _find_one(self, key: str, key_type: int) -> Found:
+        if key_type == COORDINATOR_KEY_TRANSACTION:
+            if self.find_transaction_coordinator is not None:
+                return await self.find_transaction_coordinator(key)
             return NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, -1, "", -1
         if key_type != COORDINATOR_KEY_GROUP:
             return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
@@ -464,9 +474,13 @@ class GroupApis:
         """A group's committed offsets (DESCRIBE on the group); a topic the principal may not
         DESCRIBE is TOPIC_AUTHORIZATION_FAILED when named and left out when all are asked, as Kafka."""
         try:
-            _partition, hosted = await self._coordinator(group_id, self._may(req, AclOperation.DESCRIBE, group_id))
+            partition, hosted = await self._coordinator(group_id, self._may(req, AclOperation.DESCRIBE, group_id))
         except NotCoordinator as exc:
             return exc.error, {}
+        body = req.body
+        if req.api_version >= 7 and body.require_stable and self.unstable(partition, hosted.leader_epoch, group_id):
+            # a transaction's offsets for this group wait on its outcome (read_committed consumers retry)
+            return ErrorCode.UNSTABLE_OFFSET_COMMIT, {}
         tps = None if wanted is None else [g.TopicPartition(t, p) for t, ps in wanted for p in ps]
         result = hosted.coordinator.fetch_offsets(group_id, tps)
         denied = self.auth.denied(req, AclOperation.DESCRIBE, TOPIC, (f.topic for f in result.partitions))

@@ -20,6 +20,9 @@ from broker.kafka.produce_forwarding import ProduceForwarding
 from broker.kafka.quorum_apis import QuorumApis, QuorumState
 from broker.kafka.quota_apis import describe_client_quotas
 from broker.kafka.scram_apis import ScramApis
+from broker.kafka.txn_apis import TxnApis
+from broker.kafka.txn_marker_sender import MarkerSender
+from broker.kafka.txn_offsets import TxnOffsets
 from broker.producer_ids import ProducerIdSource
 from metadata_quorum.authorizer import OFF, AuthorizerSettings
 
@@ -37,6 +40,11 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls, producer_ids: P
     data = DataApis(core, producer_ids, auto_create=AutoTopicCreator(controller, topic_defaults), auth=auth,
                     forwarding=forwarding)
     groups = GroupApis(core, auth=auth)
+    transactions = TxnApis(core, producer_ids, MarkerSender(lambda: core.image, f"ferry-broker-{core.broker_id}"),
+                           groups._num_partitions, auth=auth)
+    txn_offsets = TxnOffsets(groups)
+    groups.find_transaction_coordinator = transactions.find
+    groups.unstable = txn_offsets.unstable
     admin = AdminApis(core, controller, topic_defaults, auth=auth)
     consumer_groups = ConsumerGroupApis(groups)
     quorum_apis = QuorumApis(quorum)
@@ -48,7 +56,13 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls, producer_ids: P
         ApiKey.Produce: data.produce,
         ApiKey.Fetch: data.fetch,
         ApiKey.ListOffsets: data.list_offsets,
-        ApiKey.InitProducerId: data.init_producer_id,
+        ApiKey.InitProducerId: lambda req: transactions.init_producer_id(req, data.init_producer_id),
+        ApiKey.AddPartitionsToTxn: transactions.add_partitions_to_txn,
+        ApiKey.AddOffsetsToTxn: transactions.add_offsets_to_txn,
+        ApiKey.EndTxn: transactions.end_txn,
+        ApiKey.TxnOffsetCommit: txn_offsets.txn_offset_commit,
+        ApiKey.DescribeTransactions: transactions.describe_transactions,
+        ApiKey.ListTransactions: transactions.list_transactions,
         ApiKey.OffsetForLeaderEpoch: data.offset_for_leader_epoch,
         ApiKey.DeleteRecords: data.delete_records,
         ApiKey.FindCoordinator: groups.find_coordinator,

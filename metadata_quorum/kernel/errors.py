@@ -61,8 +61,12 @@ class ErrorCode(Enum):
     INVALID_PRODUCER_EPOCH = (47, False, 409)
     INVALID_TXN_STATE = (48, False, 409)
     INVALID_PRODUCER_ID_MAPPING = (49, False, 409)
+    INVALID_TRANSACTION_TIMEOUT = (50, False, 400)
+    CONCURRENT_TRANSACTIONS = (51, True, 409)
+    TRANSACTION_COORDINATOR_FENCED = (52, False, 409)
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = (53, False, 403)
     SECURITY_DISABLED = (54, False, 400)
+    OPERATION_NOT_ATTEMPTED = (55, False, 400)
     KAFKA_STORAGE_ERROR = (56, True, 507)
     LOG_DIR_NOT_FOUND = (57, False, 404)
     SASL_AUTHENTICATION_FAILED = (58, False, 401)
@@ -85,7 +89,9 @@ class ErrorCode(Enum):
     NO_REASSIGNMENT_IN_PROGRESS = (85, False, 400)
     GROUP_SUBSCRIBED_TO_TOPIC = (86, False, 409)
     INVALID_RECORD = (87, False, 400)
+    UNSTABLE_OFFSET_COMMIT = (88, True, 409)
     THROTTLING_QUOTA_EXCEEDED = (89, True, 429)
+    PRODUCER_FENCED = (90, False, 409)
     RESOURCE_NOT_FOUND = (91, False, 404)
     DUPLICATE_RESOURCE = (92, False, 409)
     UNACCEPTABLE_CREDENTIAL = (93, False, 400)
@@ -93,6 +99,7 @@ class ErrorCode(Enum):
     DUPLICATE_BROKER_REGISTRATION = (101, False, 409)
     BROKER_ID_NOT_REGISTERED = (102, False, 404)
     INCONSISTENT_CLUSTER_ID = (104, False, 400)
+    TRANSACTIONAL_ID_NOT_FOUND = (105, False, 404)
     FENCED_MEMBER_EPOCH = (110, False, 409)  # the consumer group protocol (KIP-848)
     UNRELEASED_INSTANCE_ID = (111, False, 409)
     UNSUPPORTED_ASSIGNOR = (112, False, 400)
@@ -126,6 +133,14 @@ class ErrorCode(Enum):
             return cls[name]
         except KeyError:
             return cls.UNKNOWN_SERVER_ERROR
+
+    @classmethod
+    def from_code(cls, code: int) -> "ErrorCode":
+        """The error with Kafka's code ``code`` (UNKNOWN_SERVER_ERROR for one this module lacks)."""
+        return _BY_CODE.get(code, cls.UNKNOWN_SERVER_ERROR)
+
+
+_BY_CODE: dict[int, ErrorCode] = {e.code: e for e in ErrorCode}
 
 
 @dataclass
