@@ -21,6 +21,7 @@ from broker.kafka.produce_forwarding import ProduceForwarding
 from broker.kafka.quorum_apis import QuorumApis, QuorumState
 from broker.kafka.quota_apis import describe_client_quotas
 from broker.kafka.scram_apis import ScramApis
+from broker.kafka.txn_marker_apis import OnTxnMarker, TxnMarkerApis, TxnMarkerCore, no_txn_marker_hook
 from metadata_quorum.authorizer import OFF, AuthorizerSettings
 
 
@@ -29,7 +30,7 @@ def new_producer_id() -> int:
     return secrets.randbits(62)
 
 
-class KafkaCore(GroupsCore, AdminCore, Protocol):
+class KafkaCore(GroupsCore, AdminCore, TxnMarkerCore, Protocol):
     """A broker that serves the data path, consumer groups and the admin APIs."""
 
 
@@ -37,7 +38,10 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
                    topic_defaults: TopicDefaults = TopicDefaults(),
                    quorum: QuorumState | None = None,
                    authorizer: AuthorizerSettings = OFF,
-                   forwarding: ProduceForwarding | None = None) -> dict[int, Handler]:
+                   forwarding: ProduceForwarding | None = None,
+                   on_txn_marker: OnTxnMarker = no_txn_marker_hook) -> dict[int, Handler]:
+    """``on_txn_marker`` is told of each transaction marker written on a partition of
+    ``__consumer_offsets`` (broker/kafka/txn_marker_apis.py)."""
     auth = Authorization(authorizer, lambda: core.image)
     data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults), auth=auth,
                     forwarding=forwarding)
@@ -47,6 +51,7 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
     quorum_apis = QuorumApis(quorum)
     scram = ScramApis(core, controller)
     acls = AclApis(auth, controller)
+    txn_markers = TxnMarkerApis(core, auth, on_txn_marker)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,
@@ -56,6 +61,7 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
         ApiKey.InitProducerId: data.init_producer_id,
         ApiKey.OffsetForLeaderEpoch: data.offset_for_leader_epoch,
         ApiKey.DeleteRecords: data.delete_records,
+        ApiKey.WriteTxnMarkers: txn_markers.write_txn_markers,
         ApiKey.FindCoordinator: groups.find_coordinator,
         ApiKey.JoinGroup: groups.join_group,
         ApiKey.SyncGroup: groups.sync_group,
