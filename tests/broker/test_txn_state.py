@@ -54,7 +54,7 @@ def test_replaying_batches_and_markers_after_a_crash_changes_nothing() -> None:
 
 def test_aborted_between_is_kafkas_overlap_rule() -> None:
     st = TxnState()
-    for pid, first, last in [(1, 0, 4), (2, 5, 9), (3, 2, 12), (4, 20, 25)]:
+    for pid, first in [(1, 0), (2, 5), (3, 2), (4, 20)]:
         st.on_batch(pid, 0, True, first)
     for pid, last in [(1, 4), (2, 9), (3, 12), (4, 25)]:
         st.on_marker(pid, 0, False, 0, last)

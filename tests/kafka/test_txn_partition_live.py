@@ -88,6 +88,50 @@ def read_committed(bootstrap: str, expected: int) -> tuple[list[bytes], int]:
         consumer.close()
 
 
+def read_committed_librdkafka(bootstrap: str, expected: int) -> list[bytes]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition as CTP
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "txn-live-rd", "isolation.level": "read_committed",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    try:
+        consumer.assign([CTP(TOPIC, 0, OFFSET_BEGINNING)])
+        values: list[bytes] = []
+        deadline, quiet_until = time.monotonic() + 20, None
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value())
+            if len(values) >= expected:
+                quiet_until = quiet_until or time.monotonic() + 1.0
+                if time.monotonic() > quiet_until:
+                    break
+        return values
+    finally:
+        consumer.close()
+
+
+async def read_committed_aiokafka(bootstrap: str, expected: int) -> list[bytes]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition as ATP
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        tp = ATP(TOPIC, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        values: list[bytes] = []
+        deadline, quiet_until = time.monotonic() + 20, None
+        while time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                values += [r.value for r in records if r.value is not None]
+            if len(values) >= expected:
+                quiet_until = quiet_until or time.monotonic() + 1.0
+                if time.monotonic() > quiet_until:
+                    break
+        return values
+    finally:
+        await consumer.stop()
+
+
 async def leader(admin: Admin, not_on: int | None = None) -> int:
     deadline = time.monotonic() + 30
     while True:
@@ -147,5 +191,8 @@ async def test_read_committed_through_markers_a_move_and_a_kill(cluster: Any) ->
         assert await produce(port, b"d0", D, 0) == (0, 9)  # still a duplicate after the crash
         assert await marker(port, D, commit=False) == 0  # at 11
         assert await fetch_offsets(port, 1) == (12, 12, [(A, 0), (D, 9)])
+    committed = [b"b0", b"p0", b"b1", b"c0", b"p1"]
     values, end = await asyncio.to_thread(read_committed, cluster.kafka_bootstrap, 5)
-    assert (values, end) == ([b"b0", b"p0", b"b1", b"c0", b"p1"], 12)
+    assert (values, end) == (committed, 12)
+    assert await asyncio.to_thread(read_committed_librdkafka, cluster.kafka_bootstrap, 5) == committed
+    assert await read_committed_aiokafka(cluster.kafka_bootstrap, 5) == committed
