@@ -584,7 +584,7 @@ class Broker:
     async def offset_at(self, topic: str, partition: int, spec: str, timestamp_ms: int = -1,
                         client_leader_epoch: int | None = None) -> tuple[int, int, int]:
         """Kafka's ListOffsets: (offset, timestamp_ms, leader_epoch) for ``spec`` — ``earliest``,
-        ``latest``, ``timestamp``, ``max_timestamp`` (-3: the first record with the largest
+        ``latest``, ``latest_stable`` (latest for read_committed: the last stable offset), ``timestamp``, ``max_timestamp`` (-3: the first record with the largest
         timestamp), ``earliest_local`` (-4: the log start, since clients see one tier) or
         ``latest_tiered`` (-5: the last offset already in S3 objects, -1 if none)."""
         slot = self.partition_slot(topic, partition, for_write=False, client_leader_epoch=client_leader_epoch)
@@ -605,8 +605,8 @@ class Broker:
         if spec == "latest_tiered":
             offset = replica.latest_tiered_offset()
             return offset, -1, replica.leader_epoch if offset >= 0 else -1
-        raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest, timestamp, max_timestamp, "
-                                                    "earliest_local or latest_tiered")
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest, latest_stable, timestamp, "
+                                                    "max_timestamp, earliest_local or latest_tiered")
 
     # ------------------------------------------------------------------ log dirs
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:
