@@ -9,6 +9,9 @@ never change: a batch that loses records keeps its base offset and last offset d
 batch still follows it), a batch that loses them all is dropped, and readers skip the gap.
 
 Rebuilt batches are uncompressed; a batch nothing was removed from keeps its bytes as they are.
+Control batches (transaction markers) are kept whole and their keys (a control record's type) are
+not record keys; a rebuilt batch keeps its transactional bit, so that read_committed readers
+still know its producer's transaction.
 """
 from __future__ import annotations
 
@@ -49,6 +52,16 @@ class CleanRule:
         return record.value is not None or record.timestamp_ms >= self.tombstone_cutoff_ms
 
 
+def data_records(data: bytes | bytearray | memoryview) -> list[Record]:
+    """The records of ``data``'s batches other than control batches (what compaction keys)."""
+    view = memoryview(data)
+    out: list[Record] = []
+    for info in iter_batches(view):
+        if not info.is_control:
+            out += read_records(view[info.position: info.position + info.size_bytes])
+    return out
+
+
 def latest_offsets(records: Iterable[Record], into: dict[bytes, int] | None = None) -> dict[bytes, int]:
     latest = {} if into is None else into
     for record in records:
@@ -60,7 +73,7 @@ def latest_offsets(records: Iterable[Record], into: dict[bytes, int] | None = No
 def rebuild_batch(data: bytes | memoryview, info: BatchInfo, kept: list[Record]) -> bytes:
     """``kept`` (a non-empty subset of the batch's records) as a batch with the same base offset,
     last offset delta, leader epoch and producer fields."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=info.is_transactional,
                                         producer_id=info.producer_id, producer_epoch=info.producer_epoch,
                                         base_sequence=info.base_sequence, batch_size=2 ** 31 - 1)
     for rec in kept:
@@ -80,6 +93,9 @@ def clean(data: bytes, rule: CleanRule) -> tuple[bytes, int]:
     view = memoryview(data)
     for info in iter_batches(view):
         raw = view[info.position: info.position + info.size_bytes]
+        if info.is_control:  # a transaction's marker: its readers need it whatever came after
+            out.append(bytes(raw))
+            continue
         records = read_records(raw)
         kept = [r for r in records if rule.keeps(r)]
         removed += len(records) - len(kept)

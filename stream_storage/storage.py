@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
-from stream_storage.batches import BatchInfo, iter_batches, read_records, stamp_offsets, validate_batches
+from stream_storage.batches import BatchInfo, iter_batches, stamp_offsets, validate_batches
 from stream_storage.cache import BlockCache, IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
 from stream_storage.control import StreamControl, StreamDescription
@@ -543,7 +543,8 @@ class StreamStorage:
             return 0
         latest: dict[bytes, int] = {}
         for ref in objects:  # first pass: the latest offset of every key
-            key_compaction.latest_offsets(read_records(await self._object_data(handle.stream_id, ref)), latest)
+            key_compaction.latest_offsets(key_compaction.data_records(await self._object_data(handle.stream_id, ref)),
+                                          latest)
         rule = key_compaction.CleanRule(latest, objects[-1].end_offset - 1, now_ms - delete_retention_ms)
         removed_total = 0
         run: list[ObjectRef] = []
