@@ -245,11 +245,14 @@ def stamp_offsets(buf: bytearray, infos: Sequence[BatchInfo], base_offset: int, 
     return next_offset
 
 
-def read_records(buf: bytes | bytearray | memoryview) -> list[Record]:
-    """Decode every record of every batch (tests, the meta stream, console tools)."""
+def read_records(buf: bytes | bytearray | memoryview, skip_control: bool = False) -> list[Record]:
+    """Decode every record of every batch (tests, the meta stream, console tools); with
+    ``skip_control``, those of data batches only (not a transaction's markers)."""
     out: list[Record] = []
     view = memoryview(buf)
     for info in iter_batches(view):
+        if skip_control and info.is_control:
+            continue
         batch = DefaultRecordBatch(bytes(view[info.position: info.position + info.size_bytes]))
         for rec in batch:
             out.append(Record(rec.offset, rec.timestamp, rec.key, rec.value, tuple(rec.headers)))

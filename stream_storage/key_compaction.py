@@ -54,12 +54,7 @@ class CleanRule:
 
 def data_records(data: bytes | bytearray | memoryview) -> list[Record]:
     """The records of ``data``'s batches other than control batches (what compaction keys)."""
-    view = memoryview(data)
-    out: list[Record] = []
-    for info in iter_batches(view):
-        if not info.is_control:
-            out += read_records(view[info.position: info.position + info.size_bytes])
-    return out
+    return read_records(data, skip_control=True)
 
 
 def latest_offsets(records: Iterable[Record], into: dict[bytes, int] | None = None) -> dict[bytes, int]:
