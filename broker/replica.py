@@ -21,7 +21,9 @@ from typing import Any, Callable
 from broker import partition_meta as pm
 from broker.txn_state import AbortedTxn, TxnState, stable_bytes
 from broker.load_sampler import LoadCounters
-from broker.max_timestamp import Candidate, MaxTimestampIndex, first_at, largest_first
+from broker import timestamp_lookup as lookup
+from broker.max_timestamp import MaxTimestampIndex
+from broker.timestamp_lookup import FetchedRange
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 from stream_storage.control import ObjectRef
@@ -36,8 +38,6 @@ REBUILD_SCAN_BYTES = 64 * 1024 * 1024
 META_COMPACT_AFTER_RECORDS = 6  # each move adds one record (and one small object) to the meta stream
 META_COMPACT_DELAY_S = (0.5, 2.0)
 META_COMPACT_FORCE_RECORDS = 12
-TIMESTAMP_SCAN_BYTES = 1024 * 1024
-TIMESTAMP_SCAN_ROUNDS = 64
 
 
 @dataclass(frozen=True)
@@ -452,67 +452,19 @@ class Replica:
         self.counters.bytes_out += len(data)
         return data
 
+    async def _read_range(self, offset: int, max_bytes: int) -> FetchedRange:
+        return await self.storage.fetch(self.data_stream_id, offset, max_bytes)
+
     async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int]:
         """Kafka's ListOffsets by timestamp: (offset, timestamp) of the first record at or after it."""
-        start = self.time_index.lookup(timestamp_ms)
-        if start is None:
-            return -1, -1
-        offset = max(start, self.log_start_offset)
-        for _ in range(TIMESTAMP_SCAN_ROUNDS):
-            if offset >= self.high_watermark:
-                break
-            result = await self.storage.fetch(self.data_stream_id, offset, TIMESTAMP_SCAN_BYTES)
-            if not result.data:
-                break
-            for rec in batches.read_records(result.data):
-                if rec.offset >= offset and rec.timestamp_ms >= timestamp_ms:
-                    return rec.offset, rec.timestamp_ms
-            offset = max(offset + 1, int(result.next_offset))
-        return -1, -1
+        return await lookup.offset_for_timestamp(self._read_range, self.time_index, self.log_start_offset,
+                                                 self.high_watermark, timestamp_ms)
 
     async def max_timestamp_offset(self) -> tuple[int, int]:
         """ListOffsets -3 (KIP-734): (offset, timestamp) of the first record with the largest
-        timestamp still in the log, (-1, -1) when it has none. The index says which batch; one
-        read of it answers (a few more when the log start cut into the batch or range that held
-        the maximum)."""
-        start, end = self.log_start_offset, self.high_watermark
-        plan = self.max_timestamps.plan(start, end)
-        if plan is None:
-            return -1, -1
-        target: tuple[int, int] | Candidate | None = plan.front
-        if plan.scan_from is not None and plan.scan_to is not None:
-            target = plan.after_scan(await self._largest_in(plan.scan_from, min(plan.scan_to, end)))
-        if target is None:
-            return -1, -1
-        if not isinstance(target, Candidate):
-            return target
-        result = await self.storage.fetch(self.data_stream_id, max(start, target.base_offset), TIMESTAMP_SCAN_BYTES)
-        found = first_at(((r.offset, r.timestamp_ms) for r in batches.read_records(result.data)), target, start)
-        if found is None:
-            # an index seeded from an old meta may name a batch before the one; key compaction may
-            # have removed the record: then the largest of what remains, read (bounded)
-            found_offset, found_ts = await self.offset_for_timestamp(target.timestamp_ms)
-            if found_offset >= 0:
-                return found_offset, found_ts
-            return await self._largest_in(start, end) or (-1, -1)
-        return found
-
-    async def _largest_in(self, from_offset: int, to_offset: int) -> tuple[int, int] | None:
-        """The first record with the largest timestamp in ``[from_offset, to_offset)``, reading at
-        most ``REBUILD_SCAN_BYTES`` (past that, the best seen so far)."""
-        best: tuple[int, int] | None = None
-        offset, scanned = from_offset, 0
-        while offset < to_offset and scanned < REBUILD_SCAN_BYTES:
-            result = await self.storage.fetch(self.data_stream_id, offset, TIMESTAMP_SCAN_BYTES)
-            if not result.data:
-                break
-            found = largest_first(((r.offset, r.timestamp_ms) for r in batches.read_records(result.data)),
-                                  from_offset, to_offset)
-            if found is not None and (best is None or found[1] > best[1]):
-                best = found
-            scanned += len(result.data)
-            offset = max(offset + 1, int(result.next_offset))
-        return best
+        timestamp still in the log, (-1, -1) when it has none."""
+        return await lookup.max_timestamp_offset(self._read_range, self.time_index, self.max_timestamps,
+                                                 self.log_start_offset, self.high_watermark)
 
     def latest_tiered_offset(self) -> int:
         """ListOffsets -5 (KIP-1005): the last offset already in S3 objects (committed by the
@@ -584,7 +536,7 @@ class Replica:
         m.end_offset = min(self.high_watermark, self._observed_through)
         m.size_bytes = self.size_bytes
         m.producers = self.producers.to_json()
-        m.transactions = self.txns.to_json() if self.txns.to_json() != TxnState().to_json() else None
+        m.transactions = None if self.txns == TxnState() else self.txns.to_json()
         m.time_index = list(self.time_index.entries)
         m.max_timestamps = self.max_timestamps.to_json()
         m.data_stream_id = self.data_stream_id
