@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from broker import partition as sm
 from broker.metrics import BrokerMetrics
@@ -23,13 +23,14 @@ from broker.move_timeline import MoveHalf
 from broker.tail_handoff import TailHandoff, broker_url, plan_handoffs
 from metadata_quorum.delta import TopicIdPartition
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.kernel.controller_api import ControllerWrites
+from metadata_quorum.kernel.messages.replication import ElectLeadersRequest
 
 if TYPE_CHECKING:
     from broker.partition_manager import Slot
 
 log = logging.getLogger("ferry.broker.partitions")
 
-WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 ELECT_WITH_CLOSE_WAIT_S = 0.5  # the election sent behind the closing commit is answered with it
 
 
@@ -44,12 +45,12 @@ class CloseHandoff:
     ``on_closing_commit``), which calls it for uploads that close streams."""
 
     def __init__(self, broker_id: int, image: Callable[[], MetadataImage], slots: Callable[[], Iterable["Slot"]],
-                 write: WriteFn, spawn: Callable[[Any], "asyncio.Task[Any]"], storages: list[Any],
+                 controller: ControllerWrites, spawn: Callable[[Any], "asyncio.Task[Any]"], storages: list[Any],
                  metrics: BrokerMetrics, tail_sender: TailSender | None) -> None:
         self.broker_id = broker_id
         self._image = image
         self._slots = slots
-        self._write = write
+        self._controller = controller
         self._spawn = spawn
         self._storages = storages
         self.metrics = metrics
@@ -98,10 +99,11 @@ class CloseHandoff:
         """One ``elect_leaders`` of partitions whose streams the commit queued just before closes,
         elected only if it did (``require_closed_streams``); returns those elected. Not retried:
         a partition not elected here is elected by its close as before (``on_closed``)."""
-        args = {"election_type": "preferred", "require_closed_streams": True,
-                "partitions": [{"topic": slot.topic, "partition": slot.tp.partition} for slot, _h in batch]}
+        args: ElectLeadersRequest = {
+            "election_type": "preferred", "require_closed_streams": True,
+            "partitions": [{"topic": slot.topic, "partition": slot.tp.partition} for slot, _h in batch]}
         try:
-            reply = await self._write("elect_leaders", args)
+            reply = await self._controller.elect_leaders(args)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - each close asks again

@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from broker.move_timeline import MoveHalf
 from metadata_quorum.kernel.backoff import STEP_BACKOFF, retry_after_ms_of
+from metadata_quorum.kernel.controller_api import ControllerWrites
+from metadata_quorum.kernel.messages.replication import ElectLeadersRequest
 
 log = logging.getLogger("ferry.broker.partitions")
 
-WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 ELECT_COALESCE_S = 0.002
 ELECT_BATCH_MAX = 500
 ELECT_ATTEMPTS = 20
@@ -32,9 +33,9 @@ class ElectionQueue:
     """Elections asked by closes, batched; ``finish_half`` is told each move half once its
     election is answered (t5 marked when it was done)."""
 
-    def __init__(self, write: WriteFn, spawn: Callable[[Any], "asyncio.Task[Any]"],
+    def __init__(self, controller: ControllerWrites, spawn: Callable[[Any], "asyncio.Task[Any]"],
                  finish_half: Callable[[MoveHalf], None]) -> None:
-        self._write = write
+        self._controller = controller
         self._spawn = spawn
         self._finish_half = finish_half
         self._queue: list[tuple[Key, MoveHalf | None]] = []
@@ -54,10 +55,10 @@ class ElectionQueue:
     async def _elect(self, batch: list[tuple[Key, MoveHalf | None]]) -> None:
         pending = dict(batch)
         for attempt in range(ELECT_ATTEMPTS):
-            args = {"election_type": "preferred",
-                    "partitions": [{"topic": t, "partition": p} for t, p in sorted(pending)]}
+            args: ElectLeadersRequest = {"election_type": "preferred",
+                                         "partitions": [{"topic": t, "partition": p} for t, p in sorted(pending)]}
             try:
-                reply = await self._write("elect_leaders", args)
+                reply = await self._controller.elect_leaders(args)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the controller's deadline elects anyway

@@ -29,13 +29,13 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
+from metadata_quorum.kernel.controller_api import ControllerWrites
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.cluster import BrokerAddresses, BrokerHeartbeatReply, BrokerHeartbeatRequest
 
 log = logging.getLogger("ferry.broker.heartbeat")
-
-WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 @dataclass
@@ -93,12 +93,12 @@ def max_in_flight(interval_ms: int, session_timeout_ms: int) -> int:
 class Heartbeater:
     """Registers the broker, then heartbeats every ``interval_ms`` until stopped."""
 
-    def __init__(self, write: WriteFn, broker_id: int, interval_ms: int, session_timeout_ms: int,
-                 registration: Callable[[], dict[str, Any]], metadata_offset: Callable[[], int],
+    def __init__(self, controller: ControllerWrites, broker_id: int, interval_ms: int, session_timeout_ms: int,
+                 registration: Callable[[], BrokerAddresses], metadata_offset: Callable[[], int],
                  dir_states: Callable[[], tuple[list[str], list[str]]],
                  on_failure: Callable[[], None] | None = None,
                  on_registered: Callable[[int], None] | None = None) -> None:
-        self._write = write
+        self._controller = controller
         self.state = HeartbeatState(broker_id)
         self.interval_s = interval_ms / 1000.0
         self.lease = BrokerLease(session_timeout_ms)
@@ -119,10 +119,10 @@ class Heartbeater:
         """Register (retrying while the quorum elects a leader); returns the broker epoch."""
         deadline = time.monotonic() + timeout_s
         while True:
-            args = dict(self._registration(), broker_id=self.state.broker_id,
-                        incarnation_id=self.state.incarnation_id)
             try:
-                reply = await self._write("register_broker", args)
+                reply = await self._controller.register_broker({
+                    **self._registration(), "broker_id": self.state.broker_id,
+                    "incarnation_id": self.state.incarnation_id})
                 self.state.broker_epoch = int(reply["broker_epoch"])
                 self.lease.bound_by(reply.get("session_timeout_ms"))
                 if self.on_registered is not None:
@@ -161,13 +161,14 @@ class Heartbeater:
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
                 pass
 
-    async def beat_once(self) -> dict[str, Any]:
+    async def beat_once(self) -> BrokerHeartbeatReply:
         saturated, offline = self._dir_states()
-        args = {"broker_id": self.state.broker_id, "broker_epoch": self.state.broker_epoch,
-                "metadata_offset": self._metadata_offset(), "want_shutdown": self.state.want_shutdown,
-                "saturated_log_dirs": saturated, "offline_log_dirs": offline}
+        args: BrokerHeartbeatRequest = {
+            "broker_id": self.state.broker_id, "broker_epoch": self.state.broker_epoch,
+            "metadata_offset": self._metadata_offset(), "want_shutdown": self.state.want_shutdown,
+            "saturated_log_dirs": saturated, "offline_log_dirs": offline}
         sent = time.monotonic()
-        reply = await self._write("broker_heartbeat", args)
+        reply = await self._controller.broker_heartbeat(args)
         if args["broker_epoch"] != self.state.broker_epoch or not self._order.admit(sent):
             return reply  # about an incarnation registered over since, or older than one applied
         self.lease.bound_by(reply.get("session_timeout_ms"))  # before renewing with this answer

@@ -17,11 +17,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Callable, Coroutine, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Mapping, TypeVar
 
-from broker.heartbeat import BrokerLease, Heartbeater, HeartbeatState, WriteFn
+from broker.heartbeat import BrokerLease, Heartbeater, HeartbeatState
+from metadata_quorum.kernel.controller_api import ControllerWrites, WriteFunction
+from metadata_quorum.kernel.messages.cluster import BrokerAddresses
 
 T = TypeVar("T")
+WriteFn = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
 
 
 class HeartbeatClient:
@@ -42,7 +45,7 @@ class ThreadedHeartbeater:
     """
 
     def __init__(self, make_client: Callable[[], HeartbeatClient], broker_id: int, interval_ms: int,
-                 session_timeout_ms: int, registration: Callable[[], dict[str, Any]],
+                 session_timeout_ms: int, registration: Callable[[], BrokerAddresses],
                  metadata_offset: Callable[[], int], dir_states: Callable[[], tuple[list[str], list[str]]],
                  on_failure: Callable[[], None] | None = None) -> None:
         self._make_client = make_client
@@ -50,7 +53,7 @@ class ThreadedHeartbeater:
         self._loop = asyncio.new_event_loop()
         self._owner_loop: asyncio.AbstractEventLoop | None = None
         self._on_registered: Callable[[int], None] | None = None
-        self.heartbeater = Heartbeater(self._write, broker_id, interval_ms, session_timeout_ms, registration,
+        self.heartbeater = Heartbeater(ControllerWrites(WriteFunction(self._write)), broker_id, interval_ms, session_timeout_ms, registration,
                                        metadata_offset, dir_states, on_failure=on_failure,
                                        on_registered=self._registered)
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{broker_id}", daemon=True)
@@ -105,7 +108,7 @@ class ThreadedHeartbeater:
         finally:
             self._loop.close()
 
-    async def _write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def _write(self, op: str, args: Mapping[str, Any]) -> Mapping[str, Any]:
         if self._client is None:
             self._client = self._make_client()
         return await self._client.write(op, args)

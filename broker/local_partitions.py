@@ -18,7 +18,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from broker import local_layout as lay
 from broker import partition as sm
@@ -31,13 +31,13 @@ from broker.log_dirs_manager import LogDirsManager
 from broker.replica_fetch_http import ReplicaFetchClient
 from broker.replica_fetcher import follow
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
+from metadata_quorum.kernel.controller_api import ControllerWrites
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.replication import AlterPartitionRequest
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import STORAGE_S3
 
 log = logging.getLogger("ferry.broker.local_partitions")
-
-WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 @dataclass
@@ -70,12 +70,13 @@ def _int_config(configs: Any, name: str, default: int) -> int:
 
 
 class LocalPartitions:
-    def __init__(self, broker_id: int, log_dirs: LogDirsManager, write: WriteFn, broker_epoch: Callable[[], int],
+    def __init__(self, broker_id: int, log_dirs: LogDirsManager, controller: ControllerWrites,
+                 broker_epoch: Callable[[], int],
                  fetch_client: ReplicaFetchClient, lag_max_ms: int, fetch_wait_max_ms: int,
                  checkpoint_interval_ms: int, request_timeout_ms: int) -> None:
         self.broker_id = broker_id
         self._log_dirs = log_dirs
-        self._write = write
+        self._controller = controller
         self._broker_epoch = broker_epoch
         self._client = fetch_client
         self.lag_max_ms = lag_max_ms
@@ -328,11 +329,12 @@ class LocalPartitions:
 
     # ------------------------------------------------------------------ ISR changes (KIP-497)
     async def _propose_isr(self, replica: LocalReplica, isr: tuple[int, ...]) -> None:
-        args = {"broker_id": self.broker_id, "broker_epoch": self._broker_epoch(), "topic": replica.topic,
-                "partition": replica.partition, "leader_epoch": replica.leader_epoch,
-                "partition_epoch": replica.partition_epoch, "isr": list(isr)}
+        args: AlterPartitionRequest = {
+            "broker_id": self.broker_id, "broker_epoch": self._broker_epoch(), "topic": replica.topic,
+            "partition": replica.partition, "leader_epoch": replica.leader_epoch,
+            "partition_epoch": replica.partition_epoch, "isr": list(isr)}
         try:
-            reply = await self._write("alter_partition", args)
+            reply = await self._controller.alter_partition(args)
         except FerryError as exc:
             log.info("%s-%d: AlterPartition %s refused: %s", replica.topic, replica.partition, list(isr), exc)
             return

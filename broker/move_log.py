@@ -11,12 +11,15 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from broker.metrics import BrokerMetrics
 from broker.move_timeline import (ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline, decode_halves, encode_halves,
                                   merge_all, move_kv_key)
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.kernel.controller_api import ControllerWrites
+from metadata_quorum.kernel.messages import PUT_KV
+from metadata_quorum.kernel.messages.configs import PutKvRequest
 
 log = logging.getLogger("ferry.broker.moves")
 
@@ -32,18 +35,18 @@ KV_MAX_PER_SECOND = 16
 # here under one id are a bulk move's from the start, whatever pace they finish at.
 KV_MAX_PER_MOVE = 16
 MOVE_IDS_KEPT = 256
-WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-WriteManyFn = Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[Any]]
+#: several writes in one request (``ControllerClient.write_many``): ``[(op name, request), ...]``
+WriteManyFn = Callable[[list[tuple[str, Mapping[str, Any]]]], Awaitable[Any]]
 
 
 class MoveLog:
     def __init__(self, broker_id: int, metrics: BrokerMetrics, image: Callable[[], MetadataImage],
-                 write: WriteFn, write_many: WriteManyFn | None,
+                 controller: ControllerWrites, write_many: WriteManyFn | None,
                  spawn: Callable[[Any], asyncio.Task[Any]]) -> None:
         self.broker_id = broker_id
         self.metrics = metrics
         self._image = image
-        self._write = write
+        self._controller = controller
         self._write_many = write_many
         self._spawn = spawn
         self.history: collections.deque[MoveHalf] = collections.deque(maxlen=MOVE_HISTORY)
@@ -101,21 +104,23 @@ class MoveLog:
         await asyncio.sleep(KV_COALESCE_S)
         while self._queue:
             queued, self._queue = self._queue, {}
-            ops = []
+            puts: list[PutKvRequest] = []
             for key, halves in queued.items():
-                value = self._written.get(key, self._image().kv.get(key))
+                value: str | None = self._written.get(key, self._image().kv.get(key))
                 for half in halves:
                     value = encode_halves(value, half)
+                if value is None:
+                    continue  # no half queued under this key
                 self._written[key] = value
-                ops.append(("put_kv", {"key": key, "value": value}))
+                puts.append({"key": key, "value": value})
             try:
-                if self._write_many is not None and len(ops) > 1:
-                    await self._write_many(ops)
+                if self._write_many is not None and len(puts) > 1:
+                    await self._write_many([(PUT_KV.name, put) for put in puts])
                 else:
-                    for op, args in ops:
-                        await self._write(op, args)
+                    for put in puts:
+                        await self._controller.put_kv(put)
             except Exception as exc:  # noqa: BLE001 - timelines are best effort
-                log.info("could not publish %d move timelines: %r", len(ops), exc)
+                log.info("could not publish %d move timelines: %r", len(puts), exc)
 
     def _halves(self, topic: str | None, partition: int | None) -> list[MoveHalf]:
         halves = [h for h in self.history

@@ -24,12 +24,13 @@ from broker.elections import ElectionQueue
 from broker.handoff import HandoffWaits
 from broker.log_dirs import choose_log_dir, partition_dir_name
 from broker.metrics import BrokerMetrics
-from broker.move_log import MoveLog
+from broker.move_log import MoveLog, WriteManyFn
 from broker.move_timeline import ROLE_SOURCE, ROLE_TARGET, MoveHalf, MoveTimeline
 from broker.replica import Replica, StreamPlan
 from broker.storage_factory import UploadBatcher, prefetch_streams
 from broker.close_handoff import CloseHandoff, TailSender
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
+from metadata_quorum.kernel.controller_api import ControllerWrites
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ferry.broker.partitions")
 
-WriteFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 # The old owner's last meta-stream object holds the partition meta as a snapshot: the new owner
 # needs that object alone (older ones only when it holds no snapshot, read on demand)
 PREFETCH_OBJECTS = 1
@@ -70,16 +70,16 @@ class Slot:
 
 
 class PartitionManager:
-    def __init__(self, broker_id: int, storage: Any, write: WriteFn, metrics: BrokerMetrics,
+    def __init__(self, broker_id: int, storage: Any, controller: ControllerWrites, metrics: BrokerMetrics,
                  wal_dirs_of: Callable[[int], list[str]], log_dirs: "LogDirsManager",
-                 write_many: Callable[[list[tuple[str, dict[str, Any]]]], Awaitable[Any]] | None = None,
+                 write_many: WriteManyFn | None = None,
                  meta_checkpoint_interval_ms: int = 30000, tail_sender: TailSender | None = None) -> None:
         self.broker_id = broker_id
         # one stream storage (WAL, cache, uploader) per log dir, or one shared by all of them
         self.storages: dict[str, Any] = dict(storage) if isinstance(storage, dict) else {}
         self.storage = next(iter(self.storages.values())) if self.storages else storage
         self._batchers: dict[int, UploadBatcher] = {}
-        self._write = write
+        self._controller = controller
         self.meta_checkpoint_interval_ms = meta_checkpoint_interval_ms
         self._checkpoint_task: asyncio.Task[None] | None = None
         self.metrics = metrics
@@ -87,9 +87,9 @@ class PartitionManager:
         self._log_dirs = log_dirs
         self.image = MetadataImage()
         self.slots: dict[TopicIdPartition, Slot] = {}
-        self.move_log = MoveLog(broker_id, metrics, lambda: self.image, write, write_many, self._spawn)
+        self.move_log = MoveLog(broker_id, metrics, lambda: self.image, controller, write_many, self._spawn)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.elections = ElectionQueue(write, self._spawn, self._finish_half)
+        self.elections = ElectionQueue(controller, self._spawn, self._finish_half)
         self._incoming: dict[int, Any] = {}  # meta stream id of a partition moving here -> its storage
         self._prefetched: set[str] = set()
         self.stopping = False
@@ -100,7 +100,7 @@ class PartitionManager:
         for state in sm.PartitionState:
             metrics.partitions.labels(state.value).set_function(self._counter_of(state))
         storages = list(self.storages.values()) if self.storages else [self.storage]
-        self.close_handoff = CloseHandoff(broker_id, lambda: self.image, lambda: self.slots.values(), write,
+        self.close_handoff = CloseHandoff(broker_id, lambda: self.image, lambda: self.slots.values(), controller,
                                           self._spawn, storages, metrics, tail_sender)
 
     def _counter_of(self, state: sm.PartitionState) -> Callable[[], float]:

@@ -22,8 +22,9 @@ import fcntl
 import logging
 import os
 import time
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Callable, Iterable
 
+from metadata_quorum.kernel.controller_api import ControllerWrites
 from metadata_quorum.kernel.errors import FerryError
 from metadata_quorum.image import MetadataImage
 
@@ -100,12 +101,12 @@ class PeerDeathWatcher:
     """Probes the other brokers' locks every ``interval_ms`` and reports each dead incarnation once."""
 
     def __init__(self, me: int, image: Callable[[], MetadataImage | None], wal_dir_of: Callable[[int], str],
-                 report: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]],
+                 controller: ControllerWrites,
                  my_epoch: Callable[[], int], interval_ms: int) -> None:
         self.me = me
         self._image = image
         self._wal_dir_of = wal_dir_of
-        self._report = report
+        self._controller = controller
         self._my_epoch = my_epoch
         self.interval_s = interval_ms / 1000
         self.reported: set[tuple[int, int]] = set()
@@ -133,7 +134,7 @@ class PeerDeathWatcher:
         dead = [s for s in candidates if s[0] in free]
         for broker_id, broker_epoch in dead:
             try:
-                reply = await self._report("report_broker_dead", {
+                reply = await self._controller.report_broker_dead({
                     "broker_id": broker_id, "broker_epoch": broker_epoch,
                     "reporter_id": self.me, "reporter_epoch": self._my_epoch()})
             except FerryError as exc:

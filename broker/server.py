@@ -55,10 +55,13 @@ from broker.kafka.data_apis import kafka_endpoints
 from broker.kafka.produce_forwarder import ForwardTarget, ProduceForwarder
 from broker.kafka.produce_forwarding import ProduceForwarding
 from broker.produce_routes import ProduceRoutes
+from broker.producer_ids import ProducerIdManager
 from broker.kafka.sasl import ScramStore, Users
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
+from metadata_quorum.kernel.controller_api import ControllerApi, ControllerWrites
+from metadata_quorum.kernel.messages.cluster import BrokerAddresses
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER
 from stream_storage import batches
@@ -97,6 +100,8 @@ class Broker:
                                        token=internal_token)
         # Stream operations and elections of many partitions go out together (write_batcher.py).
         self.batcher = WriteBatcher(self.client.write_many, timeout_ms=config.controller_timeout_ms)
+        self.controller = ControllerApi(self.client)  # one request per call
+        self.batched = ControllerWrites(self.batcher)  # calls of many partitions go out together
         # The metadata log gets a connection of its own: queued behind thousands of stream
         # operations of a large move, the image went stale and writes were refused.
         self.session_client = ControllerClient(
@@ -138,9 +143,6 @@ class Broker:
         return self.manager.image if self.manager is not None else None
 
     # ------------------------------------------------------------------ controller calls
-    async def _write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        return await self.client.write(op, args)
-
     def _heartbeat_client(self) -> HeartbeatClient:
         """The heartbeat thread's own controller connection. Heartbeats are pipelined, so a slow
         answer delays no other beat: one is waited for up to a session (later, it could not renew
@@ -153,7 +155,7 @@ class Broker:
                                   token=config.security.internal_token if config.security is not None else None)
         return HeartbeatClient(client.write, client.close)
 
-    def _registration(self) -> dict[str, Any]:
+    def _registration(self) -> BrokerAddresses:
         endpoints = [self.url] + ([f"kafka://{self.config.host}:{self.kafka.port}"] if self.kafka is not None else [])
         return {"endpoints": endpoints, "rack": self.config.rack,
                 "log_dirs": [{"dir_id": d.dir_id, "path": d.path} for d in self.log_dirs.dirs]}
@@ -187,7 +189,9 @@ class Broker:
         log.info("broker %d listening on %s", self.broker_id, self.url)
         if self.config.kafka_port is not None:
             forwarder = QuorumForwarder(self.client, self._wait_for_metadata)
-            handlers = kafka_handlers(self, forwarder, topic_defaults(self.config), quorum=self.client,
+            producer_ids = ProducerIdManager(self.controller.allocate_producer_ids, self.broker_id,
+                                             lambda: self.heartbeater.state.broker_epoch)
+            handlers = kafka_handlers(self, forwarder, producer_ids, topic_defaults(self.config), quorum=self.client,
                                       authorizer=authorizer_settings(self.config),
                                       forwarding=self._produce_forwarding())
             self.kafka = KafkaListener(handlers, self.config.host, self.config.kafka_port,
@@ -204,14 +208,14 @@ class Broker:
             await asyncio.to_thread(os.makedirs, wal_dir, exist_ok=True)
             self.storages[path] = await open_storage(self.config, self.object_store, self.client, self.broker_id,
                                                      lambda: self.heartbeater.state.broker_epoch, wal_dir,
-                                                     write=self.batcher.write)
+                                                     writes=self.batcher)
         self.storage = next(iter(self.storages.values()))
         self.heartbeater.on_registered = self._set_broker_epoch
-        self.manager = PartitionManager(self.broker_id, dict(self.storages), self.batcher.write, self.metrics,
+        self.manager = PartitionManager(self.broker_id, dict(self.storages), self.batched, self.metrics,
                                         lambda b: wal_dirs_of(self.config.effective_wal_root, b),
                                         self.log_dirs, self.client.write_many,
                                         self.config.meta_checkpoint_interval_ms, self.tail_client)
-        self.local = LocalPartitions(self.broker_id, self.log_dirs, self._write,
+        self.local = LocalPartitions(self.broker_id, self.log_dirs, self.controller,
                                      lambda: self.heartbeater.state.broker_epoch, self.fetch_client,
                                      self.config.replica_lag_time_max_ms, self.config.replica_fetch_wait_max_ms,
                                      self.config.replica_high_watermark_checkpoint_interval_ms,
@@ -224,10 +228,10 @@ class Broker:
         self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
         if self.config.peer_probe_interval_ms > 0:
             watcher = PeerDeathWatcher(self.broker_id, lambda: self.image,
-                                       lambda b: wal_dir_of(self.config.effective_wal_root, b), self.client.write,
+                                       lambda b: wal_dir_of(self.config.effective_wal_root, b), self.controller,
                                        lambda: self.heartbeater.state.broker_epoch, self.config.peer_probe_interval_ms)
             self._background.append(asyncio.create_task(watcher.run()))
-        collector = GarbageCollector(self.object_store, self.batcher.write,
+        collector = GarbageCollector(self.object_store, self.batched,
                                      lambda: (self.broker_id, self.heartbeater.state.broker_epoch),
                                      str(self.storage.config.object_key_prefix), self.config.gc_grace_ms)
         self._background.append(asyncio.create_task(gc_loop(collector, self.config.gc_interval_ms,
@@ -391,7 +395,7 @@ class Broker:
 
     async def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         """Create an internal topic (``__consumer_offsets`` on first use), spread over the brokers."""
-        reply = await self.client.write("create_topics", {"topics": [{
+        reply = await self.controller.create_topics({"topics": [{
             "name": name, "num_partitions": partitions, "replication_factor": 1, "storage": "s3",
             "configs": configs}], "validate_only": False})
         (result,) = reply["topics"]

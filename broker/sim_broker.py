@@ -27,6 +27,7 @@ from typing import Any, Callable, Protocol
 from broker import partition as sm
 from metadata_quorum.delta import MetadataDelta, TopicIdPartition
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.kernel import messages as msg
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, Record, partition_stream_key
 
@@ -206,7 +207,7 @@ class BrokerShell:
             me = env.image.cluster.brokers.get(b.broker_id)
             open_epoch = sm.stream_open_epoch(epoch, meta.epoch, meta.state == STREAM_OPENED, meta.owner,
                                               b.broker_id, meta.owner_epoch, me.broker_epoch if me else -1)
-            reply = env.call("open_stream", {"stream_id": stream_id, "epoch": open_epoch, "broker_id": b.broker_id,
+            reply = env.call(msg.OPEN_STREAM.name, {"stream_id": stream_id, "epoch": open_epoch, "broker_id": b.broker_id,
                                              "broker_epoch": b.broker_epoch},
                              must_succeed=may_open(b, tp, stream_id, epoch, open_epoch))
             if reply is None:
@@ -269,7 +270,7 @@ class BrokerShell:
 
     def _close_stream(self, stream_id: int) -> FerryError | None:
         b = self.b
-        if self.env.call("close_stream", {"stream_id": stream_id, "epoch": b.opened[stream_id],
+        if self.env.call(msg.CLOSE_STREAM.name, {"stream_id": stream_id, "epoch": b.opened[stream_id],
                                           "broker_id": b.broker_id, "broker_epoch": b.broker_epoch}) is not None:
             b.opened.pop(stream_id, None)
             return None
@@ -302,7 +303,7 @@ class BrokerShell:
         topic = self.env.image.topics.by_id.get(tp.topic_id)
         if topic is None:
             return
-        reply = self.env.call("elect_leaders", {"partitions": [{"topic": topic.name, "partition": tp.partition}]})
+        reply = self.env.call(msg.ELECT_LEADERS.name, {"partitions": [{"topic": topic.name, "partition": tp.partition}]})
         if reply and reply["results"][0].get("error") in (None, "NONE", "ELECTION_NOT_NEEDED"):
             self.env.moves_completed += 1
 

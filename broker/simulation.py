@@ -25,6 +25,7 @@ from typing import Any, Callable
 from broker.sim_broker import BrokerShell, SimBroker, streams_of
 from metadata_quorum.controller_core import CoreConfig
 from metadata_quorum.delta import MetadataDelta
+from metadata_quorum.kernel import messages as msg
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, STREAM_ID_COUNTER_KEY, MetadataImage
 from metadata_quorum.operations import WRITE_OPERATIONS
@@ -189,7 +190,7 @@ class Simulation:
             return
         b = self.rng.choice(dead)
         b.incarnation += 1
-        reply = self.call("register_broker", self.registration(b))
+        reply = self.call(msg.REGISTER_BROKER.name, self.registration(b))
         if reply is None:
             return
         b.broker_epoch, b.alive, b.opened, b.shutting_down, b.bad_dirs = int(reply["broker_epoch"]), True, {}, False, {}
@@ -210,7 +211,7 @@ class Simulation:
         was = self.image.cluster.brokers.get(b.broker_id)
         if sent_ms is None:
             sent_ms = self.clock.now_ms - self.rng.randint(0, MAX_REQUEST_TRANSIT_MS)
-        reply = self.call("broker_heartbeat", {
+        reply = self.call(msg.BROKER_HEARTBEAT.name, {
             "broker_id": b.broker_id, "broker_epoch": b.broker_epoch, "metadata_offset": self.image.offset,
             "want_shutdown": b.shutting_down,
             "saturated_log_dirs": sorted(d for d, st in b.bad_dirs.items() if st == "saturated"),
@@ -289,7 +290,7 @@ class Simulation:
     def register_again(self, b: SimBroker) -> None:
         """The same incarnation registers again and gets a new epoch (its beliefs about the
         streams it opened stay as they were: it learns what changed from the log)."""
-        reply = self.call("register_broker", self.registration(b))
+        reply = self.call(msg.REGISTER_BROKER.name, self.registration(b))
         if reply is not None:
             self.ops["registered_again"] += 1
             b.broker_epoch = int(reply["broker_epoch"])
@@ -302,7 +303,7 @@ class Simulation:
         if not live or not gone:
             return
         b, reporter = self.rng.choice(gone), self.rng.choice(live)
-        reply = self.call("report_broker_dead", {"broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
+        reply = self.call(msg.REPORT_BROKER_DEAD.name, {"broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
                                                  "reporter_id": reporter.broker_id,
                                                  "reporter_epoch": reporter.broker_epoch})
         if reply is not None and reply["fenced"]:
@@ -329,12 +330,12 @@ class Simulation:
             topic["replication_factor"] = self.rng.randint(1, 3)
         if self.rng.random() < 0.1:
             topic["name"] = self.rng.choice(["", "..", "bad name", f"t{self._topic_seq - 1}"])
-        self.call("create_topics", {"topics": [topic]})
+        self.call(msg.CREATE_TOPICS.name, {"topics": [topic]})
 
     def delete_topic(self) -> None:
         names = sorted(self.image.topics.by_name)
         if names and self.rng.random() < 0.5:
-            self.call("delete_topics", {"names": [self.rng.choice(names)]})
+            self.call(msg.DELETE_TOPICS.name, {"names": [self.rng.choice(names)]})
 
     def random_partition(self) -> tuple[str, int, Any] | None:
         parts = self.image.topics.all_partitions()
@@ -355,14 +356,14 @@ class Simulation:
             replicas = [self.rng.choice(ids)]
         else:
             replicas = self.rng.sample(ids, k=min(len(ids), self.rng.randint(1, 3)))
-        self.call("alter_partition_reassignments",
+        self.call(msg.ALTER_PARTITION_REASSIGNMENTS.name,
                   {"reassignments": [{"topic": name, "partition": index, "replicas": replicas}]})
 
     def elect(self) -> None:
         picked = self.random_partition()
         if picked is not None:
             name, index, _part = picked
-            self.call("elect_leaders", {"election_type": self.rng.choice(["preferred", "unclean"]),
+            self.call(msg.ELECT_LEADERS.name, {"election_type": self.rng.choice(["preferred", "unclean"]),
                                         "partitions": [{"topic": name, "partition": index}]})
 
     def report_isr(self) -> None:
@@ -383,7 +384,7 @@ class Simulation:
             return reg is not None and reg.broker_epoch == leader.broker_epoch and now is not None and \
                 (now.leader, now.leader_epoch, now.partition_epoch) == sent and set(isr) <= set(now.replicas)
 
-        self.call("alter_partition", {
+        self.call(msg.ALTER_PARTITION.name, {
             "broker_id": leader.broker_id, "broker_epoch": leader.broker_epoch, "topic": topic.name,
             "partition": part.partition, "leader_epoch": part.leader_epoch, "partition_epoch": part.partition_epoch,
             "isr": isr}, must_succeed=rightful)
@@ -400,7 +401,7 @@ class Simulation:
         if not pool:
             return
         b = self.rng.choice(pool)
-        if self.call("unregister_broker", {"broker_id": b.broker_id},
+        if self.call(msg.UNREGISTER_BROKER.name, {"broker_id": b.broker_id},
                      must_succeed=lambda image: b.broker_id in image.cluster.brokers) is not None or \
                 b.broker_id not in self.image.cluster.brokers:
             self.ops["unregistered_live" if b.alive else "unregistered_down"] += 1
@@ -413,7 +414,7 @@ class Simulation:
 
     def advance_and_tick(self) -> None:
         self.clock.now_ms += self.rng.choice([10, 200, 700, 1500, 3500])
-        self.call("tick", {})
+        self.call(msg.TICK.name, {})
 
     # ------------------------------------------------------------------ brokers following the log
     def streams_of(self, topic_id: str, partition: int) -> list[int]:
@@ -456,14 +457,14 @@ class Simulation:
                 now.state == STREAM_OPENED and start == now.end_offset and reg.broker_epoch == b.broker_epoch and \
                 now.owner_epoch == b.broker_epoch  # not one its earlier incarnation opened
 
-        self.call("commit_object", {
+        self.call(msg.COMMIT_OBJECT.name, {
             "object_key": key, "size": 100, "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
             "ranges": [{"stream_id": stream_id, "epoch": epoch, "start_offset": start,
                         "end_offset": start + self.rng.randint(1, 50)}]}, must_succeed=rightful)
         if self.rng.random() < 0.1:  # a retried commit is idempotent
             stream_now = self.image.streams.streams.get(stream_id)
             if stream_now is not None and any(o.object_key == key for o in stream_now.objects):
-                self.call("commit_object", {
+                self.call(msg.COMMIT_OBJECT.name, {
                     "object_key": key, "size": 100, "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
                     "ranges": [{"stream_id": stream_id, "epoch": epoch, "start_offset": start,
                                 "end_offset": start + 1}]},
@@ -480,7 +481,7 @@ class Simulation:
         if stream is None:
             return
         target = self.rng.randint(stream.start_offset, stream.end_offset)
-        self.call("trim_stream", {"stream_id": stream_id, "epoch": b.opened[stream_id], "broker_id": b.broker_id,
+        self.call(msg.TRIM_STREAM.name, {"stream_id": stream_id, "epoch": b.opened[stream_id], "broker_id": b.broker_id,
                                   "broker_epoch": b.broker_epoch, "new_start_offset": target})
 
     def rogue_stream_call(self) -> None:
@@ -501,7 +502,7 @@ class Simulation:
             base["epoch"] = min(epoch, stream.epoch)
             retry = stream.owner == b.broker_id and stream.epoch == base["epoch"] and \
                 stream.owner_epoch == b.broker_epoch  # a retried open, or a reopen after its own close
-            if self.call("open_stream", base) is not None:
+            if self.call(msg.OPEN_STREAM.name, base) is not None:
                 if not retry:
                     self.fail(f"open of stream {stream.stream_id} at a used epoch succeeded: {base}")
                 b.opened[stream.stream_id] = base["epoch"]
@@ -509,10 +510,10 @@ class Simulation:
             if (stream.state, stream.owner, stream.owner_epoch, stream.epoch) == \
                     (STREAM_OPENED, b.broker_id, b.broker_epoch, epoch):
                 return  # not a stale close: the owner's own, which only its partition state machine makes
-            if self.call("close_stream", base) is not None:
+            if self.call(msg.CLOSE_STREAM.name, base) is not None:
                 b.opened.pop(stream.stream_id, None)
         else:
-            self.call("commit_object", {"object_key": f"rogue-{self.step}", "size": 1, "broker_id": b.broker_id,
+            self.call(msg.COMMIT_OBJECT.name, {"object_key": f"rogue-{self.step}", "size": 1, "broker_id": b.broker_id,
                                         "broker_epoch": b.broker_epoch,
                                         "ranges": [{"stream_id": stream.stream_id, "epoch": epoch,
                                                     "start_offset": stream.end_offset,
@@ -535,7 +536,7 @@ class Simulation:
                 self.close_lost(b)
                 self.beat(b)
             before = self.image
-            self.call("tick", {})
+            self.call(msg.TICK.name, {})
             self.check(before, self.image)
             for b in sorted(self.alive(), key=lambda x: x.broker_id):
                 before = self.image
@@ -587,10 +588,10 @@ class Simulation:
         placed = False
         for topic, part in after.topics.all_partitions():
             if part.leader != NO_LEADER:
-                reg = after.cluster.brokers.get(part.leader)
+                leader_reg = after.cluster.brokers.get(part.leader)
                 if part.leader not in part.replicas:
                     self.fail(f"{topic.name}-{part.partition} leader {part.leader} not in replicas {part.replicas}")
-                if reg is None or not reg.is_active:
+                if leader_reg is None or not leader_reg.is_active:
                     self.fail(f"{topic.name}-{part.partition} led by fenced or departing broker {part.leader}")
                 if part.storage == STORAGE_LOCAL and part.leader not in part.isr:
                     self.fail(f"{topic.name}-{part.partition} leader {part.leader} not in ISR {part.isr}")

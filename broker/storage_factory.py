@@ -5,10 +5,11 @@ import asyncio
 import dataclasses
 import logging
 import os
-from typing import Any, Awaitable, Callable
+from typing import Callable
 
 from broker.config import BrokerConfig
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.kernel.controller_api import ControllerApi, SplitTransport, WriteTransport
 from stream_storage.control import HttpStreamControl, OpStreamControl
 from stream_storage.object_store import ObjectStore, RetryingObjectStore
 from stream_storage.s3_cost import S3RequestObserver
@@ -25,11 +26,11 @@ def open_object_store(config: BrokerConfig, observer: S3RequestObserver | None =
 
 async def open_storage(config: BrokerConfig, store: ObjectStore, client: ControllerClient, broker_id: int,
                        broker_epoch: Callable[[], int], wal_dir: str,
-                       write: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None) -> StreamStorage:
+                       writes: WriteTransport | None = None) -> StreamStorage:
     """A started StreamStorage on ``wal_dir``; its own WAL tail is kept for re-opens. Stream
-    operations go through ``write`` when given (the broker's batcher), else one request each."""
-    control = HttpStreamControl(client) if write is None else \
-        OpStreamControl(write, lambda op, args: _read_reply(client, op, args))
+    operations go through ``writes`` when given (the broker's batcher), else one request each."""
+    control = HttpStreamControl(client) if writes is None else \
+        OpStreamControl(ControllerApi(SplitTransport(writes, client)))
     # in S3 each of the broker's WALs (one per log dir) has a name: "main", or the log dir's id
     # basename/normpath are string work, no I/O
     wal_name = "main" if len(config.log_dirs) == 1 else os.path.basename(os.path.normpath(wal_dir))  # noqa: ASYNC240
@@ -39,10 +40,6 @@ async def open_storage(config: BrokerConfig, store: ObjectStore, client: Control
         log.info("WAL %s holds %d entries from before the restart (%d torn bytes cut)", wal_dir,
                  len(replay.entries), replay.torn_bytes)
     return storage
-
-
-async def _read_reply(client: ControllerClient, op: str, args: dict[str, Any]) -> dict[str, Any]:
-    return dict(await client.read(op, args))
 
 
 def wal_dirs_for(config: BrokerConfig, dir_ids: dict[str, str]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any, Mapping, TypeVar
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.security import AclBindingMessage, AclFilterMessage
 from metadata_quorum.pmap import EMPTY_PMAP, PMap
 from metadata_quorum.records import AccessControlEntryRecord
 
@@ -119,7 +120,7 @@ class AclBinding:
     operation: AclOperation
     permission_type: AclPermissionType
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> AclBindingMessage:
         return {"resource_type": self.resource_type.name, "resource_name": self.resource_name,
                 "pattern_type": self.pattern_type.name, "principal": self.principal, "host": self.host,
                 "operation": self.operation.name, "permission_type": self.permission_type.name}
@@ -161,7 +162,7 @@ class AclBindingFilter:
     operation: AclOperation
     permission_type: AclPermissionType
 
-    def to_json(self) -> dict[str, str | None]:
+    def to_json(self) -> AclFilterMessage:
         return {"resource_type": self.resource_type.name, "resource_name": self.resource_name,
                 "pattern_type": self.pattern_type.name, "principal": self.principal, "host": self.host,
                 "operation": self.operation.name, "permission_type": self.permission_type.name}

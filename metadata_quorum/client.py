@@ -20,7 +20,7 @@ import json
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import aiohttp
 
@@ -209,12 +209,14 @@ class ControllerClient:
 
     # -- the API ------------------------------------------------------------------------------------
 
-    async def write(self, op: str, args: dict[str, Any] | None = None, timeout_ms: int | None = None) -> dict[str, Any]:
+    async def write(self, op: str, args: Mapping[str, Any] | None = None,
+                    timeout_ms: int | None = None) -> dict[str, Any]:
         """Run a write operation on the active controller; returns its reply."""
         body = await self.write_with_offset(op, args, timeout_ms)
-        return body["reply"]
+        reply: dict[str, Any] = body["reply"]
+        return reply
 
-    async def write_with_offset(self, op: str, args: dict[str, Any] | None = None,
+    async def write_with_offset(self, op: str, args: Mapping[str, Any] | None = None,
                                 timeout_ms: int | None = None, retry_answers: bool = True) -> dict[str, Any]:
         """Like :meth:`write`, returning ``{"reply", "offset"}`` (the batch's last committed offset).
         ``retry_answers=False``: an error the operation itself answered (a missing topic, ...) is
@@ -223,13 +225,14 @@ class ControllerClient:
                                                           retry_answers=retry_answers)
         return result
 
-    async def write_many(self, ops: list[tuple[str, dict[str, Any]]], timeout_ms: int | None = None) -> list[dict[str, Any]]:
+    async def write_many(self, ops: Sequence[tuple[str, Mapping[str, Any]]],
+                         timeout_ms: int | None = None) -> list[dict[str, Any]]:
         """Several independent writes in one request; each answer is ``{"reply", "offset"}`` or an error body."""
         body = {"ops": [{"op": op, "args": args} for op, args in ops]}
         result = await self._with_retries("/v1/write", body, True, timeout_ms=timeout_ms)
         return list(result["results"])
 
-    async def read(self, op: str, args: dict[str, Any] | None = None, timeout_ms: int | None = None,
+    async def read(self, op: str, args: Mapping[str, Any] | None = None, timeout_ms: int | None = None,
                    leader: bool = True, retry_answers: bool = True) -> dict[str, Any]:
         """Run a read operation on the committed image: the active controller's (every acknowledged
         write is visible), or with ``leader=False`` any controller's (it may lag slightly).

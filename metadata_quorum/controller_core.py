@@ -37,6 +37,7 @@ from typing import Any, Mapping, Protocol, Union
 
 from metadata_quorum.backpressure import admit, retry_after_ms as queue_retry_after_ms, throttled
 from metadata_quorum.controller_result import OpContext, WriteOperation
+from metadata_quorum.kernel import messages as ops
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.raft import AppliedCommand, Command, CommandPlan, advance_image, encode_batch, split_commands
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Served before anything else queued, and never refused for load: a broker whose heartbeat waits
 # behind a large move is fenced, and fencing moves its partitions (more load, more fencing).
-PRIORITY_OPERATIONS = frozenset({"broker_heartbeat", "register_broker"})
+PRIORITY_OPERATIONS = frozenset({ops.BROKER_HEARTBEAT.name, ops.REGISTER_BROKER.name})
 #: how often ``tick`` also looks at every leaderless partition (ops/cluster.py ``tick``)
 LEADERLESS_SCAN_INTERVAL_MS = 1000
 PRIORITY_EXTRA_INFLIGHT = 16  # commands priority operations may add beyond max_inflight_commands
@@ -298,7 +299,7 @@ class ControllerCore:
         return tokens
 
     def _enqueue(self, name: str, args: dict[str, Any], now_ms: int, internal: bool = False) -> Token:
-        if name == "broker_heartbeat":
+        if name == ops.BROKER_HEARTBEAT.name:
             self.sessions.note_arrival(self.state.image, args, now_ms)
         pending = _Pending(next(self._tokens), name, args, now_ms, internal)
         (self._priority if name in PRIORITY_OPERATIONS else self._queue).append(pending)
@@ -312,7 +313,7 @@ class ControllerCore:
         if any(p.internal and p.name == name for p in self._queue):
             return None
         args: dict[str, Any] = {}
-        if name == "tick":
+        if name == ops.TICK.name:
             due = now_ms - self._leaderless_scan_ms >= LEADERLESS_SCAN_INTERVAL_MS
             if due:
                 self._leaderless_scan_ms = now_ms
@@ -463,7 +464,7 @@ class ControllerCore:
     def tick(self, now_ms: int) -> Token | None:
         """The periodic timer: expire commands not committed in time; queue ``tick`` when active."""
         self.expire_inflight(now_ms)
-        return self.enqueue_internal("tick", now_ms) if self.active else None
+        return self.enqueue_internal(ops.TICK.name, now_ms) if self.active else None
 
     def expire_inflight(self, now_ms: int) -> None:
         """Fail commands not committed within ``commit_timeout_ms`` (a timed-out command may still commit)."""
@@ -578,7 +579,7 @@ class ControllerCore:
                 log.exception("operation %s failed", op.name)
                 self._refuse(op.token, FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{op.name} failed: {e!r}"), view)
                 continue
-            if op.name == "broker_heartbeat":
+            if op.name == ops.BROKER_HEARTBEAT.name:
                 # only a heartbeat the operation accepted (current broker epoch)
                 self.sessions.note_heartbeat(op.args, self.state.high_watermark, now_ms)
             if records:
@@ -586,7 +587,7 @@ class ControllerCore:
                 batches.append(records)
                 records_in_group += len(records)
                 answers.append((op.token, dict(result.reply), view.offset, records))
-            elif op.name == "broker_heartbeat":
+            elif op.name == ops.BROKER_HEARTBEAT.name:
                 # Rides on the group's command, or on a barrier: answered once a command of this
                 # term sent after it commits (``_submit_barrier``).
                 answers.append((op.token, dict(result.reply), view.offset, ()))

@@ -42,9 +42,12 @@ class OpContext:
 
 @dataclass(frozen=True)
 class ControllerResult:
+    """``reply`` is the operation's reply type (``metadata_quorum/kernel/messages/``): an op builds
+    it as that ``TypedDict``, so mypy checks every key it writes."""
+
     records: tuple[Record, ...] = ()
-    reply: dict[str, Any] = field(default_factory=dict)
+    reply: Mapping[str, Any] = field(default_factory=dict)
 
 
 WriteOperation = Callable[["MetadataImage", dict[str, Any], OpContext], ControllerResult]
-ReadOperation = Callable[["MetadataImage", dict[str, Any]], dict[str, Any]]
+ReadOperation = Callable[["MetadataImage", dict[str, Any]], Mapping[str, Any]]

@@ -38,6 +38,7 @@ from metadata_quorum.records import (
     Record,
     RegisterBrokerRecord,
     RemoveAccessControlEntryRecord,
+    ProducerIdsRecord,
     RemoveStreamObjectRecord,
     RemoveStreamRecord,
     RemoveTopicRecord,
@@ -85,6 +86,7 @@ class MetadataDelta:
         self._kv: dict[str, str | None] = {}
         self._scram: dict[tuple[str, str], UserScramCredentialRecord | None] = {}
         self._acls: dict[int, AclBinding | None] = {}
+        self._next_producer_id: int | None = None
         self._changed_partitions: set[TopicIdPartition] = set()
 
     # ----------------------------------------------------------------- current view
@@ -279,6 +281,9 @@ class MetadataDelta:
     def _acl(self, r: AccessControlEntryRecord) -> None:
         self._acls[r.acl_id] = AclBinding.from_record(r)
 
+    def _producer_ids(self, r: ProducerIdsRecord) -> None:
+        self._next_producer_id = r.next_producer_id
+
     def _remove_acl(self, r: RemoveAccessControlEntryRecord) -> None:
         if r.acl_id in self._acls or r.acl_id in self.image.acls.by_id:
             self._acls[r.acl_id] = None
@@ -309,7 +314,9 @@ class MetadataDelta:
         kv = image.kv.update(_removals(self._kv)) if self._kv else image.kv
         scram = ScramImage(image.scram.credentials.update(_removals(self._scram))) if self._scram else image.scram
         acls = AclsImage(image.acls.by_id.update(_removals(self._acls))) if self._acls else image.acls
-        return MetadataImage(self.offset, self.epoch, cluster, topics, streams, configs, kv, scram, acls)
+        next_producer_id = image.next_producer_id if self._next_producer_id is None else self._next_producer_id
+        return MetadataImage(self.offset, self.epoch, cluster, topics, streams, configs, kv, scram, acls,
+                             next_producer_id)
 
     def _apply_topics(self) -> TopicsImage:
         old = self.image.topics
@@ -408,6 +415,7 @@ _HANDLERS: dict[type, Any] = {
     RemoveUserScramCredentialRecord: MetadataDelta._remove_scram_credential,
     AccessControlEntryRecord: MetadataDelta._acl,
     RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
+    ProducerIdsRecord: MetadataDelta._producer_ids,
     NoOpRecord: MetadataDelta._noop,
 }
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from metadata_quorum.acls import AclsImage
+from metadata_quorum.kernel.messages.streams import DescribeStreamReply
 from metadata_quorum.pmap import EMPTY_PMAP, PMap
 from metadata_quorum.records import (
     NO_LEADER,
@@ -27,6 +28,7 @@ from metadata_quorum.records import (
     LogDirSpec,
     PartitionChangeRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     Record,
     RegisterBrokerRecord,
     StreamObjectRecord,
@@ -299,7 +301,7 @@ class StreamMetadata:
     def to_records(self) -> list[Record]:
         return [self.to_record(), *self.objects]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> DescribeStreamReply:
         return {
             "stream_id": self.stream_id,
             "epoch": self.epoch,
@@ -403,6 +405,8 @@ class MetadataImage:
     kv: PMap[str, str] = field(default_factory=lambda: EMPTY_PMAP)
     scram: ScramImage = field(default_factory=ScramImage)
     acls: AclsImage = field(default_factory=AclsImage)
+    # the first producer id no broker has been given yet (``ops/producer_ids.py``)
+    next_producer_id: int = 0
 
     @property
     def next_stream_id(self) -> int:
@@ -428,6 +432,8 @@ class MetadataImage:
             records.append(KVRecord(key=key, value=self.kv[key]))
         records += [self.scram.credentials[key] for key in sorted(self.scram.credentials)]
         records += [self.acls.by_id[i].to_record(i) for i in sorted(self.acls.by_id)]
+        if self.next_producer_id > 0:
+            records.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=self.next_producer_id))
         return records
 
     def same_content(self, other: "MetadataImage") -> bool:
@@ -442,6 +448,7 @@ class MetadataImage:
             and dict(self.kv) == dict(other.kv)
             and dict(self.scram.credentials) == dict(other.scram.credentials)
             and dict(self.acls.by_id) == dict(other.acls.by_id)
+            and self.next_producer_id == other.next_producer_id
         )
 
     def indexes_consistent(self) -> bool:
@@ -484,7 +491,7 @@ class MetadataImage:
         image = delta.apply()
         if offset is not None:
             image = MetadataImage(offset, epoch, image.cluster, image.topics, image.streams, image.configs, image.kv,
-                                  image.scram, image.acls)
+                                  image.scram, image.acls, image.next_producer_id)
         return image
 
 

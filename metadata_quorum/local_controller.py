@@ -9,7 +9,7 @@ clock; ``listeners`` see every committed batch with its delta, as a broker's log
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, cast
 
 from metadata_quorum.controller_core import (Answer, ControllerCore, CoreConfig, FixedSlice, Outcome,
                                              Refusal, Token, to_command)
@@ -17,6 +17,7 @@ from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.delta import MetadataDelta
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import EMPTY_IMAGE, MetadataImage
+from metadata_quorum.kernel.messages import TICK, Operation, ReplyT, RequestT
 from metadata_quorum.operations import WRITE_OPERATIONS, run_read
 from metadata_quorum.raft import AppliedCommand, CommittedLog
 from metadata_quorum.records import Record, decode_record
@@ -98,13 +99,20 @@ class LocalController:
         raise FerryError(ErrorCode.NOT_CONTROLLER, outcome.why, {"leader_id": -1, "leader_url": None})
 
     def write(self, op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        return self.run(op, args).reply
+        return dict(self.run(op, args).reply)
 
     def read(self, op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        return run_read(self.image, op, args or {})
+        return dict(run_read(self.image, op, args or {}))
+
+    def call(self, op: Operation[RequestT, ReplyT], request: RequestT) -> ReplyT:
+        """A typed call of one operation (a write or a read, as its kind says), synchronously; the
+        asynchronous facade over this controller is ``ControllerApi(LocalTransport(controller))``."""
+        args = dict(request)
+        reply = self.write(op.name, args) if op.kind == "write" else self.read(op.name, args)
+        return cast(ReplyT, reply)
 
     def tick(self) -> dict[str, Any]:
-        return self.write("tick", {})
+        return self.write(TICK.name, {})
 
     def _drive(self) -> None:
         """Run what is queued and commit every command at once, until the core has nothing left."""
@@ -145,3 +153,17 @@ class LocalController:
     def records_from(self, offset: int, max_records: int | None = None) -> list[tuple[int, Record]]:
         end = len(self.log) if max_records is None else min(len(self.log), offset + max_records)
         return self.log[max(offset, 0):end]
+
+
+class LocalTransport:
+    """A ``LocalController`` as the typed facade's transport (``kernel/controller_api.py``).
+    ``timeout_ms`` does not apply: the in-process controller answers before the call returns."""
+
+    def __init__(self, controller: LocalController) -> None:
+        self.controller = controller
+
+    async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
+        return self.controller.write(op, dict(args))
+
+    async def read(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
+        return self.controller.read(op, dict(args))

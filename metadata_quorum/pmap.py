@@ -10,10 +10,11 @@ per-process string hash), so iteration order is the same in every process.
 from __future__ import annotations
 
 import zlib
-from typing import Any, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Generic, Iterator, Mapping, TypeVar, overload
 
 K = TypeVar("K")
 V = TypeVar("V")
+T = TypeVar("T")
 
 _BUCKETS = 256
 _SMALL = 32  # up to this many entries a map is one plain bucket (cheap to iterate and copy)
@@ -21,7 +22,7 @@ _SMALL = 32  # up to this many entries a map is one plain bucket (cheap to itera
 REMOVE: Any = object()
 
 
-def _hash(key: Any) -> int:
+def _hash(key: object) -> int:
     if isinstance(key, int):
         return key
     if isinstance(key, str):
@@ -35,23 +36,29 @@ class PMap(Mapping[K, V], Generic[K, V]):
     def __init__(self, items: Mapping[K, V] | None = None) -> None:
         items = items or {}
         if len(items) <= _SMALL:
-            self._buckets: tuple[dict[Any, Any], ...] = (dict(items),)
+            self._buckets: tuple[dict[K, V], ...] = (dict(items),)
             self._mask = 0
         else:
-            buckets: list[dict[Any, Any]] = [{} for _ in range(_BUCKETS)]
+            buckets: list[dict[K, V]] = [{} for _ in range(_BUCKETS)]
             for key, value in items.items():
                 buckets[_hash(key) & (_BUCKETS - 1)][key] = value
             self._buckets = tuple(buckets)
             self._mask = _BUCKETS - 1
         self._size = len(items)
 
-    def _bucket_of(self, key: Any) -> int:
+    def _bucket_of(self, key: object) -> int:
         return _hash(key) & self._mask if self._mask else 0
 
     def __getitem__(self, key: K) -> V:
         return self._buckets[self._bucket_of(key)][key]
 
-    def get(self, key: K, default: Any = None) -> Any:
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+
+    @overload
+    def get(self, key: K, default: V | T, /) -> V | T: ...
+
+    def get(self, key: K, default: object = None, /) -> object:
         return self._buckets[self._bucket_of(key)].get(key, default)
 
     def __contains__(self, key: object) -> bool:
@@ -73,7 +80,7 @@ class PMap(Mapping[K, V], Generic[K, V]):
         if not changes:
             return self
         if not self._mask:  # small: copy the one bucket, and spread it out if it grew large
-            merged = dict(self._buckets[0])
+            merged: dict[K, V] = dict(self._buckets[0])
             for key, value in changes.items():
                 if value is REMOVE:
                     merged.pop(key, None)
@@ -97,7 +104,7 @@ class PMap(Mapping[K, V], Generic[K, V]):
                 if key not in bucket:
                     size += 1
                 bucket[key] = value
-        new = PMap.__new__(PMap)
+        new: PMap[K, V] = PMap.__new__(PMap)
         new._buckets = tuple(buckets)
         new._mask = self._mask
         new._size = size

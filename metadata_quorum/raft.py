@@ -28,14 +28,17 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from metadata_quorum.records import Record, decode_record, encode_record
+
+if TYPE_CHECKING:
+    from metadata_quorum.image import MetadataImage
 
 log = logging.getLogger(__name__)
 
 
-def empty_image() -> Any:
+def empty_image() -> MetadataImage:
     from metadata_quorum.image import EMPTY_IMAGE
 
     return EMPTY_IMAGE
@@ -310,7 +313,7 @@ class CommittedLog:
         self._on_applied = on_applied
         self.on_compacted: Callable[[int, int, int, Any], None] | None = None  # (keep_from, offset, epoch, image)
         self.core = LogCore()
-        self._image: Any = empty_image()
+        self._image: MetadataImage = empty_image()
         self._pending: deque[list[Any]] = deque()  # batch entries applied but not yet in _image
         self._snapshot_cache: tuple[int, list[dict[str, Any]]] | None = None
         self._expected: dict[str, Any] = {}  # command id -> image after it, as the leader computed it
@@ -400,7 +403,7 @@ class CommittedLog:
     def pending_records(self) -> int:
         """Committed records not yet replayed into the image."""
         with self._lock:
-            return self.core.next_offset - 1 - self._image.offset
+            return int(self.core.next_offset) - 1 - self._image.offset
 
     @property
     def materialized_offset(self) -> int:

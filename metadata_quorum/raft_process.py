@@ -225,8 +225,9 @@ class _ReadFirstSyncObj(SyncObj):
             return transport
 
         super().__init__(self_address, peers, conf=conf, consumers=consumers, transportClass=make_transport)
-        if self._gate is not None:
-            self.addOnTickCallback(self._gate.flush)
+        gate: AckGate | None = self._gate  # set by make_transport, which the constructor calls
+        if gate is not None:
+            self.addOnTickCallback(gate.flush)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802, N803 - pysyncobj's names
         transport = self._SyncObj__transport

@@ -221,6 +221,16 @@ class RemoveAccessControlEntryRecord:
 
 
 @dataclass(frozen=True)
+class ProducerIdsRecord:
+    """KRaft's ProducerIdsRecord: broker ``broker_id`` (at ``broker_epoch``) took the block of
+    producer ids ending below ``next_producer_id``, the first id of the next block."""
+
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+@dataclass(frozen=True)
 class NoOpRecord:
     """Written by a new leader so that its first commit fences the old leader's term."""
 
@@ -246,6 +256,7 @@ Record = Union[
     RemoveUserScramCredentialRecord,
     AccessControlEntryRecord,
     RemoveAccessControlEntryRecord,
+    ProducerIdsRecord,
     NoOpRecord,
 ]
 

@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from metadata_quorum.kernel.auth_middleware import controller_auth_middleware
 from metadata_quorum.backpressure import TIMEOUT_HEADER, answer_within_ms, parse_timeout_header
 from metadata_quorum.config import ControllerConfig, load_config
+from metadata_quorum.kernel.messages import CREATE_TOPICS, TICK
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.http_parsing import check_query_names, errors_middleware, query_int, query_str, \
     read_json_object
@@ -51,7 +52,7 @@ def load_operations(max_partitions_per_request: int) -> tuple[dict[str, Any], di
     from metadata_quorum.ops.topics import create_topics
 
     write_ops = dict(WRITE_OPERATIONS)
-    write_ops["create_topics"] = functools.partial(create_topics, max_partitions_per_request=max_partitions_per_request)
+    write_ops[CREATE_TOPICS.name] = functools.partial(create_topics, max_partitions_per_request=max_partitions_per_request)
     return write_ops, dict(READ_OPERATIONS)
 
 
@@ -157,7 +158,7 @@ class ControllerServer:
                     await self.loop.run_in_executor(None, self.state.materialize)
                 self.controller.expire_inflight()
                 if self.controller.active:
-                    self.controller.enqueue_internal("tick")
+                    self.controller.enqueue_internal(TICK.name)
                     self.controller.sample_voters()
                 leader_id, _url = self.controller.leader_hint()
                 self.metrics.leader.set(-1 if leader_id is None else leader_id)

@@ -156,7 +156,8 @@ class SimQuorum:
 
     @property
     def image(self) -> MetadataImage:
-        return self.reference().state.image
+        image: MetadataImage = self.reference().state.image
+        return image
 
     @property
     def next_offset(self) -> int:

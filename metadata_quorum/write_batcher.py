@@ -19,7 +19,7 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from metadata_quorum.kernel.backoff import CONTROLLER_BACKOFF, Backoff, retry_after_ms_of
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -89,10 +89,13 @@ class WriteBatcher:
         self.requests = 0  # HTTP requests sent (a metric for tests and benchmarks)
         self.retried_ops = 0
 
-    async def write(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> dict[str, Any]:
+        """Queue one write; its reply, or its error once retries are spent (``timeout_ms``, the
+        batcher's own when None, bounds them)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[dict[str, Any]] = loop.create_future()
-        self._enqueue(_Op(op, args, fut, time.monotonic() + self.timeout_ms / 1000))
+        budget_ms = self.timeout_ms if timeout_ms is None else timeout_ms
+        self._enqueue(_Op(op, dict(args), fut, time.monotonic() + budget_ms / 1000))
         return await fut
 
     def _enqueue(self, item: _Op) -> None:

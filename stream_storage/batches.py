@@ -190,7 +190,7 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[BatchInfo]:
 def crc_ok(buf: bytes | bytearray | memoryview, info: BatchInfo) -> bool:
     view = memoryview(buf)
     (stored,) = _CRC.unpack_from(view, info.position + CRC_OFFSET)
-    return crc32c(view[info.position + ATTRIBUTES_OFFSET: info.position + info.size_bytes]) == stored
+    return bool(crc32c(view[info.position + ATTRIBUTES_OFFSET: info.position + info.size_bytes]) == stored)
 
 
 def validate_batches(buf: bytes | bytearray | memoryview, max_batches: int | None = None) -> list[BatchInfo]:

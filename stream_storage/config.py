@@ -28,7 +28,7 @@ class RetryPolicy:
 
     def backoff_ms(self, attempt: int) -> int:
         """Backoff before retry number ``attempt`` (1-based), capped."""
-        return min(self.max_backoff_ms, self.base_backoff_ms * (2 ** max(0, attempt - 1)))
+        return min(self.max_backoff_ms, self.base_backoff_ms * (1 << max(0, attempt - 1)))
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The controller's stream operations, as stream storage needs them.
 
-:class:`StreamControl` is the seam; :class:`OpStreamControl` implements it over any
-``write(op, args)`` / ``read(op, args)`` pair, which is all the controller offers. Two ready-made
-forms: :class:`HttpStreamControl` (``metadata_quorum.client.ControllerClient``, real processes) and
+:class:`StreamControl` is the seam; :class:`OpStreamControl` implements it over the typed
+controller facade (``metadata_quorum/kernel/controller_api.py``), whatever transport carries its
+calls (the broker's write batcher, for one). Two ready-made forms: :class:`HttpStreamControl` (``metadata_quorum.client.ControllerClient``, real processes) and
 :class:`LocalStreamControl` (``metadata_quorum.local_controller.LocalController``, in-process, for
 fast tests).
 """
@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
+from metadata_quorum.kernel.controller_api import ControllerApi, ControllerTransport
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.streams import CommitObjectRequest, DescribeStreamReply
 from stream_storage.object_format import StreamRange
 
 
@@ -89,7 +91,7 @@ def parse_wal_owners(raw: Any) -> tuple[tuple[int, int], ...]:
     return tuple((int(b), int(e)) for b, e in raw)
 
 
-def parse_description(reply: dict[str, Any]) -> StreamDescription:
+def parse_description(reply: DescribeStreamReply) -> StreamDescription:
     objects = tuple(sorted(
         (ObjectRef(str(o["object_key"]), int(o["start_offset"]), int(o["end_offset"]), int(o.get("size", 0)),
                    int(o.get("epoch", 0)), int(o.get("range_bytes", 0))) for o in reply.get("objects", [])),
@@ -104,59 +106,55 @@ def description_from_image(image: Any, stream_id: int) -> StreamDescription | No
     return None if stream is None else parse_description(stream.describe())
 
 
-Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
 class OpStreamControl:
-    """StreamControl over ``write(op, args)`` and ``read(op, args)`` coroutines returning the reply."""
+    """StreamControl over the typed controller facade (any transport: HTTP, batcher, in-process)."""
 
-    def __init__(self, write: Call, read: Call) -> None:
-        self._write = write
-        self._read = read
+    def __init__(self, api: ControllerApi) -> None:
+        self.api = api
 
     async def create_stream(self) -> int:
-        return int((await self._write("create_stream", {}))["stream_id"])
+        return int((await self.api.create_stream({}))["stream_id"])
 
     async def open_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> OpenedStream:
-        reply = await self._write("open_stream", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
-                                                  "broker_epoch": broker_epoch})
+        reply = await self.api.open_stream({"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
+                                            "broker_epoch": broker_epoch})
         return OpenedStream(int(reply["stream_id"]), int(reply["epoch"]), int(reply["start_offset"]),
                             int(reply["end_offset"]), parse_wal_owners(reply.get("wal_owners")))
 
     async def stream_recovered(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> None:
-        await self._write("stream_recovered", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
-                                               "broker_epoch": broker_epoch})
+        await self.api.stream_recovered({"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
+                                         "broker_epoch": broker_epoch})
 
     async def close_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int) -> None:
-        await self._write("close_stream", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
-                                           "broker_epoch": broker_epoch})
+        await self.api.close_stream({"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
+                                     "broker_epoch": broker_epoch})
 
     async def commit_object(self, object_key: str, size: int, broker_id: int, broker_epoch: int,
                             ranges: Sequence[tuple[StreamRange, int]], close_stream_ids: Sequence[int] = ()) -> None:
-        args: dict[str, Any] = {
+        request: CommitObjectRequest = {
             "object_key": object_key, "size": size, "broker_id": broker_id, "broker_epoch": broker_epoch,
             "ranges": [{"stream_id": r.stream_id, "epoch": epoch, "start_offset": r.start_offset,
                         "end_offset": r.end_offset, "size_bytes": r.size_bytes} for r, epoch in ranges]}
         if close_stream_ids:
-            args["close_stream_ids"] = list(close_stream_ids)
-        await self._write("commit_object", args)
+            request["close_stream_ids"] = list(close_stream_ids)
+        await self.api.commit_object(request)
 
     async def trim_stream(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
                           new_start_offset: int) -> list[str]:
-        reply = await self._write("trim_stream", {"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
-                                                  "broker_epoch": broker_epoch, "new_start_offset": new_start_offset})
+        reply = await self.api.trim_stream({"stream_id": stream_id, "epoch": epoch, "broker_id": broker_id,
+                                            "broker_epoch": broker_epoch, "new_start_offset": new_start_offset})
         return [str(k) for k in reply.get("removed_objects", [])]
 
     async def compact_objects(self, stream_id: int, epoch: int, broker_id: int, broker_epoch: int,
                               new: ObjectRef, replaces: Sequence[str]) -> list[str]:
-        reply = await self._write("compact_objects", {
+        reply = await self.api.compact_objects({
             "stream_id": stream_id, "epoch": epoch, "broker_id": broker_id, "broker_epoch": broker_epoch,
             "object_key": new.object_key, "size": new.size, "range_bytes": new.range_bytes,
             "start_offset": new.start_offset, "end_offset": new.end_offset, "replaces": list(replaces)})
         return [str(k) for k in reply.get("removed_objects", [])]
 
     async def describe_stream(self, stream_id: int) -> StreamDescription:
-        return parse_description(await self._read("describe_stream", {"stream_id": stream_id}))
+        return parse_description(await self.api.describe_stream({"stream_id": stream_id}))
 
 
 def _reply_of(result: Any) -> dict[str, Any]:
@@ -175,15 +173,28 @@ async def _maybe_await(value: Any) -> Any:
 class HttpStreamControl(OpStreamControl):
     """Over ``metadata_quorum.client.ControllerClient`` (follows NOT_CONTROLLER, retries retriable errors)."""
 
-    def __init__(self, client: Any) -> None:
-        async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
-            return _reply_of(await client.write(op, args))
-
-        async def read(op: str, args: dict[str, Any]) -> dict[str, Any]:
-            return _reply_of(await client.read(op, args))
-
-        super().__init__(write, read)
+    def __init__(self, client: ControllerTransport) -> None:
+        super().__init__(ControllerApi(client))
         self.client = client
+
+
+class _InProcessTransport:
+    """An in-process controller's ``write``/``read`` (sync or async, answering a bare reply or a
+    result carrying one) as a facade transport, ``delay_ms`` later."""
+
+    def __init__(self, controller: Any, delay_ms: float) -> None:
+        self.controller = controller
+        self.delay_ms = delay_ms
+
+    async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
+        if self.delay_ms:
+            await asyncio.sleep(self.delay_ms / 1000)
+        return _reply_of(await _maybe_await(self.controller.write(op, dict(args))))
+
+    async def read(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
+        if self.delay_ms:
+            await asyncio.sleep(self.delay_ms / 1000)
+        return _reply_of(await _maybe_await(self.controller.read(op, dict(args))))
 
 
 class LocalStreamControl(OpStreamControl):
@@ -194,17 +205,7 @@ class LocalStreamControl(OpStreamControl):
     """
 
     def __init__(self, controller: Any, delay_ms: float = 0.0) -> None:
-        async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
-            if delay_ms:
-                await asyncio.sleep(delay_ms / 1000)
-            return _reply_of(await _maybe_await(controller.write(op, args)))
-
-        async def read(op: str, args: dict[str, Any]) -> dict[str, Any]:
-            if delay_ms:
-                await asyncio.sleep(delay_ms / 1000)
-            return _reply_of(await _maybe_await(controller.read(op, args)))
-
-        super().__init__(write, read)
+        super().__init__(ControllerApi(_InProcessTransport(controller, delay_ms)))
         self.controller = controller
 
 

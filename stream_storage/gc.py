@@ -20,13 +20,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Callable
 
+from metadata_quorum.kernel.controller_api import ControllerWrites
 from stream_storage.object_store import ObjectStore, ObjectStoreError
 
 log = logging.getLogger("ferry.storage.gc")
 CANDIDATES_PER_CALL = 10_000  # the controller's bound
-Write = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -38,13 +38,13 @@ class GcResult:
 
 
 class GarbageCollector:
-    def __init__(self, store: ObjectStore, write: Write, caller: Callable[[], tuple[int, int]], prefix: str,
-                 grace_ms: int, clock_ms: Callable[[], int] | None = None) -> None:
-        """``caller()`` gives (broker id, broker epoch); ``write(op, args)`` a controller write."""
+    def __init__(self, store: ObjectStore, controller: ControllerWrites, caller: Callable[[], tuple[int, int]],
+                 prefix: str, grace_ms: int, clock_ms: Callable[[], int] | None = None) -> None:
+        """``caller()`` gives (broker id, broker epoch); ``controller`` runs ``collect_garbage``."""
         if grace_ms < 0:
             raise ValueError(f"gc grace must be >= 0 ms, got {grace_ms}")
         self.store = store
-        self.write = write
+        self.controller = controller
         self.caller = caller
         self.prefix = prefix.rstrip("/") + "/"
         self.grace_ms = grace_ms
@@ -58,9 +58,9 @@ class GarbageCollector:
         answered_horizon = horizon
         broker_id, broker_epoch = self.caller()
         for i in range(0, max(1, len(keys)), CANDIDATES_PER_CALL):
-            reply = await self.write("collect_garbage", {"broker_id": broker_id, "broker_epoch": broker_epoch,
-                                                         "horizon_ms": horizon,
-                                                         "candidates": keys[i:i + CANDIDATES_PER_CALL]})
+            reply = await self.controller.collect_garbage({"broker_id": broker_id, "broker_epoch": broker_epoch,
+                                                           "horizon_ms": horizon,
+                                                           "candidates": keys[i:i + CANDIDATES_PER_CALL]})
             deletable += [str(k) for k in reply.get("deletable", [])]
             answered_horizon = int(reply.get("horizon_ms", horizon))
         deleted = 0

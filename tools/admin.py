@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import aiohttp
 
 from metadata_quorum.kernel.auth_middleware import auth_headers
+from metadata_quorum.kernel.controller_api import ControllerApi
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.replication import ElectLeadersRequest, ListPartitionReassignmentsRequest, Reassignment
+from metadata_quorum.kernel.messages.topics import DescribeTopicsRequest, NewTopic
 from tools.credentials import resolve_token
 from tools.client import (
     RETRIABLE_CONNECTION_ERRORS,
@@ -31,9 +34,26 @@ from tools.client import (
 UNREACHABLE_CONTROLLERS_TIMEOUT_MS = 1_000
 
 
-class ControllerApi(Protocol):
+class ControllerConnection(Protocol):
+    """What Admin needs of a controller connection (``ControllerClient``, or a test's own)."""
+
     async def write(self, op: str, args: dict[str, Any]) -> Any: ...
     async def read(self, op: str, args: dict[str, Any], *, leader: bool = True) -> Any: ...
+
+
+class _AnyControllerReads:
+    """Admin's reads from any controller (``leader=False``): the facade's transport for pollers."""
+
+    def __init__(self, admin: "Admin") -> None:
+        self.admin = admin
+
+    async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
+        reply: Mapping[str, Any] = await self.admin.write(op, args, timeout_ms)
+        return reply
+
+    async def read(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
+        reply: Mapping[str, Any] = await self.admin.read(op, args, leader=False)
+        return reply
 
 
 @dataclass
@@ -126,7 +146,7 @@ class Admin:
         bootstrap_servers: str | list[str] | None = None,
         bootstrap_controllers: str | list[str] | None = None,
         timeout_ms: int = 30_000,
-        controller: ControllerApi | None = None,
+        controller: ControllerConnection | None = None,
         token: str | None = None,
     ) -> None:
         self._token = resolve_token(token)  # a secure cluster's admin token (tools/credentials.py)
@@ -135,6 +155,10 @@ class Admin:
         self.timeout_ms = timeout_ms
         self._controller = controller
         self._session: aiohttp.ClientSession | None = None
+        #: the controller operations, typed, over :meth:`write` and :meth:`read`
+        self.api = ControllerApi(self)
+        #: the same, reading from any controller (it may lag slightly, and takes nothing from the leader)
+        self.any_controller_api = ControllerApi(_AnyControllerReads(self))
 
     async def start(self) -> "Admin":
         self._session = aiohttp.ClientSession(headers=auth_headers(self._token))
@@ -177,13 +201,16 @@ class Admin:
         return meta.controllers
 
     # -- raw access
-    async def write(self, op: str, args: dict[str, Any]) -> Any:
+    async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Any:
+        """One write operation by name (the transport of :attr:`api`; ``timeout_ms`` is the
+        connection's own)."""
         assert self._controller is not None, "Admin not started"
-        return _reply(await self._controller.write(op, args))
+        return _reply(await self._controller.write(op, dict(args)))
 
-    async def read(self, op: str, args: dict[str, Any] | None = None, leader: bool = True) -> Any:
+    async def read(self, op: str, args: Mapping[str, Any] | None = None, timeout_ms: int | None = None,
+                   leader: bool = True) -> Any:
         assert self._controller is not None, "Admin not started"
-        return _reply(await self._controller.read(op, args or {}, leader=leader))
+        return _reply(await self._controller.read(op, dict(args or {}), leader=leader))
 
     async def broker_metadata(self, urls: list[str] | None = None) -> ClusterMetadata:
         last: BaseException | None = None
@@ -210,7 +237,7 @@ class Admin:
 
     # -- cluster and topics
     async def describe_cluster(self) -> dict[int, BrokerInfo]:
-        return parse_brokers(await self.read("describe_cluster", {}))
+        return parse_brokers(await self.api.describe_cluster({}))
 
     async def brokers(self) -> dict[int, str]:
         return {bid: b.url for bid, b in (await self.describe_cluster()).items()}
@@ -219,8 +246,8 @@ class Admin:
                               leader: bool = True) -> dict[str, list[PartitionState] | FerryError]:
         """Topics as the active controller has them, or (``leader=False``) any controller, which
         may lag slightly but takes nothing from the leader (pollers of large topics use it)."""
-        args: dict[str, Any] = {"names": names} if names is not None else {}
-        result = parse_topics(await self.read("describe_topics", args, leader=leader))
+        args: DescribeTopicsRequest = {"names": names} if names is not None else {}
+        result = parse_topics(await (self.api if leader else self.any_controller_api).describe_topics(args))
         for name in names or []:
             result.setdefault(name, FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} not found."))
         return result
@@ -228,19 +255,19 @@ class Admin:
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int = 1,
                            assignments: dict[int, list[int]] | None = None, storage: str = "s3",
                            configs: dict[str, str] | None = None) -> str:
-        topic: dict[str, Any] = {"name": name, "num_partitions": num_partitions,
-                                 "replication_factor": replication_factor, "storage": storage,
-                                 "configs": configs or {}}
+        topic: NewTopic = {"name": name, "num_partitions": num_partitions,
+                           "replication_factor": replication_factor, "storage": storage,
+                           "configs": configs or {}}
         if assignments is not None:
             topic["assignments"] = {str(p): list(r) for p, r in assignments.items()}
-        reply = await self.write("create_topics", {"topics": [topic], "validate_only": False})
+        reply = await self.api.create_topics({"topics": [topic], "validate_only": False})
         (result,) = reply["topics"]
         if result.get("error") and result["error"] != "NONE":
             raise FerryError(ErrorCode.from_name(result["error"]), str(result.get("message", "")))
         return str(result.get("topic_id", ""))
 
-    async def alter_partition_reassignments(self, reassignments: list[dict[str, Any]]) -> dict[TopicPartition, FerryError | None]:
-        reply = await self.write("alter_partition_reassignments", {"reassignments": reassignments})
+    async def alter_partition_reassignments(self, reassignments: list[Reassignment]) -> dict[TopicPartition, FerryError | None]:
+        reply = await self.api.alter_partition_reassignments({"reassignments": reassignments})
         out: dict[TopicPartition, FerryError | None] = {}
         for r in reply.get("responses", []):
             tp = TopicPartition(str(r["topic"]), int(r["partition"]))
@@ -249,10 +276,10 @@ class Admin:
         return out
 
     async def list_partition_reassignments(self, partitions: list[TopicPartition] | None = None) -> dict[TopicPartition, PartitionState]:
-        args: dict[str, Any] = {}
+        args: ListPartitionReassignmentsRequest = {}
         if partitions is not None:
             args["partitions"] = [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]
-        reply = await self.read("list_partition_reassignments", args)
+        reply = await self.api.list_partition_reassignments(args)
         items = reply.get("reassignments", reply.get("partitions", [])) if isinstance(reply, dict) else reply
         out: dict[TopicPartition, PartitionState] = {}
         for r in items or []:
@@ -263,9 +290,9 @@ class Admin:
         return out
 
     async def elect_leaders(self, election_type: str, partitions: list[TopicPartition] | None) -> dict[TopicPartition, FerryError | None]:
-        args: dict[str, Any] = {"election_type": election_type, "partitions": None if partitions is None else
-                                [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
-        reply = await self.write("elect_leaders", args)
+        args: ElectLeadersRequest = {"election_type": election_type, "partitions": None if partitions is None else
+                                     [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
+        reply = await self.api.elect_leaders(args)
         out: dict[TopicPartition, FerryError | None] = {}
         for r in reply.get("results", []):
             tp = TopicPartition(str(r["topic"]), int(r["partition"]))

@@ -25,10 +25,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, cast
 
 from stream_storage.s3_profile import LOCAL, parse_profile
 from metadata_quorum.kernel.auth import ControllerSecurity, generate_secrets
+from metadata_quorum.kernel.messages import DESCRIBE_CLUSTER, Operation, ReplyT, RequestT
+from metadata_quorum.kernel.messages.cluster import DescribeClusterRequest
 from stream_storage.s3_server import S3Server
 from tools.cluster_procs import STATE_FILE, cmd_down, cmd_status, load_state, running_processes
 from tools.cluster_procs import alive as _alive  # noqa: F401 - imported from here by callers
@@ -221,6 +223,11 @@ class LocalCluster:
             return None
         return body if isinstance(body, dict) else None
 
+    def controller_call(self, op: Operation[RequestT, ReplyT], request: RequestT) -> ReplyT:
+        """:meth:`controller_read`, typed: ``op`` is a read of ``metadata_quorum.kernel.messages``."""
+        assert op.kind == "read", f"{op.name} is not a read"
+        return cast(ReplyT, self.controller_read(op.name, dict(request)))
+
     def controller_read(self, op: str, args: dict[str, Any] | None = None) -> Any:
         """A read on any live controller (its committed image)."""
         assert self.quorum is not None
@@ -243,13 +250,15 @@ class LocalCluster:
         ids = broker_ids if broker_ids is not None else sorted(self.broker_procs)
         deadline = time.monotonic() + timeout_s
         pending = set(ids)
+        everything: DescribeClusterRequest = {}
         while pending:
             for bid in sorted(pending):
                 proc = self.broker_procs[bid]
                 if proc.poll() is not None:
                     raise RuntimeError(f"broker {bid} exited with {proc.returncode}; log:\n{self.tail(self.broker_log_path(bid))}")
             try:
-                brokers = {int(b["broker_id"]): b for b in self.controller_read("describe_cluster").get("brokers", [])}
+                described = self.controller_call(DESCRIBE_CLUSTER, everything)
+                brokers = {int(b["broker_id"]): b for b in described.get("brokers", [])}
             except RuntimeError:
                 brokers = {}
             for bid in sorted(pending):

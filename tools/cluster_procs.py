@@ -22,7 +22,8 @@ STATE_FILE = "cluster.json"
 def load_state(state_dir: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(state_dir, STATE_FILE), encoding="utf-8") as f:
-            return json.load(f)
+            state: dict[str, Any] = json.load(f)
+            return state
     except (OSError, ValueError):
         return None
 

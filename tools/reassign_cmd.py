@@ -20,6 +20,8 @@ from typing import Any
 
 from broker import replication_throttle as thr
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.configs import ConfigOp, ConfigResourceChange
+from metadata_quorum.kernel.messages.replication import Reassignment as ReassignmentItem
 from tools.admin import Admin, BrokerInfo, PartitionState
 from tools.client import RETRIABLE_CONNECTION_ERRORS, TopicPartition
 
@@ -361,27 +363,32 @@ THROTTLE_RATE_KEYS = (thr.LEADER_RATE, thr.FOLLOWER_RATE)
 THROTTLE_REPLICA_KEYS = (thr.LEADER_REPLICAS, thr.FOLLOWER_REPLICAS)
 
 
-def throttle_resources(moves: dict[TopicPartition, tuple[list[int], list[int]]], rate_bps: int) -> list[dict[str, Any]]:
+def throttle_resources(moves: dict[TopicPartition, tuple[list[int], list[int]]],
+                       rate_bps: int) -> list[ConfigResourceChange]:
     """Kafka's ``--throttle`` for copy-based (storage=local) moves (KIP-73): the rate on every broker
     taking part, the current replicas throttled as leaders, the adding ones as followers."""
     brokers = sorted({b for current, target in moves.values() for b in current + target})
-    resources: list[dict[str, Any]] = [
+    resources: list[ConfigResourceChange] = [
         {"type": "broker", "name": str(b), "configs": {k: str(rate_bps) for k in THROTTLE_RATE_KEYS}} for b in brokers]
     for topic in sorted({tp.topic for tp in moves}):
         leaders = [f"{tp.partition}:{b}" for tp, (current, _t) in sorted(moves.items()) if tp.topic == topic
                    for b in current]
         followers = [f"{tp.partition}:{b}" for tp, (current, target) in sorted(moves.items()) if tp.topic == topic
                      for b in target if b not in current]
-        ops = [{"op": "append", "key": key, "value": ",".join(items)}
-               for key, items in zip(THROTTLE_REPLICA_KEYS, (leaders, followers), strict=True) if items]
+        ops: list[ConfigOp] = [{"op": "append", "key": key, "value": ",".join(items)}
+                               for key, items in zip(THROTTLE_REPLICA_KEYS, (leaders, followers), strict=True)
+                               if items]
         resources.append({"type": "topic", "name": topic, "ops": ops})
     return resources
 
 
-def clear_throttle_resources(topics: list[str], brokers: list[int]) -> list[dict[str, Any]]:
-    return ([{"type": "broker", "name": str(b), "configs": {k: None for k in THROTTLE_RATE_KEYS + (ALTER_DIRS_RATE,)}}
-             for b in brokers]
-            + [{"type": "topic", "name": t, "configs": {k: None for k in THROTTLE_REPLICA_KEYS}} for t in topics])
+def clear_throttle_resources(topics: list[str], brokers: list[int]) -> list[ConfigResourceChange]:
+    rates: list[ConfigResourceChange] = [
+        {"type": "broker", "name": str(b), "configs": {k: None for k in THROTTLE_RATE_KEYS + (ALTER_DIRS_RATE,)}}
+        for b in brokers]
+    replicas: list[ConfigResourceChange] = [
+        {"type": "topic", "name": t, "configs": {k: None for k in THROTTLE_REPLICA_KEYS}} for t in topics]
+    return rates + replicas
 
 
 def throttle_set_lines(rate_bps: int) -> list[str]:
@@ -391,7 +398,7 @@ def throttle_set_lines(rate_bps: int) -> list[str]:
 
 
 async def topic_storages(admin: Admin, topics: list[str]) -> dict[str, str]:
-    reply = await admin.read("describe_topics", {"names": topics})
+    reply = await admin.api.describe_topics({"names": topics})
     return {t["name"]: str(t.get("storage", "s3")) for t in reply.get("topics", []) if "storage" in t}
 
 
@@ -416,21 +423,21 @@ async def run_execute(admin: Admin, text: str, additional: bool, out: list[str],
     local_dir_brokers = sorted({b for (tp, b), d in r.log_dirs.items()
                                 if d != ANY_LOG_DIR and storages.get(tp.topic, "s3") != "s3"})
     if log_dir_throttle_bps >= 0 and local_dir_brokers:  # KIP-113's intra-broker throttle, for local replicas
-        await admin.write("alter_configs", {"resources": [
+        await admin.api.alter_configs({"resources": [
             {"type": "broker", "name": str(b), "configs": {ALTER_DIRS_RATE: str(log_dir_throttle_bps)}}
             for b in local_dir_brokers]})
         out.append(f"The replica-alter-dir throttle limit was set to {log_dir_throttle_bps} B/s")
         log_dir_throttle_bps = -1
     if throttle_bps >= 0 and local_moves:
-        await admin.write("alter_configs", {"resources": throttle_resources(local_moves, throttle_bps)})
+        await admin.api.alter_configs({"resources": throttle_resources(local_moves, throttle_bps)})
         out.extend(throttle_set_lines(throttle_bps))
         if len(local_moves) < len(parts):
             out.extend(throttle_lines(-1, log_dir_throttle_bps))
     else:
         out.extend(throttle_lines(throttle_bps, log_dir_throttle_bps))
-    request = []
+    request: list[ReassignmentItem] = []
     for tp in sorted(parts):
-        item: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition, "replicas": parts[tp]}
+        item: ReassignmentItem = {"topic": tp.topic, "partition": tp.partition, "replicas": parts[tp]}
         if any((tp, b) in r.log_dirs for b in parts[tp]):
             item["log_dirs"] = [r.log_dirs.get((tp, b), ANY_LOG_DIR) for b in parts[tp]]
         request.append(item)
@@ -500,7 +507,7 @@ async def run_verify(admin: Admin, text: str, out: list[str], preserve_throttles
         cleared = await clear_throttles(admin, sorted({tp.topic for tp in targets}))
         dir_brokers = sorted({b for (_tp, b), d in r.log_dirs.items() if d != ANY_LOG_DIR})
         if not cleared and dir_brokers and await log_dir_moves_done(admin, r.log_dirs):
-            await admin.write("alter_configs", {"resources": [
+            await admin.api.alter_configs({"resources": [
                 {"type": "broker", "name": str(b), "configs": {ALTER_DIRS_RATE: None}} for b in dir_brokers]})
             cleared = ["", f"Clearing broker-level throttles on brokers {','.join(map(str, dir_brokers))}"]
         out.extend(cleared)
@@ -511,13 +518,13 @@ async def run_verify(admin: Admin, text: str, out: list[str], preserve_throttles
 
 async def clear_throttles(admin: Admin, topics: list[str]) -> list[str]:
     """Once every move of the file is done, Kafka's --verify removes the throttles it set."""
-    described = await admin.read("describe_topics", {"names": topics})
+    described = await admin.api.describe_topics({"names": topics})
     throttled = [t["name"] for t in described.get("topics", [])
                  if any(k in (t.get("configs") or {}) for k in THROTTLE_REPLICA_KEYS)]
     if not throttled:
         return []
     brokers = sorted(await admin.brokers())
-    await admin.write("alter_configs", {"resources": clear_throttle_resources(throttled, brokers)})
+    await admin.api.alter_configs({"resources": clear_throttle_resources(throttled, brokers)})
     return ["", f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}"] + \
         [f"Clearing topic-level throttles on topic {t}" for t in throttled]
 

@@ -17,6 +17,8 @@ import tempfile
 import time
 import uuid
 
+from metadata_quorum.kernel.messages import BROKER_HEARTBEAT, REGISTER_BROKER
+from metadata_quorum.kernel.messages.cluster import BrokerHeartbeatRequest, RegisterBrokerRequest
 from metadata_quorum.local_controller import LocalController
 from stream_storage.batches import build_batch, read_records
 from stream_storage.config import S3Config, StreamStorageConfig
@@ -31,11 +33,13 @@ async def streams_roundtrip(config: S3Config, work_dir: str) -> CheckResult:
     controller = LocalController(lambda: int(time.time() * 1000))
 
     def broker(bid: int) -> StreamStorage:
-        epoch = int(controller.write("register_broker", {"broker_id": bid, "incarnation_id": f"check-{bid}",
-                                                         "endpoints": [], "rack": None, "log_dirs": []})["broker_epoch"])
-        controller.write("broker_heartbeat", {"broker_id": bid, "broker_epoch": epoch,
-                                              "metadata_offset": controller.next_offset - 1, "want_shutdown": False,
-                                              "saturated_log_dirs": [], "offline_log_dirs": []})
+        registration: RegisterBrokerRequest = {"broker_id": bid, "incarnation_id": f"check-{bid}",
+                                               "endpoints": [], "rack": None, "log_dirs": []}
+        epoch = int(controller.call(REGISTER_BROKER, registration)["broker_epoch"])
+        heartbeat: BrokerHeartbeatRequest = {"broker_id": bid, "broker_epoch": epoch,
+                                             "metadata_offset": controller.next_offset - 1, "want_shutdown": False,
+                                             "saturated_log_dirs": [], "offline_log_dirs": []}
+        controller.call(BROKER_HEARTBEAT, heartbeat)
         cfg = StreamStorageConfig(wal_dir=os.path.join(work_dir, f"wal-{bid}"), upload_bytes=64 * 1024,
                                   object_key_prefix=f"ferry-check-{uuid.uuid4().hex[:8]}")
         return StreamStorage(cfg, open_s3_store(config), LocalStreamControl(controller), bid, epoch)

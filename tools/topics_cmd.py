@@ -12,9 +12,9 @@ import argparse
 import asyncio
 import re
 import sys
-from typing import Any
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.topics import NewTopic, TopicDescription
 from tools.admin import Admin
 
 
@@ -82,13 +82,13 @@ def _matcher(pattern: str | None) -> re.Pattern[str] | None:
 
 
 async def _topic_names(client: Admin, pattern: str | None) -> list[str]:
-    reply = await client.read("describe_topics", {})
+    reply = await client.api.describe_topics({})
     names = sorted(t["name"] for t in reply.get("topics", []) if "error" not in t)
     regex = _matcher(pattern)
     return [n for n in names if regex is None or regex.fullmatch(n)]
 
 
-def format_describe(topic: dict[str, Any]) -> list[str]:
+def format_describe(topic: TopicDescription) -> list[str]:
     parts = topic.get("partitions", [])
     rf = max((len(p.get("reported_replicas", p.get("replicas", []))) for p in parts), default=0)
     configs = ",".join(f"{k}={v}" for k, v in sorted(topic.get("configs", {}).items()))
@@ -124,7 +124,7 @@ async def _run(args: argparse.Namespace) -> list[str]:
 async def _create(client: Admin, args: argparse.Namespace) -> list[str]:
     if not args.topic:
         raise TopicCommandError(ErrorCode.INVALID_REQUEST, "--topic is required to create a topic")
-    item: dict[str, Any] = {"name": args.topic, "storage": args.storage, "configs": parse_configs(args.config)}
+    item: NewTopic = {"name": args.topic, "storage": args.storage, "configs": parse_configs(args.config)}
     if args.replica_assignment:
         if args.partitions is not None or args.replication_factor is not None:
             raise TopicCommandError(ErrorCode.INVALID_REQUEST,
@@ -133,7 +133,7 @@ async def _create(client: Admin, args: argparse.Namespace) -> list[str]:
     else:
         item["num_partitions"] = 1 if args.partitions is None else args.partitions
         item["replication_factor"] = 1 if args.replication_factor is None else args.replication_factor
-    reply = await client.write("create_topics", {"topics": [item]})
+    reply = await client.api.create_topics({"topics": [item]})
     result = reply["topics"][0]
     if "error" in result:
         if result["error"] == ErrorCode.TOPIC_ALREADY_EXISTS.name and args.if_not_exists:
@@ -151,7 +151,7 @@ async def _delete(client: Admin, args: argparse.Namespace) -> list[str]:
             return []
         raise TopicCommandError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                 f"Topic '{args.topic}' does not exist as expected")
-    reply = await client.write("delete_topics", {"names": names})
+    reply = await client.api.delete_topics({"names": names})
     errors = [t for t in reply.get("topics", []) if "error" in t]
     if errors:
         first = errors[0]
@@ -166,7 +166,7 @@ async def _describe(client: Admin, args: argparse.Namespace) -> list[str]:
                                 f"Topic '{args.topic}' does not exist as expected")
     if not names:
         return []
-    reply = await client.read("describe_topics", {"names": names})
+    reply = await client.api.describe_topics({"names": names})
     lines: list[str] = []
     for topic in reply.get("topics", []):
         if "error" not in topic:

@@ -19,11 +19,13 @@ from kafka.protocol.api_message import ApiMessage
 
 from broker.kafka.admin_apis import failure_of
 from broker.kafka.authorization import Authorization
-from broker.kafka.forwarding import ControllerCalls, Json, forward_timeout_ms
+from broker.kafka.forwarding import ControllerCalls, forward_timeout_ms
 from broker.kafka.wire import Request
 from metadata_quorum.acls import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
                                   PatternType, ResourceType, from_code)
+from metadata_quorum.kernel.controller_api import ControllerApi
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.security import AclBindingMessage
 
 NO_AUTHORIZER = "No Authorizer is configured."
 
@@ -32,7 +34,7 @@ def _not_authorized(api: str) -> str:
     return f"{api} is not authorized: it needs {'DESCRIBE' if api == 'DescribeAcls' else 'ALTER'} on the cluster"
 
 
-def _binding_json(item: Any) -> Json:
+def _binding_json(item: Any) -> AclBindingMessage:
     """A CreateAcls creation as the operation's JSON (a code Kafka does not define becomes UNKNOWN)."""
     return {"resource_type": from_code(ResourceType, item.resource_type).name, "resource_name": item.resource_name,
             "pattern_type": from_code(PatternType, item.resource_pattern_type).name, "principal": item.principal,
@@ -50,6 +52,7 @@ class AclApis:
     def __init__(self, authorization: Authorization, controller: ControllerCalls) -> None:
         self.auth = authorization
         self.controller = controller
+        self.api = ControllerApi(controller)
 
     def _refusal(self, req: Request, operation: AclOperation, api: str) -> tuple[ErrorCode, str] | None:
         if not self.auth.enabled:
@@ -64,9 +67,8 @@ class AclApis:
         refused = self._refusal(req, AclOperation.ALTER, "CreateAcls")
         if refused is None and body.creations:
             try:
-                reply = await self.controller.write("create_acls", {"creations": [_binding_json(c) for c in
-                                                                                  body.creations]},
-                                                    forward_timeout_ms(None))
+                reply = await self.api.create_acls(
+                    {"creations": [_binding_json(c) for c in body.creations]}, forward_timeout_ms(None))
             except Exception as exc:  # noqa: BLE001 - every creation gets the error
                 failure = failure_of(exc)
                 refused = failure.error, failure.message
@@ -101,9 +103,8 @@ class AclApis:
         refused = self._refusal(req, AclOperation.ALTER, "DeleteAcls")
         if refused is None and body.filters:
             try:
-                reply = await self.controller.write("delete_acls", {"filters": [_filter(f).to_json()
-                                                                                for f in body.filters]},
-                                                    forward_timeout_ms(None))
+                reply = await self.api.delete_acls(
+                    {"filters": [_filter(f).to_json() for f in body.filters]}, forward_timeout_ms(None))
             except Exception as exc:  # noqa: BLE001 - every filter gets the error
                 failure = failure_of(exc)
                 refused = failure.error, failure.message

@@ -36,11 +36,17 @@ from broker.kafka.authorization import OPEN, TOPIC, Authorization
 from broker.kafka.auto_create import TopicDefaults
 from broker.kafka.config_catalog import BrokerValue, ConfigEntry, broker_entries, group_entries, topic_entries
 from broker.kafka.data_apis import ZERO_UUID, kafka_endpoint_of, kafka_error, topic_uuid
-from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, Json, forward_timeout_ms, forwarding_failure
+from broker.kafka.forwarding import ControllerCalls, ForwardingFailure, forward_timeout_ms, forwarding_failure
 from broker.kafka.wire import Request
 from broker.log_dirs_report import LogDirReport, TopicFilter
 from metadata_quorum.acls import AclOperation
+from metadata_quorum.kernel.controller_api import ControllerApi
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.configs import ConfigChanges, ConfigOp, ConfigResourceChange
+from metadata_quorum.kernel.messages.replication import ElectLeadersRequest as ElectLeadersArgs
+from metadata_quorum.kernel.messages.replication import ListPartitionReassignmentsRequest as ListPartitionReassignmentsArgs
+from metadata_quorum.kernel.messages.replication import Reassignment
+from metadata_quorum.kernel.messages.topics import CreatedTopic, DeletedTopic, GrownTopic, NewTopic, PartitionsIncrease
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.ops.group_configs import KAFKA_DEFAULTS, check_group_name
 from metadata_quorum.records import STORAGE_S3
@@ -122,20 +128,16 @@ class AdminApis:
         self.core = core
         self.auth = auth
         self.controller = controller
+        self.api = ControllerApi(controller)  # every call with the request's own forwarding budget
         self.topic_defaults = topic_defaults  # num.partitions / default.replication.factor for -1
 
-    async def _write(self, op: str, args: Json, timeout_ms: int | None = None) -> Json:
-        return await self.controller.write(op, args, forward_timeout_ms(timeout_ms))
-
-    async def _read(self, op: str, args: Json, timeout_ms: int | None = None) -> Json:
-        return await self.controller.read(op, args, forward_timeout_ms(timeout_ms))
 
     # ------------------------------------------------------------------ CreateTopics
     async def create_topics(self, req: Request) -> ApiMessage:
         body: CreateTopicsRequest = req.body
         R = CreateTopicsResponse.CreatableTopicResult
         local: dict[int, ItemError] = {}
-        items: list[Json] = []
+        items: list[NewTopic] = []
         # CREATE on the cluster, else on each topic
         denied = frozenset() if self.auth.allows_cluster(req, AclOperation.CREATE) else \
             self.auth.denied(req, AclOperation.CREATE, TOPIC, (t.name for t in body.topics))
@@ -151,7 +153,7 @@ class AdminApis:
             if over is not None:
                 local[i] = over
                 continue
-            item: Json = {"name": t.name, "num_partitions": t.num_partitions,
+            item: NewTopic = {"name": t.name, "num_partitions": t.num_partitions,
                           "replication_factor": t.replication_factor,
                           "default_num_partitions": self.topic_defaults.num_partitions,
                           "default_replication_factor": self.topic_defaults.replication_factor,
@@ -159,13 +161,13 @@ class AdminApis:
             if t.assignments:
                 item["assignments"] = {str(a.partition_index): list(a.broker_ids) for a in t.assignments}
             items.append(item)
-        replies: list[Json] = []
+        replies: list[CreatedTopic] = []
         throttle_ms = 0
         failure: ForwardingFailure | None = None
         if items:
             try:
-                reply = await self._write("create_topics", {"topics": items, "validate_only": bool(body.validate_only)},
-                                          body.timeout_ms)
+                reply = await self.api.create_topics({"topics": items, "validate_only": bool(body.validate_only)},
+                                                     forward_timeout_ms(body.timeout_ms))
                 replies = list(reply["topics"])
             except Exception as exc:  # noqa: BLE001 - answered per topic, as Kafka does
                 failure = failure_of(exc, req.api_version >= QUOTA_ERROR_SINCE["CreateTopics"])
@@ -174,7 +176,7 @@ class AdminApis:
         results = []
         for i, t in enumerate(body.topics):
             error = local.get(i)
-            answer: Json = {}
+            answer: Mapping[str, Any] = {}
             if error is None and failure is not None:
                 error = ItemError(failure.error, failure.message)
             elif error is None:
@@ -218,11 +220,12 @@ class AdminApis:
                                                                     for n, tid in wanted])
         names = [n for n, tid in wanted if tid is None and n is not None and n not in denied]
         ids = [topic_id_text(tid) for _n, tid in wanted if tid is not None and name_of(tid) not in denied]
-        answers: list[Json] = []
+        answers: list[DeletedTopic] = []
         failure: ForwardingFailure | None = None
         if names or ids:
             try:
-                reply = await self._write("delete_topics", {"names": names, "topic_ids": ids}, body.timeout_ms)
+                reply = await self.api.delete_topics({"names": names, "topic_ids": ids},
+                                                     forward_timeout_ms(body.timeout_ms))
                 answers = list(reply["topics"])  # the names' answers, then the ids'
             except Exception as exc:  # noqa: BLE001 - answered per topic
                 failure = failure_of(exc, req.api_version >= QUOTA_ERROR_SINCE["DeleteTopics"])
@@ -239,7 +242,8 @@ class AdminApis:
                                  topic_id=tid or ZERO_UUID, error_code=TOPIC_DENIED.error.code,
                                  error_message=TOPIC_DENIED.message))
                 continue
-            answer: Json = {} if failure is not None else next(by_id if tid is not None else by_name, {})
+            answer: Mapping[str, Any] = {} if failure is not None else \
+                next(by_id if tid is not None else by_name, {})
             error = ItemError(failure.error, failure.message) if failure is not None else \
                 reply_error(answer) if answer else ItemError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for this topic")
             found_id = answer.get("topic_id")
@@ -257,16 +261,16 @@ class AdminApis:
         R = CreatePartitionsResponse.CreatePartitionsTopicResult
         denied = self.auth.denied(req, AclOperation.ALTER, TOPIC, (t.name for t in body.topics))
         allowed = [t for t in body.topics if t.name not in denied]
-        items = [{"name": t.name, "count": t.count,
-                  "assignments": None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]}
-                 for t in allowed]
-        answers: list[Json] = []
+        items: list[PartitionsIncrease] = [
+            {"name": t.name, "count": t.count,
+             "assignments": None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]}
+            for t in allowed]
+        answers: list[GrownTopic] = []
         failure: ForwardingFailure | None = None
         if items:
             try:
-                reply = await self._write("create_partitions", {"topics": items,
-                                                                "validate_only": bool(body.validate_only)},
-                                          body.timeout_ms)
+                reply = await self.api.create_partitions({"topics": items, "validate_only": bool(body.validate_only)},
+                                                         forward_timeout_ms(body.timeout_ms))
                 answers = list(reply["topics"])
             except Exception as exc:  # noqa: BLE001 - answered per topic
                 failure = failure_of(exc, req.api_version >= QUOTA_ERROR_SINCE["CreatePartitions"])
@@ -325,11 +329,13 @@ class AdminApis:
 
     async def _config_entries(self, rtype: int, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         if rtype == TOPIC_RESOURCE:
-            reply = await self._read("describe_configs", {"resources": [{"type": "topic", "name": name}]})
+            reply = await self.api.describe_configs({"resources": [{"type": "topic", "name": name}]},
+                                                    forward_timeout_ms(None))
             return topic_entries(reply["resources"][0]["configs"], keys, broker=self.core.static_configs())
         if rtype == GROUP_RESOURCE:
             check_group_name(name)
-            reply = await self._read("describe_configs", {"resources": [{"type": "group", "name": name}]})
+            reply = await self.api.describe_configs({"resources": [{"type": "group", "name": name}]},
+                                                    forward_timeout_ms(None))
             return group_entries(reply["resources"][0]["configs"], KAFKA_DEFAULTS, keys)
         if rtype != BROKER_RESOURCE:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}: this broker describes "
@@ -338,8 +344,9 @@ class AdminApis:
         if name not in ("", own):
             raise FerryError(ErrorCode.INVALID_REQUEST,
                              f"Unexpected broker id, expected {own} or empty string, but received {name}")
-        reply = await self._read("describe_configs", {"resources": [{"type": "broker", "name": ""},
-                                                                    {"type": "broker", "name": own}]})
+        reply = await self.api.describe_configs({"resources": [{"type": "broker", "name": ""},
+                                                               {"type": "broker", "name": own}]},
+                                                forward_timeout_ms(None))
         defaults, mine = reply["resources"][0]["configs"], reply["resources"][1]["configs"]
         if name == "":
             return broker_entries(self.core.broker_id, {}, {}, defaults, keys)
@@ -385,7 +392,8 @@ class AdminApis:
                                                                  if CONFIG_OPS[c.config_operation] != "delete"])):
                 error = read_only
             else:
-                ops = [{"op": CONFIG_OPS[c.config_operation], "key": c.name, "value": c.value} for c in r.configs]
+                ops: list[ConfigOp] = [{"op": CONFIG_OPS[c.config_operation], "key": c.name, "value": c.value}
+                                       for c in r.configs]
                 error = await self._alter_resource(r.resource_type, r.resource_name, {"ops": ops},
                                                    bool(body.validate_only))
             results.append(R(error_code=error.error.code if error else 0, error_message=error.message if error else None,
@@ -424,13 +432,15 @@ class AdminApis:
                                                    f"Value must be no more than {limit.value} (the brokers' "
                                                    f"{BROKER_MAX_MESSAGE_BYTES}, the largest batch they accept)")
 
-    async def _alter_resource(self, rtype: int, name: str, change: Json, validate_only: bool) -> ItemError | None:
+    async def _alter_resource(self, rtype: int, name: str, change: ConfigChanges,
+                              validate_only: bool) -> ItemError | None:
         if rtype not in CONFIG_RESOURCES:
             return ItemError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}: this broker alters "
                                                         "topic (2), broker (4) and group (32) configs")
-        resource = {"type": CONFIG_RESOURCES[rtype], "name": name, **change}
+        resource: ConfigResourceChange = {"type": CONFIG_RESOURCES[rtype], "name": name, **change}
         try:
-            await self._write("alter_configs", {"resources": [resource], "validate_only": validate_only})
+            await self.api.alter_configs({"resources": [resource], "validate_only": validate_only},
+                                         forward_timeout_ms(None))
         except Exception as exc:  # noqa: BLE001 - answered per resource
             failure = failure_of(exc)
             return ItemError(failure.error, failure.message)
@@ -475,7 +485,7 @@ class AdminApis:
         P = T.ReassignablePartitionResponse
         allow_rf_change = bool(body.allow_replication_factor_change) if req.api_version >= 1 else True
         local: dict[tuple[str, int], ItemError] = {}
-        items: list[Json] = []
+        items: list[Reassignment] = []
         top = ItemError(ErrorCode.NONE, None) if self.auth.allows_cluster(req, AclOperation.ALTER) else CLUSTER_DENIED
         for t in (body.topics if top is not CLUSTER_DENIED else []):
             for p in t.partitions:
@@ -489,7 +499,8 @@ class AdminApis:
         answers: dict[tuple[str, int], ItemError | None] = {}
         if items:
             try:
-                reply = await self._write("alter_partition_reassignments", {"reassignments": items}, body.timeout_ms)
+                reply = await self.api.alter_partition_reassignments({"reassignments": items},
+                                                                     forward_timeout_ms(body.timeout_ms))
                 answers = {(str(a["topic"]), int(a["partition"])): reply_error(a) for a in reply["responses"]}
             except Exception as exc:  # noqa: BLE001 - the whole request failed: a top-level error
                 failure = failure_of(exc)
@@ -526,14 +537,14 @@ class AdminApis:
         body: ListPartitionReassignmentsRequest = req.body
         T = ListPartitionReassignmentsResponse.OngoingTopicReassignment
         P = T.OngoingPartitionReassignment
-        args: Json = {}
+        args: ListPartitionReassignmentsArgs = {}
         if body.topics is not None:
             args["partitions"] = [{"topic": t.name, "partition": p} for t in body.topics for p in t.partition_indexes]
         if not self.auth.allows_cluster(req, AclOperation.DESCRIBE):
             return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=CLUSTER_DENIED.error.code,
                                                       error_message=CLUSTER_DENIED.message, topics=[])
         try:
-            reply = await self._read("list_partition_reassignments", args, body.timeout_ms)
+            reply = await self.api.list_partition_reassignments(args, forward_timeout_ms(body.timeout_ms))
         except Exception as exc:  # noqa: BLE001 - a top-level error
             failure = failure_of(exc)
             return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=failure.error.code,
@@ -558,11 +569,12 @@ class AdminApis:
         elif election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
             top = ItemError(ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}")
         else:
-            args: Json = {"election_type": "preferred" if election_type == PREFERRED_ELECTION else "unclean"}
+            args: ElectLeadersArgs = {"election_type": "preferred" if election_type == PREFERRED_ELECTION
+                                      else "unclean"}
             if wanted is not None:
                 args["partitions"] = [{"topic": t, "partition": p} for t, p in wanted]
             try:
-                reply = await self._write("elect_leaders", args, body.timeout_ms)
+                reply = await self.api.elect_leaders(args, forward_timeout_ms(body.timeout_ms))
             except Exception as exc:  # noqa: BLE001 - the whole request failed
                 failure = failure_of(exc)
                 top = ItemError(failure.error, failure.message)

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from broker.kafka.forwarding import ControllerCalls
+from metadata_quorum.kernel.controller_api import ControllerApi
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.topics import NewTopic
 from metadata_quorum.ops.topics import validate_topic_name
 
 log = logging.getLogger("ferry.broker.kafka.auto_create")
@@ -74,6 +76,7 @@ class AutoTopicCreator:
 
     def __init__(self, controller: ControllerCalls, defaults: TopicDefaults) -> None:
         self.controller = controller
+        self.api = ControllerApi(controller)
         self.defaults = defaults
         self._pending: dict[str, asyncio.Task[None]] = {}
 
@@ -86,10 +89,10 @@ class AutoTopicCreator:
         return task
 
     async def _create(self, name: str) -> None:
-        item = {"name": name, "num_partitions": self.defaults.num_partitions,
-                "replication_factor": self.defaults.replication_factor}
+        item: NewTopic = {"name": name, "num_partitions": self.defaults.num_partitions,
+                          "replication_factor": self.defaults.replication_factor}
         try:
-            reply = await self.controller.write("create_topics", {"topics": [item]}, AUTO_CREATE_TIMEOUT_MS)
+            reply = await self.api.create_topics({"topics": [item]}, AUTO_CREATE_TIMEOUT_MS)
         except Exception as exc:  # noqa: BLE001 - the client is answered LEADER_NOT_AVAILABLE and asks again
             log.debug("auto-creation of topic %s failed: %r", name, exc)
             return

@@ -14,7 +14,7 @@ import base64
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Protocol, Sequence
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 from kafka.protocol.api_message import ApiMessage
@@ -35,6 +35,7 @@ from broker.kafka.fetch_sessions import FetchContext, FetchPartition, FetchSessi
 from broker.kafka.produce_answer import success_answer
 from broker.kafka.produce_forwarding import Forwarded, ProduceForwarding
 from broker.produce_forward import RouteKind
+from broker.producer_ids import ProducerIdSource
 from broker.kafka.wire import Request, api_versions_response
 from metadata_quorum.acls import AclOperation
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -189,13 +190,13 @@ class DataApis:
     """Handlers of the data-path APIs; each returns the response message, an answer already framed
     (a successful single-partition produce), or None (acks=0)."""
 
-    def __init__(self, core: BrokerCore, new_producer_id: Callable[[], int],
+    def __init__(self, core: BrokerCore, producer_ids: ProducerIdSource,
                  fetch_sessions: FetchSessionCache | None = None,
                  auto_create: AutoTopicCreator | None = None, auth: Authorization = OPEN,
                  forwarding: ProduceForwarding | None = None) -> None:
         self.core = core
         self.auth = auth
-        self.new_producer_id = new_producer_id
+        self.producer_ids = producer_ids
         self.fetch_sessions = fetch_sessions if fetch_sessions is not None else FetchSessionCache()
         self.auto_create = auto_create  # None: topics are never created by Metadata
         self.forwarding = forwarding  # None: a produce for a partition handed over is refused
@@ -602,13 +603,13 @@ class DataApis:
         if body.transactional_id is not None:
             return InitProducerIdResponse(throttle_time_ms=0, error_code=NO_TRANSACTIONS.code,
                                           producer_id=-1, producer_epoch=-1)
-        if req.api_version >= 3 and body.producer_id >= 0:
+        if req.api_version >= 3 and body.producer_id >= 0 and body.producer_epoch + 1 <= 32767:
             # KIP-360: an idempotent producer bumps its epoch after an unknown sequence error
-            epoch = body.producer_epoch + 1
-            if epoch > 32767:
-                return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=self.new_producer_id(),
-                                              producer_epoch=0)
             return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=body.producer_id,
-                                          producer_epoch=epoch)
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=self.new_producer_id(),
-                                      producer_epoch=0)
+                                          producer_epoch=body.producer_epoch + 1)
+        try:  # a new producer, or one whose epoch is exhausted: a new id from this broker's block
+            producer_id = await self.producer_ids.next_producer_id()
+        except FerryError as exc:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=exc.error.code, producer_id=-1,
+                                          producer_epoch=-1)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from metadata_quorum.kernel.backoff import retry_after_ms_of
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -37,22 +37,23 @@ _UNAVAILABLE = frozenset({ErrorCode.NOT_CONTROLLER, ErrorCode.REPLICA_NOT_AVAILA
 
 
 class ControllerCalls(Protocol):
-    """What the admin handlers need of the controller quorum."""
+    """What the admin handlers need of the controller quorum: a transport of the typed facade
+    (``metadata_quorum/kernel/controller_api.py``). ``timeout_ms`` None: the default budget."""
 
-    async def write(self, op: str, args: Json, timeout_ms: int) -> Json:
+    async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
         """Run a write operation on the active controller; its reply once this broker has it."""
         ...
 
-    async def read(self, op: str, args: Json, timeout_ms: int) -> Json:
+    async def read(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
         """Run a read operation on the active controller's committed image."""
         ...
 
 
 class OffsetClient(Protocol):
-    async def write_with_offset(self, op: str, args: Json | None = None,
+    async def write_with_offset(self, op: str, args: Mapping[str, Any] | None = None,
                                 timeout_ms: int | None = None, retry_answers: bool = True) -> Json: ...
 
-    async def read(self, op: str, args: Json | None = None, timeout_ms: int | None = None,
+    async def read(self, op: str, args: Mapping[str, Any] | None = None, timeout_ms: int | None = None,
                    leader: bool = True, retry_answers: bool = True) -> Json: ...
 
 
@@ -66,7 +67,8 @@ class QuorumForwarder:
         self.client = client
         self.wait_for_offset = wait_for_offset
 
-    async def write(self, op: str, args: Json, timeout_ms: int) -> Json:
+    async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Json:
+        timeout_ms = DEFAULT_FORWARD_TIMEOUT_MS if timeout_ms is None else timeout_ms
         started = time.monotonic()
         # the operation's own answer (e.g. UNKNOWN_TOPIC_OR_PARTITION for a missing topic) goes back
         # to the client at once: only the quorum's unavailability is worth retrying here
@@ -81,7 +83,8 @@ class QuorumForwarder:
         reply: Json = body["reply"]
         return reply
 
-    async def read(self, op: str, args: Json, timeout_ms: int) -> Json:
+    async def read(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Json:
+        timeout_ms = DEFAULT_FORWARD_TIMEOUT_MS if timeout_ms is None else timeout_ms
         return await self.client.read(op, args, timeout_ms, retry_answers=False)
 
 

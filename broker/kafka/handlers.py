@@ -1,7 +1,6 @@
 """Which handler answers which Kafka API key (the listener's dispatch table)."""
 from __future__ import annotations
 
-import secrets
 from typing import Protocol
 
 from kafka.protocol.api_key import ApiKey
@@ -22,19 +21,15 @@ from broker.kafka.quorum_apis import QuorumApis, QuorumState
 from broker.kafka.quota_apis import describe_client_quotas
 from broker.kafka.scram_apis import ScramApis
 from broker.kafka.txn_marker_apis import OnTxnMarker, TxnMarkerApis, TxnMarkerCore, no_txn_marker_hook
+from broker.producer_ids import ProducerIdSource
 from metadata_quorum.authorizer import OFF, AuthorizerSettings
-
-
-def new_producer_id() -> int:
-    """A producer id no other producer holds: 62 random bits (a collision needs ~2^31 producers)."""
-    return secrets.randbits(62)
 
 
 class KafkaCore(GroupsCore, AdminCore, TxnMarkerCore, Protocol):
     """A broker that serves the data path, consumer groups and the admin APIs."""
 
 
-def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
+def kafka_handlers(core: KafkaCore, controller: ControllerCalls, producer_ids: ProducerIdSource,
                    topic_defaults: TopicDefaults = TopicDefaults(),
                    quorum: QuorumState | None = None,
                    authorizer: AuthorizerSettings = OFF,
@@ -43,7 +38,7 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls,
     """``on_txn_marker`` is told of each transaction marker written on a partition of
     ``__consumer_offsets`` (broker/kafka/txn_marker_apis.py)."""
     auth = Authorization(authorizer, lambda: core.image)
-    data = DataApis(core, new_producer_id, auto_create=AutoTopicCreator(controller, topic_defaults), auth=auth,
+    data = DataApis(core, producer_ids, auto_create=AutoTopicCreator(controller, topic_defaults), auth=auth,
                     forwarding=forwarding)
     groups = GroupApis(core, auth=auth)
     admin = AdminApis(core, controller, topic_defaults, auth=auth)

@@ -376,7 +376,7 @@ def _sasl_response(event: Request, step: Step) -> ApiMessage:
 @lru_cache(maxsize=None)
 def api_name(api_key: int) -> str:
     try:
-        return ApiKey(api_key).name
+        return str(ApiKey(api_key).name)
     except ValueError:
         return f"api {api_key}"
 

@@ -16,8 +16,11 @@ from kafka.protocol.admin.users import (AlterUserScramCredentialsRequest, AlterU
 from kafka.protocol.api_message import ApiMessage
 
 from broker.kafka.admin_apis import AdminCore, failure_of
-from broker.kafka.forwarding import ControllerCalls, Json, forward_timeout_ms
+from broker.kafka.forwarding import ControllerCalls, forward_timeout_ms
 from broker.kafka.wire import Request
+from metadata_quorum.kernel.controller_api import ControllerApi
+from metadata_quorum.kernel.messages.security import AlterUserScramCredentialsRequest as AlterUserScramCredentialsArgs
+from metadata_quorum.kernel.messages.security import DescribeUserScramCredentialsRequest as DescribeUserScramCredentialsArgs
 from metadata_quorum.ops.scram import describe_user_scram_credentials
 
 
@@ -29,16 +32,17 @@ class ScramApis:
     def __init__(self, core: AdminCore, controller: ControllerCalls) -> None:
         self.core = core
         self.controller = controller
+        self.api = ControllerApi(controller)
 
     async def describe_user_scram_credentials(self, req: Request) -> ApiMessage:
         body: DescribeUserScramCredentialsRequest = req.body
         R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
-        args: Json = {"users": None if body.users is None else [u.name for u in body.users]}
+        args: DescribeUserScramCredentialsArgs = {"users": None if body.users is None else [u.name for u in body.users]}
         image = self.core.image
         try:
             # a broker still loading its image asks the active controller's committed one
             reply = describe_user_scram_credentials(image, args) if image is not None else \
-                await self.controller.read("describe_user_scram_credentials", args, forward_timeout_ms(None))
+                await self.api.describe_user_scram_credentials(args, forward_timeout_ms(None))
         except Exception as exc:  # noqa: BLE001 - a top-level error
             failure = failure_of(exc)
             return DescribeUserScramCredentialsResponse(throttle_time_ms=0, error_code=failure.error.code,
@@ -53,7 +57,7 @@ class ScramApis:
     async def alter_user_scram_credentials(self, req: Request) -> ApiMessage:
         body: AlterUserScramCredentialsRequest = req.body
         R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
-        args: Json = {
+        args: AlterUserScramCredentialsArgs = {
             "deletions": [{"name": d.name, "mechanism": d.mechanism} for d in body.deletions],
             "upsertions": [{"name": u.name, "mechanism": u.mechanism, "iterations": u.iterations,
                             "salt": _b64(u.salt), "salted_password": _b64(u.salted_password)}
@@ -62,7 +66,7 @@ class ScramApis:
         if not users:
             return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[])
         try:
-            reply = await self.controller.write("alter_user_scram_credentials", args, forward_timeout_ms(None))
+            reply = await self.api.alter_user_scram_credentials(args, forward_timeout_ms(None))
         except Exception as exc:  # noqa: BLE001 - every user gets the error
             failure = failure_of(exc)
             return AlterUserScramCredentialsResponse(throttle_time_ms=failure.throttle_time_ms, results=[

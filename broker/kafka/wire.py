@@ -146,7 +146,7 @@ class KafkaConnection:
         (size,) = _FRAME.unpack_from(self._buf, self._start)
         if size > self.max_request_bytes:
             return 0
-        return max(0, _FRAME.size + size - have)
+        return max(0, _FRAME.size + int(size) - have)
 
     def _make_room(self, free_bytes: int) -> None:
         """Move the undecoded bytes to the front, into a larger buffer if they and ``free_bytes`` do
@@ -176,7 +176,7 @@ class KafkaConnection:
             return NEED_DATA
         with memoryview(self._buf) as view, view[start + _FRAME.size:end] as frame:
             event = self._decode(frame)
-        if self._closed_reason is not None:
+        if self.closed:  # the decode may have found a violation and closed the stream
             return event
         self._start = end
         if end == self._end:  # everything decoded: the next read starts at the front again

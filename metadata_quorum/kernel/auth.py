@@ -27,6 +27,7 @@ import hmac
 import secrets
 from dataclasses import dataclass, field
 
+from metadata_quorum.kernel import messages as ops
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.strict_config import Secret, invalid
 
@@ -34,9 +35,9 @@ from metadata_quorum.kernel.strict_config import Secret, invalid
 MIN_SECRET_CHARS = 16
 
 # Controller writes only a broker may send (register, heartbeat, ISR changes, stream state).
-BROKER_ONLY_WRITES = frozenset({"register_broker", "broker_heartbeat", "alter_partition", "create_stream",
-                                "open_stream", "close_stream", "commit_object", "trim_stream", "stream_recovered",
-                                "report_broker_dead", "tick"})
+BROKER_ONLY_WRITES = frozenset(op.name for op in (
+    ops.REGISTER_BROKER, ops.BROKER_HEARTBEAT, ops.ALTER_PARTITION, ops.CREATE_STREAM, ops.OPEN_STREAM,
+    ops.CLOSE_STREAM, ops.COMMIT_OBJECT, ops.TRIM_STREAM, ops.STREAM_RECOVERED, ops.REPORT_BROKER_DEAD, ops.TICK))
 
 
 class Principal(enum.Enum):

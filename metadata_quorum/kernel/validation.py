@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.common import ItemError
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -140,6 +141,6 @@ def as_mapping(value: Any, name: str) -> Mapping[str, Any]:
     return value
 
 
-def item_error(error: ErrorCode, message: str) -> dict[str, Any]:
+def item_error(error: ErrorCode, message: str) -> ItemError:
     """The per-item error fields of a batch reply (Kafka answers batches item by item)."""
     return {"error": error.name, "code": error.code, "message": message}

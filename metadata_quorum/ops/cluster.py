@@ -18,6 +18,9 @@ from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.cluster import (BrokerDescription, BrokerHeartbeatReply, DescribeClusterReply,
+                                                     ElectedLeader, RegisterBrokerReply, ReportBrokerDeadReply,
+                                                     TickReply, UnregisterBrokerReply)
 from metadata_quorum.image import BrokerRegistration, MetadataImage, PartitionRegistration
 from metadata_quorum.ops.placement import Placement, RecordBuilder, election_candidate, elect, evacuate, move_s3_partition
 from metadata_quorum.ops.saturation import hand_off_saturated
@@ -150,7 +153,9 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     existing = image.cluster.brokers.get(broker_id)
     if existing is not None and existing.incarnation_id == incarnation_id and not incarnation_ended(image, existing):
         # A retry of a registration that already committed: same epoch, nothing new.
-        return ControllerResult((), {"broker_epoch": existing.broker_epoch})
+        retried: RegisterBrokerReply = {"broker_epoch": existing.broker_epoch,
+                                        "session_timeout_ms": ctx.session_timeout_ms}
+        return ControllerResult((), retried)
     if existing is not None and not existing.fenced and not heartbeat_expired(ctx, broker_id):
         raise FerryError(
             ErrorCode.DUPLICATE_BROKER_REGISTRATION,
@@ -179,7 +184,8 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     if existing is not None:
         # The old incarnation is gone: it must lead nothing (its partitions wait for a leader).
         evacuate(builder, Placement(image), broker_id, "restart", ctx)
-    return ControllerResult(tuple(builder.records), {"broker_epoch": epoch})
+    registered: RegisterBrokerReply = {"broker_epoch": epoch, "session_timeout_ms": ctx.session_timeout_ms}
+    return ControllerResult(tuple(builder.records), registered)
 
 
 def _holds_open_streams(image: MetadataImage, reg: BrokerRegistration) -> bool:
@@ -235,12 +241,15 @@ def broker_heartbeat(image: MetadataImage, args: dict[str, Any], ctx: OpContext)
         builder.add(BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=False))
     after = builder.view.broker(broker_id)
     assert after is not None
-    return ControllerResult(tuple(builder.records), {
+    reply: BrokerHeartbeatReply = {
         "is_fenced": after.fenced,
         "is_caught_up": caught_up,
         "should_shut_down": should_shut_down,
         "metadata_high_watermark": ctx.next_offset + len(builder.records),
-    })
+        # the broker's lease must not outlive the session this controller fences on
+        "session_timeout_ms": ctx.session_timeout_ms,
+    }
+    return ControllerResult(tuple(builder.records), reply)
 
 
 def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
@@ -268,9 +277,10 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
         fenced.append(broker_id)
     for broker_id in fenced:
         evacuate(builder, placement, broker_id, "dead", ctx)
-    elected: list[dict[str, Any]] = []
+    elected: list[ElectedLeader] = []
     if not elect_leaderless and not fenced:
-        return ControllerResult(tuple(builder.records), {"fenced_brokers": fenced, "silent_ms": {}, "elected": elected})
+        quiet: TickReply = {"fenced_brokers": fenced, "silent_ms": {}, "elected": elected}
+        return ControllerResult(tuple(builder.records), quiet)
     leaderless = set(image.topics.leaderless) | {
         tp for tp in builder.view.changed_partitions()
         if (p := builder.view.partition(*tp)) is not None and p.leader == NO_LEADER}
@@ -290,8 +300,8 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
         if candidate != NO_LEADER:
             elected.append({"topic_id": part.topic_id, "partition": part.partition, "leader": candidate})
     silent_ms = {b: judged_at_ms(ctx) - ctx.last_heartbeat_ms.get(b, ctx.active_since_ms or 0) for b in fenced}
-    return ControllerResult(tuple(builder.records), {"fenced_brokers": fenced, "silent_ms": silent_ms,
-                                                     "elected": elected})
+    reply: TickReply = {"fenced_brokers": fenced, "silent_ms": silent_ms, "elected": elected}
+    return ControllerResult(tuple(builder.records), reply)
 
 
 def report_broker_dead(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
@@ -308,15 +318,18 @@ def report_broker_dead(image: MetadataImage, args: dict[str, Any], ctx: OpContex
     check_broker_epoch(image, req_int(args, "reporter_id", 0), req_int(args, "reporter_epoch"))
     reg = image.cluster.brokers.get(broker_id)
     if reg is None or reg.broker_epoch != broker_epoch:
-        return ControllerResult((), {"fenced": False, "why": "a newer incarnation is registered (or none)"})
+        newer: ReportBrokerDeadReply = {"fenced": False, "why": "a newer incarnation is registered (or none)"}
+        return ControllerResult((), newer)
     if reg.fenced:
-        return ControllerResult((), {"fenced": False, "why": "already fenced"})
+        already: ReportBrokerDeadReply = {"fenced": False, "why": "already fenced"}
+        return ControllerResult((), already)
     builder = RecordBuilder(image)
     builder.add(BrokerRegistrationChangeRecord(
         broker_id=broker_id, broker_epoch=broker_epoch, fenced=True, in_controlled_shutdown=False))
     builder.add(KVRecord(key=dead_incarnation_key(broker_id), value=str(broker_epoch)))
     evacuate(builder, Placement(image), broker_id, "dead", ctx)
-    return ControllerResult(tuple(builder.records), {"fenced": True, "why": "its process is gone"})
+    reply: ReportBrokerDeadReply = {"fenced": True, "why": "its process is gone"}
+    return ControllerResult(tuple(builder.records), reply)
 
 
 def held_by_live_owner(builder: RecordBuilder, part: PartitionRegistration, candidate: int, ctx: OpContext) -> bool:
@@ -370,10 +383,11 @@ def unregister_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext
     if may_acknowledge:
         builder.add(KVRecord(key=unregistered_session_key(broker_id), value=str(session_end_ms(ctx, broker_id))))
     builder.add(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.broker_epoch))
-    return ControllerResult(tuple(builder.records), {})
+    reply: UnregisterBrokerReply = {}
+    return ControllerResult(tuple(builder.records), reply)
 
 
-def describe_broker(reg: BrokerRegistration) -> dict[str, Any]:
+def describe_broker(reg: BrokerRegistration) -> BrokerDescription:
     return {
         "broker_id": reg.broker_id,
         "incarnation_id": reg.incarnation_id,
@@ -389,7 +403,7 @@ def describe_broker(reg: BrokerRegistration) -> dict[str, Any]:
     }
 
 
-def describe_cluster(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+def describe_cluster(image: MetadataImage, args: dict[str, Any]) -> DescribeClusterReply:
     return {
         "brokers": [describe_broker(image.cluster.brokers[b]) for b in sorted(image.cluster.brokers)],
         "metadata_offset": image.offset,

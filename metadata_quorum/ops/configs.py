@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.configs import AlterConfigsReply, DescribeConfigsReply, GetKvReply, PutKvReply
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.kernel.validation import as_mapping, invalid, opt_bool, opt_list, req_list, req_str
 from metadata_quorum.ops.group_configs import check_group_configs, check_group_name
@@ -243,12 +244,13 @@ def alter_configs(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
         rtype, name = _resource(image, raw, check_exists=True)
         changes = _resource_changes(image, rtype, name, as_mapping(raw, "resources[]"))
         records += [ConfigRecord(resource_type=rtype, resource_name=name, key=k, value=v) for k, v in changes.items()]
+    reply: AlterConfigsReply = {}
     if opt_bool(args, "validate_only"):
-        return ControllerResult((), {})
-    return ControllerResult(tuple(records), {})
+        return ControllerResult((), reply)
+    return ControllerResult(tuple(records), reply)
 
 
-def describe_configs(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+def describe_configs(image: MetadataImage, args: dict[str, Any]) -> DescribeConfigsReply:
     resources = opt_list(args, "resources")
     if resources is None:
         keys = sorted(image.configs.configs)
@@ -265,9 +267,10 @@ def put_kv(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Contro
     value = args.get("value")
     if value is not None and not isinstance(value, str):
         raise invalid(f"value must be a string or null, got {value!r}")
-    return ControllerResult((KVRecord(key=key, value=value),), {})
+    reply: PutKvReply = {}
+    return ControllerResult((KVRecord(key=key, value=value),), reply)
 
 
-def get_kv(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+def get_kv(image: MetadataImage, args: dict[str, Any]) -> GetKvReply:
     key = req_str(args, "key")
     return {"key": key, "value": image.kv.get(key)}

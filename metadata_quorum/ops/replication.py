@@ -16,6 +16,10 @@ from typing import Any, Mapping
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.replication import (AlterPartitionReassignmentsReply, AlterPartitionReply,
+                                                         ElectionResult, ElectLeadersReply,
+                                                         ListPartitionReassignmentsReply, OngoingReassignment,
+                                                         ReassignmentResult)
 from metadata_quorum.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata_quorum.ops.cluster import check_broker_epoch
 from metadata_quorum.ops.placement import Placement, RecordBuilder, elect, election_candidate
@@ -216,11 +220,13 @@ def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegis
 def alter_partition_reassignments(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
     builder = RecordBuilder(image)
     placement = Placement(image)
-    responses: list[dict[str, Any]] = []
+    responses: list[ReassignmentResult] = []
     for raw in req_list(args, "reassignments"):
         item = as_mapping(raw, "reassignments[]")
-        topic_name, partition = item.get("topic"), item.get("partition")
-        reply: dict[str, Any] = {"topic": topic_name, "partition": partition}
+        # echoed as sent (a malformed item gets its error under the names it gave)
+        topic_name: Any = item.get("topic")
+        partition: Any = item.get("partition")
+        reply: ReassignmentResult = {"topic": topic_name, "partition": partition}
         try:
             _topic, part = _find(image, topic_name, partition)
             current = builder.view.partition(part.topic_id, part.partition)
@@ -230,12 +236,13 @@ def alter_partition_reassignments(image: MetadataImage, args: dict[str, Any], ct
             else:
                 _reassign(builder, placement, current, item, ctx)
         except FerryError as e:
-            reply.update(item_error(e.error, e.message))
+            reply = {**reply, **item_error(e.error, e.message)}
         responses.append(reply)
-    return ControllerResult(tuple(builder.records), {"responses": responses})
+    answer: AlterPartitionReassignmentsReply = {"responses": responses}
+    return ControllerResult(tuple(builder.records), answer)
 
 
-def list_partition_reassignments(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+def list_partition_reassignments(image: MetadataImage, args: dict[str, Any]) -> ListPartitionReassignmentsReply:
     wanted = opt_list(args, "partitions")
     if wanted is None:
         pairs = image.topics.all_partitions()
@@ -247,7 +254,7 @@ def list_partition_reassignments(image: MetadataImage, args: dict[str, Any]) -> 
                 pairs.append(_find(image, item.get("topic"), item.get("partition")))
             except FerryError:
                 continue
-    out = []
+    out: list[OngoingReassignment] = []
     for topic, part in pairs:
         if not part.is_reassigning:
             continue
@@ -276,9 +283,9 @@ def elect_leaders(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     else:
         items = [(as_mapping(r, "partitions[]").get("topic"), as_mapping(r, "partitions[]").get("partition"))
                  for r in wanted]
-    results: list[dict[str, Any]] = []
+    results: list[ElectionResult] = []
     for topic_name, partition in items:
-        result: dict[str, Any] = {"topic": topic_name, "partition": partition}
+        result: ElectionResult = {"topic": topic_name, "partition": partition}
         try:
             _topic, found = _find(image, topic_name, partition, for_election=True)
             part = builder.view.partition(found.topic_id, found.partition)
@@ -288,13 +295,15 @@ def elect_leaders(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
             leader = _elect_one(builder, part, unclean)
             after = builder.view.partition(found.topic_id, found.partition)
             assert after is not None
-            result.update({"leader": leader, "leader_epoch": after.leader_epoch})
+            result["leader"] = leader
+            result["leader_epoch"] = after.leader_epoch
         except FerryError as e:
             if wanted is None and e.error == ErrorCode.ELECTION_NOT_NEEDED:
                 continue
-            result.update(item_error(e.error, e.message))
+            result = {**result, **item_error(e.error, e.message)}
         results.append(result)
-    return ControllerResult(tuple(builder.records), {"results": results})
+    reply: ElectLeadersReply = {"results": results}
+    return ControllerResult(tuple(builder.records), reply)
 
 
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
@@ -367,7 +376,8 @@ def alter_partition(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     complete_local_reassignment(builder, updated)
     final = builder.view.partition(part.topic_id, part.partition)
     assert final is not None
-    return ControllerResult(tuple(builder.records), {
+    reply: AlterPartitionReply = {
         "leader": final.leader, "leader_epoch": final.leader_epoch, "partition_epoch": final.partition_epoch,
         "isr": list(final.isr), "replicas": list(final.replicas),
-    })
+    }
+    return ControllerResult(tuple(builder.records), reply)

@@ -128,7 +128,7 @@ def alter_user_scram_credentials(image: MetadataImage, args: dict[str, Any], ctx
     return ControllerResult(tuple(wanted.values()), {"results": results})
 
 
-def describe_user_scram_credentials(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+def describe_user_scram_credentials(image: MetadataImage, args: Mapping[str, Any]) -> dict[str, Any]:
     """``{"users": [name, ...] | null}`` (null or empty: every user with a credential) ->
     ``{"results": [{user, error, code, message, credentials: [{mechanism, iterations}]}]}``."""
     raw = args.get("users")
@@ -143,6 +143,7 @@ def describe_user_scram_credentials(image: MetadataImage, args: dict[str, Any]) 
     for user in users:
         creds = [{"mechanism": m.type, "iterations": c.iterations}
                  for m in MECHANISMS if (c := image.scram.get(user, m.name)) is not None]
+        error: Mapping[str, Any]
         if user in twice:
             error = item_error(ErrorCode.DUPLICATE_RESOURCE, "Cannot describe SCRAM credentials for the same "
                                                              f"user twice in a single request: {user}")

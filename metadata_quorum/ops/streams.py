@@ -35,6 +35,9 @@ from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.streams import (CloseStreamReply, CollectGarbageReply, CommitObjectReply,
+                                                     CreateStreamReply, DescribeStreamReply, OpenStreamReply,
+                                                     RemovedObjectsReply, StreamRecoveredReply)
 from metadata_quorum.image import STREAM_ID_COUNTER_KEY, MetadataImage, StreamMetadata
 from metadata_quorum.ops.cluster import (check_broker_epoch, heartbeat_expired, unregistered_session_key,
                                         unregistered_session_live)
@@ -104,7 +107,8 @@ def _caller(image: MetadataImage, args: dict[str, Any]) -> tuple[int, int]:
 
 def create_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
     records, ids = new_stream_records(image.next_stream_id, 1)
-    return ControllerResult(tuple(records), {"stream_id": ids[0]})
+    reply: CreateStreamReply = {"stream_id": ids[0]}
+    return ControllerResult(tuple(records), reply)
 
 
 def _owner_gone(image: MetadataImage, stream: StreamMetadata, ctx: OpContext) -> bool:
@@ -147,10 +151,11 @@ def open_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> C
         wal_owners = add_wal_owner(wal_owners, stream.owner, stream.epoch)
     record = replace(stream.to_record(), epoch=epoch, state=STREAM_OPENED, owner=broker_id, owner_epoch=broker_epoch,
                      wal_owners=wal_owners)
-    return ControllerResult((record,), {
+    reply: OpenStreamReply = {
         "stream_id": stream_id, "epoch": epoch, "start_offset": stream.start_offset, "end_offset": stream.end_offset,
         "wal_owners": [list(o) for o in wal_owners],
-    })
+    }
+    return ControllerResult((record,), reply)
 
 
 def add_wal_owner(wal_owners: tuple[tuple[int, int], ...], broker_id: int,
@@ -162,7 +167,7 @@ def add_wal_owner(wal_owners: tuple[tuple[int, int], ...], broker_id: int,
     return kept + ((broker_id, top),)
 
 
-def _open_reply(stream: StreamMetadata) -> dict[str, Any]:
+def _open_reply(stream: StreamMetadata) -> OpenStreamReply:
     return {"stream_id": stream.stream_id, "epoch": stream.epoch,
             "start_offset": stream.start_offset, "end_offset": stream.end_offset,
             "wal_owners": [list(o) for o in stream.wal_owners]}
@@ -176,9 +181,10 @@ def stream_recovered(image: MetadataImage, args: dict[str, Any], ctx: OpContext)
     stream = _stream(image, req_int(args, "stream_id", 0))
     epoch = req_int(args, "epoch", 0)
     _check_owner(stream, broker_id, broker_epoch, epoch, need_opened=True)
+    reply: StreamRecoveredReply = {}
     if not stream.wal_owners:
-        return ControllerResult((), {})
-    return ControllerResult((replace(stream.to_record(), wal_owners=()),), {})
+        return ControllerResult((), reply)
+    return ControllerResult((replace(stream.to_record(), wal_owners=()),), reply)
 
 
 def close_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
@@ -186,10 +192,11 @@ def close_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> 
     stream = _stream(image, req_int(args, "stream_id", 0))
     epoch = req_int(args, "epoch", 0)
     _check_owner(stream, broker_id, broker_epoch, epoch, need_opened=False)
+    reply: CloseStreamReply = {}
     if stream.state == STREAM_CLOSED:
-        return ControllerResult((), {})
+        return ControllerResult((), reply)
     record = replace(stream.to_record(), state=STREAM_CLOSED)
-    return ControllerResult((record,), {})
+    return ControllerResult((record,), reply)
 
 
 def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
@@ -221,8 +228,9 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
         any(o.object_key == object_key for o in _stream(image, stream_id).objects)
         for stream_id, _e, _s, _end in ranges
     ]
+    reply: CommitObjectReply = {}
     if all(committed):
-        return ControllerResult((), {})  # a retry of a commit that already happened
+        return ControllerResult((), reply)  # a retry of a commit that already happened
     if any(committed):
         raise FerryError(ErrorCode.INVALID_REQUEST,
                          f"object {object_key} is already committed for some, not all, of these ranges")
@@ -249,7 +257,7 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
                                           range_bytes=range_bytes.get(stream_id, 0)))
         if stream_id in close_ids:  # the owner's last upload closes the stream in the same write (step 4)
             records.append(replace(stream.to_record(), state=STREAM_CLOSED, end_offset=end))
-    return ControllerResult(tuple(records), {})
+    return ControllerResult(tuple(records), reply)
 
 
 def trim_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
@@ -266,7 +274,8 @@ def trim_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> C
             f"cannot trim stream {stream.stream_id} to {new_start}: it ends at {stream.end_offset}",
         )
     if new_start <= stream.start_offset:
-        return ControllerResult((), {"removed_objects": []})
+        nothing: RemovedObjectsReply = {"removed_objects": []}
+        return ControllerResult((), nothing)
     records: list[Record] = []
     removed: list[str] = []
     refs = image.streams.object_refs
@@ -276,7 +285,8 @@ def trim_stream(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> C
             if refs.get(obj.object_key, ()) == (stream.stream_id,):
                 removed.append(obj.object_key)
     records.append(replace(stream.to_record(), start_offset=new_start))
-    return ControllerResult(tuple(records), {"removed_objects": removed})
+    trimmed: RemovedObjectsReply = {"removed_objects": removed}
+    return ControllerResult(tuple(records), trimmed)
 
 
 def compact_objects(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
@@ -304,7 +314,8 @@ def compact_objects(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     new = current.get(object_key)
     if new is not None:
         if (new.start_offset, new.end_offset) == (start, end) and not any(k in current for k in replaces):
-            return ControllerResult((), {"removed_objects": []})  # a retry of a compaction that happened
+            retried: RemovedObjectsReply = {"removed_objects": []}
+            return ControllerResult((), retried)  # a retry of a compaction that happened
         raise invalid(f"object {object_key} is already committed for stream {stream.stream_id}")
     horizon = gc_horizon_ms(image)
     created = object_created_ms(object_key)
@@ -326,7 +337,8 @@ def compact_objects(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
                                       range_bytes=range_bytes))
     refs = image.streams.object_refs
     removed = [o.object_key for o in old if tuple(refs.get(o.object_key, ())) == (stream.stream_id,)]
-    return ControllerResult(tuple(records), {"removed_objects": removed})
+    compacted: RemovedObjectsReply = {"removed_objects": removed}
+    return ControllerResult(tuple(records), compacted)
 
 
 def collect_garbage(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
@@ -350,8 +362,8 @@ def collect_garbage(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     records: list[Record] = []
     if horizon != gc_horizon_ms(image):
         records.append(KVRecord(key=GC_HORIZON_KEY, value=str(horizon)))
-    return ControllerResult(tuple(records), {"horizon_ms": horizon, "deletable": deletable,
-                                             "collector": broker_id})
+    reply: CollectGarbageReply = {"horizon_ms": horizon, "deletable": deletable, "collector": broker_id}
+    return ControllerResult(tuple(records), reply)
 
 
 def as_str_key(value: Any) -> str:
@@ -361,7 +373,7 @@ def as_str_key(value: Any) -> str:
     return value
 
 
-def describe_stream(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+def describe_stream(image: MetadataImage, args: dict[str, Any]) -> DescribeStreamReply:
     return _stream(image, req_int(args, "stream_id", 0)).describe()
 
 

@@ -15,6 +15,9 @@ from typing import Any
 
 from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.messages.topics import (CreatedTopic, CreatePartitionsReply, CreateTopicsReply, DeletedTopic,
+                                                    DeleteTopicsReply, DescribeTopicsReply, GrownTopic,
+                                                    PartitionDescription, TopicDescription)
 from metadata_quorum.image import STREAM_ID_COUNTER_KEY, MetadataImage, TopicImage
 from metadata_quorum.ops.configs import check_topic_config
 from metadata_quorum.ops.placement import Placement, RecordBuilder
@@ -179,18 +182,17 @@ def create_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext,
     partitions_left = max_partitions_per_request
     builder = RecordBuilder(image)
     placement = Placement(image)
-    replies: list[dict[str, Any]] = []
+    replies: list[CreatedTopic] = []
     collisions = {n.replace(".", "_"): n for n in image.topics.by_name}
     for item in items:
         name = item.get("name")
         if isinstance(name, str) and name in duplicates:
-            replies.append({"name": name, **item_error(ErrorCode.INVALID_REQUEST,
-                                                       f"topic {name!r} appears more than once in the request")})
+            replies.append({"name": name, "error": ErrorCode.INVALID_REQUEST.name, "code": ErrorCode.INVALID_REQUEST.code, "message": f"topic {name!r} appears more than once in the request"})
             continue
         try:
             name, storage, assignment, configs = _plan(builder, item, collisions, ctx, partitions_left)
         except FerryError as e:
-            replies.append({"name": name if isinstance(name, str) else None, **item_error(e.error, e.message)})
+            replies.append({"name": name if isinstance(name, str) else None, "error": e.error.name, "code": e.error.code, "message": e.message})
             continue
         partitions_left -= len(assignment)
         topic_id = make_topic_id(name, ctx.next_offset + len(builder.records))
@@ -200,7 +202,8 @@ def create_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext,
         if validate_only:
             continue
         _create(builder, placement, name, topic_id, storage, assignment, configs)
-    return ControllerResult(tuple(builder.records), {"topics": replies})
+    reply: CreateTopicsReply = {"topics": replies}
+    return ControllerResult(tuple(builder.records), reply)
 
 
 def _create(builder: RecordBuilder, placement: Placement, name: str, topic_id: str, storage: str,
@@ -292,7 +295,7 @@ def create_partitions(image: MetadataImage, args: dict[str, Any], ctx: OpContext
     names = [i.get("name") for i in items]
     builder = RecordBuilder(image)
     placement = Placement(image)
-    replies: list[dict[str, Any]] = []
+    replies: list[GrownTopic] = []
     for item in items:
         name = item.get("name")
         try:
@@ -304,12 +307,13 @@ def create_partitions(image: MetadataImage, args: dict[str, Any], ctx: OpContext
             count = as_int(item.get("count"), "count")
             assignment = _new_assignment(builder, topic, count, item.get("assignments"))
         except FerryError as e:
-            replies.append({"name": name, **item_error(e.error, e.message)})
+            replies.append({"name": name, "error": e.error.name, "code": e.error.code, "message": e.message})
             continue
         replies.append({"name": name, "topic_id": topic.topic_id, "num_partitions": count})
         if not validate_only:
             _add_partitions(builder, placement, topic.topic_id, topic.storage, assignment)
-    return ControllerResult(tuple(builder.records), {"topics": replies})
+    reply: CreatePartitionsReply = {"topics": replies}
+    return ControllerResult(tuple(builder.records), reply)
 
 
 def partition_streams(image: MetadataImage, topic_id: str, partition: int) -> dict[str, int]:
@@ -330,21 +334,21 @@ def delete_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     names = str_list(opt_list(args, "names") or [], "names")
     topic_ids = str_list(opt_list(args, "topic_ids") or [], "topic_ids")
     records: list[Record] = []
-    replies: list[dict[str, Any]] = []
+    replies: list[DeletedTopic] = []
     removed_streams: set[int] = set()
     seen: set[str] = set()
-    wanted: list[tuple[Any, TopicImage | None, dict[str, Any]]] = []
+    wanted: list[tuple[Any, TopicImage | None, DeletedTopic]] = []
     for name in names:
         topic = image.topics.get(name) if isinstance(name, str) else None
-        wanted.append((name, topic, item_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")))
+        wanted.append((name, topic, {"name": name, "error": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.name, "code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code, "message": f"topic {name!r} does not exist"}))
     for topic_id in topic_ids:
         topic = image.topics.by_id.get(topic_id) if isinstance(topic_id, str) else None
         wanted.append((None if topic is None else topic.name, topic,
-                       {"topic_id": topic_id,
+                       {"name": None, "topic_id": topic_id,
                         **item_error(ErrorCode.UNKNOWN_TOPIC_ID, f"topic id {topic_id!r} does not exist")}))
     for name, topic, missing in wanted:
         if topic is None or name in seen:
-            replies.append({"name": name, **missing})
+            replies.append({**missing, "name": name})
             continue
         seen.add(name)
         records.append(RemoveTopicRecord(topic_id=topic.topic_id))
@@ -361,11 +365,12 @@ def delete_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     refs = image.streams.object_refs
     keys = {o.object_key for s in removed_streams for o in image.streams.streams[s].objects}
     orphaned = sorted(k for k in keys if set(refs.get(k, ())) <= removed_streams)
-    return ControllerResult(tuple(records), {"topics": replies, "removed_objects": orphaned})
+    reply: DeleteTopicsReply = {"topics": replies, "removed_objects": orphaned}
+    return ControllerResult(tuple(records), reply)
 
 
-def describe_topic(image: MetadataImage, topic: TopicImage) -> dict[str, Any]:
-    parts = []
+def describe_topic(image: MetadataImage, topic: TopicImage) -> TopicDescription:
+    parts: list[PartitionDescription] = []
     for p in sorted(topic.partitions):
         reg = topic.partitions[p]
         parts.append({
@@ -382,16 +387,15 @@ def describe_topic(image: MetadataImage, topic: TopicImage) -> dict[str, Any]:
             "configs": dict(sorted(image.configs.get("topic", topic.name).items()))}
 
 
-def describe_topics(image: MetadataImage, args: dict[str, Any]) -> dict[str, Any]:
+def describe_topics(image: MetadataImage, args: dict[str, Any]) -> DescribeTopicsReply:
     names = opt_list(args, "names")
     if names is None:
         names = sorted(image.topics.by_name)
-    out = []
+    out: list[TopicDescription] = []
     for name in names:
         topic = image.topics.get(name) if isinstance(name, str) else None
         if topic is None:
-            out.append({"name": name, **item_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                                   f"topic {name!r} does not exist")})
+            out.append({"name": name, "error": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.name, "code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code, "message": f"topic {name!r} does not exist"})
         else:
             out.append(describe_topic(image, topic))
     return {"topics": out}

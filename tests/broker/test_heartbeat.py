@@ -6,6 +6,7 @@ from itertools import pairwise
 from typing import Any
 
 from broker.heartbeat import Heartbeater
+from metadata_quorum.kernel.controller_api import ControllerWrites, WriteFunction
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
 
@@ -24,7 +25,7 @@ class ScriptedController:
 
 
 def heartbeater(ctrl: ScriptedController, registered: list[int] | None = None) -> Heartbeater:
-    hb = Heartbeater(ctrl.write, broker_id=3, interval_ms=10, session_timeout_ms=1000,
+    hb = Heartbeater(ControllerWrites(ctrl), broker_id=3, interval_ms=10, session_timeout_ms=1000,
                      registration=lambda: {"endpoints": ["http://x"], "rack": None, "log_dirs": []},
                      metadata_offset=lambda: 42, dir_states=lambda: (["d1"], []),
                      on_registered=(registered.append if registered is not None else None))
@@ -148,7 +149,7 @@ async def test_an_older_answer_never_overrides_a_newer_one() -> None:
         await release[name].wait()
         return dict(replies[name])
 
-    hb = Heartbeater(write, broker_id=3, interval_ms=10, session_timeout_ms=1000,
+    hb = Heartbeater(ControllerWrites(WriteFunction(write)), broker_id=3, interval_ms=10, session_timeout_ms=1000,
                      registration=lambda: {}, metadata_offset=lambda: 0, dir_states=lambda: ([], []))
     old = asyncio.create_task(hb.beat_once())
     await asyncio.sleep(0.01)
@@ -169,7 +170,7 @@ async def test_an_answer_about_an_incarnation_registered_over_changes_nothing() 
         await release.wait()
         return {"is_fenced": False, "is_caught_up": True}
 
-    hb = Heartbeater(write, broker_id=3, interval_ms=10, session_timeout_ms=1000,
+    hb = Heartbeater(ControllerWrites(WriteFunction(write)), broker_id=3, interval_ms=10, session_timeout_ms=1000,
                      registration=lambda: {}, metadata_offset=lambda: 0, dir_states=lambda: ([], []))
     hb.state.broker_epoch = 5
     late = asyncio.create_task(hb.beat_once())
@@ -178,3 +179,19 @@ async def test_an_answer_about_an_incarnation_registered_over_changes_nothing() 
     release.set()
     await late
     assert hb.state.fenced and hb.lease.sent_mono_s < 0
+
+
+async def test_the_controllers_own_answers_bound_the_lease() -> None:
+    """Against the real operations (an in-process controller fencing on a 3 s session), a broker
+    configured with 9 s holds a lease of 3 s from its registration on."""
+    from metadata_quorum.local_controller import LocalController, LocalTransport
+    from tests.quorum.quorum_helpers import ManualClock
+
+    c = LocalController(ManualClock(), session_timeout_ms=3000)
+    hb = Heartbeater(ControllerWrites(LocalTransport(c)), broker_id=0, interval_ms=10, session_timeout_ms=9000,
+                     registration=lambda: {"endpoints": ["http://127.0.0.1:1"], "rack": None, "log_dirs": []},
+                     metadata_offset=lambda: c.image.offset, dir_states=lambda: ([], []))
+    await hb.register()
+    assert hb.lease.session_timeout_s == 3.0
+    await hb.beat_once()
+    assert hb.lease.session_timeout_s == 3.0

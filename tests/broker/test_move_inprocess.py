@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from metadata_quorum.kernel.controller_api import ControllerWrites, WriteFunction
 from broker.log_dirs_manager import LogDirsManager
 from broker.log_dirs_report import alter_s3_replica_dir
 from broker.metrics import BrokerMetrics
@@ -80,7 +81,7 @@ class InProcessCluster:
                 await asyncio.sleep(0.0005)
                 return self.controller.write(op, args)
 
-            manager = PartitionManager(bid, per_dir, write, BrokerMetrics(bid), self.wal_dirs, dirs,
+            manager = PartitionManager(bid, per_dir, ControllerWrites(WriteFunction(write)), BrokerMetrics(bid), self.wal_dirs, dirs,
                                        tail_sender=self.tails)
             self.managers[bid] = manager
 
@@ -615,7 +616,7 @@ async def test_restarted_broker_never_replays_its_fenced_writes(cluster: InProce
     async def write(op: str, args: dict[str, Any]) -> dict[str, Any]:
         return c.controller.write(op, args)
 
-    manager = PartitionManager(1, storage, write, BrokerMetrics(1), c.wal_dirs, dirs)
+    manager = PartitionManager(1, storage, ControllerWrites(WriteFunction(write)), BrokerMetrics(1), c.wal_dirs, dirs)
     c.managers[1] = manager
     manager.on_delta(MetadataDelta(EMPTY_IMAGE).replay_all([r for _o, r in c.controller.log]),
                      c.controller.image)

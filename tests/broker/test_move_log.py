@@ -8,6 +8,7 @@ from typing import Any
 from broker.metrics import BrokerMetrics
 from broker.move_log import KV_MAX_PER_MOVE, MoveLog
 from broker.move_timeline import ROLE_SOURCE, MoveHalf
+from metadata_quorum.kernel.controller_api import ControllerWrites, WriteFunction
 
 
 def make_log() -> tuple[MoveLog, list[tuple[str, dict[str, Any]]]]:
@@ -21,7 +22,7 @@ def make_log() -> tuple[MoveLog, list[tuple[str, dict[str, Any]]]]:
     async def write_many(ops: list[tuple[str, dict[str, Any]]]) -> None:
         written.extend(ops)
 
-    return MoveLog(1, BrokerMetrics(1), lambda: image, write, write_many, asyncio.ensure_future), written  # type: ignore[arg-type, return-value]
+    return MoveLog(1, BrokerMetrics(1), lambda: image, ControllerWrites(WriteFunction(write)), write_many, asyncio.ensure_future), written  # type: ignore[arg-type, return-value]
 
 
 def half(partition: int, move_id: int) -> MoveHalf:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from broker.peer_liveness import PeerDeathWatcher, ProcessLock, lock_is_free
+from metadata_quorum.kernel.controller_api import ControllerWrites, WriteFunction
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tests.quorum.quorum_helpers import controller, epoch_of
 
@@ -70,7 +71,7 @@ def test_the_watcher_reports_each_dead_incarnation_once_through_the_controller(t
         reports.append(dict(args))
         return c.write(op, args)
 
-    watcher = PeerDeathWatcher(0, lambda: c.image, lambda b: str(tmp_path / f"broker-{b}"), write,
+    watcher = PeerDeathWatcher(0, lambda: c.image, lambda b: str(tmp_path / f"broker-{b}"), ControllerWrites(WriteFunction(write)),
                                lambda: epoch_of(c.image, 0), interval_ms=10)
     try:
         assert asyncio.run(watcher.probe_once()) == []
@@ -101,7 +102,7 @@ def test_a_report_the_controller_refuses_is_tried_again(tmp_path: Path) -> None:
     gone = holder(tmp_path / "broker-1")
     gone.kill()
     gone.wait(10)
-    watcher = PeerDeathWatcher(0, lambda: c.image, lambda b: str(tmp_path / f"broker-{b}"), write,
+    watcher = PeerDeathWatcher(0, lambda: c.image, lambda b: str(tmp_path / f"broker-{b}"), ControllerWrites(WriteFunction(write)),
                                lambda: epoch_of(c.image, 0), interval_ms=10)
     assert asyncio.run(watcher.probe_once()) == [(1, epoch_of(c.image, 1))]
     assert not c.image.cluster.brokers[1].fenced  # refused: not marked reported

@@ -10,6 +10,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
                                    NewTopic, OffsetSpec, ResourcePatternType, ResourceType)
 from kafka.protocol.admin.acl import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
 
+from broker.producer_ids import CountingProducerIds
 from broker.kafka.acl_apis import AclApis
 from broker.kafka.authorization import Authorization
 from broker.kafka.wire import Request
@@ -147,7 +148,7 @@ async def test_handlers_enforce_what_the_acls_say_and_change_nothing_when_refuse
     _admin, controller, broker = cluster()
     auth = Authorization(AuthorizerSettings(enabled=True, super_users=frozenset({"User:admin"})),
                          lambda: broker.quorum.image)
-    data = DataApis(Core(broker.quorum), lambda: 1, auth=auth,  # type: ignore[arg-type]
+    data = DataApis(Core(broker.quorum), CountingProducerIds(), auth=auth,  # type: ignore[arg-type]
                     auto_create=AutoTopicCreator(controller, TopicDefaults()))
     admin = AdminApis(broker, controller, auth=auth)
     acls = AclApis(auth, controller)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from kafka.protocol.metadata.metadata import MetadataRequest
 
+from broker.producer_ids import CountingProducerIds
 from broker.kafka.auto_create import AutoTopicCreator, Decision, TopicDefaults, unknown_topic_decision
 from broker.kafka.data_apis import DataApis
 from broker.kafka.forwarding import Json
@@ -53,7 +54,7 @@ class Core:
 
 def metadata_apis(defaults: TopicDefaults = ON) -> tuple[DataApis, InProcessController]:
     _apis, controller, broker = cluster()
-    return DataApis(Core(broker.quorum), lambda: 1, auto_create=AutoTopicCreator(controller, defaults)), controller  # type: ignore[arg-type]
+    return DataApis(Core(broker.quorum), CountingProducerIds(), auto_create=AutoTopicCreator(controller, defaults)), controller  # type: ignore[arg-type]
 
 
 def metadata_request(names: list[str], allow: bool, version: int = 9) -> Any:

@@ -372,3 +372,29 @@ async def test_incremental_fetch_sessions_raw_and_by_kafka_python(shared_cluster
     assert "created a new incremental fetch session" in text
     assert "sent an incremental fetch response for session" in text
     assert "unable to process the fetch request" not in text and "invalid" not in text.lower()
+
+
+# --------------------------------------------------------------------------- producer ids
+def test_producer_ids_come_from_controller_blocks_and_are_never_handed_out_twice(shared_cluster) -> None:
+    """Each broker serves InitProducerId from its own block of 1,000 taken from the controllers:
+    ids are distinct across brokers and consecutive within one broker's block; an epoch bump keeps
+    the id (KIP-360)."""
+    from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+
+    async def init(port: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int, int]:
+        answer = await kafka_call(port, InitProducerIdRequest[4](transactional_id=None, transaction_timeout_ms=60000,
+                                                                 producer_id=producer_id, producer_epoch=epoch),
+                                  4, InitProducerIdResponse)
+        return answer.error_code, answer.producer_id, answer.producer_epoch
+
+    ports = list(shared_cluster.kafka_ports.values())[:2]
+    per_broker = [[asyncio.run(init(port)) for _ in range(3)] for port in ports]
+    ids = [pid for answers in per_broker for _err, pid, _epoch in answers]
+    assert all(err == 0 and epoch == 0 for answers in per_broker for err, _pid, epoch in answers)
+    assert len(set(ids)) == len(ids)
+    for answers in per_broker:
+        first = answers[0][1]
+        assert [pid for _e, pid, _ep in answers] == [first, first + 1, first + 2]
+    blocks = {pid // 1000 for pid in ids}
+    assert len(blocks) == 2  # one block per broker, from the controllers' log
+    assert asyncio.run(init(ports[0], ids[0], 0)) == (0, ids[0], 1)

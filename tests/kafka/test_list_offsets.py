@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 
+from broker.producer_ids import CountingProducerIds
 from broker.kafka.data_apis import DataApis
 from broker.kafka.wire import Request
 from metadata_quorum.kernel.errors import ErrorCode
@@ -33,7 +34,7 @@ def list_offsets(version: int, timestamps: list[int], isolation_level: int = 0) 
 
 async def test_special_timestamps_map_to_specs_from_their_version_on() -> None:
     core = SpecCore()
-    apis = DataApis(core, lambda: 1)  # type: ignore[arg-type]
+    apis = DataApis(core, CountingProducerIds())
     out = await apis.list_offsets(list_offsets(9, [-1, -2, -3, -4, -5, 1234, -6]))
     assert core.asked == [("latest", -1), ("earliest", -2), ("max_timestamp", -3), ("earliest_local", -4),
                           ("latest_tiered", -5), ("timestamp", 1234)]

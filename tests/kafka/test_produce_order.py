@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from kafka.protocol.producer.produce import ProduceRequest
 
+from broker.producer_ids import CountingProducerIds
 from broker.kafka.data_apis import DataApis
 from broker.kafka.eager import eager_start
 from broker.kafka.wire import Request
@@ -47,7 +48,7 @@ def produce(parts: list[tuple[int, bytes]], correlation_id: int) -> Request:
 
 async def test_a_single_partition_request_does_not_overtake_a_multi_partition_one() -> None:
     core = OrderCore()
-    apis = DataApis(core, lambda: 1)  # type: ignore[arg-type]
+    apis = DataApis(core, CountingProducerIds())
     # as the listener does: one task per request, created in arrival order
     first = asyncio.ensure_future(apis.produce(produce([(2, b"seq-1265"), (0, b"other")], 1)))
     second = asyncio.ensure_future(apis.produce(produce([(2, b"seq-1266")], 2)))

@@ -76,6 +76,24 @@ async def test_batcher_sends_concurrent_writes_together_and_retries_only_the_ref
     await batcher.close()
 
 
+async def test_a_write_given_its_own_timeout_stops_retrying_at_it() -> None:
+    """``write(op, args, timeout_ms)`` (the typed facade passes a caller's budget) bounds that
+    write's retries; writes without one keep the batcher's."""
+    async def write_many(ops: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        return [FerryError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "busy", {"retry_after_ms": 20}).to_json()
+                for _ in ops]
+
+    batcher = WriteBatcher(write_many, timeout_ms=60_000, linger_ms=1, backoff=Backoff(initial_ms=1, max_ms=20))
+    short = asyncio.ensure_future(batcher.write("put_kv", {"key": "k", "value": "v"}, timeout_ms=200))
+    long = asyncio.ensure_future(batcher.write("put_kv", {"key": "k", "value": "v"}))
+    with pytest.raises(FerryError) as err:
+        await asyncio.wait_for(short, 5)
+    assert err.value.error is ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert not long.done()  # still retrying within its 60 s
+    await batcher.close()
+    long.cancel()
+
+
 async def test_an_overloaded_controller_sheds_writes_with_retry_after_but_never_heartbeats() -> None:
     from metadata_quorum.operations import WRITE_OPERATIONS
 

@@ -29,7 +29,7 @@ def test_broker_epoch_is_the_offset_of_the_registration_record() -> None:
     c = controller(0)
     c.write("put_kv", {"key": "x", "value": "1"})
     out = run(c.image, "register_broker", register_args(4))
-    assert out.reply == {"broker_epoch": c.image.offset + 1}
+    assert out.reply == {"broker_epoch": c.image.offset + 1, "session_timeout_ms": 9000}
     reg = out.image.cluster.brokers[4]
     assert reg.broker_epoch == c.image.offset + 1 and reg.fenced and reg.rack == "r1"
     assert [d.path for d in reg.log_dirs] == ["/data/b4/d0", "/data/b4/d1"]
@@ -38,7 +38,7 @@ def test_broker_epoch_is_the_offset_of_the_registration_record() -> None:
 def test_registration_retry_with_same_incarnation_returns_same_epoch() -> None:
     c = controller(1)
     out = run(c.image, "register_broker", register_args(0, "inc-0"))
-    assert out.records == () and out.reply == {"broker_epoch": epoch_of(c.image, 0)}
+    assert out.records == () and out.reply == {"broker_epoch": epoch_of(c.image, 0), "session_timeout_ms": 9000}
 
 
 def test_second_live_incarnation_is_refused() -> None:
@@ -109,7 +109,8 @@ def test_fenced_broker_is_unfenced_once_caught_up_to_its_registration() -> None:
     epoch = c.write("register_broker", register_args(0))["broker_epoch"]
     behind = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch, "metadata_offset": epoch - 1})
     assert behind.records == () and behind.reply == {"is_fenced": True, "is_caught_up": False, "should_shut_down": False,
-                                                     "metadata_high_watermark": c.image.offset + 1}
+                                                     "metadata_high_watermark": c.image.offset + 1,
+                                                     "session_timeout_ms": 9000}
     caught = run(c.image, "broker_heartbeat", {"broker_id": 0, "broker_epoch": epoch, "metadata_offset": epoch})
     assert caught.reply["is_fenced"] is False and caught.reply["is_caught_up"] is True
     assert not caught.image.cluster.brokers[0].fenced

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any, Mapping
 
 import pytest
 
+from metadata_quorum.kernel.controller_api import ControllerWrites
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.object_keys import object_created_ms
 from metadata_quorum.ops.streams import GC_HORIZON_KEY
@@ -21,12 +23,20 @@ def referenced_keys(controller) -> set[str]:  # type: ignore[no-untyped-def]
     return {k for k, refs in controller.image.streams.object_refs.items() if refs}
 
 
-def gc_for(controller, store, broker_id: int, epoch: int, grace_ms: int, clock) -> GarbageCollector:  # type: ignore[no-untyped-def]
-    async def write(op: str, args: dict) -> dict:  # type: ignore[type-arg]
-        await asyncio.sleep(0)
-        return controller.write(op, args)
+class YieldingTransport:
+    """The in-process controller's writes, each after one turn of the loop (as a request would)."""
 
-    return GarbageCollector(store, write, lambda: (broker_id, epoch), "streams", grace_ms, clock)
+    def __init__(self, controller) -> None:  # type: ignore[no-untyped-def]
+        self.controller = controller
+
+    async def write(self, op: str, args: Mapping[str, Any], timeout_ms: int | None = None) -> Mapping[str, Any]:
+        await asyncio.sleep(0)
+        return self.controller.write(op, dict(args))  # type: ignore[no-any-return]
+
+
+def gc_for(controller, store, broker_id: int, epoch: int, grace_ms: int, clock) -> GarbageCollector:  # type: ignore[no-untyped-def]
+    return GarbageCollector(store, ControllerWrites(YieldingTransport(controller)), lambda: (broker_id, epoch),
+                            "streams", grace_ms, clock)
 
 
 def test_collect_garbage_rules(controller, clock) -> None:  # type: ignore[no-untyped-def]

@@ -251,7 +251,7 @@ class Experiment:
     async def _live_brokers(self) -> list[int]:
         """Registered brokers that are neither fenced nor in a controlled shutdown: the ones that take load."""
         assert self.admin is not None
-        return live_broker_ids(await self.admin.read("describe_cluster", {}))
+        return live_broker_ids(await self.admin.api.describe_cluster({}))
 
     async def _sample_cluster(self, t: float) -> list[int]:
         """Live brokers, retries, lag, and partition leaders (a changed leader is a move)."""
@@ -366,7 +366,7 @@ class Experiment:
         last_error = ""
         while True:
             try:
-                await self.admin.write("unregister_broker", {"broker_id": broker_id})
+                await self.admin.api.unregister_broker({"broker_id": broker_id})
             except FerryError as exc:
                 if exc.error != ErrorCode.BROKER_ID_NOT_REGISTERED:  # already gone is what we want
                     last_error = str(exc)

@@ -328,7 +328,7 @@ class Lifecycle:
 
     def describe(self, stream_id: int) -> tuple[ObjectRef, ...]:
         """The stream's committed objects, as the controller has them now."""
-        return parse_description(self.bench.controller.read("describe_stream", {"stream_id": stream_id})).objects
+        return parse_description(self.bench.described(stream_id)).objects
 
     async def run(self) -> dict[str, Any]:
         pool = [random_batch(self.plan.batch_bytes) for _ in range(POOL_BATCHES)]

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from broker import local_layout as lay
+from metadata_quorum.kernel.messages.configs import ConfigResourceChange
 from tools.admin import Admin
 from tools.client import TopicPartition
 from tools.cluster import LocalCluster
@@ -80,7 +81,7 @@ async def wait_complete(admin: Admin, tp: TopicPartition, target: list[int], tim
     """Until the controller shows the reassignment finished: replicas = target, none adding, a leader among them."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        reply = await admin.read("describe_topics", {"names": [tp.topic]}, leader=False)
+        reply = await admin.any_controller_api.describe_topics({"names": [tp.topic]})
         parts = reply["topics"][0].get("partitions", [])
         p = next((x for x in parts if x["partition"] == tp.partition), None)
         if p is not None and p["replicas"] == target and not p["adding_replicas"] and p["leader"] in target:
@@ -116,12 +117,14 @@ async def classic_move(cluster: LocalCluster, admin: Admin, label: str, size: in
     try:
         await load.wait_ack_from(tp, 1, 0, 30)
         if throttle_bps:
-            await admin.write("alter_configs", {"resources": [
+            rates: list[ConfigResourceChange] = [
                 {"type": "broker", "name": str(b), "configs": {"leader.replication.throttled.rate": str(throttle_bps),
                                                                "follower.replication.throttled.rate": str(throttle_bps)}}
-                for b in (1, 2, 3, 4)] + [{"type": "topic", "name": topic, "configs": {
-                    "leader.replication.throttled.replicas": "0:1,0:2,0:3",
-                    "follower.replication.throttled.replicas": "0:4"}}]})
+                for b in (1, 2, 3, 4)]
+            replicas: ConfigResourceChange = {"type": "topic", "name": topic, "configs": {
+                "leader.replication.throttled.replicas": "0:1,0:2,0:3",
+                "follower.replication.throttled.replicas": "0:4"}}
+            await admin.api.alter_configs({"resources": rates + [replicas]})
             await asyncio.sleep(0.5)  # the brokers see the configs
         started = time.monotonic()
         await admin.move_partition(tp, [4, 2, 3])
@@ -149,7 +152,7 @@ async def classic_move(cluster: LocalCluster, admin: Admin, label: str, size: in
         copy_rate = (log_bytes - first[1]) / (caught_up_s - first[0])
     console.print(f"  classic {label}: filled at {fill_mb_s:.0f} MB/s, moved in {done - started:.2f} s"
                   + (f" (copy {copy_rate / 1e6:.1f} MB/s)" if copy_rate else ""))
-    await admin.write("delete_topics", {"names": [topic]})
+    await admin.api.delete_topics({"names": [topic]})
     return {"size_bytes": size, "log_bytes": log_bytes, "move_s": round(done - started, 3),
             "copy_s": round(caught_up_s - started, 3) if caught_up_s else None,
             "copy_bytes_per_s": round(copy_rate) if copy_rate else None,
@@ -173,7 +176,7 @@ async def s3_move(cluster: LocalCluster, admin: Admin, label: str, size: int, co
     finally:
         await load.stop()
     console.print(f"  Ferry   {label}: filled at {fill_mb_s:.0f} MB/s, moved in {done - started:.2f} s")
-    await admin.write("delete_topics", {"names": [topic]})
+    await admin.api.delete_topics({"names": [topic]})
     return {"size_bytes": size, "move_s": round(done - started, 3),
             "unavailability_ms": round(r.unavailability_ms, 1) if r.unavailability_ms is not None else None,
             "fill_mb_s": round(fill_mb_s, 1)}

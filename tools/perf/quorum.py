@@ -29,6 +29,9 @@ import aiohttp
 
 from metadata_quorum.kernel.auth import generate_secrets
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.kernel.controller_api import ControllerApi
+from metadata_quorum.kernel.messages import PUT_KV
+from metadata_quorum.kernel.messages.configs import PutKvRequest
 from metadata_quorum.config import RaftSettings
 from tools.proc import LOOPBACK, Quorum, free_ports, start_quorum, stop_process
 
@@ -164,12 +167,13 @@ def raw_fdatasync_baseline(workdir: str, syncs: int = 300) -> list[float]:
 
 
 async def commit_latency(client: ControllerClient, writes: int) -> list[float]:
+    api = ControllerApi(client)
     for i in range(50):
-        await client.write("put_kv", {"key": f"perf/warm/{i % 10}", "value": "x"})
+        await api.put_kv({"key": f"perf/warm/{i % 10}", "value": "x"})
     latencies = []
     for i in range(writes):
         t0 = time.perf_counter()
-        await client.write("put_kv", {"key": f"perf/lat/{i % 500}", "value": str(i)})
+        await api.put_kv({"key": f"perf/lat/{i % 500}", "value": str(i)})
         latencies.append(time.perf_counter() - t0)
     return latencies
 
@@ -198,7 +202,9 @@ async def throughput(client: ControllerClient, writers: int, batch_ops: int, dur
         nonlocal committed
         n = 0
         while time.perf_counter() < stop_at:
-            ops = [("put_kv", {"key": f"perf/tp/{w}/{(n + i) % 200}", "value": str(n + i)}) for i in range(batch_ops)]
+            puts: list[PutKvRequest] = [{"key": f"perf/tp/{w}/{(n + i) % 200}", "value": str(n + i)}
+                                        for i in range(batch_ops)]
+            ops = [(PUT_KV.name, put) for put in puts]
             results = await client.write_many(ops)
             committed += sum(1 for r in results if "reply" in r)
             n += batch_ops
@@ -229,12 +235,13 @@ async def failover_trials(quorum: Quorum, trials: int, token: str | None = None)
         for nid in quorum.running():
             quorum.wait_ready(nid, timeout_s=30)
         async with ControllerClient(quorum.bootstrap, timeout_ms=30_000, token=token) as client:
-            before = await client.write_with_offset("put_kv", {"key": "perf/failover", "value": f"before-{trial}"})
+            before_put: PutKvRequest = {"key": "perf/failover", "value": f"before-{trial}"}
+            before = await client.write_with_offset(PUT_KV.name, before_put)  # its offset too
             for nid in quorum.running():  # every standby hot: its image replayed to the last commit
                 quorum.wait_image(nid, int(before["offset"]))
             t0 = time.perf_counter()
             quorum.kill(leader)
-            await client.write("put_kv", {"key": "perf/failover", "value": f"after-{trial}"})
+            await ControllerApi(client).put_kv({"key": "perf/failover", "value": f"after-{trial}"})
             times.append(time.perf_counter() - t0)
         quorum.start(leader)
         await asyncio.sleep(0.2)
@@ -257,7 +264,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         quorum = start_quorum(os.path.join(workdir, "quorum"), **overrides)
         try:
             async with ControllerClient(quorum.bootstrap, timeout_ms=30_000, token=token) as client:
-                await client.write("put_kv", {"key": "perf/start", "value": "x"})
+                await ControllerApi(client).put_kv({"key": "perf/start", "value": "x"})
                 sum0, count0 = server_commit_seconds(quorum, token)
                 lat = await commit_latency(client, args.writes)
                 sum1, count1 = server_commit_seconds(quorum, token)

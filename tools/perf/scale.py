@@ -354,7 +354,7 @@ async def finish_failed_row(probe: ClusterProbe, row: dict[str, Any], error: Bas
 
 async def delete_and_wait(admin: Admin, cluster: LocalCluster, topic: str, timeout_s: float = 300) -> None:
     """Delete the round's topic and wait until no broker holds any of its partitions."""
-    await admin.write("delete_topics", {"names": [topic]})
+    await admin.api.delete_topics({"names": [topic]})
     brokers = {bid: cluster.broker_url(bid) for bid in sorted(cluster.broker_ports)}
     deadline = time.monotonic() + timeout_s
     while any((await served_by(admin, brokers, topic)).values()):

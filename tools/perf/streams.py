@@ -37,6 +37,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from metadata_quorum.kernel.messages import BROKER_HEARTBEAT, DESCRIBE_STREAM, REGISTER_BROKER
+from metadata_quorum.kernel.messages.cluster import BrokerHeartbeatRequest, RegisterBrokerRequest
+from metadata_quorum.kernel.messages.streams import DescribeStreamReply, DescribeStreamRequest
 from metadata_quorum.local_controller import LocalController
 from stream_storage.batches import build_batch
 from stream_storage.config import MIB, S3Config, StreamStorageConfig, WalConfig
@@ -66,11 +69,13 @@ def _now_ms() -> int:
 
 
 def _register(controller: LocalController, broker_id: int) -> int:
-    epoch = int(controller.write("register_broker", {"broker_id": broker_id, "incarnation_id": f"perf-{broker_id}",
-                                                     "endpoints": [], "rack": None, "log_dirs": []})["broker_epoch"])
-    controller.write("broker_heartbeat", {"broker_id": broker_id, "broker_epoch": epoch,
-                                          "metadata_offset": controller.next_offset - 1, "want_shutdown": False,
-                                          "saturated_log_dirs": [], "offline_log_dirs": []})
+    registration: RegisterBrokerRequest = {"broker_id": broker_id, "incarnation_id": f"perf-{broker_id}",
+                                           "endpoints": [], "rack": None, "log_dirs": []}
+    epoch = int(controller.call(REGISTER_BROKER, registration)["broker_epoch"])
+    heartbeat: BrokerHeartbeatRequest = {"broker_id": broker_id, "broker_epoch": epoch,
+                                         "metadata_offset": controller.next_offset - 1, "want_shutdown": False,
+                                         "saturated_log_dirs": [], "offline_log_dirs": []}
+    controller.call(BROKER_HEARTBEAT, heartbeat)
     return epoch
 
 
@@ -136,6 +141,11 @@ class Bench:
         self.client = make_s3_client(S3Config(endpoint_url=endpoint, bucket=bucket))
         self.results: dict[str, Any] = {}
         self._broker = 0
+
+    def described(self, stream_id: int) -> DescribeStreamReply:
+        """The stream as the controller has it now."""
+        request: DescribeStreamRequest = {"stream_id": stream_id}
+        return self.controller.call(DESCRIBE_STREAM, request)
 
     def storage(self, **overrides: Any) -> StreamStorage:
         """A new broker's stream storage over the shared controller and endpoint."""
@@ -242,7 +252,7 @@ class Bench:
         wal_objects, compacted = st.uploader.stats.objects, st.compaction_runs
         await st.close()
         objects = {o["object_key"] for sid in sids
-                   for o in self.controller.read("describe_stream", {"stream_id": sid})["objects"]}
+                   for o in self.described(sid)["objects"]}
         reader = self.storage()
         await reader.start()
         before = self.tally.snapshot()
@@ -361,7 +371,7 @@ class Bench:
         await st.close()
         fetch_sids = uploaded[:streams]
         keys = [(o["object_key"], o["size"]) for sid in fetch_sids
-                for o in self.controller.read("describe_stream", {"stream_id": sid})["objects"]]
+                for o in self.described(sid)["objects"]]
         gets = 0
         for _ in range(rounds):
             s, n = 0.0, 0

@@ -259,7 +259,7 @@ class _Search:
         return max(self.upper[r], max(held)) if held else float(self.upper[r])
 
     def _viol(self, v: float, upper: float, r: int) -> float:
-        return max(0.0, v - upper) + max(0.0, self.lower[r] - v)
+        return max(0.0, v - upper) + max(0.0, float(self.lower[r]) - v)
 
     def _delta(self, i: int, s: int, d: int, q: int) -> float:
         """Change in resource q's band violation over brokers s and d if partition i moves s -> d."""
@@ -362,7 +362,8 @@ class _Search:
             return []
         vals = values[cand]
         order = np.lexsort((cand, -vals if descending else vals))
-        return cand[order[:limit]].tolist()
+        chosen: list[int] = cand[order[:limit]].tolist()
+        return chosen
 
     def _scan(self, lst: list[tuple[float, int]], limit: float, floor: float, s: int, d: int, r: int,
               protect: tuple[int, ...]) -> int | None:

@@ -16,4 +16,5 @@ def round_robin_owners(cluster: ClusterLoad, brokers: list[int] | None = None, s
     rng = np.random.default_rng(seed)
     topics, first = np.unique(cluster.topics.astype(str), return_inverse=True)
     start = rng.integers(0, targets.size, topics.size)
-    return targets[(start[first] + cluster.partitions) % targets.size]
+    owners: np.ndarray = targets[(start[first] + cluster.partitions) % targets.size]
+    return owners

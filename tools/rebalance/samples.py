@@ -93,7 +93,8 @@ class S3SampleSource:
         return keys
 
     def get(self, key: str) -> bytes:
-        return self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        body: bytes = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return body
 
     def put(self, key: str, data: bytes) -> None:
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)

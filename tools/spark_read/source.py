@@ -142,7 +142,7 @@ async def describe_streams(options: ReadOptions) -> list[PartitionStream]:
     from tools.admin import Admin
 
     async with Admin(options.bootstrap_servers, options.bootstrap_controllers) as admin:
-        reply = await admin.read("describe_topics", {"names": list(options.topics)})
+        reply = await admin.api.describe_topics({"names": list(options.topics)})
         wanted: list[tuple[str, int, int]] = []
         for topic in reply["topics"]:
             if topic.get("error"):
@@ -156,7 +156,7 @@ async def describe_streams(options: ReadOptions) -> list[PartitionStream]:
                     raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                      f"{topic['name']}-{part['partition']} has no data stream")
                 wanted.append((topic["name"], int(part["partition"]), int(stream_id)))
-        described = await asyncio.gather(*(admin.read("describe_stream", {"stream_id": sid})
+        described = await asyncio.gather(*(admin.api.describe_stream({"stream_id": sid})
                                            for _t, _p, sid in wanted))
     return [parse_stream(t, p, sid, d) for (t, p, sid), d in zip(wanted, described, strict=True)]
 
@@ -166,7 +166,7 @@ async def describe_stream_objects(options: ReadOptions, task: ReadTask) -> tuple
     from tools.admin import Admin
 
     async with Admin(options.bootstrap_servers, options.bootstrap_controllers) as admin:
-        described = await admin.read("describe_stream", {"stream_id": task.stream_id})
+        described = await admin.api.describe_stream({"stream_id": task.stream_id})
     return parse_stream(task.topic, task.partition, task.stream_id, described).objects
 
 
