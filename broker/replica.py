@@ -187,7 +187,8 @@ class Replica:
                 # rather than refused against a stale last sequence
                 self.producers = pm.ProducerState()
                 log.warning("%s-%d: producer state rebuilt from part of [%d, %d) only; idempotent producers "
-                            "start afresh here", self.topic, self.partition, rebuild_from, end)
+                            "start afresh here, and transactions ended in the part not read may still count "
+                            "as open", self.topic, self.partition, rebuild_from, end)
         self.meta.leader_epochs = pm.add_leader_epoch(self.meta.leader_epochs, leader_epoch, end)
         self.meta.end_offset = end
         self.meta.clean_shutdown = False
