@@ -22,6 +22,7 @@ from tools.client import TopicPartition
 pytestmark = pytest.mark.integration
 
 TOPIC = "txn-live"
+RETRIABLE = (3, 5, 6)  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
 A, B, C, D = 7001, 7002, 7003, 7004  # producer ids: A aborted, B committed, C and D open for a while
 
 
@@ -33,19 +34,28 @@ async def produce(port: int, value: bytes, pid: int, seq: int, transactional: bo
     request = ProduceRequest[9](transactional_id=f"tx-{pid}" if transactional else None, acks=-1, timeout_ms=10000,
                                 topic_data=[T(name=TOPIC, partition_data=[T.PartitionProduceData(index=0,
                                                                                                  records=batch)])])
-    part = (await kafka_call(port, request, 9, ProduceResponse)).responses[0].partition_responses[0]
+    for _ in range(100):  # retried while the broker has not seen itself named yet, as a client does
+        part = (await kafka_call(port, request, 9, ProduceResponse)).responses[0].partition_responses[0]
+        if part.error_code not in RETRIABLE:
+            break
+        await asyncio.sleep(0.1)
     return part.error_code, part.base_offset
 
 
-async def marker(port: int, pid: int, commit: bool, coordinator_epoch: int = 0, epoch: int = 0) -> int:
+async def marker(port: int, pid: int, commit: bool, coordinator_epoch: int = 0, epoch: int = 0,
+                 topic: str = TOPIC, partition: int = 0) -> int:
     M = WriteTxnMarkersRequest.WritableTxnMarker
     request = WriteTxnMarkersRequest[1](markers=[M(
         producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=coordinator_epoch,
-        topics=[M.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=[0])])])
-    answer = await kafka_call(port, request, 1, WriteTxnMarkersResponse)
-    (result,) = answer.markers
-    assert result.producer_id == pid
-    return int(result.topics[0].partitions[0].error_code)
+        topics=[M.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])])])
+    for _ in range(100):
+        (result,) = (await kafka_call(port, request, 1, WriteTxnMarkersResponse)).markers
+        assert result.producer_id == pid
+        code = int(result.topics[0].partitions[0].error_code)
+        if code not in RETRIABLE:
+            return code
+        await asyncio.sleep(0.1)
+    return code
 
 
 async def fetch_offsets(port: int, isolation_level: int) -> tuple[int, int, list[tuple[int, int]] | None]:
@@ -196,3 +206,34 @@ async def test_read_committed_through_markers_a_move_and_a_kill(cluster: Any) ->
     assert (values, end) == (committed, 12)
     assert await asyncio.to_thread(read_committed_librdkafka, cluster.kafka_bootstrap, 5) == committed
     assert await read_committed_aiokafka(cluster.kafka_bootstrap, 5) == committed
+    await markers_on_the_offsets_topic(cluster, alive=[b for b in ports if b != 2])
+
+
+def commit_and_read_offset(bootstrap: str, offset: int | None) -> int | None:
+    """Commit ``offset`` for group txn-g (None: only read it); the group's committed offset."""
+    from kafka.structs import OffsetAndMetadata
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="txn-g", enable_auto_commit=False)
+    try:
+        tp = KTP(TOPIC, 0)
+        if offset is not None:
+            consumer.commit({tp: OffsetAndMetadata(offset, "", -1)}, timeout_ms=20000)
+        return consumer.committed(tp, timeout_ms=20000)  # type: ignore[no-any-return]
+    finally:
+        consumer.close()
+
+
+async def markers_on_the_offsets_topic(cluster: Any, alive: list[int]) -> None:
+    """A marker on the group's __consumer_offsets partition, then a move of that partition: the
+    group coordinator's load there skips the marker and keeps the group's committed offset."""
+    from broker.groups.partitioning import partition_for_group
+    assert await asyncio.to_thread(commit_and_read_offset, cluster.kafka_bootstrap, 4) == 4
+    async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+        parts = (await admin.describe_topics(["__consumer_offsets"]))["__consumer_offsets"]
+        p = partition_for_group("txn-g", len(parts))
+        tp = TopicPartition("__consumer_offsets", p)
+        owner = (await admin.wait_for_leader(tp)).leader
+        assert await marker(cluster.kafka_ports[owner], 7100, commit=True, topic=tp.topic, partition=p) == 0
+        target = next(b for b in alive if b != owner)
+        await admin.move_partition(tp, [target])
+        await admin.wait_for_leader(tp, leader=target, timeout_s=30)
+    assert await asyncio.to_thread(commit_and_read_offset, cluster.kafka_bootstrap, None) == 4
