@@ -82,6 +82,9 @@ class PartitionStatus:
     open_fenced_retries: int = 0
     open_failures: int = 0
     close_failures: int = 0
+    # the broker's registration (broker epoch) the streams were opened under, as the image had it
+    # when the open began (-1: not known); a newer registration no longer owns them
+    broker_epoch: int = -1
 
     @property
     def accepts_produce(self) -> bool:
@@ -96,23 +99,33 @@ class PartitionStatus:
 Transition = tuple[PartitionStatus, tuple[Action, ...]]
 
 
-def on_target(status: PartitionStatus, lead: bool, leader_epoch: int, elect_after_close: bool = False) -> Transition:
+def on_target(status: PartitionStatus, lead: bool, leader_epoch: int, elect_after_close: bool = False,
+              broker_epoch: int = -1) -> Transition:
     """The metadata log changed: this broker should (not) lead at ``leader_epoch``.
 
     ``elect_after_close`` is true when the partition is left without a leader (a reassignment's
     step 1: leader = -1); the old owner then asks for the election once its streams are closed.
+    ``broker_epoch`` is this broker's registration in the same image (-1: not known). A broker
+    fenced and registered again may see itself lead at ``e`` and then at ``e + 2`` without the
+    leaderless state between (one metadata fetch after a pause): its streams are still held by
+    the ended registration, whose every commit the controller now refuses, so it opens them again
+    under the new one instead of only taking the newer leader epoch.
     """
     s = replace(status, want_lead=lead, want_epoch=leader_epoch if lead else status.want_epoch,
                 elect_after_close=elect_after_close if not lead else False)
     st = s.state
+    reregistered = 0 <= s.broker_epoch != broker_epoch >= 0
     if lead:
+        opening = replace(s, state=PartitionState.OPENING, leader_epoch=leader_epoch, broker_epoch=broker_epoch)
         if st is PartitionState.CLOSED:
-            return replace(s, state=PartitionState.OPENING, leader_epoch=leader_epoch), (Action.OPEN,)
+            return opening, (Action.OPEN,)
         if st is PartitionState.FENCED:
-            if leader_epoch > s.fenced_epoch:
-                return replace(s, state=PartitionState.OPENING, leader_epoch=leader_epoch), (Action.OPEN,)
+            if leader_epoch > s.fenced_epoch or reregistered:
+                return opening, (Action.OPEN,)
             return s, ()
         if st is PartitionState.SERVING:
+            if reregistered:
+                return replace(opening, leader_epoch=max(leader_epoch, s.leader_epoch)), (Action.DROP, Action.OPEN)
             if leader_epoch > s.leader_epoch:
                 return replace(s, leader_epoch=leader_epoch), (Action.SET_EPOCH,)
             return s, ()

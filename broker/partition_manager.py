@@ -267,7 +267,9 @@ class PartitionManager:
             self.move_log.begin(slot.source)
             log.info("move %s-%d: step 1 done, change seen (t0=%d, +%d ms)", slot.topic, tp.partition,
                      slot.source.move_id, seen_ms - slot.source.move_id)
-        status, actions = sm.on_target(slot.status, lead, reg.leader_epoch, elect_after_close=elect)
+        me = self.image.cluster.brokers.get(self.broker_id)
+        status, actions = sm.on_target(slot.status, lead, reg.leader_epoch, elect_after_close=elect,
+                                       broker_epoch=me.broker_epoch if me is not None else -1)
         slot.status = status
         self._run(slot, actions)
 

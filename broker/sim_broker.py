@@ -119,7 +119,9 @@ class BrokerShell:
                 if not lead:
                     continue
                 p = b.partitions[tp] = SimPartition()
-            p.status, actions = sm.on_target(p.status, lead, epoch, elect_after_close=elect)
+            me = image.cluster.brokers.get(b.broker_id)
+            p.status, actions = sm.on_target(p.status, lead, epoch, elect_after_close=elect,
+                                             broker_epoch=me.broker_epoch if me is not None else -1)
             self._run(tp, p, actions)
         for tp in sorted(set(b.partitions)):
             if image.topics.partition(tp.topic_id, tp.partition) is None:  # deleted: its streams are gone

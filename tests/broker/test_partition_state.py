@@ -57,6 +57,30 @@ def test_epoch_bump_while_serving_needs_no_reopen() -> None:
     assert st2 == st and acts == ()
 
 
+def test_a_new_registration_reopens_what_the_ended_one_held() -> None:
+    """Fenced, registered again (broker epoch 10 -> 20) and seen leading at e + 2 in one image:
+    the streams are still held by the ended registration, so they are dropped and opened again
+    under the new one (a newer leader epoch alone would leave every commit refused)."""
+    st, _ = on_target(PartitionStatus(), lead=True, leader_epoch=3, broker_epoch=10)
+    st, _ = on_opened(st)
+    same, acts = on_target(st, lead=True, leader_epoch=4, broker_epoch=10)
+    assert acts == (Action.SET_EPOCH,) and same.state is S.SERVING  # same registration: no reopen
+    st, acts = on_target(same, lead=True, leader_epoch=5, broker_epoch=20)
+    assert acts == (Action.DROP, Action.OPEN) and st.state is S.OPENING and not st.accepts_produce
+    assert (st.leader_epoch, st.broker_epoch) == (5, 20)
+    st, acts = on_opened(st)
+    assert st.state is S.SERVING and acts == ()
+    # fenced at the epoch it leads, then registered again: it opens again at that same epoch
+    fenced, _ = on_fenced(st)
+    again, acts = on_target(fenced, lead=True, leader_epoch=5, broker_epoch=20)
+    assert acts == () and again.state is S.FENCED
+    again, acts = on_target(fenced, lead=True, leader_epoch=5, broker_epoch=30)
+    assert acts == (Action.OPEN,) and (again.state, again.broker_epoch) == (S.OPENING, 30)
+    # an image without this broker's registration (-1) changes nothing
+    unknown, acts = on_target(same, lead=True, leader_epoch=6, broker_epoch=-1)
+    assert acts == (Action.SET_EPOCH,)
+
+
 def test_epoch_bump_while_opening_applied_on_open() -> None:
     st, _ = on_target(PartitionStatus(), lead=True, leader_epoch=1)
     st, _ = on_target(st, lead=True, leader_epoch=2)

@@ -57,7 +57,7 @@ def test_same_broker_id_registers_again_right_after_its_controlled_shutdown() ->
     now = c.clock_ms()  # no time passes: the old session has not expired
     out = run(c.image, "register_broker", {"broker_id": 0, "incarnation_id": "restarted", "log_dirs": []},
               now_ms=now, heartbeats={0: now, 1: now})
-    assert out.reply == {"broker_epoch": c.image.offset + 1}
+    assert out.reply == {"broker_epoch": c.image.offset + 1, "session_timeout_ms": 9000}
     assert out.image.cluster.brokers[0].incarnation_id == "restarted"
 
 
