@@ -60,8 +60,11 @@ async def compaction_loop(interval_ms: int, partitions: Callable[[], list[Any]],
                 handle = part.storage.stream(part.data_stream_id)
                 end = handle.committed_end if handle is not None else -1
                 if retention_ms is not None and end > 0 and cleaned_to.get(part.data_stream_id) != end:
+                    # as Kafka's cleaner: below the last stable offset, aborted transactions removed
+                    aborted = [(a.producer_id, a.first_offset, a.last_offset)
+                               for a in part.aborted_transactions(0, part.high_watermark)]
                     await part.storage.clean_keys(part.data_stream_id, int(time.time() * 1000), retention_ms,
-                                                  policy.target_bytes)
+                                                  policy.target_bytes, part.last_stable_offset, aborted)
                     cleaned_to[part.data_stream_id] = end
                 if objects_due:
                     await part.storage.compact_stream(part.data_stream_id, policy)

@@ -22,8 +22,13 @@ from broker import replication_rules as rules
 from broker.load_sampler import LoadCounters
 from broker.local_log import LocalLog
 from broker.partition_meta import ProducerState
+from broker.txn_state import AbortedTxn
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
+
+#: transactions are kept by the s3 partitions' replicas (broker/txn_state.py) only
+NO_LOCAL_TRANSACTIONS = ("{} is a storage=local partition, which does not take transactions; use a storage=s3 "
+                         "topic or produce without a transactional.id")
 
 log = logging.getLogger("ferry.broker.local_replica")
 
@@ -194,6 +199,8 @@ class LocalReplica:
         if not self.is_leader or self.closed:
             raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{self.partition} is not led here")
         info = infos[0]
+        if info.is_transactional:
+            raise FerryError(ErrorCode.INVALID_TXN_STATE, NO_LOCAL_TRANSACTIONS.format(f"{self.topic}-{self.partition}"))
         dup = self.producers.duplicate_of(info.producer_id, info.producer_epoch, info.base_sequence)
         if dup is not None:
             return dup
@@ -208,8 +215,20 @@ class LocalReplica:
         return base, last
 
     # ------------------------------------------------------------------ consumer fetch (leader)
-    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int) -> bytes:
-        """Whole batches below the high watermark. An offset between the high watermark and the log
+    async def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                            coordinator_epoch: int) -> int:
+        raise FerryError(ErrorCode.INVALID_TXN_STATE, NO_LOCAL_TRANSACTIONS.format(f"{self.topic}-{self.partition}"))
+
+    @property
+    def last_stable_offset(self) -> int:
+        """No transaction is ever open here (transactional batches are refused)."""
+        return self.high_watermark
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        return []
+
+    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int, read_committed: bool = False) -> bytes:
+        """Whole batches below the high watermark (the last stable offset too: no transactions here). An offset between the high watermark and the log
         end is in range (as in Kafka): a new leader's high watermark may lag what its predecessor
         acknowledged until the followers fetch again, and a consumer there just waits."""
         if offset < self.log_start_offset or offset > max(self.high_watermark, self.log.log_end_offset):

@@ -81,6 +81,11 @@ class ProducerState:
                 return base_off, last_off
         return None
 
+    def epoch_of(self, producer_id: int) -> int | None:
+        """The producer's latest epoch of its batches here, if it wrote any."""
+        entry = self.producers.get(producer_id)
+        return entry.producer_epoch if entry is not None else None
+
     def last_sequence(self, producer_id: int) -> tuple[int, int] | None:
         """(epoch, last sequence) of the producer's latest written batch here, if any is known."""
         entry = self.producers.get(producer_id)
@@ -171,6 +176,8 @@ class PartitionMeta:
     meta_stream_id: int = -1
     closed_by_broker: int = -1
     stream_epoch: int = -1
+    # open and aborted transactions, coordinator epochs (broker/txn_state.py); None: none kept
+    transactions: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"clean_shutdown": self.clean_shutdown, "start_offset": self.start_offset,
@@ -179,7 +186,8 @@ class PartitionMeta:
                 "time_index": [list(e) for e in self.time_index], "data_stream_id": self.data_stream_id,
                 **({} if self.max_timestamps is None else {"max_timestamps": self.max_timestamps}),
                 "meta_stream_id": self.meta_stream_id, "closed_by_broker": self.closed_by_broker,
-                "stream_epoch": self.stream_epoch}
+                "stream_epoch": self.stream_epoch,
+                **({} if self.transactions is None else {"transactions": self.transactions})}
 
     def encode(self) -> bytes:
         return json.dumps(self.to_json(), separators=(",", ":")).encode()
@@ -196,7 +204,8 @@ class PartitionMeta:
                    time_index=[(int(a), int(b)) for a, b in d.get("time_index", [])],
                    max_timestamps=[[int(x) for x in e] for e in d["max_timestamps"]] if "max_timestamps" in d else None,
                    data_stream_id=int(d.get("data_stream_id", -1)), meta_stream_id=int(d.get("meta_stream_id", -1)),
-                   closed_by_broker=int(d.get("closed_by_broker", -1)), stream_epoch=int(d.get("stream_epoch", -1)))
+                   closed_by_broker=int(d.get("closed_by_broker", -1)), stream_epoch=int(d.get("stream_epoch", -1)),
+                   transactions=dict(d["transactions"]) if d.get("transactions") is not None else None)
 
 
 def add_leader_epoch(entries: list[tuple[int, int]], leader_epoch: int, start_offset: int) -> list[tuple[int, int]]:

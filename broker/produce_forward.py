@@ -73,7 +73,7 @@ class ProduceAsk:
 
     api_version: int
     forwarded: bool  # it came from a broker that forwarded it
-    transactional: bool
+    transactional: bool  # never forwarded (the forwarded request carries no transactional id)
     has_records: bool
     # the brokers this broker has named as a leader to the client, and how long ago it first did (ms)
     named_ms_ago: Mapping[int, float] = field(default_factory=dict)

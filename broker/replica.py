@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from broker import partition_meta as pm
+from broker.txn_state import AbortedTxn, TxnState, stable_bytes
 from broker.load_sampler import LoadCounters
-from broker.max_timestamp import Candidate, MaxTimestampIndex, first_at, largest_first
+from broker import timestamp_lookup as lookup
+from broker.max_timestamp import MaxTimestampIndex
+from broker.timestamp_lookup import FetchedRange
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
 from stream_storage.control import ObjectRef
@@ -35,8 +38,6 @@ REBUILD_SCAN_BYTES = 64 * 1024 * 1024
 META_COMPACT_AFTER_RECORDS = 6  # each move adds one record (and one small object) to the meta stream
 META_COMPACT_DELAY_S = (0.5, 2.0)
 META_COMPACT_FORCE_RECORDS = 12
-TIMESTAMP_SCAN_BYTES = 1024 * 1024
-TIMESTAMP_SCAN_ROUNDS = 64
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class Replica:
         self.meta = pm.PartitionMeta()
         self.meta_stream: MetaStream | None = None
         self.producers = pm.ProducerState()
+        self.txns = TxnState()
         self.time_index = pm.TimeIndex()
         self.max_timestamps = MaxTimestampIndex()
         self.counters = LoadCounters()
@@ -166,6 +168,7 @@ class Replica:
         self.high_watermark = end
         self.size_bytes = self.meta.size_bytes
         self.producers = pm.ProducerState.from_json(self.meta.producers)
+        self.txns = TxnState.from_json(self.meta.transactions)
         self.time_index = pm.TimeIndex(self.meta.time_index)
         self.max_timestamps = MaxTimestampIndex.from_json(self.meta.max_timestamps) \
             if self.meta.max_timestamps is not None else MaxTimestampIndex.seeded(self.meta.time_index,
@@ -184,7 +187,8 @@ class Replica:
                 # rather than refused against a stale last sequence
                 self.producers = pm.ProducerState()
                 log.warning("%s-%d: producer state rebuilt from part of [%d, %d) only; idempotent producers "
-                            "start afresh here", self.topic, self.partition, rebuild_from, end)
+                            "start afresh here, and transactions ended in the part not read may still count "
+                            "as open", self.topic, self.partition, rebuild_from, end)
         self.meta.leader_epochs = pm.add_leader_epoch(self.meta.leader_epochs, leader_epoch, end)
         self.meta.end_offset = end
         self.meta.clean_shutdown = False
@@ -228,7 +232,8 @@ class Replica:
             for info in batches.iter_batches(result.data):
                 if info.next_offset <= offset:
                     continue
-                self._observe(info, info.base_offset, info.offset_count)
+                # a marker ends its producer's transaction here as when it was appended
+                self._observe(info, info.base_offset, info.offset_count, batches.control_marker(result.data, info))
                 offset = info.next_offset
             scanned += len(result.data)
         return offset >= end
@@ -269,12 +274,18 @@ class Replica:
             await self.meta_stream.flush()
         return True
 
-    def _observe(self, info: batches.BatchInfo, base_offset: int, offset_count: int) -> None:
+    def _observe(self, info: batches.BatchInfo, base_offset: int, offset_count: int,
+                 marker: batches.ControlMarker | None = None) -> None:
         self.size_bytes += info.size_bytes
         self.time_index.observe(info.max_timestamp_ms, base_offset)
         self.max_timestamps.observe(info.max_timestamp_ms, base_offset, base_offset + offset_count)
-        self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.records_count,
-                              base_offset, base_offset + info.last_offset_delta)
+        if marker is not None:
+            self.txns.on_marker(info.producer_id, info.producer_epoch, marker.commit, marker.coordinator_epoch,
+                                base_offset)
+        elif not info.is_control:
+            self.producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.records_count,
+                                  base_offset, base_offset + info.last_offset_delta)
+            self.txns.on_batch(info.producer_id, info.producer_epoch, info.is_transactional, base_offset)
         end = base_offset + offset_count
         if base_offset != self._observed_through:  # an append that finished before an earlier one
             self._observed_ahead[base_offset] = end
@@ -305,6 +316,10 @@ class Replica:
             first = self._pending_sequences.get(key)
             if first is not None:  # a retry of a batch still in flight: answer with its offsets
                 return await asyncio.shield(first)
+            error = self.txns.batch_error(info.producer_id, info.producer_epoch, info.is_transactional,
+                                          self._idempotent_epoch(info.producer_id), self._where)
+            if error is not None:
+                raise error
             self._check_sequence(info)
             pending = asyncio.get_running_loop().create_future()
             self._pending_sequences[key] = pending
@@ -329,12 +344,64 @@ class Replica:
         self._observe(info, base, sum(i.offset_count for i in infos))
         self.counters.bytes_in += len(body)
         self.counters.records_in += info.offset_count
+        await self._advance()
+        return base, base + info.last_offset_delta
+
+    async def _advance(self) -> None:
         handle = self.storage.stream(self.data_stream_id)
         if handle is not None and handle.durable_end > self.high_watermark:
             self.high_watermark = int(handle.durable_end)
         async with self._data_arrived:
             self._data_arrived.notify_all()
-        return base, base + info.last_offset_delta
+
+    @property
+    def _where(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def _idempotent_epoch(self, producer_id: int) -> int | None:
+        tail = self._inflight_tail.get(producer_id)
+        written = self.producers.epoch_of(producer_id)
+        if tail is None:
+            return written
+        return tail[0] if written is None else max(tail[0], written)
+
+    async def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                            coordinator_epoch: int) -> int:
+        """WriteTxnMarkers on this partition: append the commit or abort marker of the producer's
+        transaction (a control batch) once the transaction state allows it, and end the
+        transaction here (an aborted one enters the index read_committed fetches answer from).
+        Returns the marker's offset once the WAL holds it."""
+        if self.closed or self.fenced:
+            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self._where} is closing here")
+        error = self.txns.marker_error(producer_id, producer_epoch, coordinator_epoch,
+                                       self._idempotent_epoch(producer_id), self._where)
+        if error is not None:
+            raise error
+        body = bytearray(batches.build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                                                     int(time.time() * 1000)))
+        infos = batches.validate_batches(body)
+        self._inflight += 1
+        self._drained.clear()
+        try:
+            base = int(await self.storage.append(self.data_stream_id, body, self.leader_epoch, validated=infos))
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._drained.set()
+        self._observe(infos[0], base, 1, batches.ControlMarker(commit, coordinator_epoch))
+        self.counters.bytes_in += len(body)
+        await self._advance()
+        return base
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: below the first offset of every open transaction and below what the
+        transaction state has observed (a batch durable before its append finished is not yet known
+        to open a transaction)."""
+        return self.txns.last_stable_offset(min(self.high_watermark, self._observed_through))
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        return self.txns.aborted_between(fetch_offset, upper_offset)
 
     def _check_sequence(self, info: batches.BatchInfo) -> None:
         """Refuse a batch that does not follow the producer's previous one (written or in flight);
@@ -358,85 +425,47 @@ class Replica:
                 del self._inflight_tail[producer_id]
 
     # ------------------------------------------------------------------ fetch
-    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int) -> bytes:
+    def _visible_end(self, read_committed: bool) -> int:
+        return self.last_stable_offset if read_committed else self.high_watermark
+
+    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int, read_committed: bool = False) -> bytes:
+        """Whole batches from ``offset`` below the high watermark, or (read_committed) below the
+        last stable offset."""
         if offset < self.log_start_offset or offset > self.high_watermark:
             raise FerryError(ErrorCode.OFFSET_OUT_OF_RANGE,
                              f"offset {offset} is outside [{self.log_start_offset}, {self.high_watermark}]",
                              {"log_start_offset": self.log_start_offset, "high_watermark": self.high_watermark})
-        if offset == self.high_watermark and max_wait_ms > 0:
+        if offset >= self._visible_end(read_committed) and max_wait_ms > 0:
             try:
                 async with self._data_arrived:
                     await asyncio.wait_for(self._data_arrived.wait_for(
-                        lambda: self.high_watermark > offset or self.closed or self.fenced), max_wait_ms / 1000)
+                        lambda: self._visible_end(read_committed) > offset or self.closed or self.fenced),
+                        max_wait_ms / 1000)
             except asyncio.TimeoutError:
                 pass
-        if offset >= self.high_watermark or self.fenced:
+        end = self._visible_end(read_committed)
+        if offset >= end or self.fenced:
             return b""
         result = await self.storage.fetch(self.data_stream_id, offset, max_bytes)
-        self.counters.bytes_out += len(result.data)
-        return bytes(result.data)
+        data = bytes(result.data)
+        if read_committed:
+            data = data[:stable_bytes(batches.iter_batches(data), end)]
+        self.counters.bytes_out += len(data)
+        return data
+
+    async def _read_range(self, offset: int, max_bytes: int) -> FetchedRange:
+        return await self.storage.fetch(self.data_stream_id, offset, max_bytes)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int]:
         """Kafka's ListOffsets by timestamp: (offset, timestamp) of the first record at or after it."""
-        start = self.time_index.lookup(timestamp_ms)
-        if start is None:
-            return -1, -1
-        offset = max(start, self.log_start_offset)
-        for _ in range(TIMESTAMP_SCAN_ROUNDS):
-            if offset >= self.high_watermark:
-                break
-            result = await self.storage.fetch(self.data_stream_id, offset, TIMESTAMP_SCAN_BYTES)
-            if not result.data:
-                break
-            for rec in batches.read_records(result.data):
-                if rec.offset >= offset and rec.timestamp_ms >= timestamp_ms:
-                    return rec.offset, rec.timestamp_ms
-            offset = max(offset + 1, int(result.next_offset))
-        return -1, -1
+        return await lookup.offset_for_timestamp(self._read_range, self.time_index, self.log_start_offset,
+                                                 self.high_watermark, timestamp_ms)
 
     async def max_timestamp_offset(self) -> tuple[int, int]:
         """ListOffsets -3 (KIP-734): (offset, timestamp) of the first record with the largest
-        timestamp still in the log, (-1, -1) when it has none. The index says which batch; one
-        read of it answers (a few more when the log start cut into the batch or range that held
-        the maximum)."""
-        start, end = self.log_start_offset, self.high_watermark
-        plan = self.max_timestamps.plan(start, end)
-        if plan is None:
-            return -1, -1
-        target: tuple[int, int] | Candidate | None = plan.front
-        if plan.scan_from is not None and plan.scan_to is not None:
-            target = plan.after_scan(await self._largest_in(plan.scan_from, min(plan.scan_to, end)))
-        if target is None:
-            return -1, -1
-        if not isinstance(target, Candidate):
-            return target
-        result = await self.storage.fetch(self.data_stream_id, max(start, target.base_offset), TIMESTAMP_SCAN_BYTES)
-        found = first_at(((r.offset, r.timestamp_ms) for r in batches.read_records(result.data)), target, start)
-        if found is None:
-            # an index seeded from an old meta may name a batch before the one; key compaction may
-            # have removed the record: then the largest of what remains, read (bounded)
-            found_offset, found_ts = await self.offset_for_timestamp(target.timestamp_ms)
-            if found_offset >= 0:
-                return found_offset, found_ts
-            return await self._largest_in(start, end) or (-1, -1)
-        return found
-
-    async def _largest_in(self, from_offset: int, to_offset: int) -> tuple[int, int] | None:
-        """The first record with the largest timestamp in ``[from_offset, to_offset)``, reading at
-        most ``REBUILD_SCAN_BYTES`` (past that, the best seen so far)."""
-        best: tuple[int, int] | None = None
-        offset, scanned = from_offset, 0
-        while offset < to_offset and scanned < REBUILD_SCAN_BYTES:
-            result = await self.storage.fetch(self.data_stream_id, offset, TIMESTAMP_SCAN_BYTES)
-            if not result.data:
-                break
-            found = largest_first(((r.offset, r.timestamp_ms) for r in batches.read_records(result.data)),
-                                  from_offset, to_offset)
-            if found is not None and (best is None or found[1] > best[1]):
-                best = found
-            scanned += len(result.data)
-            offset = max(offset + 1, int(result.next_offset))
-        return best
+        timestamp still in the log, (-1, -1) when it has none."""
+        return await lookup.max_timestamp_offset(self._read_range, self.time_index, self.max_timestamps,
+                                                 self.log_start_offset, self.high_watermark)
 
     def latest_tiered_offset(self) -> int:
         """ListOffsets -5 (KIP-1005): the last offset already in S3 objects (committed by the
@@ -476,6 +505,7 @@ class Replica:
             raise
         self.log_start_offset = max(self.log_start_offset, offset)
         self.max_timestamps.trim(self.log_start_offset)
+        self.txns.trim(self.log_start_offset)
         self.size_bytes = max(0, self.size_bytes - removed_bytes)
         return self.log_start_offset
 
@@ -507,6 +537,7 @@ class Replica:
         m.end_offset = min(self.high_watermark, self._observed_through)
         m.size_bytes = self.size_bytes
         m.producers = self.producers.to_json()
+        m.transactions = None if self.txns == TxnState() else self.txns.to_json()
         m.time_index = list(self.time_index.entries)
         m.max_timestamps = self.max_timestamps.to_json()
         m.data_stream_id = self.data_stream_id

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from broker.load_sampler import LoadCounters
+from broker.txn_state import AbortedTxn
 from stream_storage.batches import BatchInfo
 
 
@@ -28,7 +29,24 @@ class ServedReplica(Protocol):
         """Append one validated batch; (base, last offset) once it is as durable as ``acks`` asks."""
         ...
 
-    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int) -> bytes: ...
+    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int, read_committed: bool = False) -> bytes:
+        """Whole batches from ``offset``: below the high watermark, or below the last stable offset
+        when ``read_committed``."""
+        ...
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the oldest open transaction, else the high watermark."""
+        ...
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [fetch_offset, upper_offset) names."""
+        ...
+
+    async def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                            coordinator_epoch: int) -> int:
+        """WriteTxnMarkers: append a transaction's commit or abort marker; its offset once durable."""
+        ...
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int]: ...
 

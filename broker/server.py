@@ -85,6 +85,8 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     leader_epoch: int
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[tuple[int, int], ...] = ()  # (producer id, first offset), read_committed only
 
 
 class Broker:
@@ -497,9 +499,10 @@ class Broker:
         return AppendResult(base, last, replica.leader_epoch, replica.log_start_offset, validated.log_append_time_ms)
 
     async def read_records(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
-                           client_leader_epoch: int | None = None) -> ReadResult:
+                           client_leader_epoch: int | None = None, read_committed: bool = False) -> ReadResult:
         """Whole batches from ``offset`` (at least one, as Kafka's fetch), long-polling up to
-        ``max_wait_ms`` when nothing is there yet."""
+        ``max_wait_ms`` when nothing is there yet; ``read_committed``: below the last stable offset,
+        with the aborted transactions the batches returned overlap."""
         try:
             # a consumer sent here by the named owner-to-be waits for it to serve, within its long poll
             await self.await_handoff(topic, partition, max(0, max_wait_ms))
@@ -509,16 +512,44 @@ class Broker:
             wait_ms = admission.fetch_wait_ms(max_wait_ms, self.config.fetch_max_wait_ms_limit)
             replica = slot.replica
             assert replica is not None
-            data = await replica.fetch(offset, max_bytes, wait_ms)
+            data = await replica.fetch(offset, max_bytes, wait_ms, read_committed)
         except FerryError as exc:
             self.metrics.fetch_errors.labels(exc.error.name).inc()
             raise
+        aborted: tuple[tuple[int, int], ...] = ()
+        if read_committed and data:
+            upper = max(i.next_offset for i in batches.iter_batches(data))
+            aborted = tuple((a.producer_id, a.first_offset) for a in replica.aborted_transactions(offset, upper))
         labels = (topic, str(partition))
         self.metrics.fetch_requests.labels(*labels).inc()
         self.metrics.fetch_bytes.labels(*labels).inc(len(data))
         if data:
             replica.counters.records_out += sum(i.offset_count for i in batches.iter_batches(data))
-        return ReadResult(data, replica.high_watermark, replica.log_start_offset, replica.leader_epoch)
+        return ReadResult(data, replica.high_watermark, replica.log_start_offset, replica.leader_epoch,
+                          replica.last_stable_offset, aborted)
+
+    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                               commit: bool, coordinator_epoch: int) -> int:
+        """WriteTxnMarkers on one partition this broker leads: the marker's offset once durable
+        (acknowledged under the same lease and ownership checks as a produce)."""
+        await self.await_handoff(topic, partition)
+        slot = self.partition_slot(topic, partition, for_write=True)
+        replica: ServedReplica | None = slot.replica
+        assert replica is not None
+        lease = self.heartbeater.lease
+        lease_until_mono_s = lease.sent_mono_s + lease.session_timeout_s if lease.sent_mono_s >= 0 else None
+        try:
+            offset = await replica.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        except FerryError as exc:
+            if exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH) and isinstance(slot, Slot):
+                assert self.manager is not None
+                self.manager.on_fenced(slot, exc)
+                raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
+            if exc.error is ErrorCode.STREAM_NOT_OPENED:
+                raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
+            raise
+        self._confirm_ack(topic, slot, replica, lease_until_mono_s)
+        return offset
 
     async def serve_replica_fetch(self, topic: str, partition: int, replica_id: int, offset: int,
                                   last_fetched_epoch: int, leader_epoch: int, max_bytes: int,
@@ -557,7 +588,7 @@ class Broker:
     async def offset_at(self, topic: str, partition: int, spec: str, timestamp_ms: int = -1,
                         client_leader_epoch: int | None = None) -> tuple[int, int, int]:
         """Kafka's ListOffsets: (offset, timestamp_ms, leader_epoch) for ``spec`` — ``earliest``,
-        ``latest``, ``timestamp``, ``max_timestamp`` (-3: the first record with the largest
+        ``latest``, ``latest_stable`` (latest for read_committed: the last stable offset), ``timestamp``, ``max_timestamp`` (-3: the first record with the largest
         timestamp), ``earliest_local`` (-4: the log start, since clients see one tier) or
         ``latest_tiered`` (-5: the last offset already in S3 objects, -1 if none)."""
         slot = self.partition_slot(topic, partition, for_write=False, client_leader_epoch=client_leader_epoch)
@@ -567,6 +598,8 @@ class Broker:
             return replica.log_start_offset, -1, replica.leader_epoch
         if spec == "latest":
             return replica.high_watermark, -1, replica.leader_epoch
+        if spec == "latest_stable":  # latest with isolation_level=1 (READ_COMMITTED)
+            return replica.last_stable_offset, -1, replica.leader_epoch
         if spec == "timestamp":
             offset, found_ts = await replica.offset_for_timestamp(timestamp_ms)
             return offset, found_ts, replica.leader_epoch
@@ -576,8 +609,8 @@ class Broker:
         if spec == "latest_tiered":
             offset = replica.latest_tiered_offset()
             return offset, -1, replica.leader_epoch if offset >= 0 else -1
-        raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest, timestamp, max_timestamp, "
-                                                    "earliest_local or latest_tiered")
+        raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest, latest_stable, timestamp, "
+                                                    "max_timestamp, earliest_local or latest_tiered")
 
     # ------------------------------------------------------------------ log dirs
     def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:

@@ -35,6 +35,13 @@ TIMESTAMPS_OFFSET = 27
 PRODUCER_OFFSET = 43
 RECORDS_COUNT_OFFSET = 57
 LEADER_EPOCH_OFFSET = 12
+_ATTRIBUTES = struct.Struct(">h")
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+#: a control record's key (version 0, type) and value (version 0, coordinator epoch), as Kafka writes them
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,16 @@ class BatchInfo:
     producer_id: int
     producer_epoch: int
     base_sequence: int
+    attributes: int = 0
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        """A control batch (a transaction's commit or abort marker), written only by a leader."""
+        return bool(self.attributes & CONTROL_FLAG)
 
     @property
     def next_offset(self) -> int:
@@ -74,9 +91,9 @@ class Record:
 def build_batch(records: Iterable[tuple[bytes | None, bytes | None] | Record],
                 base_offset: int = 0, timestamp_ms: int | None = None,
                 headers: Sequence[tuple[str, bytes | None]] = (), producer_id: int = -1,
-                producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+                producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False) -> bytes:
     """A v2 batch (uncompressed) of ``(key, value)`` pairs or :class:`Record`s."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional,
                                         producer_id=producer_id, producer_epoch=producer_epoch,
                                         base_sequence=base_sequence, batch_size=2 ** 31 - 1)
     count = 0
@@ -92,6 +109,50 @@ def build_batch(records: Iterable[tuple[bytes | None, bytes | None] | Record],
     buf = builder.build()
     _BASE_OFFSET.pack_into(buf, 0, base_offset)
     return bytes(buf)
+
+
+@dataclass(frozen=True)
+class ControlMarker:
+    """What a control batch says: the end of a producer's transaction here."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+def build_control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                        timestamp_ms: int) -> bytes:
+    """Kafka's transaction marker: a transactional control batch of one control record whose key
+    is (version 0, type 0 abort / 1 commit) and value (version 0, coordinator epoch)."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True,
+                                        producer_id=producer_id, producer_epoch=producer_epoch,
+                                        base_sequence=-1, batch_size=2 ** 31 - 1)
+    builder.append(0, timestamp_ms, _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT),
+                   _CONTROL_VALUE.pack(0, coordinator_epoch), [])
+    buf = bytearray(builder.build())
+    (attributes,) = _ATTRIBUTES.unpack_from(buf, ATTRIBUTES_OFFSET)
+    _ATTRIBUTES.pack_into(buf, ATTRIBUTES_OFFSET, attributes | CONTROL_FLAG)
+    _CRC.pack_into(buf, CRC_OFFSET, crc32c(bytes(buf[ATTRIBUTES_OFFSET:])))
+    return bytes(buf)
+
+
+def control_marker(buf: bytes | bytearray | memoryview, info: BatchInfo) -> ControlMarker | None:
+    """The marker a control batch holds (None for a data batch, or a control record of another
+    type, which Kafka's readers skip too)."""
+    if not info.is_control:
+        return None
+    view = memoryview(buf)
+    batch = DefaultRecordBatch(bytes(view[info.position: info.position + info.size_bytes]))
+    for rec in batch:
+        key, value = rec.key, rec.value
+        if key is None or len(key) < _CONTROL_KEY.size:
+            raise FerryError(ErrorCode.CORRUPT_MESSAGE, f"control batch at offset {info.base_offset} has no key")
+        _version, kind = _CONTROL_KEY.unpack_from(key)
+        if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+            return None
+        epoch = _CONTROL_VALUE.unpack_from(value)[1] if value is not None and len(value) >= _CONTROL_VALUE.size \
+            else -1
+        return ControlMarker(kind == CONTROL_COMMIT, epoch)
+    return None
 
 
 def header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchInfo:
@@ -113,7 +174,8 @@ def header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchInfo:
     _first_ts, max_ts = _TIMESTAMPS.unpack_from(view, position + TIMESTAMPS_OFFSET)
     pid, pepoch, seq = _PRODUCER.unpack_from(view, position + PRODUCER_OFFSET)
     (count,) = _COUNT.unpack_from(view, position + RECORDS_COUNT_OFFSET)
-    return BatchInfo(position, size, base, delta, count, epoch, max_ts, pid, pepoch, seq)
+    (attributes,) = _ATTRIBUTES.unpack_from(view, position + ATTRIBUTES_OFFSET)
+    return BatchInfo(position, size, base, delta, count, epoch, max_ts, pid, pepoch, seq, attributes)
 
 
 def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[BatchInfo]:
@@ -183,11 +245,14 @@ def stamp_offsets(buf: bytearray, infos: Sequence[BatchInfo], base_offset: int, 
     return next_offset
 
 
-def read_records(buf: bytes | bytearray | memoryview) -> list[Record]:
-    """Decode every record of every batch (tests, the meta stream, console tools)."""
+def read_records(buf: bytes | bytearray | memoryview, skip_control: bool = False) -> list[Record]:
+    """Decode every record of every batch (tests, the meta stream, console tools); with
+    ``skip_control``, those of data batches only (not a transaction's markers)."""
     out: list[Record] = []
     view = memoryview(buf)
     for info in iter_batches(view):
+        if skip_control and info.is_control:
+            continue
         batch = DefaultRecordBatch(bytes(view[info.position: info.position + info.size_bytes]))
         for rec in batch:
             out.append(Record(rec.offset, rec.timestamp, rec.key, rec.value, tuple(rec.headers)))

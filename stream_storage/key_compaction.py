@@ -9,12 +9,17 @@ never change: a batch that loses records keeps its base offset and last offset d
 batch still follows it), a batch that loses them all is dropped, and readers skip the gap.
 
 Rebuilt batches are uncompressed; a batch nothing was removed from keeps its bytes as they are.
+Control batches (transaction markers) are kept whole and their keys (a control record's type) are
+not record keys; a rebuilt batch keeps its transactional bit, so that read_committed readers
+still know its producer's transaction. As Kafka's cleaner, the records of aborted transactions
+(``aborted``: producer id, first offset, marker offset) neither count as the latest of their key
+nor stay, and the caller cleans only below the partition's last stable offset.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -40,6 +45,7 @@ class CleanRule:
     latest: dict[bytes, int]  # key -> offset of its latest record in the cleaned range
     last_offset: int  # the last offset of the cleaned range (its record is always kept)
     tombstone_cutoff_ms: int  # tombstones older than this (and not latest-last) go
+    aborted: Aborted = ()  # aborted transactions: their batches go (but one holding ``last_offset``)
 
     def keeps(self, record: Record) -> bool:
         if record.key is None or record.offset == self.last_offset:
@@ -47,6 +53,25 @@ class CleanRule:
         if self.latest.get(record.key) != record.offset:
             return False
         return record.value is not None or record.timestamp_ms >= self.tombstone_cutoff_ms
+
+
+Aborted = Sequence[tuple[int, int, int]]  # (producer id, first offset, marker offset) of aborted transactions
+
+
+def in_aborted(info: BatchInfo, aborted: Aborted) -> bool:
+    """Whether a transactional batch belongs to an aborted transaction."""
+    return info.is_transactional and not info.is_control and any(
+        pid == info.producer_id and first <= info.base_offset <= last for pid, first, last in aborted)
+
+
+def data_records(data: bytes | bytearray | memoryview, aborted: Aborted = ()) -> list[Record]:
+    """The records compaction keys: those of data batches (not markers) outside aborted transactions."""
+    view = memoryview(data)
+    out: list[Record] = []
+    for info in iter_batches(view):
+        if not info.is_control and not in_aborted(info, aborted):
+            out += read_records(view[info.position: info.position + info.size_bytes])
+    return out
 
 
 def latest_offsets(records: Iterable[Record], into: dict[bytes, int] | None = None) -> dict[bytes, int]:
@@ -60,7 +85,7 @@ def latest_offsets(records: Iterable[Record], into: dict[bytes, int] | None = No
 def rebuild_batch(data: bytes | memoryview, info: BatchInfo, kept: list[Record]) -> bytes:
     """``kept`` (a non-empty subset of the batch's records) as a batch with the same base offset,
     last offset delta, leader epoch and producer fields."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=info.is_transactional,
                                         producer_id=info.producer_id, producer_epoch=info.producer_epoch,
                                         base_sequence=info.base_sequence, batch_size=2 ** 31 - 1)
     for rec in kept:
@@ -80,6 +105,12 @@ def clean(data: bytes, rule: CleanRule) -> tuple[bytes, int]:
     view = memoryview(data)
     for info in iter_batches(view):
         raw = view[info.position: info.position + info.size_bytes]
+        if info.is_control:  # a transaction's marker: its readers need it whatever came after
+            out.append(bytes(raw))
+            continue
+        if rule.aborted and info.next_offset <= rule.last_offset and in_aborted(info, rule.aborted):
+            removed += info.records_count
+            continue
         records = read_records(raw)
         kept = [r for r in records if rule.keeps(r)]
         removed += len(records) - len(kept)

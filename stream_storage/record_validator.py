@@ -88,8 +88,9 @@ class ValidationPolicy:
     timestamp_after_max_ms: int = LONG_MAX
     #: control batches (transaction markers) come from the broker itself, never from a client
     allow_control_batches: bool = False
-    #: Ferry has no transaction coordinator, so a transactional batch could never be committed
-    allow_transactional: bool = False
+    #: transactional batches (KIP-98) are appended as Kafka does; off where a partition's replica
+    #: keeps no transaction state (a caller's choice), so such a batch is refused rather than never ended
+    allow_transactional: bool = True
     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES
     #: ``cleanup.policy`` holds ``compact``: compaction keeps the last record of each key, so a
     #: record without one is refused (Kafka's LogValidator.validateKey)
@@ -297,7 +298,7 @@ def _check_attributes(attributes: int, policy: ValidationPolicy) -> Codec:
                          "control bit, bit 5 of the attributes at byte 22, is set)")
     if attributes & TRANSACTIONAL_FLAG and not policy.allow_transactional:
         raise FerryError(ErrorCode.INVALID_TXN_STATE, "the batch is transactional (bit 4 of the attributes at "
-                         "byte 22) but Ferry does not support transactions; produce without a transactional.id")
+                         "byte 22) but this partition does not take transactions; produce without a transactional.id")
     if attributes & TIMESTAMP_TYPE_FLAG:
         raise FerryError(ErrorCode.INVALID_TIMESTAMP, "the batch sets timestamp type LogAppendTime (bit 3 of the "
                          "attributes at byte 22); a producer must not, the broker does")

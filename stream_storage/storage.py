@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
-from stream_storage.batches import BatchInfo, iter_batches, read_records, stamp_offsets, validate_batches
+from stream_storage.batches import BatchInfo, iter_batches, stamp_offsets, validate_batches
 from stream_storage.cache import BlockCache, IndexCache, LogCache
 from stream_storage.config import StreamStorageConfig
 from stream_storage.control import StreamControl, StreamDescription
@@ -532,19 +532,24 @@ class StreamStorage:
             done += 1
         return done
 
-    async def clean_keys(self, stream_id: int, now_ms: int, delete_retention_ms: int, target_bytes: int) -> int:
+    async def clean_keys(self, stream_id: int, now_ms: int, delete_retention_ms: int, target_bytes: int,
+                         stable_end: int | None = None, aborted: key_compaction.Aborted = ()) -> int:
         """Key compaction of this owned stream's committed objects (``key_compaction.py``): each
         run of objects (up to ``target_bytes``) holding a record to remove is rewritten without
-        it. Returns how many records went."""
+        it; only objects below ``stable_end`` (a partition's last stable offset) are cleaned, the
+        records of ``aborted`` transactions removed. Returns how many records went."""
         handle = self._writable(stream_id)
         handle.merge_objects((await self._describe(stream_id)).objects)
-        objects = [o for o in handle.objects if o.end_offset > handle.start_offset]
+        objects = [o for o in handle.objects if o.end_offset > handle.start_offset and
+                   (stable_end is None or o.end_offset <= stable_end)]
         if not objects:
             return 0
         latest: dict[bytes, int] = {}
         for ref in objects:  # first pass: the latest offset of every key
-            key_compaction.latest_offsets(read_records(await self._object_data(handle.stream_id, ref)), latest)
-        rule = key_compaction.CleanRule(latest, objects[-1].end_offset - 1, now_ms - delete_retention_ms)
+            key_compaction.latest_offsets(
+                key_compaction.data_records(await self._object_data(handle.stream_id, ref), aborted), latest)
+        rule = key_compaction.CleanRule(latest, objects[-1].end_offset - 1, now_ms - delete_retention_ms,
+                                        tuple(aborted))
         removed_total = 0
         run: list[ObjectRef] = []
         run_bytes = 0

@@ -28,6 +28,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.InitProducerId: (0, 4),
     ApiKey.OffsetForLeaderEpoch: (2, 4),
     ApiKey.DeleteRecords: (0, 2),
+    # inter-broker, from transaction coordinators (txn_marker_apis.py); v0 is not in the pinned
+    # spec (Kafka 4 dropped it), v2 is KIP-890's epoch-bumping markers
+    ApiKey.WriteTxnMarkers: (1, 1),
     ApiKey.FindCoordinator: (0, 4),
     # transactions (txn_apis.py, txn_offsets.py): the versions before KIP-890's transaction
     # version 2 (EndTxn v5, AddOffsetsToTxn v4, TxnOffsetCommit v5, AddPartitionsToTxn v4+)

@@ -17,6 +17,7 @@ from metadata_quorum.image import MetadataImage
 from broker.kafka.wire import Request
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 _EMPTY = AclsImage()
 
 

@@ -26,7 +26,7 @@ from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
-from broker.kafka.authorization import OPEN, TOPIC, Authorization
+from broker.kafka.authorization import OPEN, TOPIC, TRANSACTIONAL_ID, Authorization
 from broker.kafka.apis import SUPPORTED_VERSIONS
 from broker.kafka.auto_create import AutoTopicCreator, Decision, TopicDefaults, metadata_error, unknown_topic_decision
 from broker.kafka.eager import eager_start
@@ -52,7 +52,7 @@ SPECIAL_TIMESTAMPS: dict[int, tuple[str, int]] = {
     -4: ("earliest_local", 8), -5: ("latest_tiered", 9)}
 ZERO_UUID = uuid.UUID(int=0)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
-#: the refusal of every transactional id (FindCoordinator, InitProducerId, Produce): Kafka's error
+#: the refusal of every transactional id (FindCoordinator, InitProducerId): Kafka's error
 #: for a transactional id the client may not use, which clients treat as fatal at once
 #: (librdkafka, the Java client, kafka-python), rather than an error they retry until a timeout
 NO_TRANSACTIONS = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -60,6 +60,7 @@ NO_TRANSACTIONS_MESSAGE = ("this cluster has no transaction coordinator: transac
                            "unset transactional.id (an idempotent producer still writes each record once)")
 #: the refusal of a topic the authorizer does not allow (broker/kafka/authorization.py)
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+READ_COMMITTED = 1  # Fetch's and ListOffsets' isolation_level
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,12 @@ class ReadOutcome(Protocol):
     def log_start_offset(self) -> int: ...
     @property
     def leader_epoch(self) -> int: ...
+    @property
+    def last_stable_offset(self) -> int: ...
+    @property
+    def aborted_transactions(self) -> tuple[tuple[int, int], ...]:
+        """(producer id, first offset) of the aborted transactions the data overlaps (read_committed)."""
+        ...
 
 
 class BrokerCore(Protocol):
@@ -109,7 +116,7 @@ class BrokerCore(Protocol):
                        client_leader_epoch: int | None = None) -> Awaitable[AppendOutcome]: ...
 
     def read_records(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
-                     client_leader_epoch: int | None = None) -> Awaitable[ReadOutcome]: ...
+                     client_leader_epoch: int | None = None, read_committed: bool = False) -> Awaitable[ReadOutcome]: ...
 
     def offset_at(self, topic: str, partition: int, spec: str, timestamp_ms: int = -1,
                   client_leader_epoch: int | None = None) -> Awaitable[tuple[int, int, int]]: ...
@@ -301,7 +308,12 @@ class DataApis:
         targets = [(topic.name, part.index, part.records) for topic in body.topic_data for part in topic.partition_data]
         denied = self.auth.denied(req, AclOperation.WRITE, TOPIC, (t.name for t in body.topic_data))
         results: list[AppendOutcome | Forwarded | BaseException]
-        if len(targets) == 1:  # what librdkafka sends: one partition per request
+        if body.transactional_id is not None and \
+                self.auth.denied(req, AclOperation.WRITE, TRANSACTIONAL_ID, [body.transactional_id]):
+            # Kafka refuses the whole request: every partition answers the transactional id's error
+            results = [FerryError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                  f"Not authorized to use transactional id {body.transactional_id}")] * len(targets)
+        elif len(targets) == 1:  # what librdkafka sends: one partition per request
             # awaited in this request's own task, which the listener started in arrival order:
             # the append reaches the WAL before this task first yields (see append_records)
             name, index, records = targets[0]
@@ -367,8 +379,6 @@ class DataApis:
                       transactional_id: str | None, denied: bool = False) -> AppendOutcome | Forwarded:
         if denied:
             raise FerryError(TOPIC_DENIED, f"Not authorized to access topics: [{topic}]")
-        if transactional_id is not None:
-            raise FerryError(NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE)
         if not records:
             raise FerryError(ErrorCode.INVALID_RECORD, "the partition's records are empty")
         forwarding = self.forwarding
@@ -403,29 +413,35 @@ class DataApis:
         wanted = [(p.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, max(1, max_bytes))
                    if p.partition_max_bytes > 0 else p.partition_max_bytes, p.current_leader_epoch) for p in asked]
         denied = self.auth.denied(req, AclOperation.READ, TOPIC, (p.topic for p in asked))
-        results = await self._read_all(wanted, 0, denied)
+        read_committed = body.isolation_level == READ_COMMITTED
+        results = await self._read_all(wanted, 0, denied, read_committed)
         total = sum(len(r.data) for r in results if not isinstance(r, BaseException))
         errors = any(isinstance(r, BaseException) for r in results)
         if total < max(1, body.min_bytes) and not errors and body.max_wait_ms > 0 and wanted:
-            results = await self._long_poll(wanted, results, body.max_wait_ms, denied)
+            results = await self._long_poll(wanted, results, body.max_wait_ms, denied, read_committed)
         return self._fetch_response(req, wanted, results, max_bytes, context)
 
-    async def _read_all(self, wanted: list[tuple[str, int, int, int, int | None]],
-                        wait_ms: int, denied: frozenset[str] = frozenset()) -> list[ReadOutcome | BaseException]:
-        return list(await asyncio.gather(*(self._read(t, p, off, mb, wait_ms, ep, denied)
+    async def _read_all(self, wanted: list[tuple[str, int, int, int, int | None]], wait_ms: int,
+                        denied: frozenset[str] = frozenset(),
+                        read_committed: bool = False) -> list[ReadOutcome | BaseException]:
+        return list(await asyncio.gather(*(self._read(t, p, off, mb, wait_ms, ep, denied, read_committed)
                                            for t, p, off, mb, ep in wanted), return_exceptions=True))
 
     async def _read(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int,
-                    epoch: int | None, denied: frozenset[str]) -> ReadOutcome:
+                    epoch: int | None, denied: frozenset[str], read_committed: bool = False) -> ReadOutcome:
         if topic in denied:  # READ refused: the partition answers TOPIC_AUTHORIZATION_FAILED, nothing is read
             raise FerryError(TOPIC_DENIED, f"Not authorized to access topics: [{topic}]")
+        if read_committed:
+            return await self.core.read_records(topic, partition, offset, max_bytes, wait_ms, epoch,
+                                                read_committed=True)
         return await self.core.read_records(topic, partition, offset, max_bytes, wait_ms, epoch)
 
     async def _long_poll(self, wanted: list[tuple[str, int, int, int, int | None]],
                          first: list[ReadOutcome | BaseException], max_wait_ms: int,
-                         denied: frozenset[str] = frozenset()) -> list[ReadOutcome | BaseException]:
+                         denied: frozenset[str] = frozenset(),
+                         read_committed: bool = False) -> list[ReadOutcome | BaseException]:
         """Wait until any partition has data (or the wait ends), then answer with what is there."""
-        tasks = [asyncio.ensure_future(self._read(t, p, off, mb, max_wait_ms, ep, denied))
+        tasks = [asyncio.ensure_future(self._read(t, p, off, mb, max_wait_ms, ep, denied, read_committed))
                  for t, p, off, mb, ep in wanted]
         try:
             done, _ = await asyncio.wait(tasks, timeout=max_wait_ms / 1000 + 0.05,
@@ -450,6 +466,7 @@ class DataApis:
         PD = FT.PartitionData
         entries: list[tuple[str, Any]] = []
         budget = FetchBudget(max_bytes)
+        read_committed = getattr(req.body, "isolation_level", 0) == READ_COMMITTED
         for (topic, partition, _off, read_bytes, _ep), result in zip(wanted, results, strict=True):
             if isinstance(result, BaseException):
                 code, _ = kafka_error(result)
@@ -464,9 +481,13 @@ class DataApis:
                         entry.current_leader = PD.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
             else:
                 data = budget.take(result.data, read_bytes)  # the client asks again for what is left out
+                # read_committed: the aborted transactions the data overlaps (an empty list, not null,
+                # as Kafka answers that isolation level), so that the client skips their records
+                aborted = [PD.AbortedTransaction(producer_id=pid, first_offset=first)
+                           for pid, first in result.aborted_transactions] if read_committed else None
                 entry = PD(partition_index=partition, error_code=0, high_watermark=result.high_watermark,
-                           last_stable_offset=result.high_watermark, log_start_offset=result.log_start_offset,
-                           aborted_transactions=None, preferred_read_replica=-1, records=data)
+                           last_stable_offset=result.last_stable_offset, log_start_offset=result.log_start_offset,
+                           aborted_transactions=aborted, preferred_read_replica=-1, records=data)
             entries.append((topic, entry))
         session_id = 0
         if context is not None and (context.incremental or context.create):  # a session answers only news
@@ -496,6 +517,8 @@ class DataApis:
                     continue
                 epoch = p.current_leader_epoch if req.api_version >= 4 else None
                 spec, since = SPECIAL_TIMESTAMPS.get(p.timestamp, ("timestamp", 0))
+                if spec == "latest" and req.api_version >= 2 and body.isolation_level == READ_COMMITTED:
+                    spec = "latest_stable"  # a read_committed consumer's end is the last stable offset
                 try:
                     if spec == "timestamp" and p.timestamp < 0:
                         raise FerryError(ErrorCode.INVALID_REQUEST, f"timestamp {p.timestamp} is not supported")

@@ -173,7 +173,7 @@ class GroupApis:
                 continue
             if not read.data:
                 break
-            for rec in batches.read_records(read.data):
+            for rec in batches.read_records(read.data, skip_control=True):  # not transaction markers
                 if rec.offset >= offset and rec.key is not None:
                     records.append(decode_any_group_record(rec.key, rec.value))
             offset = max(offset, _next_offset(read.data))

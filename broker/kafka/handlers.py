@@ -21,13 +21,14 @@ from broker.kafka.quorum_apis import QuorumApis, QuorumState
 from broker.kafka.quota_apis import describe_client_quotas
 from broker.kafka.scram_apis import ScramApis
 from broker.kafka.txn_apis import TxnApis
+from broker.kafka.txn_marker_apis import TxnMarkerApis, TxnMarkerCore
 from broker.kafka.txn_marker_sender import MarkerSender
 from broker.kafka.txn_offsets import TxnOffsets
 from broker.producer_ids import ProducerIdSource
 from metadata_quorum.authorizer import OFF, AuthorizerSettings
 
 
-class KafkaCore(GroupsCore, AdminCore, Protocol):
+class KafkaCore(GroupsCore, AdminCore, TxnMarkerCore, Protocol):
     """A broker that serves the data path, consumer groups and the admin APIs."""
 
 
@@ -50,6 +51,8 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls, producer_ids: P
     quorum_apis = QuorumApis(quorum)
     scram = ScramApis(core, controller)
     acls = AclApis(auth, controller)
+    # a marker on __consumer_offsets commits (or drops) the transaction's pending offsets
+    txn_markers = TxnMarkerApis(core, auth, txn_offsets.on_txn_marker)
     table: dict[int, Handler] = {
         ApiKey.ApiVersions: data.api_versions,
         ApiKey.Metadata: data.metadata,
@@ -65,6 +68,7 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls, producer_ids: P
         ApiKey.ListTransactions: transactions.list_transactions,
         ApiKey.OffsetForLeaderEpoch: data.offset_for_leader_epoch,
         ApiKey.DeleteRecords: data.delete_records,
+        ApiKey.WriteTxnMarkers: txn_markers.write_txn_markers,
         ApiKey.FindCoordinator: groups.find_coordinator,
         ApiKey.JoinGroup: groups.join_group,
         ApiKey.SyncGroup: groups.sync_group,

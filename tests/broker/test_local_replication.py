@@ -120,6 +120,11 @@ def test_acks_all_replicates_to_every_replica_and_reads_stop_at_the_high_waterma
             assert [r.value for r in got] == [b"v%02d" % i for i in range(30)]
             status, answer = await produce(s, c.broker_url(2), "rep-basic", 0, idempotent_batch(b"x", 99, 12))
             assert status != 200 and answer["error"] == "NOT_LEADER_OR_FOLLOWER", answer
+            # a storage=local partition keeps no transaction state: a transactional batch is refused
+            txn = batches.build_batch([(None, b"t")], timestamp_ms=int(time.time() * 1000), producer_id=13,
+                                      producer_epoch=0, base_sequence=0, transactional=True)
+            status, answer = await produce(s, c.broker_url(1), "rep-basic", 0, txn)
+            assert status != 200 and answer["error"] == "INVALID_TXN_STATE" and "storage=local" in str(answer), answer
     asyncio.run(run())
     wait_for(lambda: replica_log(c, 2, "rep-basic") == replica_log(c, 1, "rep-basic") ==
              replica_log(c, 3, "rep-basic"), 10, "identical replicas")

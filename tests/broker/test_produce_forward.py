@@ -70,7 +70,7 @@ def test_only_the_broker_that_gave_it_up_forwards_and_only_within_the_window() -
 @pytest.mark.parametrize("ask", [
     ProduceAsk(11, forwarded=True, transactional=False, has_records=True),  # never forwarded twice
     ProduceAsk(9, forwarded=False, transactional=False, has_records=True),  # the answer cannot name the owner
-    ProduceAsk(11, forwarded=False, transactional=True, has_records=True),  # refused as everywhere
+    ProduceAsk(11, forwarded=False, transactional=True, has_records=True),  # the client retries at the owner
     ProduceAsk(11, forwarded=False, transactional=False, has_records=False),  # INVALID_RECORD here
 ])
 def test_requests_that_are_never_forwarded(ask: ProduceAsk) -> None:

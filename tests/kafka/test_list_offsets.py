@@ -24,9 +24,9 @@ class SpecCore:
         return 7, (timestamp_ms if spec == "timestamp" else -1), 3
 
 
-def list_offsets(version: int, timestamps: list[int]) -> Request:
+def list_offsets(version: int, timestamps: list[int], isolation_level: int = 0) -> Request:
     T = ListOffsetsRequest.ListOffsetsTopic
-    body = ListOffsetsRequest[version](replica_id=-1, isolation_level=1, topics=[T(name="t", partitions=[
+    body = ListOffsetsRequest[version](replica_id=-1, isolation_level=isolation_level, topics=[T(name="t", partitions=[
         T.ListOffsetsPartition(partition_index=i, current_leader_epoch=-1, timestamp=ts)
         for i, ts in enumerate(timestamps)])])
     return Request(2, version, 1, "c", body, 0)
@@ -40,6 +40,10 @@ async def test_special_timestamps_map_to_specs_from_their_version_on() -> None:
                           ("latest_tiered", -5), ("timestamp", 1234)]
     codes = [p.error_code for p in out.topics[0].partitions]  # type: ignore[attr-defined]
     assert codes == [0] * 6 + [ErrorCode.INVALID_REQUEST.code]
+    core.asked.clear()
+    # read_committed: latest is the last stable offset; the other specs are the same
+    await apis.list_offsets(list_offsets(9, [-1, -2], isolation_level=1))
+    assert core.asked == [("latest_stable", -1), ("earliest", -2)]
     core.asked.clear()
     out = await apis.list_offsets(list_offsets(7, [-3, -4, -5]))
     assert core.asked == [("max_timestamp", -3)]

@@ -127,3 +127,48 @@ def test_a_stream_cleaned_while_written_reads_back_as_the_model(batches, clean_a
 
     with tempfile.TemporaryDirectory() as work:
         asyncio.run(scenario(work))
+
+
+def test_markers_are_kept_whole_and_a_rebuilt_batch_stays_transactional() -> None:
+    from stream_storage.batches import build_control_batch, control_marker, iter_batches as walk
+    from stream_storage.key_compaction import data_records
+    parts = [build_batch([(b"k", b"v0"), (b"\x00\x00\x00\x01", b"looks like a marker key")], timestamp_ms=NOW,
+                         producer_id=9, producer_epoch=0, base_sequence=0, transactional=True),
+             build_control_batch(9, 0, True, 3, NOW),
+             build_batch([(b"k", b"v1")], timestamp_ms=NOW, producer_id=9, producer_epoch=0, base_sequence=2,
+                         transactional=True),
+             build_control_batch(9, 0, False, 3, NOW),
+             build_control_batch(9, 0, True, 3, NOW)]
+    buf = bytearray(b"".join(parts))
+    assign_offsets(buf, 0)
+    data = bytes(buf)
+    latest = latest_offsets(data_records(data))
+    assert latest == {b"k": 3, b"\x00\x00\x00\x01": 1}  # the markers' keys are not record keys
+    cleaned, removed = clean(data, CleanRule(latest, 5, NOW - RETENTION_MS))
+    assert removed == 1  # the first value of k
+    infos = list(walk(cleaned))
+    assert [(i.base_offset, i.is_transactional, i.is_control) for i in infos] == [
+        (0, True, False), (2, True, True), (3, True, False), (4, True, True), (5, True, True)]
+    assert all(crc_ok(cleaned, i) for i in infos)
+    assert [control_marker(cleaned, i) is not None and control_marker(cleaned, i).commit  # type: ignore[union-attr]
+            for i in infos if i.is_control] == [True, False, True]
+    assert [r.value for r in read_records(cleaned[:infos[1].position])] == [b"looks like a marker key"]
+
+
+def test_an_aborted_transactions_records_go_and_never_hide_the_committed_value() -> None:
+    from stream_storage.batches import build_control_batch, iter_batches as walk
+    from stream_storage.key_compaction import data_records
+    parts = [build_batch([(b"k", b"committed")], timestamp_ms=NOW),
+             build_batch([(b"k", b"aborted")], timestamp_ms=NOW, producer_id=9, producer_epoch=0, base_sequence=0,
+                         transactional=True),
+             build_control_batch(9, 0, False, 0, NOW),
+             build_batch([(b"z", b"last")], timestamp_ms=NOW)]
+    buf = bytearray(b"".join(parts))
+    assign_offsets(buf, 0)
+    data, aborted = bytes(buf), [(9, 1, 2)]
+    latest = latest_offsets(data_records(data, aborted))
+    assert latest == {b"k": 0, b"z": 3}  # without the aborted record, the committed one is k's latest
+    cleaned, removed = clean(data, CleanRule(latest, 3, NOW - RETENTION_MS, tuple(aborted)))
+    assert removed == 1
+    assert [(i.base_offset, i.is_control) for i in walk(cleaned)] == [(0, False), (2, True), (3, False)]
+    assert [r.value for r in read_records(cleaned)][0] == b"committed"

@@ -202,11 +202,11 @@ def test_unknown_magic_is_corrupt() -> None:
     assert refused(patch(build(), ">b", 16, -1)).error is ErrorCode.CORRUPT_MESSAGE
 
 
-def test_a_transactional_batch_is_refused_unless_allowed() -> None:
+def test_a_transactional_batch_is_taken_unless_refused() -> None:
     buf = build(producer=(7, 0, 0), transactional=True)
-    err = refused(buf)
+    err = refused(buf, ValidationPolicy(allow_transactional=False))
     assert err.error is ErrorCode.INVALID_TXN_STATE and "transaction" in err.message
-    vb = validate_produce_records(buf, ValidationPolicy(allow_transactional=True), NOW_MS)
+    vb = validate_produce_records(buf, ValidationPolicy(), NOW_MS)
     assert vb.info.producer_id == 7
     no_pid = patch(buf, ">q", 43, -1)
     assert refused(no_pid, ValidationPolicy(allow_transactional=True)).error is ErrorCode.INVALID_RECORD
