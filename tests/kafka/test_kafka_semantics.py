@@ -253,37 +253,6 @@ def test_authorized_operations_list_everything_applicable_as_kafka_without_an_au
                        else (None, None))
 
 
-# --------------------------------------------------------------------------- refusals clients understand
-def test_a_transactional_producer_fails_at_once_with_a_clear_error(shared_cluster) -> None:
-    from confluent_kafka import KafkaException, Producer
-    from kafka import KafkaProducer
-    from kafka.errors import TransactionalIdAuthorizationFailedError
-    bootstrap = shared_cluster.kafka_bootstrap
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-ck"})
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as err:
-        producer.init_transactions(30)
-    error = err.value.args[0]
-    assert time.monotonic() - started < 5  # not the 30 s timeout of a retried lookup
-    assert error.fatal() and error.code() == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert "transactions are not supported; unset transactional.id" in error.str()
-    started = time.monotonic()
-    with pytest.raises(TransactionalIdAuthorizationFailedError):
-        KafkaProducer(bootstrap_servers=bootstrap, transactional_id="tx-kp").init_transactions()
-    assert time.monotonic() - started < 10
-    # the same refusal from every transactional entry point, raw
-    from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
-    from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
-    port = shared_cluster.kafka_ports[1]
-    found = asyncio.run(kafka_call(port, FindCoordinatorRequest[4](key_type=1, coordinator_keys=["a", "b"]), 4,
-                                   FindCoordinatorResponse))
-    assert [(c.key, c.error_code, c.node_id) for c in found.coordinators] == [("a", 53, -1), ("b", 53, -1)]
-    init = asyncio.run(kafka_call(port, InitProducerIdRequest[4](transactional_id="a", transaction_timeout_ms=60000,
-                                                                 producer_id=-1, producer_epoch=-1), 4,
-                                  InitProducerIdResponse))
-    assert (init.error_code, init.producer_id) == (53, -1)
-
-
 # --------------------------------------------------------------------------- incremental fetch sessions
 def session_fetch(topic: str, session_id: int, epoch: int, offsets: dict[int, int],
                   forget: list[int] | None = None) -> ApiMessage:
