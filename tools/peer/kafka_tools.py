@@ -44,6 +44,9 @@ TOOL_CLASSES: dict[str, str] = {
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-e2e-latency": "org.apache.kafka.tools.EndToEndLatency",
+    "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    # the consume-transform-produce copier of Kafka's own transaction system tests (kafka-run-class)
+    "transactional-message-copier": "org.apache.kafka.tools.TransactionalMessageCopier",
 }
 
 
