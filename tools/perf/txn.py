@@ -109,23 +109,26 @@ def max_gap_ms(times: list[float], after: float) -> float:
     return max(((b - a) * 1000 for a, b in zip(later, later[1:], strict=False)), default=0.0)
 
 
+def _mover(cluster: LocalCluster, topic: str, moved_at: list[float]) -> Callable[[], None]:
+    """Move partition 0 of ``topic`` to the next broker; note when the move was asked."""
+    brokers = sorted(cluster.kafka_ports)
+
+    async def go() -> None:
+        async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+            state = await admin.wait_for_leader(TopicPartition(topic, 0))
+            to = brokers[(brokers.index(int(state.leader)) + 1) % len(brokers)]
+            moved_at.append(time.monotonic())
+            await admin.move_partition(TopicPartition(topic, 0), [to])
+            await admin.wait_for_leader(TopicPartition(topic, 0), leader=to)
+    return lambda: asyncio.run(go())
+
+
 def move_gaps(cluster: LocalCluster, topic: str, moves: int, transactional: bool) -> list[float]:
     gaps: list[float] = []
-    brokers = sorted(cluster.kafka_ports)
     for i in range(moves):
         moved_at: list[float] = []
-
-        def move() -> None:
-            async def go() -> None:
-                async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
-                    state = await admin.wait_for_leader(TopicPartition(topic, 0))
-                    to = brokers[(brokers.index(int(state.leader)) + 1) % len(brokers)]
-                    moved_at.append(time.monotonic())
-                    await admin.move_partition(TopicPartition(topic, 0), [to])
-                    await admin.wait_for_leader(TopicPartition(topic, 0), leader=to)
-            asyncio.run(go())
         run = produce(cluster.kafka_bootstrap, topic, 2.4, f"perf-move-{i}" if transactional else None,
-                      during=move, partition=0)
+                      during=_mover(cluster, topic, moved_at), partition=0)
         gaps.append(max_gap_ms(run.acked_at, moved_at[0]))
     return gaps
 
