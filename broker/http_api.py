@@ -1,11 +1,11 @@
 """The broker's HTTP API (docs/broker-api.md): aiohttp handlers over the broker core.
 
 The broker has two front ends, this one and Kafka's protocol (broker/kafka/), and both call the
-same core (server.py's ``Broker``: ``append_records``, ``read_records``, ``offset_at``,
+same core (request_core.py's ``RequestCore``: ``append_records``, ``read_records``, ``offset_at``,
 ``delete_records``, the log dirs). Keeping the HTTP side here, behind :class:`HttpBrokerCore`,
-leaves server.py with the process's lifecycle and the decisions, and this module with only the
-translation: strict parsing of paths, query strings and JSON bodies (a bad one is refused with
-Kafka's error name before anything changes), and the JSON or binary replies.
+leaves request_core.py with the decisions, and this module with only the translation: strict
+parsing of paths, query strings and JSON bodies (a bad one is refused with Kafka's error name
+before anything changes), and the JSON or binary replies.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ ACKS_BY_NAME = {"all": -1, "-1": -1, "0": 0, "1": 1}  # Kafka's producer acks
 
 class HttpBrokerCore(BrokerCore, Protocol):
     """What the HTTP API needs of a broker: the core the Kafka front end uses, and the log dirs,
-    move timelines, health and storage figures only HTTP serves (``broker.server.Broker``)."""
+    move timelines, health and storage figures only HTTP serves (``broker.request_core.RequestCore``)."""
 
     @property
     def config(self) -> BrokerConfig: ...
@@ -123,6 +123,7 @@ class BrokerHttpApi:
             core.metrics.produce_errors.labels("INVALID_REQUIRED_ACKS").inc()
             raise FerryError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks_raw!r}; use -1, 1 or 0") from None
         # the partition is checked before the body is read, so a refused produce costs no upload
+        # (append_records checks it again: it may have moved while the body came in)
         await core.await_handoff(topic, partition)
         try:
             core.partition_slot(topic, partition, True, _epoch_param(request))

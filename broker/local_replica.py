@@ -97,7 +97,7 @@ class LocalReplica:
         self.fenced = False
         self._rebuild_producers()
 
-    # ------------------------------------------------------------------ what server.py reads
+    # ------------------------------------------------------------------ what request_core.py reads
     @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset

@@ -35,8 +35,10 @@ from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.records import NO_LEADER, STORAGE_S3, STREAM_OPENED, partition_stream_key
 from stream_storage.control import description_from_image
+from stream_storage.storage import StreamStorage
 
 if TYPE_CHECKING:
+    from broker.local_partitions import LocalSlot
     from broker.log_dirs_manager import LogDirsManager
 
 log = logging.getLogger("ferry.broker.partitions")
@@ -69,15 +71,25 @@ class Slot:
     io_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # a log-dir move vs. a close
 
 
+def serving_state(slot: Slot | LocalSlot | None) -> admission.ServingState | None:
+    """What admission.py decides from, of a slot (either kind), or None when there is none here."""
+    if slot is None:
+        return None
+    return admission.ServingState(
+        accepts_requests=slot.status.accepts_produce and slot.replica is not None,
+        state_name=slot.status.state.value, replica_closed=slot.replica is None or slot.replica.closed,
+        replica_leader_epoch=slot.replica.leader_epoch if slot.replica is not None else -1)
+
+
 class PartitionManager:
-    def __init__(self, broker_id: int, storage: Any, controller: ControllerWrites, metrics: BrokerMetrics,
+    def __init__(self, broker_id: int, storage: StreamStorage | dict[str, StreamStorage], controller: ControllerWrites, metrics: BrokerMetrics,
                  wal_dirs_of: Callable[[int], list[str]], log_dirs: "LogDirsManager",
                  write_many: WriteManyFn | None = None,
                  meta_checkpoint_interval_ms: int = 30000, tail_sender: TailSender | None = None) -> None:
         self.broker_id = broker_id
         # one stream storage (WAL, cache, uploader) per log dir, or one shared by all of them
-        self.storages: dict[str, Any] = dict(storage) if isinstance(storage, dict) else {}
-        self.storage = next(iter(self.storages.values())) if self.storages else storage
+        self.storages: dict[str, StreamStorage] = dict(storage) if isinstance(storage, dict) else {}
+        self.storage: StreamStorage = next(iter(self.storages.values())) if isinstance(storage, dict) else storage
         self._batchers: dict[int, UploadBatcher] = {}
         self._controller = controller
         self.meta_checkpoint_interval_ms = meta_checkpoint_interval_ms
@@ -90,7 +102,7 @@ class PartitionManager:
         self.move_log = MoveLog(broker_id, metrics, lambda: self.image, controller, write_many, self._spawn)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.elections = ElectionQueue(controller, self._spawn, self._finish_half)
-        self._incoming: dict[int, Any] = {}  # meta stream id of a partition moving here -> its storage
+        self._incoming: dict[int, StreamStorage] = {}  # meta stream id of a partition moving here -> its storage
         self._prefetched: set[str] = set()
         self.stopping = False
         self.handoffs = HandoffWaits()  # told whenever the image or a slot's state changes
@@ -107,13 +119,13 @@ class PartitionManager:
         return lambda: float(self.state_counts()[state.value])
 
     # ------------------------------------------------------------------ lookups
-    def storage_for(self, log_dir: str | None) -> Any:
+    def storage_for(self, log_dir: str | None) -> StreamStorage:
         """The stream storage whose WAL lives with ``log_dir``."""
         if log_dir is not None and log_dir in self.storages:
             return self.storages[log_dir]
         return self.storage
 
-    def uploads_for(self, storage: Any) -> UploadBatcher:
+    def uploads_for(self, storage: StreamStorage) -> UploadBatcher:
         batcher = self._batchers.get(id(storage))
         if batcher is None:
             batcher = self._batchers[id(storage)] = UploadBatcher(storage)
@@ -141,19 +153,11 @@ class PartitionManager:
                 out[s.log_dir] = out.get(s.log_dir, 0) + 1
         return out
 
-    def serving_state(self, slot: Slot | None) -> admission.ServingState | None:
-        if slot is None:
-            return None
-        return admission.ServingState(
-            accepts_requests=slot.status.accepts_produce and slot.replica is not None,
-            state_name=slot.status.state.value, replica_closed=slot.replica is None or slot.replica.closed,
-            replica_leader_epoch=slot.replica.leader_epoch if slot.replica is not None else -1)
-
     def _handoff_pending(self, topic: str, partition: int, view: Callable[[], admission.LeaderView | None]) -> bool:
         slot = self.slot_by_name(topic, partition)
         if slot is not None and slot.status.accepts_produce and slot.replica is not None and not slot.replica.closed:
             return False  # the common case, decided without building the image's view
-        return admission.handoff_pending(self.broker_id, view(), self.serving_state(slot))
+        return admission.handoff_pending(self.broker_id, view(), serving_state(slot))
 
     def handed_over(self, topic: str, partition: int) -> tuple[admission.ServingState, float] | None:
         """For a partition this broker gave up and does not serve: its slot's state and when it
@@ -162,7 +166,7 @@ class PartitionManager:
         if slot is None or slot.given_up_mono_s is None or (
                 slot.status.accepts_produce and slot.replica is not None and not slot.replica.closed):
             return None
-        state = self.serving_state(slot)
+        state = serving_state(slot)
         assert state is not None
         return state, slot.given_up_mono_s
 
@@ -236,7 +240,7 @@ class PartitionManager:
             self._prefetched.add(key)
             self._spawn(self._prefetch(storages[storage_id], key, size, stream_ids))
 
-    async def _prefetch(self, storage: Any, object_key: str, size: int, stream_ids: set[int]) -> None:
+    async def _prefetch(self, storage: StreamStorage, object_key: str, size: int, stream_ids: set[int]) -> None:
         try:
             await prefetch_streams(storage, object_key, size, stream_ids)
         except Exception as exc:  # noqa: BLE001 - an optimisation: the open reads S3 itself if needed

@@ -1,5 +1,12 @@
-"""The broker process: `ferry broker --id N --config FILE`, its lifecycle and the core both front
-ends call (HTTP in http_api.py, API in docs/broker-api.md; Kafka's protocol in kafka/).
+"""The broker process: `ferry broker --id N --config FILE`, its assembly and lifecycle.
+
+This module builds the broker from its BrokerConfig (controller connections, log dirs, stream
+storages, the partition manager, both front ends), starts and stops it, and runs its background
+loops (heartbeats, metadata, load samples, garbage collection, compaction, retention, log-dir
+checks). What serves a request against the partitions is request_core.py's ``RequestCore``, the
+one object both front ends call (HTTP in http_api.py, API in docs/broker-api.md; Kafka's protocol
+in kafka/): kept apart so that the admission and acknowledgement rules do not change with the
+wiring around them.
 
 Start-up: bind the HTTP port, open the stream storage (its WAL dir), register with the
 controllers, follow the committed metadata log (each delta opens/closes partitions through the
@@ -17,26 +24,22 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from broker import admission
 from broker.config import BrokerConfig, load_config, wal_dir_of, wal_dirs_of
 from broker.heartbeat_thread import HeartbeatClient, ThreadedHeartbeater
 from broker.load_sampler import LoadSampler, PartitionLoad
-from broker.local_partitions import LocalPartitions, LocalSlot
+from broker.local_partitions import LocalPartitions
 from broker.log_dirs_manager import LogDirsManager
 from broker import replica_fetch_http, tail_handoff_http
 from broker.http_api import BrokerHttpApi
-from broker.log_dirs_report import LogDirReport, TopicFilter, alter_replica_log_dirs, log_dirs_report
 from broker.metrics import BrokerMetrics
-from broker.move_timeline import MoveTimeline
-from broker.partition_manager import PartitionManager, Slot
+from broker.partition_manager import PartitionManager
+from broker.request_core import RequestCore
 from broker.compaction import compaction_loop
 from broker.retention import retention_loop
-from broker.served_replica import ServedReplica
 from broker.stream_directory import image_directory
 from stream_storage.compaction import CompactionPolicy
 from stream_storage.gc import GarbageCollector, gc_loop
@@ -46,8 +49,7 @@ from stream_storage.wal_gc import DeadWalCollector
 from broker.peer_liveness import PeerDeathWatcher, ProcessLock
 from broker.storage_factory import close_storage, open_object_store, open_storage, wal_dirs_for
 from broker.freshness import FreshnessTrackingFollower
-from broker.kafka.broker_configs import (StaticConfig, authorizer_settings, broker_static_configs, default_validation_policy,
-                                         topic_defaults)
+from broker.kafka.broker_configs import authorizer_settings, topic_defaults
 from broker.kafka.forwarding import QuorumForwarder
 from broker.kafka.handlers import kafka_handlers
 from broker.kafka.listener import KafkaListener
@@ -62,34 +64,14 @@ from metadata_quorum.client import ControllerClient
 from metadata_quorum.write_batcher import WriteBatcher
 from metadata_quorum.kernel.controller_api import ControllerApi, ControllerWrites
 from metadata_quorum.kernel.messages.cluster import BrokerAddresses
-from metadata_quorum.kernel.errors import ErrorCode, FerryError
-from metadata_quorum.records import NO_LEADER
-from stream_storage import batches
-from stream_storage.record_validator import ValidationPolicy, validate_produce_records
+from metadata_quorum.kernel.errors import FerryError
 
 log = logging.getLogger("ferry.broker")
 
 
-@dataclass(frozen=True)
-class AppendResult:
-    base_offset: int
-    last_offset: int
-    leader_epoch: int
-    log_start_offset: int
-    log_append_time_ms: int
-
-
-@dataclass(frozen=True)
-class ReadResult:
-    data: bytes
-    high_watermark: int
-    log_start_offset: int
-    leader_epoch: int
-    last_stable_offset: int = -1
-    aborted_transactions: tuple[tuple[int, int], ...] = ()  # (producer id, first offset), read_committed only
-
-
 class Broker:
+    """One broker process: builds and owns its parts, starts them in order and stops them."""
+
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker_id = config.broker_id
@@ -129,14 +111,13 @@ class Broker:
         self._background: list[asyncio.Task[Any]] = []
         self.process_lock: ProcessLock | None = None
         self.stopped = asyncio.Event()
-        self._lease_warned_mono_s = -1e9
         self.url = config.advertised_url
         self.cluster_id = config.cluster_id
         self.kafka: KafkaListener | None = None
         self.produce_forwarder = ProduceForwarder(config.broker_id)  # produce_forward.py
-        self._policies: dict[str, tuple[Any, ValidationPolicy]] = {}
-        # the broker's message.max.bytes is the default of every topic's max.message.bytes, as in Kafka
-        self._default_policy = default_validation_policy(config)
+        # what both front ends call (request_core.py); it serves once start-up attaches the partitions
+        self.core = RequestCore(config, self.metrics, self.heartbeater, self.controller, self.log_dirs, self.storages,
+                                process=self)
 
     @property
     def image(self) -> MetadataImage | None:
@@ -165,11 +146,6 @@ class Broker:
         if self.follower is not None:
             await self.follower.wait_for_offset(offset, timeout_s)
 
-    def static_configs(self) -> dict[str, StaticConfig]:
-        """The broker configs it applies, as Kafka names them (DescribeConfigs; broker_configs.py)."""
-        listener = f"PLAINTEXT://{self.config.host}:{self.kafka.port}" if self.kafka is not None else None
-        return broker_static_configs(self.config, [d.path for d in self.log_dirs.dirs], listener)
-
     def _metadata_offset(self) -> int:
         return self.follower.offset if self.follower is not None else -1
 
@@ -179,7 +155,7 @@ class Broker:
         # lock as proof that this broker's process is gone (peer_liveness.py)
         self.process_lock = await asyncio.to_thread(ProcessLock.acquire, self.config.effective_wal_dir)
         await asyncio.to_thread(self.log_dirs.prepare)
-        self._runner = web.AppRunner(BrokerHttpApi(self).app(), access_log=None)
+        self._runner = web.AppRunner(BrokerHttpApi(self.core).app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
         await site.start()
@@ -191,7 +167,7 @@ class Broker:
             forwarder = QuorumForwarder(self.client, self._wait_for_metadata)
             producer_ids = ProducerIdManager(self.controller.allocate_producer_ids, self.broker_id,
                                              lambda: self.heartbeater.state.broker_epoch)
-            handlers = kafka_handlers(self, forwarder, producer_ids, topic_defaults(self.config), quorum=self.client,
+            handlers = kafka_handlers(self.core, forwarder, producer_ids, topic_defaults(self.config), quorum=self.client,
                                       authorizer=authorizer_settings(self.config),
                                       forwarding=self._produce_forwarding())
             self.kafka = KafkaListener(handlers, self.config.host, self.config.kafka_port,
@@ -223,6 +199,7 @@ class Broker:
         # a long-poll must end well within the session timeout, or an idle image never counts as fresh
         poll_wait_ms = min(self.config.metadata_poll_wait_ms, self.config.session_timeout_ms // 4)
         self.follower = FreshnessTrackingFollower(self.session_client, self._on_metadata, max_wait_ms=poll_wait_ms)
+        self.core.attach(self.manager, self.local, self.follower)
         self.follower.start()
         self.heartbeater.start()
         self._background.append(asyncio.create_task(self.sampler.run(self.object_store, self._loads)))
@@ -332,7 +309,7 @@ class Broker:
         with the authorizer on (the owner would judge the forwarding broker, not the client)."""
         if self.config.sasl_users_file or self.config.authorizer_enabled or self.config.produce_forward_window_ms <= 0:
             return None
-        routes = ProduceRoutes(self.broker_id, lambda: self.manager, self._view,
+        routes = ProduceRoutes(self.broker_id, lambda: self.manager, self.core.leader_view,
                                lambda: kafka_endpoints(self.image).keys(), self.config.produce_forward_window_ms,
                                self.config.produce_handoff_wait_ms)
 
@@ -341,224 +318,6 @@ class Broker:
             return ForwardTarget(broker_id, e.host, e.port) if e is not None and broker_id != self.broker_id else None
         return ProduceForwarding(self.broker_id, routes, self.produce_forwarder, target_of,
                                  lambda outcome: self.metrics.produce_forwarded.labels(outcome).inc())
-
-    # ------------------------------------------------------------------ the core both front ends call
-    async def await_handoff(self, topic: str, partition: int, limit_ms: int | None = None) -> None:
-        """A request for a partition changing hands here waits (bounded by
-        ``produce_handoff_wait_ms``, and by ``limit_ms`` when given) for the hand-off to settle."""
-        wait_ms = self.config.produce_handoff_wait_ms if limit_ms is None else \
-            min(limit_ms, self.config.produce_handoff_wait_ms)
-        if self.manager is not None and wait_ms > 0:
-            await self.manager.await_handoff(topic, partition, lambda: self._view(topic, partition),
-                                             wait_ms / 1000)
-
-    def _view(self, topic: str, partition: int) -> admission.LeaderView | None:
-        assert self.manager is not None
-        image = self.manager.image
-        topic_id = image.topics.by_name.get(topic)
-        reg = image.topics.partition(topic_id, partition) if topic_id is not None else None
-        if reg is None:
-            return None
-        if reg.leader != NO_LEADER:
-            return admission.LeaderView(reg.leader, reg.leader_epoch)
-        next_leader, next_epoch = reg.named_leader(image.cluster.is_active)
-        return admission.LeaderView(reg.leader, reg.leader_epoch, next_leader, next_epoch)
-
-    def _validation_policy(self, topic: str) -> ValidationPolicy:
-        """The topic's record-validation settings, parsed once per change of its configs."""
-        configs = self.image.configs.get("topic", topic) if self.image is not None else {}
-        cached = self._policies.get(topic)
-        if cached is not None and cached[0] is configs:
-            return cached[1]
-        try:
-            policy = ValidationPolicy.from_topic_configs(configs, defaults=self._default_policy)
-        except FerryError:  # a config the controller accepted but the validator cannot use: the defaults
-            log.warning("topic %s has configs the record validator cannot use; using the defaults", topic)
-            policy = self._default_policy
-        self._policies[topic] = (configs, policy)
-        return policy
-
-    def accept_object_tail(self, object_key: str, size: int, tail_start: int, tail: bytes) -> bool:
-        """``POST /v1/object-tail``: a moving partition's last object, handed over by its old owner."""
-        return self.manager is not None and self.manager.close_handoff.accept_object_tail(object_key, size, tail_start, tail)
-
-    def leader_url(self, broker_id: int) -> str | None:
-        if self.manager is None or broker_id == NO_LEADER:
-            return None
-        reg = self.manager.image.cluster.brokers.get(broker_id)
-        return reg.endpoints[0] if reg is not None and reg.endpoints else None
-
-    def serving_epoch(self, topic: str, partition: int) -> int:
-        slot = self.partition_slot(topic, partition, for_write=False)
-        assert slot.replica is not None
-        return int(slot.replica.leader_epoch)
-
-    async def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
-        """Create an internal topic (``__consumer_offsets`` on first use), spread over the brokers."""
-        reply = await self.controller.create_topics({"topics": [{
-            "name": name, "num_partitions": partitions, "replication_factor": 1, "storage": "s3",
-            "configs": configs}], "validate_only": False})
-        (result,) = reply["topics"]
-        if result.get("error") and result["error"] != "NONE":
-            raise FerryError(ErrorCode.from_name(result["error"]), str(result.get("message", "")))
-
-    def partition_slot(self, topic: str, partition: int, for_write: bool,
-                       client_leader_epoch: int | None = None) -> Slot | LocalSlot:
-        """The slot serving ``topic-partition`` here, or the Kafka error the client gets."""
-        if self.manager is None:
-            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} is starting")
-        view = self._view(topic, partition)
-        local = self.local is not None and self.local.is_local(topic)
-        slot = self.local.slot_by_name(topic, partition) if local and self.local is not None \
-            else self.manager.slot_by_name(topic, partition)
-        if isinstance(slot, Slot) and slot.status.accepts_produce and slot.replica is not None and \
-                slot.replica.streams_fenced:
-            self.manager.on_fenced(slot, FerryError(ErrorCode.STREAM_FENCED, "an upload of this partition was fenced"))
-        state = None
-        if slot is not None:
-            state = admission.ServingState(
-                accepts_requests=slot.status.accepts_produce and slot.replica is not None,
-                state_name=slot.status.state.value, replica_closed=slot.replica is None or slot.replica.closed,
-                replica_leader_epoch=slot.replica.leader_epoch if slot.replica is not None else -1)
-        admission.check_serving(topic, partition, self.broker_id, view, state,
-                                self.leader_url(view.named[0]) if view is not None else None)
-        assert slot is not None and slot.replica is not None
-        admission.check_leader_epoch(topic, partition, client_leader_epoch, slot.replica.leader_epoch)
-        if for_write:
-            admission.check_write_lease(self.broker_id, self.write_lease_valid())
-        return slot
-
-    def _confirm_ack(self, topic: str, slot: Slot | LocalSlot, replica: ServedReplica,
-                     lease_until_mono_s: float | None = None) -> None:
-        """See :func:`admission.may_acknowledge`: checked after the WAL sync, no await before the answer."""
-        admission.may_acknowledge(
-            topic, slot.tp.partition, self.broker_id, lease_valid=self.write_lease_valid(),
-            now_mono_s=time.monotonic(), lease_until_mono_s=lease_until_mono_s, replica_fenced=replica.fenced,
-            replica_leader_epoch=replica.leader_epoch, same_replica=slot.replica is replica,
-            view=self._view(topic, slot.tp.partition))
-
-    def write_lease_valid(self) -> bool:
-        """Writes are acknowledged only with a live heartbeat lease and a recently caught-up image."""
-        now = time.monotonic()
-        heartbeat_ok = self.heartbeater.lease.valid(now)
-        fresh = self.follower is not None and self.follower.fresh(now, self.heartbeater.lease.session_timeout_s)
-        if not (heartbeat_ok and fresh) and now - self._lease_warned_mono_s > 5.0:
-            self._lease_warned_mono_s = now
-            log.warning("refusing writes: heartbeat lease %s, metadata image %s", "valid" if heartbeat_ok else
-                        "expired", "fresh" if fresh else "not caught up within the session timeout")
-        return heartbeat_ok and fresh
-
-    def _not_leader(self, topic: str, partition: int, leader: int, leader_epoch: int,
-                    slot: Slot | LocalSlot | None) -> FerryError:
-        return admission.not_leader(topic, partition, self.broker_id, admission.LeaderView(leader, leader_epoch),
-                                    slot.status.state.value if slot is not None else None, self.leader_url(leader))
-
-    async def append_records(self, topic: str, partition: int, body: bytearray, acks: int,
-                             client_leader_epoch: int | None = None) -> AppendResult:
-        """Validate, append and (for acks != 0) wait for the WAL sync of one partition's batch.
-
-        Everything up to ``replica.append`` runs without an await, so requests handled in
-        arrival order reach the WAL in that order (a pipelining idempotent producer relies on it)."""
-        started = time.monotonic()
-        try:
-            admission.check_acks(acks)
-            await self.await_handoff(topic, partition)
-            slot = self.partition_slot(topic, partition, for_write=True, client_leader_epoch=client_leader_epoch)
-            if len(body) > self.config.max_batch_bytes:
-                raise FerryError(ErrorCode.MESSAGE_TOO_LARGE,
-                                 f"record batch of {len(body)} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
-            validated = validate_produce_records(body, self._validation_policy(topic), int(time.time() * 1000),
-                                                 f"{topic}-{partition}")
-            body, infos = validated.data, validated.infos
-            replica: ServedReplica | None = slot.replica
-            assert replica is not None
-            if self.log_dirs.is_saturated(slot.log_dir):
-                raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {slot.log_dir} is full (saturated)")
-            lease = self.heartbeater.lease
-            lease_until_mono_s = lease.sent_mono_s + lease.session_timeout_s if lease.sent_mono_s >= 0 else None
-            append = replica.append_acked(body, infos, acks)
-            if acks == 0:
-                task = asyncio.ensure_future(append)
-                task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
-                return AppendResult(-1, -1, replica.leader_epoch, replica.log_start_offset, -1)
-            try:
-                base, last = await append
-            except FerryError as exc:
-                if exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH) and isinstance(slot, Slot):
-                    assert self.manager is not None
-                    self.manager.on_fenced(slot, exc)
-                    raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
-                if exc.error is ErrorCode.STREAM_NOT_OPENED:
-                    raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
-                raise
-            self._confirm_ack(topic, slot, replica, lease_until_mono_s)
-        except FerryError as exc:
-            self.metrics.produce_errors.labels(exc.error.name).inc()
-            raise
-        self.metrics.observe_produce(topic, partition, len(body), last - base + 1, time.monotonic() - started)
-        return AppendResult(base, last, replica.leader_epoch, replica.log_start_offset, validated.log_append_time_ms)
-
-    async def read_records(self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int,
-                           client_leader_epoch: int | None = None, read_committed: bool = False) -> ReadResult:
-        """Whole batches from ``offset`` (at least one, as Kafka's fetch), long-polling up to
-        ``max_wait_ms`` when nothing is there yet; ``read_committed``: below the last stable offset,
-        with the aborted transactions the batches returned overlap."""
-        try:
-            # a consumer sent here by the named owner-to-be waits for it to serve, within its long poll
-            await self.await_handoff(topic, partition, max(0, max_wait_ms))
-            slot = self.partition_slot(topic, partition, for_write=False, client_leader_epoch=client_leader_epoch)
-            if max_bytes <= 0:
-                raise FerryError(ErrorCode.INVALID_REQUEST, "max_bytes must be positive")
-            wait_ms = admission.fetch_wait_ms(max_wait_ms, self.config.fetch_max_wait_ms_limit)
-            replica = slot.replica
-            assert replica is not None
-            data = await replica.fetch(offset, max_bytes, wait_ms, read_committed)
-        except FerryError as exc:
-            self.metrics.fetch_errors.labels(exc.error.name).inc()
-            raise
-        aborted: tuple[tuple[int, int], ...] = ()
-        if read_committed and data:
-            upper = max(i.next_offset for i in batches.iter_batches(data))
-            aborted = tuple((a.producer_id, a.first_offset) for a in replica.aborted_transactions(offset, upper))
-        labels = (topic, str(partition))
-        self.metrics.fetch_requests.labels(*labels).inc()
-        self.metrics.fetch_bytes.labels(*labels).inc(len(data))
-        if data:
-            replica.counters.records_out += sum(i.offset_count for i in batches.iter_batches(data))
-        return ReadResult(data, replica.high_watermark, replica.log_start_offset, replica.leader_epoch,
-                          replica.last_stable_offset, aborted)
-
-    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                               commit: bool, coordinator_epoch: int) -> int:
-        """WriteTxnMarkers on one partition this broker leads: the marker's offset once durable
-        (acknowledged under the same lease and ownership checks as a produce)."""
-        await self.await_handoff(topic, partition)
-        slot = self.partition_slot(topic, partition, for_write=True)
-        replica: ServedReplica | None = slot.replica
-        assert replica is not None
-        lease = self.heartbeater.lease
-        lease_until_mono_s = lease.sent_mono_s + lease.session_timeout_s if lease.sent_mono_s >= 0 else None
-        try:
-            offset = await replica.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
-        except FerryError as exc:
-            if exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH) and isinstance(slot, Slot):
-                assert self.manager is not None
-                self.manager.on_fenced(slot, exc)
-                raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
-            if exc.error is ErrorCode.STREAM_NOT_OPENED:
-                raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
-            raise
-        self._confirm_ack(topic, slot, replica, lease_until_mono_s)
-        return offset
-
-    async def serve_replica_fetch(self, topic: str, partition: int, replica_id: int, offset: int,
-                                  last_fetched_epoch: int, leader_epoch: int, max_bytes: int,
-                                  max_wait_ms: int) -> replica_fetch_http.ReplicaFetchResult:
-        """A follower's fetch of a storage=local partition this broker leads."""
-        if self.local is None:
-            raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} is starting")
-        return await self.local.serve_replica_fetch(topic, partition, replica_id, offset, last_fetched_epoch,
-                                                    leader_epoch, max_bytes, max_wait_ms)
 
     def _is_gc_collector(self) -> bool:
         """The lowest-id live broker collects garbage (two at once would only repeat each other)."""
@@ -573,78 +332,6 @@ class Broker:
 
     def _topic_configs(self, topic: str) -> Any:
         return self.image.configs.get("topic", topic) if self.image is not None else {}
-
-    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
-        """Kafka's DeleteRecords on the leader: ``offset`` -1 means the high watermark. Returns the
-        new low watermark (log start offset)."""
-        slot = self.partition_slot(topic, partition, for_write=True)
-        replica = slot.replica
-        assert replica is not None
-        if offset == -1:
-            offset = replica.high_watermark
-        async with slot.io_lock:  # not while a log-dir move swaps the partition's storage
-            return int(await replica.delete_records_before(offset))
-
-    async def offset_at(self, topic: str, partition: int, spec: str, timestamp_ms: int = -1,
-                        client_leader_epoch: int | None = None) -> tuple[int, int, int]:
-        """Kafka's ListOffsets: (offset, timestamp_ms, leader_epoch) for ``spec`` — ``earliest``,
-        ``latest``, ``latest_stable`` (latest for read_committed: the last stable offset), ``timestamp``, ``max_timestamp`` (-3: the first record with the largest
-        timestamp), ``earliest_local`` (-4: the log start, since clients see one tier) or
-        ``latest_tiered`` (-5: the last offset already in S3 objects, -1 if none)."""
-        slot = self.partition_slot(topic, partition, for_write=False, client_leader_epoch=client_leader_epoch)
-        replica = slot.replica
-        assert replica is not None
-        if spec in ("earliest", "earliest_local"):
-            return replica.log_start_offset, -1, replica.leader_epoch
-        if spec == "latest":
-            return replica.high_watermark, -1, replica.leader_epoch
-        if spec == "latest_stable":  # latest with isolation_level=1 (READ_COMMITTED)
-            return replica.last_stable_offset, -1, replica.leader_epoch
-        if spec == "timestamp":
-            offset, found_ts = await replica.offset_for_timestamp(timestamp_ms)
-            return offset, found_ts, replica.leader_epoch
-        if spec == "max_timestamp":
-            offset, found_ts = await replica.max_timestamp_offset()
-            return offset, found_ts, replica.leader_epoch if offset >= 0 else -1
-        if spec == "latest_tiered":
-            offset = replica.latest_tiered_offset()
-            return offset, -1, replica.leader_epoch if offset >= 0 else -1
-        raise FerryError(ErrorCode.INVALID_REQUEST, f"spec={spec!r}; use earliest, latest, latest_stable, timestamp, "
-                                                    "max_timestamp, earliest_local or latest_tiered")
-
-    # ------------------------------------------------------------------ log dirs
-    def log_dirs_report(self, wanted: TopicFilter) -> list[LogDirReport]:
-        """This broker's log dirs and the replicas in them (the HTTP and Kafka front ends' answer)."""
-        slots: list[Any] = list(self.manager.slots.values()) if self.manager is not None else []
-        if self.local is not None:
-            slots.extend(self.local.slots.values())
-        return log_dirs_report(self.log_dirs, slots, wanted, self.local)
-
-    async def alter_replica_log_dirs(self, moves: list[tuple[str, int, str]]) -> list[FerryError | None]:
-        if self.manager is None:
-            return [FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"broker {self.broker_id} is starting")] * len(moves)
-        return await alter_replica_log_dirs(self.log_dirs, self.manager, moves, self.local)
-
-    def move_timelines(self, topic: str | None, partition: int | None, limit: int) -> list[MoveTimeline]:
-        """The timelines of moves of this broker's partitions it remembers (``/v1/moves``)."""
-        return self.manager.moves(topic, partition, limit) if self.manager else []
-
-    # ------------------------------------------------------------------ health, metrics
-    def health_report(self) -> dict[str, Any]:
-        """The broker's state, session, lease and partition counts (``/v1/health``)."""
-        hb = self.heartbeater.state
-        return {"broker_id": self.broker_id, "state": self.state, "url": self.url, "broker_epoch": hb.broker_epoch,
-                "fenced": hb.fenced, "metadata_offset": self._metadata_offset(),
-                "lease_valid": self.write_lease_valid(), "last_heartbeat_error": hb.last_error,
-                "partitions": self.manager.state_counts() if self.manager else {}}
-
-    def storage_stats(self) -> dict[str, float]:
-        """The stream storages' counters summed over the log dirs (the ``/metrics`` storage gauges)."""
-        totals: dict[str, float] = {}
-        for storage in self.storages.values():
-            for name, value in storage.stats().items():
-                totals[name] = totals.get(name, 0) + value
-        return totals
 
 
 def freeze_startup_heap() -> None:

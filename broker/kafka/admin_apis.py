@@ -66,7 +66,7 @@ QUOTA_ERROR_SINCE = {"CreateTopics": 6, "CreatePartitions": 3, "DeleteTopics": 5
 
 
 class AdminCore(Protocol):
-    """What the admin handlers need of the broker besides the controller (``broker.server.Broker``)."""
+    """What the admin handlers need of the broker besides the controller (``broker.request_core.RequestCore``)."""
 
     broker_id: int
     cluster_id: str

@@ -6,7 +6,7 @@ already scheduled, among them the next pipelined request's task: that request's 
 same partition would pass the idempotent sequence check first and be refused
 OUT_OF_ORDER_SEQUENCE_NUMBER, although the client sent it second (Kafka answers a connection's
 requests one after another). Each append runs without an await up to the point where its batch
-has its place in the log (``broker.server.Broker.append_records``), so starting it eagerly keeps
+has its place in the log (``broker.request_core.RequestCore.append_records``), so starting it eagerly keeps
 arrival order. Python 3.12's eager task factory does the same; this is it for 3.11.
 """
 from __future__ import annotations

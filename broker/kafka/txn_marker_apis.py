@@ -46,7 +46,7 @@ async def no_txn_marker_hook(partition: int, producer_id: int, commit: bool) -> 
 
 
 class TxnMarkerCore(Protocol):
-    """What WriteTxnMarkers needs of a broker (``broker.server.Broker`` provides it)."""
+    """What WriteTxnMarkers needs of a broker (``broker.request_core.RequestCore`` provides it)."""
 
     def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                          commit: bool, coordinator_epoch: int) -> Awaitable[int]: ...

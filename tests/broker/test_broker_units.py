@@ -148,14 +148,14 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
     from types import SimpleNamespace
 
     from broker.heartbeat import BrokerLease
-    from broker.server import Broker
+    from broker.request_core import RequestCore
     from metadata_quorum.kernel.errors import ErrorCode, FerryError
 
     now = {"t": 100.0}
     lease = BrokerLease(4000)
     regs = {0: SimpleNamespace(leader=1, leader_epoch=5)}
     image = SimpleNamespace(topics=SimpleNamespace(by_name={"t": "tid"}, partition=lambda tid, p: regs.get(p)))
-    broker: Any = object.__new__(Broker)
+    broker: Any = object.__new__(RequestCore)
     broker.broker_id = 1
     broker.config = SimpleNamespace(session_timeout_ms=4000)
     broker.heartbeater = SimpleNamespace(lease=lease)
@@ -164,9 +164,9 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
     broker._lease_warned_mono_s = -1e9
     replica = SimpleNamespace(leader_epoch=5, fenced=False)
     slot: Any = SimpleNamespace(tp=SimpleNamespace(partition=0), replica=replica)
-    import broker.server as server_mod
-    real_monotonic = server_mod.time.monotonic
-    server_mod.time.monotonic = lambda: now["t"]  # type: ignore[assignment]
+    import broker.request_core as core_mod
+    real_monotonic = core_mod.time.monotonic
+    core_mod.time.monotonic = lambda: now["t"]  # type: ignore[assignment]
     try:
         lease.renewed(99.0)
         broker._confirm_ack("t", slot, replica)  # lease valid, still the leader: acknowledged
@@ -182,7 +182,7 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
         regs[0] = SimpleNamespace(leader=1, leader_epoch=5)
         broker._confirm_ack("t", slot, replica)  # nothing moved: acknowledged
     finally:
-        server_mod.time.monotonic = real_monotonic  # type: ignore[assignment]
+        core_mod.time.monotonic = real_monotonic  # type: ignore[assignment]
 
 
 def test_a_produce_is_held_only_while_its_partition_changes_hands_here() -> None:
