@@ -104,7 +104,7 @@ class ReadOutcome(Protocol):
 
 
 class BrokerCore(Protocol):
-    """What the Kafka front end needs of a broker (``broker.server.Broker`` provides it)."""
+    """What the Kafka front end needs of a broker (``broker.request_core.RequestCore`` provides it)."""
 
     broker_id: int
     cluster_id: str
