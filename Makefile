@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install test test-fast chaos demo perf perf-s3 soak clean kafka-jars spark-kafka-jars spark-kafka-kills conformance
+.PHONY: install test test-fast chaos demo perf perf-s3 soak clean kafka-jars spark-kafka-jars spark-kafka-kills conformance streams-jars
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,8 +44,20 @@ $(SPARK_KAFKA_JARS_STAMP): tools/peer/spark-kafka-pom.xml
 
 spark-kafka-jars: $(SPARK_KAFKA_JARS_STAMP)
 
+# Kafka Streams' own word count example (tools/peer/streams_wordcount.py), pinned in
+# tools/peer/streams-pom.xml, from Maven Central, once, checksums checked
+STREAMS_JARS := .cache/kafka-streams-4.3.1
+STREAMS_JARS_STAMP := $(STREAMS_JARS)/.copied
+
+$(STREAMS_JARS_STAMP): tools/peer/streams-pom.xml
+	mvn -q -B -C -Dstyle.color=never -f tools/peer/streams-pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+		-DoutputDirectory=$(abspath $(STREAMS_JARS))
+	touch $@
+
+streams-jars: $(STREAMS_JARS_STAMP)
+
 # the whole suite, the two seeded 30 s chaos campaigns included
-test: $(STAMP) $(KAFKA_JARS_STAMP) $(SPARK_KAFKA_JARS_STAMP)
+test: $(STAMP) $(KAFKA_JARS_STAMP) $(SPARK_KAFKA_JARS_STAMP) $(STREAMS_JARS_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # Spark's Kafka source and sink through 10 kill -9 of the two brokers in turn, each restarted after
