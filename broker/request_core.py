@@ -12,6 +12,7 @@ broker (:meth:`RequestCore.attach`); until then every request is refused as ``st
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -215,8 +216,10 @@ class RequestCore:
 
     # ------------------------------------------------------------------ produce, fetch, offsets
     async def append_records(self, topic: str, partition: int, body: bytearray, acks: int,
-                             client_leader_epoch: int | None = None) -> AppendResult:
+                             client_leader_epoch: int | None = None, coordinator: bool = False) -> AppendResult:
         """Validate, append and (for acks != 0) wait for the WAL sync of one partition's batch.
+        ``coordinator``: a coordinator's own transactional batch (the producer's id and epoch,
+        sequence -1, so no sequence check), as Kafka's AppendOrigin.COORDINATOR.
 
         Everything up to ``replica.append`` runs without an await, so requests handled in
         arrival order reach the WAL in that order (a pipelining idempotent producer relies on it)."""
@@ -228,7 +231,10 @@ class RequestCore:
             if len(body) > self.config.max_batch_bytes:
                 raise FerryError(ErrorCode.MESSAGE_TOO_LARGE,
                                  f"record batch of {len(body)} bytes exceeds max_batch_bytes {self.config.max_batch_bytes}")
-            validated = validate_produce_records(body, self._validation_policy(topic), int(time.time() * 1000),
+            policy = self._validation_policy(topic)
+            if coordinator:
+                policy = dataclasses.replace(policy, unsequenced_producer_batches=True)
+            validated = validate_produce_records(body, policy, int(time.time() * 1000),
                                                  f"{topic}-{partition}")
             body, infos = validated.data, validated.infos
             replica: ServedReplica | None = slot.replica

@@ -91,6 +91,9 @@ class ValidationPolicy:
     #: transactional batches (KIP-98) are appended as Kafka does; off where a partition's replica
     #: keeps no transaction state (a caller's choice), so such a batch is refused rather than never ended
     allow_transactional: bool = True
+    #: a coordinator's own transactional write (Kafka's AppendOrigin.COORDINATOR: TxnOffsetCommit's
+    #: offsets in __consumer_offsets) carries the producer's id and epoch but no sequence of its own
+    unsequenced_producer_batches: bool = False
     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES
     #: ``cleanup.policy`` holds ``compact``: compaction keeps the last record of each key, so a
     #: record without one is refused (Kafka's LogValidator.validateKey)
@@ -203,7 +206,7 @@ def validate_produce_records(buf: bytes | bytearray | memoryview, policy: Valida
      max_timestamp, producer_id, producer_epoch, base_sequence, count) = header
     codec = _check_attributes(attributes, policy)
     _check_header(base_offset, last_offset_delta, count, producer_id, producer_epoch, base_sequence,
-                  bool(attributes & TRANSACTIONAL_FLAG))
+                  bool(attributes & TRANSACTIONAL_FLAG), policy.unsequenced_producer_batches)
     records, start, where = _records_bytes(data, codec, count, policy)
     summary = walk_records(records, start, len(records), count, last_offset_delta=last_offset_delta,
                            consecutive_offsets=True, where=where)
@@ -306,7 +309,7 @@ def _check_attributes(attributes: int, policy: ValidationPolicy) -> Codec:
 
 
 def _check_header(base_offset: int, last_offset_delta: int, count: int, producer_id: int, producer_epoch: int,
-                  base_sequence: int, transactional: bool) -> None:
+                  base_sequence: int, transactional: bool, unsequenced: bool = False) -> None:
     if base_offset != 0:
         raise FerryError(ErrorCode.INVALID_RECORD, f"the batch's base offset (byte 0) is {base_offset}; a "
                          "producer's batch starts at 0 and the broker assigns offsets")
@@ -330,7 +333,7 @@ def _check_header(base_offset: int, last_offset_delta: int, count: int, producer
     if producer_epoch < 0:
         raise FerryError(ErrorCode.INVALID_RECORD, f"invalid producer epoch {producer_epoch} (byte 51) for "
                          f"producer id {producer_id}")
-    if base_sequence < 0:
+    if base_sequence < 0 and not (unsequenced and base_sequence == -1):
         raise FerryError(ErrorCode.INVALID_RECORD, f"invalid sequence number {base_sequence} (byte 53) in a "
                          f"record batch with producer id {producer_id}")
 

@@ -565,7 +565,9 @@ class GroupCoordinator:
 
     def commit_txn_offsets(self, group_id: str, offsets: Sequence[OffsetCommitPartition],
                            now_ms: int) -> Effects[OffsetCommitResult]:
-        """A transaction's offsets, its commit marker written: stored as any committed offset."""
+        """A transaction's offsets, its commit marker written: from now on the group's committed
+        offsets. Nothing to write: the offsets and the marker are already in the log, where a
+        reload applies them (groups.txn_log)."""
         out = Outbox()
         if self._unloaded:
             return self._effects(OffsetCommitResult(()), out)
@@ -575,7 +577,6 @@ class GroupCoordinator:
         for p in offsets:
             record = offset_record(group_id, p.topic, p.partition, p.offset, p.leader_epoch, p.metadata, now_ms)
             apply_offset_record(group, record)
-            out.records.append(record)
         return self._effects(OffsetCommitResult(tuple(PartitionResult(p.topic, p.partition, ErrorCode.NONE)
                                                       for p in offsets)), out)
 

@@ -33,8 +33,9 @@ from broker import groups as g
 from broker.groups.consumer_coordinator import ConsumerGroupConfig
 from broker.groups.consumer_records import decode_any_group_record, encode_consumer_record
 from broker.groups.partition_coordinator import PartitionCoordinator
+from broker.groups.txn_log import LoggedBatch, replay
 from broker.kafka.authorization import GROUP, OPEN, TOPIC, Authorization
-from broker.kafka.data_apis import (NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, BrokerCore, kafka_endpoints,
+from broker.kafka.data_apis import (NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, AppendOutcome, BrokerCore, kafka_endpoints,
                                     kafka_error)
 from broker.kafka.wire import Request
 from metadata_quorum.acls import AclOperation
@@ -62,6 +63,12 @@ class GroupsCore(BrokerCore, Protocol):
         ...
 
     def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Awaitable[None]: ...
+
+    def append_records(self, topic: str, partition: int, body: bytearray, acks: int,
+                       client_leader_epoch: int | None = None, coordinator: bool = False) -> Awaitable[AppendOutcome]:
+        """As BrokerCore's, and ``coordinator``: a coordinator's own transactional batch, without a
+        sequence (TxnOffsetCommit's offsets)."""
+        ...
 
 
 @dataclass
@@ -97,6 +104,9 @@ class GroupApis:
         # (partition, leader epoch, group id) -> offsets of a transaction wait on its outcome
         # (TxnOffsetCommit, broker/kafka/txn_offsets.py); none without transactions
         self.unstable: Callable[[int, int, str], bool] = lambda _p, _e, _g: False
+        # (partition, leader epoch, producer id -> its offset records awaiting a marker) when a
+        # partition is loaded: the pending transactional offsets found in its log (txn_offsets.py)
+        self.pending_loaded: Callable[[int, int, dict[int, list[Any]]], None] = lambda _p, _e, _r: None
         # FindCoordinator for transactional ids (broker/kafka/txn_apis.py); None: refused
         self.find_transaction_coordinator: Callable[[str], Awaitable[Found]] | None = None
 
@@ -111,6 +121,18 @@ class GroupApis:
         topic_id = image.topics.by_name.get(OFFSETS_TOPIC) if image is not None else None
         topic = image.topics.by_id.get(topic_id) if image is not None and topic_id is not None else None
         return len(topic.partitions) if topic is not None else None
+
+    async def offsets_partition_count(self, wait_s: float = 3.0) -> int | None:
+        """__consumer_offsets' partition count, the topic created first if it does not exist yet
+        (AddOffsetsToTxn may be a cluster's first group request), waiting up to ``wait_s`` for it
+        to reach this broker's image."""
+        await self._ensure_topic()
+        for _ in range(int(wait_s / 0.05)):  # the image is polled: it has no change notification
+            n = self._num_partitions()
+            if n is not None:
+                return n
+            await asyncio.sleep(0.05)
+        return self._num_partitions()
 
     def partition_of(self, group_id: str) -> int | None:
         n = self._num_partitions()
@@ -164,7 +186,10 @@ class GroupApis:
             raise NotCoordinator(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) from None
 
     async def _load(self, partition: int, epoch: int) -> _Hosted:
-        records: list[Any] = []
+        """Replay the partition: plain batches' records where they stand, a transaction's
+        (TxnOffsetCommit) at its commit marker (txn_log.replay); those still awaiting a marker are
+        handed to ``pending_loaded``."""
+        logged: list[LoggedBatch[Any]] = []
         offset = 0
         while True:
             read = await self.core.read_records(OFFSETS_TOPIC, partition, offset, LOAD_FETCH_BYTES, 0)
@@ -173,18 +198,30 @@ class GroupApis:
                 continue
             if not read.data:
                 break
-            for rec in batches.read_records(read.data, skip_control=True):  # not transaction markers
-                if rec.offset >= offset and rec.key is not None:
-                    records.append(decode_any_group_record(rec.key, rec.value))
+            for info in batches.iter_batches(read.data):
+                if info.next_offset <= offset:
+                    continue
+                if info.is_control:
+                    marker = batches.control_marker(read.data, info)
+                    if marker is not None:
+                        logged.append(LoggedBatch(info.producer_id, True, (), marker.commit))
+                    continue
+                piece = read.data[info.position: info.position + info.size_bytes]
+                logged.append(LoggedBatch(info.producer_id, info.is_transactional, [
+                    decode_any_group_record(rec.key, rec.value) for rec in batches.read_records(piece)
+                    if rec.offset >= offset and rec.key is not None]))
             offset = max(offset, _next_offset(read.data))
             if offset >= read.high_watermark:
                 break
-        hosted = _Hosted(epoch, PartitionCoordinator.load_partition(records, self.config, self.clock_ms(),
+        replayed = replay(logged)
+        hosted = _Hosted(epoch, PartitionCoordinator.load_partition(replayed.applied, self.config, self.clock_ms(),
                                                                      self.consumer_config, self.group_configs))
         self._hosted[partition] = hosted
+        self.pending_loaded(partition, epoch, replayed.pending)
         self._schedule(partition, hosted, hosted.coordinator.next_deadline_ms())
-        log.info("loaded %d group record(s) of %s-%d at leader epoch %d", len(records), OFFSETS_TOPIC,
-                 partition, epoch)
+        log.info("loaded %d group record(s) of %s-%d at leader epoch %d (%d producer(s) with offsets awaiting "
+                 "their transaction's marker)", len(replayed.applied), OFFSETS_TOPIC, partition, epoch,
+                 len(replayed.pending))
         return hosted
 
     def _drop(self, partition: int) -> None:

@@ -42,7 +42,7 @@ def kafka_handlers(core: KafkaCore, controller: ControllerCalls, producer_ids: P
                     forwarding=forwarding)
     groups = GroupApis(core, auth=auth)
     transactions = TxnApis(core, producer_ids, MarkerSender(lambda: core.image, f"ferry-broker-{core.broker_id}"),
-                           groups._num_partitions, auth=auth)
+                           groups.offsets_partition_count, auth=auth)
     txn_offsets = TxnOffsets(groups)
     groups.find_transaction_coordinator = transactions.find
     groups.unstable = txn_offsets.unstable

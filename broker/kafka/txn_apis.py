@@ -70,7 +70,7 @@ class NotCoordinator(Exception):
 
 class TxnApis:
     def __init__(self, core: GroupsCore, producer_ids: ProducerIdSource, sender: MarkerSender,
-                 offsets_partitions: Callable[[], int | None], auth: Authorization = OPEN,
+                 offsets_partitions: Callable[[], Awaitable[int | None]], auth: Authorization = OPEN,
                  partitions: int = DEFAULT_TXN_PARTITIONS,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.core = core
@@ -306,12 +306,11 @@ class TxnApis:
 
     async def add_offsets_to_txn(self, req: Request) -> ApiMessage:
         body: AddOffsetsToTxnRequest = req.body
-        n = self.offsets_partitions()
         if not self._allowed(req, AclOperation.WRITE, body.transactional_id):
             error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         elif not self.auth.allows(req, AclOperation.READ, ResourceType.GROUP, body.group_id):
             error = ErrorCode.GROUP_AUTHORIZATION_FAILED
-        elif not n:
+        elif not (n := await self.offsets_partitions()):
             error = ErrorCode.COORDINATOR_NOT_AVAILABLE
         else:
             offsets_partition = ("__consumer_offsets", partition_for_group(body.group_id, n))

@@ -2,18 +2,16 @@
 transaction ends (Kafka's pending transactional offset commits).
 
 The offsets are checked against the group when they arrive (member and generation, as an
-OffsetCommit) and kept pending under the producer id on the group's ``__consumer_offsets``
-partition. The transaction coordinator's commit marker on that partition
-(``txn_marker_apis.OnTxnMarker``) stores them as committed offsets; an abort marker drops them.
-While any are pending for a group, an OffsetFetch with ``require_stable`` (read_committed
-consumers) answers UNSTABLE_OFFSET_COMMIT, so a consumer taking over a partition waits for the
-transaction's outcome instead of reading an offset it is about to replace.
-
-The pending offsets live in this broker's memory, bound to the leader epoch at which it
-coordinates the partition: if that partition changes owner (or its owner is killed) between a
-TxnOffsetCommit and the transaction's commit marker, the marker finds none and the transaction
-commits its records without its offsets, which are then read again (at least once for that one
-window, not exactly once).
+OffsetCommit), written to the group's ``__consumer_offsets`` partition as Kafka writes them (offset
+commit records in a transactional batch under the producer's id and epoch, acks=all) and kept
+pending under the producer id. The transaction coordinator's marker on that partition decides
+them: a commit makes them the group's committed offsets, an abort drops them
+(``txn_marker_apis.OnTxnMarker`` here; ``groups.txn_log.replay`` when the partition is loaded
+again, after a move or a crash, so the offsets of a transaction still open are pending again at
+the new owner and a marker written meanwhile is not missed). While any are pending for a group,
+an OffsetFetch with ``require_stable`` (read_committed consumers) answers UNSTABLE_OFFSET_COMMIT,
+so a consumer taking over a partition waits for the transaction's outcome instead of reading an
+offset it is about to replace.
 """
 from __future__ import annotations
 
@@ -28,10 +26,13 @@ from kafka.protocol.producer.transaction import TxnOffsetCommitRequest, TxnOffse
 from broker.groups import messages as g
 from broker.groups.partition_coordinator import PartitionCoordinator
 from broker.kafka.authorization import GROUP, TOPIC
-from broker.kafka.group_apis import GroupApis, NotCoordinator
+from broker.groups.offsets import offset_record
+from broker.groups.records import OffsetCommitRecord, encode_group_record
+from broker.kafka.group_apis import OFFSETS_TOPIC, GroupApis, NotCoordinator
 from broker.kafka.wire import Request
 from metadata_quorum.acls import AclOperation
-from metadata_quorum.kernel.errors import ErrorCode
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from stream_storage import batches
 
 log = logging.getLogger("ferry.broker.kafka.txn_offsets")
 
@@ -50,6 +51,18 @@ class TxnOffsets:
     def __init__(self, groups: GroupApis) -> None:
         self.groups = groups
         self._pending: dict[int, _Pending] = {}  # __consumer_offsets partition -> its pending offsets
+        groups.pending_loaded = self.restore
+
+    def restore(self, partition: int, leader_epoch: int, pending: dict[int, list[Any]]) -> None:
+        """The partition was loaded at ``leader_epoch``: its pending offsets are those its log holds
+        in transactional batches no marker decided yet (nothing carried over from another term)."""
+        held = self._pending[partition] = _Pending(leader_epoch)
+        for producer_id, records in pending.items():
+            for r in records:
+                if isinstance(r, OffsetCommitRecord) and r.value is not None:
+                    held.by_producer.setdefault(producer_id, {})[(r.group_id, r.topic, r.partition)] = \
+                        g.OffsetCommitPartition(r.topic, r.partition, r.value.offset, r.value.leader_epoch,
+                                                r.value.metadata)
 
     def _at(self, partition: int, leader_epoch: int) -> _Pending:
         pending = self._pending.get(partition)
@@ -95,6 +108,20 @@ class TxnOffsets:
             error = hosted.coordinator.check_txn_offset_commit(request)
             if error is not ErrorCode.NONE:
                 return error
+            now_ms = self.groups.clock_ms()
+            records = [offset_record(body.group_id, p.topic, p.partition, p.offset, p.leader_epoch, p.metadata, now_ms)
+                       for p in parts]
+            # sequence -1: the coordinator's own write, not one of the producer's sequenced batches
+            batch = bytearray(batches.build_batch([encode_group_record(r) for r in records], timestamp_ms=now_ms,
+                                                  producer_id=body.producer_id, producer_epoch=body.producer_epoch,
+                                                  base_sequence=-1, transactional=True))
+            try:
+                await self.groups.core.append_records(OFFSETS_TOPIC, partition, batch, -1, coordinator=True)
+            except FerryError as exc:
+                log.warning("writing transactional offsets to %s-%d failed (%s); reloading", OFFSETS_TOPIC,
+                            partition, exc)
+                self.groups._drop(partition)  # what is durable decides: the next request reloads it
+                return ErrorCode.NOT_COORDINATOR
             held = self._at(partition, hosted.leader_epoch).by_producer.setdefault(body.producer_id, {})
             for p in parts:
                 held[(body.group_id, p.topic, p.partition)] = p

@@ -27,6 +27,7 @@ def test_two_seeded_chaos_runs_pass(tmp_path: Any) -> None:
         stats = r["stats"]
         # The run did what it claims: load was acknowledged, faults were applied, the log was checked.
         assert stats["acked_http"] > 1000 and stats["acked_kafka"] > 1000, stats
+        assert stats["txn_committed"] > 50 and stats["txn_aborted"] > 10 and stats["txn_live_lso_checks"] > 500, stats
         assert stats["faults_applied"] >= 5 and stats["faults_failed_to_apply"] == 0, r["applied"]
         assert stats["metadata_records"] > 100 and stats["metadata_checked_from_offset"] == 0
         assert os.path.getsize(r["timeline_png"]) > 10_000

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Callable
 
+import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition as CkTopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.protocol.admin.transactions import (DescribeTransactionsRequest, DescribeTransactionsResponse,
                                                ListTransactionsRequest, ListTransactionsResponse)
 
 from broker.groups import partition_for_group
+from broker.kafka.group_apis import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC
 from broker.kafka.txn_apis import DEFAULT_TXN_PARTITIONS, TXN_TOPIC
 from tests.kafka.test_kafka_semantics import kafka_call
 from tools.admin import Admin
@@ -176,3 +178,88 @@ def test_consume_transform_produce_exactly_once_through_a_coordinator_move_and_k
     out = read_committed(bootstrap, "ctp-out", len(inputs), timeout_s=30)
     assert sorted(out) == sorted(b"out-" + v for v in inputs)  # each input exactly once
     assert disturbed == {"moved": True, "killed": True}
+
+
+async def _move_offsets_partition(cluster: Any, partition: int) -> int:
+    """Move the group's ``__consumer_offsets`` partition to the next broker; returns its new owner."""
+    tp = TopicPartition(OFFSETS_TOPIC, partition)
+    async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+        owner = int((await admin.wait_for_leader(tp, timeout_s=30)).leader)
+        brokers = sorted(cluster.kafka_ports)
+        to = brokers[(brokers.index(owner) + 1) % len(brokers)]
+        await admin.move_partition(tp, [to])
+        await admin.wait_for_leader(tp, leader=to, timeout_s=30)
+        return to
+
+
+def _committed(bootstrap: str, group: str, topic: str, stable: bool = True, timeout_s: float = 30) -> int:
+    """The group's committed offset of ``topic``-0, as a read_committed consumer asks it
+    (require_stable: it waits while a transaction's offsets are pending), or a read_uncommitted one."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                  "isolation.level": "read_committed" if stable else "read_uncommitted"})
+    try:
+        (tp,) = c.committed([CkTopicPartition(topic, 0)], timeout=timeout_s)
+        return int(tp.offset)
+    finally:
+        c.close()
+
+
+def _end(producer: Producer, commit: bool) -> None:
+    for _ in range(30):
+        try:
+            (producer.commit_transaction if commit else producer.abort_transaction)(60)
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+    raise AssertionError("the transaction did not end")
+
+
+def test_transactional_offsets_pending_across_a_move_and_a_kill_of_the_groups_partition(cluster: Any) -> None:
+    """TxnOffsetCommit's offsets are durable before the transaction ends: the group's
+    ``__consumer_offsets`` partition moves (then its owner is killed with SIGKILL) between the
+    offsets and the commit, and the commit still makes them the group's offsets; an abort after
+    a move leaves the group's offsets as they were."""
+    bootstrap, group, topic = cluster.kafka_bootstrap, "txo-group", "txo-in"
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(20):
+        plain.produce(topic, value=b"%d" % i, partition=0)
+    assert plain.flush(30) == 0
+    meta = Consumer({"bootstrap.servers": bootstrap, "group.id": group}).consumer_group_metadata()
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "txo-app",
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(60)
+    partition = partition_for_group(group, DEFAULT_OFFSETS_PARTITIONS)
+
+    def offsets_then(offset: int, between: Callable[[], None], commit: bool) -> None:
+        producer.begin_transaction()
+        producer.produce("txo-out", value=b"for %d" % offset)
+        producer.send_offsets_to_transaction([CkTopicPartition(topic, 0, offset)], meta, 60)
+        between()
+        _end(producer, commit)
+
+    def move(before: int) -> Callable[[], None]:
+        """Move the group's partition; its new owner, asked at once, has the offsets pending."""
+        def call() -> None:
+            asyncio.run(_move_offsets_partition(cluster, partition))
+            assert _committed(bootstrap, group, topic, stable=False) == before
+            with pytest.raises(KafkaException):  # UNSTABLE_OFFSET_COMMIT until the transaction ends
+                _committed(bootstrap, group, topic, timeout_s=2)
+        return call
+
+    offsets_then(5, lambda: None, commit=True)
+    assert _committed(bootstrap, group, topic) == 5
+    offsets_then(9, move(5), commit=True)
+    assert _committed(bootstrap, group, topic) == 9
+
+    killed: list[int] = []
+
+    def kill_owner() -> None:
+        killed.append(asyncio.run(_move_offsets_partition(cluster, partition)))
+        cluster.kill_broker(killed[0])
+    offsets_then(14, kill_owner, commit=True)
+    assert _committed(bootstrap, group, topic) == 14
+    cluster.restart_broker(killed[0])
+    offsets_then(17, move(14), commit=False)
+    assert _committed(bootstrap, group, topic) == 14
+    assert sorted(read_committed(bootstrap, "txo-out", 3)) == [b"for 14", b"for 5", b"for 9"]

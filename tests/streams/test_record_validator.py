@@ -785,3 +785,15 @@ def test_the_key_scan_agrees_with_the_strict_walk(spec: list[tuple[bytes | None,
                  consecutive_offsets=True, sink=sink)
     assert record_format.keyless_records(batch, batches.HEADER_BYTES, len(batch), len(spec)) == [
         i for i, record in enumerate(sink) if record.key is None]
+
+
+def test_a_producers_batch_without_a_sequence_is_refused_unless_a_coordinator_writes_it() -> None:
+    """TxnOffsetCommit's offsets: the group coordinator writes them under the producer's id and
+    epoch with sequence -1 (Kafka's AppendOrigin.COORDINATOR); a client may not."""
+    buf = bytearray(batches.build_batch([(b"k", b"v")], timestamp_ms=NOW_MS, producer_id=5, producer_epoch=0,
+                                        base_sequence=-1, transactional=True))
+    assert refused(buf).error is ErrorCode.INVALID_RECORD
+    validate_produce_records(buf, ValidationPolicy(unsequenced_producer_batches=True), NOW_MS)
+    worse = bytearray(batches.build_batch([(b"k", b"v")], timestamp_ms=NOW_MS, producer_id=5, producer_epoch=0,
+                                          base_sequence=-2, transactional=True))
+    assert refused(worse, ValidationPolicy(unsequenced_producer_batches=True)).error is ErrorCode.INVALID_RECORD

@@ -35,7 +35,9 @@ def parse_seeds(text: str) -> list[int]:
 def summary(r: dict[str, Any]) -> str:
     s = r["stats"]
     lines = [f"seed {r['seed']}: {r['verdict']} — {s['acked_http']:,} HTTP and {s['acked_kafka']:,} Kafka acknowledged "
-             f"records checked; {s['faults_applied']} faults applied ({s['faults_failed_to_apply']} could not be); "
+             f"records checked; {s['txn_committed']:,} transactions committed ({s['txn_records_committed']:,} records), "
+             f"{s['txn_aborted']:,} aborted, {s['txn_unknown']} of unknown outcome; "
+             f"{s['faults_applied']} faults applied ({s['faults_failed_to_apply']} could not be); "
              f"{s['metadata_records']:,} metadata records checked; {r['wall_s']} s"]
     for v in r["violations"]:
         lines.append(f"  ✗ [{v['check']}] {v['message']}")

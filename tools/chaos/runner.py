@@ -7,12 +7,17 @@ The run, in order:
    allows ``mount``; otherwise the fault is dropped and the report says so);
 2. a ``LocalCluster`` (3 controllers, 3 brokers) whose brokers use the proxy as their S3;
 3. workloads: Ferry's HTTP producer on one topic (each acknowledgement kept with its offset),
-   librdkafka's idempotent producer (acks=all) and a consumer group of two on another;
+   librdkafka's idempotent producer (acks=all) and a consumer group of two on another, and
+   librdkafka's transactional producer with a live read_committed reader on a third
+   (``txn_workload.py``); every second move of the schedule moves a partition of the
+   transactional topic or the ``__transaction_state`` partition coordinating it instead of an
+   HTTP partition;
 4. the schedule (``schedule.py``): each fault applied at its time and healed at its end; process
    faults one at a time, each waiting until the previous one's process serves again;
 5. after the run: every broker serving again, producers stopped, the group drained; then every
-   partition is read back, the metadata log fetched from a controller, every process's health
-   read, and ``checker.py`` decides. The report (JSON), a timeline PNG and the logs stay in the
+   partition is read back (the transactional topic with read_committed while a transaction is
+   left open), the metadata log fetched from a controller, every process's health read, and
+   ``checker.py`` and ``txn_checker.py`` decide. The report (JSON), a timeline PNG and the logs stay in the
    output dir, with the command that replays the seed.
 """
 from __future__ import annotations
@@ -28,6 +33,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.groups import partition_for_group
+from broker.kafka.txn_apis import DEFAULT_TXN_PARTITIONS
+from broker.kafka.txn_apis import TXN_TOPIC as TXN_STATE_TOPIC
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.kernel.errors import FerryError
 from stream_storage.s3_server import S3Server
@@ -36,6 +44,8 @@ from tools.chaos.checker import Acked, Verdict, Violation, check_health, check_m
 from tools.chaos.fault_proxy import FaultProxy, FaultSettings
 from tools.chaos.schedule import ALL_FAULTS, FaultEvent, ScheduleSpec, make_schedule
 from tools.chaos.timeline import draw
+from tools.chaos.txn_checker import Outcome, check_transactions
+from tools.chaos.txn_workload import TxnLoad
 from tools.client import TopicPartition, read_all
 from tools.cluster import LocalCluster
 from tools.kafka_workload import KafkaLoad
@@ -43,6 +53,8 @@ from tools.move_workload import ProduceLoad
 
 HTTP_TOPIC = "chaos-http"
 KAFKA_TOPIC = "chaos-kafka"
+TXN_TOPIC = "chaos-txn"
+TXN_ID = "chaos-txn"
 TMPFS_BYTES = 64 * 1024 * 1024
 RESERVED_BYTES = 4 * 1024 * 1024  # the log dirs' KIP-928 reserve: below it a dir is saturated
 FILLER = "chaos-filler"
@@ -59,6 +71,8 @@ class ChaosOptions:
     kafka_partitions: int = 3
     http_rate_per_s: float = 40.0  # per partition
     kafka_rate_per_s: float = 150.0
+    txn_partitions: int = 3
+    txn_per_s: float = 5.0  # transactions per second, each of 2-12 records
     heal_timeout_s: float = 60.0
 
     def replay_command(self) -> str:
@@ -117,6 +131,8 @@ class ChaosRun:
         self.admin: Admin | None = None
         self.http: ProduceLoad | None = None
         self.kafka: KafkaLoad | None = None
+        self.txn: TxnLoad | None = None
+        self._moves: dict[FaultEvent, TopicPartition] = {}
         self._process_lock = asyncio.Lock()
         self.faults = options.faults
 
@@ -156,16 +172,22 @@ class ChaosRun:
             self.admin = await Admin(bootstrap_controllers=self.cluster.controller_bootstrap, timeout_ms=60_000).start()
             await self.admin.create_topic(HTTP_TOPIC, self.o.http_partitions)
             await self.admin.create_topic(KAFKA_TOPIC, self.o.kafka_partitions)
-            for topic, n in ((HTTP_TOPIC, self.o.http_partitions), (KAFKA_TOPIC, self.o.kafka_partitions)):
+            await self.admin.create_topic(TXN_TOPIC, self.o.txn_partitions)
+            for topic, n in ((HTTP_TOPIC, self.o.http_partitions), (KAFKA_TOPIC, self.o.kafka_partitions),
+                             (TXN_TOPIC, self.o.txn_partitions)):
                 for p in range(n):
                     await self.admin.wait_for_leader(TopicPartition(topic, p))
             events = self.schedule()
+            self._moves = move_plan(events, self.o.txn_partitions)
             tps = [TopicPartition(HTTP_TOPIC, p) for p in range(self.o.http_partitions)]
             self.http = await ProduceLoad(self.cluster.bootstrap_servers, tps, rate_per_s=self.o.http_rate_per_s,
                                           delivery_timeout_ms=60_000).start()
             self.kafka = KafkaLoad(self.cluster.kafka_bootstrap, KAFKA_TOPIC, self.o.kafka_partitions,
                                    per_s=self.o.kafka_rate_per_s, group=f"chaos-{self.o.seed}",
                                    client_config={"logger": self._kafka_logger()}).start()
+            self.txn = TxnLoad(self.cluster.kafka_bootstrap, TXN_TOPIC, self.o.txn_partitions, self.o.seed,
+                               transactional_id=TXN_ID, per_s=self.o.txn_per_s,
+                               client_config={"logger": self._kafka_logger()}).start()
             self.state.t0 = time.monotonic()
             sampler = asyncio.create_task(self._sample())
             await asyncio.gather(*(self._apply(e) for e in events))
@@ -173,6 +195,7 @@ class ChaosRun:
             await self._heal_everything()
             await self.http.stop()
             group_complete = await asyncio.to_thread(self.kafka.stop, 60.0)
+            await asyncio.to_thread(self.txn.stop)
             sampler.cancel()
             self._sample_once()
             result = await self._check(events, group_complete)
@@ -289,7 +312,7 @@ class ChaosRun:
 
     async def _reassign(self, e: FaultEvent) -> None:
         assert self.admin is not None and self.cluster is not None
-        tp = TopicPartition(HTTP_TOPIC, int(e.partition or 0))
+        tp = self._moves.get(e, TopicPartition(HTTP_TOPIC, int(e.partition or 0)))
         start = self.state.now()
         record = Applied(e.kind, e.start_s, start, start, f"move {tp}")
         try:
@@ -326,7 +349,7 @@ class ChaosRun:
 
     # ------------------------------------------------------------------ the verdict
     async def _check(self, events: list[FaultEvent], group_complete: bool) -> dict[str, Any]:
-        assert self.cluster is not None and self.http is not None and self.kafka is not None
+        assert self.cluster is not None and self.http is not None and self.kafka is not None and self.txn is not None
         bootstrap = self.cluster.bootstrap_servers
         http_tps = [TopicPartition(HTTP_TOPIC, p) for p in range(self.o.http_partitions)]
         kafka_tps = [TopicPartition(KAFKA_TOPIC, p) for p in range(self.o.kafka_partitions)]
@@ -352,6 +375,12 @@ class ChaosRun:
             missing = len({v for recs in self.kafka.acked.values() for _o, v in recs} - self.kafka.consumed)
             record_violations.append(Violation("records", f"the consumer group did not read {missing} "
                                                           f"acknowledged Kafka records"))
+        txn_read, txn_lso, open_txn = await asyncio.to_thread(self.txn.final_read)
+        txns = list(self.txn.txns) + ([open_txn] if open_txn is not None else [])
+        record_violations += check_transactions(txns, txn_read, txn_lso)
+        # the live reader, read_committed while faults happened: no aborted record, in order, never past the LSO
+        record_violations += check_transactions([t for t in txns if t.outcome is Outcome.ABORTED],
+                                                self.txn.live_read, self.txn.live_lso)
         metadata, meta_from = await self._metadata_log()
         metadata_violations = check_metadata(metadata)
         controllers, brokers = await asyncio.to_thread(self._health)
@@ -367,6 +396,13 @@ class ChaosRun:
             "kafka_errors": len(self.kafka.errors),
             "kafka_group_read_all": group_complete,
             "kafka_acks_without_offset": len(no_offset),
+            "txn_committed": sum(1 for t in txns if t.outcome is Outcome.COMMITTED),
+            "txn_aborted": sum(1 for t in txns if t.outcome is Outcome.ABORTED),
+            "txn_unknown": sum(1 for t in txns if t.outcome is Outcome.UNKNOWN),
+            "txn_records_committed": self.txn.committed(),
+            "txn_producer_restarts": self.txn.restarts,
+            "txn_live_lso_checks": self.txn.lso_checks,
+            "txn_client_errors": len(self.txn.errors),
             "metadata_records": len(metadata),
             "metadata_checked_from_offset": meta_from,
             "faults_applied": len([a for a in self.state.applied if a.error is None]),
@@ -449,6 +485,9 @@ class ChaosRun:
         if self.kafka is not None:
             self.kafka._stop_producing.set()
             self.kafka._stop.set()
+        if self.txn is not None:
+            self.txn._stop.set()
+            self.txn._stop_reading.set()
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.stop)
         for path in self.state.tmpfs:
@@ -457,6 +496,22 @@ class ChaosRun:
             self.proxy.stop()
         if self.s3 is not None:
             self.s3.stop()
+
+
+def move_plan(events: list[FaultEvent], txn_partitions: int) -> dict[FaultEvent, TopicPartition]:
+    """Which partition each move of the schedule moves: in schedule order, every second move
+    takes a transactional partition instead of the HTTP one it names, alternately one of the
+    transactional topic's and the ``__transaction_state`` partition coordinating its producer."""
+    out: dict[FaultEvent, TopicPartition] = {}
+    moves = sorted((e for e in events if e.kind == "reassign"), key=lambda e: (e.start_s, e.partition or 0))
+    for i, e in enumerate(moves):
+        if i % 2 == 0:
+            continue
+        if i % 4 == 1:
+            out[e] = TopicPartition(TXN_TOPIC, int(e.partition or 0) % txn_partitions)
+        else:
+            out[e] = TopicPartition(TXN_STATE_TOPIC, partition_for_group(TXN_ID, DEFAULT_TXN_PARTITIONS))
+    return out
 
 
 def _fill(path: str, size: int) -> None:
