@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Protocol, TypeVar
 
 from broker import admission, replica_fetch_http
 from broker.config import BrokerConfig
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from broker.kafka.listener import KafkaListener
 
 log = logging.getLogger("ferry.broker")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -241,24 +242,13 @@ class RequestCore:
             assert replica is not None
             if self.log_dirs.is_saturated(slot.log_dir):
                 raise FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {slot.log_dir} is full (saturated)")
-            lease = self.heartbeater.lease
-            lease_until_mono_s = lease.sent_mono_s + lease.session_timeout_s if lease.sent_mono_s >= 0 else None
+            lease_until_mono_s = self._lease_until_mono_s()
             append = replica.append_acked(body, infos, acks)
             if acks == 0:
                 task = asyncio.ensure_future(append)
                 task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
                 return AppendResult(-1, -1, replica.leader_epoch, replica.log_start_offset, -1)
-            try:
-                base, last = await append
-            except FerryError as exc:
-                if exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH) and isinstance(slot, Slot):
-                    assert self.manager is not None
-                    self.manager.on_fenced(slot, exc)
-                    raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
-                if exc.error is ErrorCode.STREAM_NOT_OPENED:
-                    raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
-                raise
-            self._confirm_ack(topic, slot, replica, lease_until_mono_s)
+            base, last = await self._acknowledged(topic, partition, slot, replica, append, lease_until_mono_s)
         except FerryError as exc:
             self.metrics.produce_errors.labels(exc.error.name).inc()
             raise
@@ -303,10 +293,23 @@ class RequestCore:
         slot = self.partition_slot(topic, partition, for_write=True)
         replica: ServedReplica | None = slot.replica
         assert replica is not None
+        lease_until_mono_s = self._lease_until_mono_s()
+        return await self._acknowledged(topic, partition, slot, replica,
+                                        replica.append_marker(producer_id, producer_epoch, commit, coordinator_epoch),
+                                        lease_until_mono_s)
+
+    def _lease_until_mono_s(self) -> float | None:
+        """Until when this broker may acknowledge a write it starts now (its write lease)."""
         lease = self.heartbeater.lease
-        lease_until_mono_s = lease.sent_mono_s + lease.session_timeout_s if lease.sent_mono_s >= 0 else None
+        return lease.sent_mono_s + lease.session_timeout_s if lease.sent_mono_s >= 0 else None
+
+    async def _acknowledged(self, topic: str, partition: int, slot: Slot | LocalSlot, replica: ServedReplica,
+                            write: Awaitable[T], lease_until_mono_s: float | None) -> T:
+        """A produce's or a marker's write, acknowledged only if this broker still owns the
+        partition under a lease that covered the write: a fenced stream or one not opened here
+        is NOT_LEADER_OR_FOLLOWER to the client (which finds the new owner)."""
         try:
-            offset = await replica.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+            result = await write
         except FerryError as exc:
             if exc.error in (ErrorCode.STREAM_FENCED, ErrorCode.STALE_BROKER_EPOCH) and isinstance(slot, Slot):
                 assert self.manager is not None
@@ -316,7 +319,7 @@ class RequestCore:
                 raise self._not_leader(topic, partition, -1, replica.leader_epoch, slot) from exc
             raise
         self._confirm_ack(topic, slot, replica, lease_until_mono_s)
-        return offset
+        return result
 
     async def serve_replica_fetch(self, topic: str, partition: int, replica_id: int, offset: int,
                                   last_fetched_epoch: int, leader_epoch: int, max_bytes: int,
