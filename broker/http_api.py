@@ -197,8 +197,11 @@ class BrokerHttpApi:
                      for _, p in sorted(topic.partitions.items())]
             topics.append({"name": name, "topic_id": topic_id, "storage": topic.storage, "error": None,
                            "partitions": parts})
+        s3 = core.config.s3  # where the objects are, for readers that go to S3 directly (no credentials)
         return web.json_response({"metadata_offset": image.offset, "broker_id": core.broker_id, "brokers": brokers,
-                                  "topics": topics, "controllers": list(core.config.controllers)})
+                                  "topics": topics, "controllers": list(core.config.controllers),
+                                  "object_store": {"endpoint_url": s3.endpoint_url, "bucket": s3.bucket,
+                                                   "region": s3.region}})
 
     # ------------------------------------------------------------------ log dirs, delete records
     async def describe_log_dirs(self, request: web.Request) -> web.Response:

@@ -556,6 +556,16 @@ class Consumer:
         for tp in list(tps or self.positions):
             self.positions[tp] = await self.list_offset(tp, "latest")
 
+    async def fetch_raw(self, tp: TopicPartition, offset: int, max_wait_ms: int = 0) -> tuple[bytes, int | None]:
+        """The stored batches from ``offset`` as the partition's leader returns them (whole
+        batches, as written, the first possibly starting before ``offset``) and its high
+        watermark; retriable errors (a partition moving) are retried until the API timeout."""
+        params = {"offset": str(offset), "max_bytes": str(self.max_bytes), "max_wait_ms": str(max_wait_ms)}
+        data, headers = await self._leader_request(tp, "GET", f"/v1/fetch/{tp.topic}/{tp.partition}", params,
+                                                   raw=True)
+        hw = headers.get("X-Ferry-High-Watermark")
+        return data, None if hw is None else int(hw)
+
     async def poll(self, max_wait_ms: int | None = None) -> list[ConsumerRecord]:
         """Fetch once from every assigned partition (concurrently); advance the positions."""
         results = await asyncio.gather(*(self._fetch_one(tp, max_wait_ms) for tp in sorted(self.positions)))

@@ -22,6 +22,7 @@ class ErrorCode(Enum):
     LEADER_NOT_AVAILABLE = (5, True, 503)
     NOT_LEADER_OR_FOLLOWER = (6, True, 421)
     REQUEST_TIMED_OUT = (7, True, 504)
+    BROKER_NOT_AVAILABLE = (8, False, 503)
     REPLICA_NOT_AVAILABLE = (9, True, 503)
     MESSAGE_TOO_LARGE = (10, False, 413)
     OFFSET_METADATA_TOO_LARGE = (12, False, 413)

@@ -189,3 +189,19 @@ def test_an_object_gone_since_the_plan_is_read_from_the_streams_objects_now(clus
     stale = FerryInputPartition(replace(planned.task, objects=(gone, *planned.task.objects[1:])), planned.blocks)
     offsets = [o for batch in reader.read(stale) for o in batch.column("offset").to_pylist()]
     assert offsets == sorted(o for p, o, *_ in acked if p == 1)
+
+
+def test_key_counts_from_the_installed_command_with_only_topic_and_a_broker(cluster, produced):
+    """As a newcomer runs it: ``.venv/bin/ferry key-counts`` with only ``--topic`` and
+    ``--bootstrap-server``, no Spark environment set; the S3 endpoint and bucket come from the cluster."""
+    import os
+    import subprocess
+    import sys
+
+    acked, _ = produced
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_"))}
+    ferry = os.path.join(os.path.dirname(sys.executable), "ferry")
+    done = subprocess.run([ferry, "key-counts", "--topic", TOPIC, "--bootstrap-server", cluster.bootstrap_servers[0],
+                           "--json"], capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["records"] == len(acked)

@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "rebalance": "the PySpark rebalancing planner",
     "kafka": "real Kafka clients: librdkafka produce vs HTTP vs raw TCP, end-to-end latency, move unavailability",
     "spark-read": "Spark reading a topic from S3 through the ferry data source vs a raw parallel S3 GET",
+    "spark-stream": "a Structured Streaming query's freshness through moves: the ferry source vs Spark's Kafka source",
     "scale": "every partition of 1,000 to 10,000 moved at once: time, elections, fencings, records per move",
     "txn": "transactions: produce MB/s against idempotence, commit latency, moves with a transaction open; beside Apache Kafka",
     "peer": "Apache Kafka (KRaft, from `make kafka-jars`) and Ferry side by side: moves by size, produce, CPU, e2e, kill -9",

@@ -293,6 +293,14 @@ def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: i
         spark_read(spark, {}, floor.name())  # warm-up
         by_object = dict(opts, readBy="object")
         spark_read(spark, by_object)  # warm-up
+        from tools.peer.spark_kafka import spark_kafka_jars
+
+        # Spark's own Kafka source on the same topic through the brokers: what users pick today
+        kafka_opts = {"subscribe": TOPIC, "kafka.bootstrap.servers": cluster.kafka_bootstrap,
+                      "startingOffsets": "earliest", "endingOffsets": "latest"} if spark_kafka_jars() else None
+        kafka_runs: list[float] = []
+        if kafka_opts is not None:
+            spark_read(spark, kafka_opts, "kafka")  # warm-up
         raw, ranged, spark_runs, object_runs, floor_runs = [], [], [], [], []
         raw_cpus, ranged_cpus, spark_cpus, object_cpus, floor_cpus = [], [], [], [], []
         ranged_cpu, object_cpu = CpuMeter(raw_cpu.processes), CpuMeter(spark_procs)
@@ -325,6 +333,11 @@ def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: i
                 raise RuntimeError(f"the floor source gave {n} rows, expected {records - records % partitions}")
             floor_runs.append(total_bytes / MiB / seconds)
             floor_cpus.append(floor_cpu.cpu_s)
+            if kafka_opts is not None:
+                seconds, n, value_bytes = spark_read(spark, kafka_opts, "kafka")
+                if n != records:
+                    raise RuntimeError(f"Spark's Kafka source read {n} records, expected {records}")
+                kafka_runs.append(total_bytes / MiB / seconds)
         spark.stop()
     best_raw, best_spark, best_floor, best_ranged = max(raw), max(spark_runs), max(floor_runs), max(ranged)
     best_object = max(object_runs)
@@ -350,6 +363,9 @@ def run(size_mb: int, partitions: int, record_bytes: int, master: str, rounds: i
         "spark_read_by_object_mb_s_runs": object_runs,
         "spark_floor_mb_s": best_floor, "floor_ratio": best_floor / best_raw, "spark_floor_mb_s_runs": floor_runs,
         "spark_read_vs_floor": best_spark / best_floor,
+        # rows/s over the same rows: the ratio of MB/s; the better of the two layouts
+        "kafka_source_mb_s": max(kafka_runs) if kafka_runs else None, "kafka_source_mb_s_runs": kafka_runs,
+        "ferry_vs_kafka_source": max(best_spark, best_object) / max(kafka_runs) if kafka_runs else None,
         "raw_ranged_get_mb_s": best_ranged, "raw_ranged_get_mb_s_runs": ranged,
         "spark_read_vs_ranged": best_spark / best_ranged,
         "cpu_s": cpu_s,
@@ -404,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{result['ratio_by_object']:.2f} (target ≥ {TARGET_RATIO})")
     table.add_row(f"Spark floor: in-memory rows ({result['master']})", f"{result['spark_floor_mb_s']:.1f}",
                   f"{result['floor_ratio']:.2f}")
+    if result["kafka_source_mb_s"] is not None:
+        table.add_row(f"Spark's Kafka source through the brokers ({result['master']})",
+                      f"{result['kafka_source_mb_s']:.1f}",
+                      f"{result['kafka_source_mb_s'] / result['raw_get_mb_s']:.2f} (ferry / this: "
+                      f"{result['ferry_vs_kafka_source']:.2f}, target ≥ 2.0)")
     Console().print(table)
     for name, cpu in result["cpu_s"].items():
         print(f"CPU seconds, {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()) +

@@ -18,9 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", required=True, help="topic(s) to read, comma-separated")
     p.add_argument("--bootstrap-controller", help="controller address(es), host:port[,host:port]")
     p.add_argument("--bootstrap-server", help="broker address(es), instead of the controllers'")
-    p.add_argument("--s3-endpoint", help="S3 endpoint URL of the cluster's bucket")
-    p.add_argument("--bucket", default="ferry", help="bucket of the stream objects (default ferry)")
-    p.add_argument("--s3-region", default="us-east-1")
+    p.add_argument("--s3-endpoint", help="S3 endpoint URL of the cluster's bucket (default: the cluster's)")
+    p.add_argument("--bucket", help="bucket of the stream objects (default: the cluster's)")
+    p.add_argument("--s3-region", help="region of the bucket (default: the cluster's)")
     p.add_argument("--starting-offsets", default="earliest", help="earliest, or JSON as Spark's Kafka source")
     p.add_argument("--ending-offsets", default="latest", help="latest, or JSON as Spark's Kafka source")
     p.add_argument("--top", type=int, default=20, help="print the N busiest keys (default 20)")
@@ -50,10 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         print("Error: INVALID_REQUEST: give --bootstrap-controller or --bootstrap-server", file=sys.stderr)
         return 1
     warnings.filterwarnings("ignore", category=FutureWarning)
-    options = {"topic": args.topic, "s3.bucket": args.bucket, "s3.region": args.s3_region,
-               "startingOffsets": args.starting_offsets, "endingOffsets": args.ending_offsets}
+    options = {"topic": args.topic, "startingOffsets": args.starting_offsets, "endingOffsets": args.ending_offsets}
     for name, value in (("bootstrap.controller", args.bootstrap_controller),
-                        ("bootstrap.servers", args.bootstrap_server), ("s3.endpoint", args.s3_endpoint)):
+                        ("bootstrap.servers", args.bootstrap_server), ("s3.endpoint", args.s3_endpoint),
+                        ("s3.bucket", args.bucket), ("s3.region", args.s3_region)):
         if value:
             options[name] = value
     from tools.rebalance.spark_session import spark_session

@@ -16,9 +16,9 @@ Options (case-insensitive, as Spark passes them):
 ============================  =====================================================================
 ``topic`` / ``subscribe``      topic name, or several separated by commas (required)
 ``bootstrap.controller``       controller address(es) ``host:port[,host:port]`` (or ``bootstrap.servers``)
-``s3.endpoint``                S3 endpoint URL (default: boto3's, i.e. AWS)
-``s3.bucket``                  bucket of the stream objects (default ``ferry``)
-``s3.region``                  region (default ``us-east-1``)
+``s3.endpoint``                S3 endpoint URL (default: the cluster's, from a broker's metadata)
+``s3.bucket``                  bucket of the stream objects (default: the cluster's)
+``s3.region``                  region (default: the cluster's)
 ``startingOffsets``            ``earliest`` (default) or JSON, as Spark's Kafka source
 ``endingOffsets``              ``latest`` (default: the end of the committed objects) or JSON
 ``failOnDataLoss``             ``true`` (default): offsets outside what is stored are an error
@@ -41,7 +41,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
+                                    DataSourceWriter, InputPartition)
 from pyspark.sql.types import StructType
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -137,6 +138,36 @@ class ReadOptions:
                    _positive_int(lower, "maxRowsPerBatch", 10_000) or 10_000, _read_by(lower))
 
 
+async def cluster_object_store(options: ReadOptions) -> S3Config:
+    """The S3 endpoint, bucket and region the cluster's brokers use (a broker's ``/v1/metadata``),
+    where the options name none: a job needs only the topic and an address of the cluster."""
+    import aiohttp
+
+    from tools.admin import Admin
+
+    if options.bootstrap_servers:
+        brokers = [s for s in options.bootstrap_servers.split(",") if s]
+    else:
+        async with Admin(None, options.bootstrap_controllers) as admin:
+            brokers = sorted((await admin.brokers()).values())
+    from tools.client import normalize_url
+
+    last: Exception | None = None
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        for url in brokers:
+            try:
+                async with session.get(f"{normalize_url(url)}/v1/metadata", params={"topics": ""}) as resp:
+                    store = (await resp.json()).get("object_store")
+                if isinstance(store, dict):
+                    return replace(options.s3, endpoint_url=store.get("endpoint_url"),
+                                   bucket=str(store.get("bucket") or options.s3.bucket),
+                                   region=str(store.get("region") or options.s3.region))
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
+                last = exc
+    raise FerryError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker told where the cluster's objects are "
+                     f"(give option s3.endpoint): {last}")
+
+
 async def describe_streams(options: ReadOptions) -> list[PartitionStream]:
     """Each partition's data stream and committed objects, from the active controller's image."""
     from tools.admin import Admin
@@ -224,7 +255,8 @@ class FerryReader(DataSourceReader):
 
 
 class FerryDataSource(DataSource):
-    """``spark.read.format("ferry")``: a batch read of committed records with the Kafka source's columns."""
+    """``spark.read.format("ferry")``: a batch read of committed records with the Kafka source's
+    columns; ``spark.readStream`` (``stream.py``), ``df.write`` and ``writeStream`` (``writer.py``)."""
 
     @classmethod
     def name(cls) -> str:
@@ -234,8 +266,29 @@ class FerryDataSource(DataSource):
         include = _bool({str(k).lower(): str(v) for k, v in self.options.items()}, "includeHeaders", False)
         return KAFKA_SCHEMA_DDL + (HEADERS_DDL if include else "")
 
+    def _read_options(self) -> ReadOptions:
+        options = ReadOptions.parse(self.options)
+        if not any(str(k).lower() == "s3.endpoint" for k in self.options):
+            options = replace(options, s3=asyncio.run(cluster_object_store(options)))
+        return options
+
     def reader(self, schema: StructType) -> DataSourceReader:
-        return FerryReader(ReadOptions.parse(self.options))
+        return FerryReader(self._read_options())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        from tools.spark_read.stream import FerryStreamReader
+
+        return FerryStreamReader(self._read_options(), dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from tools.spark_read.writer import FerryWriter, WriteOptions
+
+        return FerryWriter(WriteOptions.parse(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 - Spark's name
+        from tools.spark_read.writer import FerryStreamWriter, WriteOptions
+
+        return FerryStreamWriter(WriteOptions.parse(self.options, schema))
 
 
 _SPARK_WRAPPED = re.compile(r"FerryError: ([A-Z_]+): (.*)")
