@@ -34,7 +34,7 @@ from broker.groups.consumer_coordinator import ConsumerGroupConfig
 from broker.groups.consumer_records import decode_any_group_record, encode_consumer_record
 from broker.groups.partition_coordinator import PartitionCoordinator
 from broker.groups.txn_log import LoggedBatch, replay
-from broker.kafka.authorization import GROUP, OPEN, TOPIC, Authorization
+from broker.kafka.authorization import GROUP, OPEN, TOPIC, TRANSACTIONAL_ID, Authorization
 from broker.kafka.data_apis import (NO_TRANSACTIONS, NO_TRANSACTIONS_MESSAGE, AppendOutcome, BrokerCore, kafka_endpoints,
                                     kafka_error)
 from broker.kafka.wire import Request
@@ -297,9 +297,13 @@ class GroupApis:
         body: FindCoordinatorRequest = req.body
         keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
         key_type = body.key_type if req.api_version >= 1 else COORDINATOR_KEY_GROUP
-        found = [await self._find_one(k, key_type) if key_type != COORDINATOR_KEY_GROUP or
-                 self._may(req, AclOperation.DESCRIBE, k) else
-                 (ErrorCode.GROUP_AUTHORIZATION_FAILED, None, -1, "", -1) for k in keys]
+        # DESCRIBE on the key's resource, as Kafka's KafkaApis.handleFindCoordinatorRequest
+        resource, refused = ((TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                             if key_type == COORDINATOR_KEY_TRANSACTION else
+                             (GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        found = [await self._find_one(k, key_type) if key_type not in (COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION)
+                 or self.auth.allows(req, AclOperation.DESCRIBE, resource, k) else
+                 (refused, None, -1, "", -1) for k in keys]
         if req.api_version >= 4:
             C = FindCoordinatorResponse.Coordinator
             return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[

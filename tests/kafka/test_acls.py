@@ -184,3 +184,33 @@ async def test_handlers_enforce_what_the_acls_say_and_change_nothing_when_refuse
         ("hidden", ErrorCode.TOPIC_AUTHORIZATION_FAILED.code), ("seen", 0),
         ("new", ErrorCode.TOPIC_AUTHORIZATION_FAILED.code)]  # no CREATE: not created
     assert "new" not in broker.quorum.image.topics.by_name
+
+
+async def test_find_coordinator_needs_describe_on_the_group_or_the_transactional_id() -> None:
+    """As Kafka: a principal without DESCRIBE on the key's resource is refused with that
+    resource's authorization error, before any coordinator is looked up."""
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
+
+    from broker.kafka.group_apis import GroupApis
+    from tests.kafka.test_admin_apis import cluster
+    from tests.kafka.test_auto_create import Core
+
+    _admin, _controller, broker = cluster()
+    auth = Authorization(AuthorizerSettings(enabled=True, super_users=frozenset({"User:admin"})),
+                         lambda: broker.quorum.image)
+    groups = GroupApis(Core(broker.quorum), auth=auth)  # type: ignore[arg-type]
+    asked: list[str] = []
+
+    async def find_txn(key: str) -> Any:
+        asked.append(key)
+        return ErrorCode.NONE, None, 1, "127.0.0.1", 9092
+    groups.find_transaction_coordinator = find_txn
+    for key_type, refused in ((0, ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                              (1, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)):
+        answer = await groups.find_coordinator(request(FindCoordinatorRequest[4](key_type=key_type,
+                                                                                 coordinator_keys=["k"]), "User:alice"))
+        assert [(c.key, c.error_code) for c in answer.coordinators] == [("k", refused.code)]  # type: ignore[attr-defined]
+    assert asked == []
+    answer = await groups.find_coordinator(request(FindCoordinatorRequest[4](key_type=1, coordinator_keys=["k"]),
+                                                   "User:admin"))
+    assert [(c.error_code, c.node_id) for c in answer.coordinators] == [(0, 1)] and asked == ["k"]  # type: ignore[attr-defined]
