@@ -5,7 +5,9 @@ Each trigger, the driver asks the partitions' brokers for their high watermarks
 (``partitions``) with :mod:`tools.spark_read.stream_plan`: the settled part of each partition's
 range is read from S3 by the executors exactly as a batch read (``source.read_resuming``), the
 part not yet uploaded from the partition's leader over Ferry's HTTP fetch (following it through
-moves). Offsets are Spark's Kafka source's JSON, kept in the query's checkpoint, so a query
+moves). Once a query keeps up (every range starts at or past the end of the committed objects
+last seen, and is short), a micro-batch is read from the leaders alone and the controllers are not asked: a
+leader serves any offset, and a trigger then costs one watermark look-up per partition. Offsets are Spark's Kafka source's JSON, kept in the query's checkpoint, so a query
 restarted from its checkpoint goes on from the next record.
 
 Options beyond the batch read's (``source.py``): ``startingOffsets`` (``earliest``, ``latest`` or
@@ -30,6 +32,9 @@ from tools.spark_read.source import (
 )
 from tools.spark_read.stream_plan import TopicPartitionKey, capped_end, from_json_offsets, split_range, to_json_offsets
 
+# a micro-batch of at most this many records per partition, past the committed end last seen,
+# is read from the leaders alone; a larger one (a backlog) asks where the objects end again
+LEADER_ONLY_MAX_RECORDS = 50_000
 TAIL_READ_TIMEOUT_S = 60.0  # a partition that has no leader this long fails the micro-batch (Spark retries it)
 
 
@@ -54,23 +59,21 @@ async def broker_urls(options: ReadOptions) -> list[str]:
         return sorted((await admin.brokers()).values())
 
 
-async def high_watermarks(options: ReadOptions) -> tuple[dict[TopicPartitionKey, int], list[str]]:
-    """Every partition's high watermark now (its leader's), and the brokers asked."""
-    from tools.admin import Admin
+async def high_watermarks(options: ReadOptions, brokers: Sequence[str]) -> dict[TopicPartitionKey, int]:
+    """Every partition's high watermark now (its leader's): the partitions from a broker's
+    metadata, the watermarks from their leaders, concurrently."""
     from tools.client import Consumer, TopicPartition
 
-    async with Admin(options.bootstrap_servers, options.bootstrap_controllers) as admin:
-        topics = await admin.describe_topics(list(options.topics), leader=False)
-    tps: list[TopicPartition] = []
-    for name in options.topics:
-        parts = topics.get(name)
-        if not isinstance(parts, list):
-            raise parts if isinstance(parts, FerryError) else FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
-        tps += [TopicPartition(name, p.partition) for p in parts]
-    brokers = await broker_urls(options)
-    async with Consumer(brokers, max_wait_ms=0) as consumer:
+    async with Consumer(list(brokers), max_wait_ms=0) as consumer:
+        assert consumer.metadata is not None
+        tps: list[TopicPartition] = []
+        for name in options.topics:
+            found = consumer.metadata.current.topic_partitions(name)
+            if not found:
+                raise FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            tps += found
         ends = await asyncio.gather(*(consumer.list_offset(tp, "latest") for tp in tps))
-    return {(tp.topic, tp.partition): end for tp, end in zip(tps, ends, strict=True)}, brokers
+    return {(tp.topic, tp.partition): end for tp, end in zip(tps, ends, strict=True)}
 
 
 async def fetch_tail(brokers: Sequence[str], topic: str, partition: int, start: int, end: int,
@@ -114,6 +117,10 @@ def read_tail(part: FerryTailPartition, include_headers: bool, max_rows: int) ->
 class FerryStreamReader(DataSourceStreamReader):
     def __init__(self, options: ReadOptions, raw: Mapping[str, str]) -> None:
         self.options = options
+        self._brokers: tuple[str, ...] | None = None
+        # each partition's end of committed objects when last asked: a range starting at or past
+        # it is read from the leader alone (it serves any offset), without asking the controllers
+        self._settled: dict[TopicPartitionKey, int] = {}
         self.max_records_per_trigger = _positive_int({k.lower(): v for k, v in raw.items()},
                                                      "maxRecordsPerTrigger", None)
         if isinstance(options.ending, dict) or options.ending != LATEST:
@@ -122,7 +129,7 @@ class FerryStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, dict[str, int]]:  # noqa: N802 - Spark's name
         starting = self.options.starting
         if starting == LATEST:
-            return to_json_offsets(asyncio.run(high_watermarks(self.options))[0])
+            return to_json_offsets(asyncio.run(high_watermarks(self.options, self.brokers())))
         streams = asyncio.run(describe_streams(self.options))
         if starting == EARLIEST:
             return to_json_offsets({(s.topic, s.partition): s.start_offset for s in streams})
@@ -139,15 +146,26 @@ class FerryStreamReader(DataSourceStreamReader):
         n = self.max_records_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
+    def brokers(self) -> tuple[str, ...]:
+        if self._brokers is None:
+            self._brokers = tuple(asyncio.run(broker_urls(self.options)))
+        return self._brokers
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:  # noqa: N802 - Spark's name
-        latest, _brokers = asyncio.run(high_watermarks(self.options))
+        latest = asyncio.run(high_watermarks(self.options, self.brokers()))
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return to_json_offsets(capped_end(from_json_offsets(start), latest, cap))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         first, last = from_json_offsets(start), from_json_offsets(end)
+        brokers = self.brokers()
+        if all(tp in self._settled and first.get(tp, 0) >= self._settled[tp]
+               and stop - first.get(tp, 0) <= LEADER_ONLY_MAX_RECORDS for tp, stop in last.items()):
+            # a micro-batch of what arrived since the last look: all from the leaders
+            return [FerryTailPartition(tp[0], tp[1], first.get(tp, 0), stop, brokers)
+                    for tp, stop in sorted(last.items()) if first.get(tp, 0) < stop]
         streams = {(s.topic, s.partition): s for s in asyncio.run(describe_streams(self.options))}
-        brokers = tuple(asyncio.run(broker_urls(self.options)))
+        self._settled = {tp: s.end_offset for tp, s in streams.items()}
         from_s3: list[tuple[PartitionStream, int, int]] = []
         tails: list[InputPartition] = []
         for tp, stop in sorted(last.items()):
