@@ -1,0 +1,104 @@
+"""Where the console's observations come from: the live cluster's existing APIs, through Admin.
+
+One :meth:`LiveSource.observe` asks, concurrently: the controllers' ``describe_cluster`` and
+``describe_topics`` (from any controller, which takes nothing from the leader), every broker's
+``/v1/health`` and ``/v1/moves``, every controller's ``/v1/health``, and, at most once per
+``metrics_interval_ms``, every broker's ``/metrics``. A broker or controller that does not answer
+within ``timeout_ms`` is shown as down; the next poll asks again.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Protocol, TypeVar
+
+import aiohttp
+
+from tools.admin import Admin
+from tools.client import RETRIABLE_CONNECTION_ERRORS, TopicPartition, normalize_url
+from tools.console.model import MetricsSample, Observation, parse_metrics
+from metadata_quorum.kernel.errors import FerryError
+
+T = TypeVar("T")
+MOVES_PER_BROKER = 20
+
+
+class ConsoleSource(Protocol):
+    """What the console needs of a cluster: an observation per poll, and a way to move."""
+
+    async def observe(self) -> Observation: ...
+    async def move(self, tp: TopicPartition, replicas: list[int]) -> None: ...
+
+
+async def _or_none(call: Awaitable[T]) -> T | None:
+    try:
+        return await call
+    except (FerryError, asyncio.TimeoutError, aiohttp.ClientError, *RETRIABLE_CONNECTION_ERRORS):
+        return None
+
+
+class LiveSource:
+    """A live cluster, read through an started :class:`Admin`."""
+
+    def __init__(self, admin: Admin, timeout_ms: int = 1000, metrics_interval_ms: int = 1000) -> None:
+        self.admin = admin
+        self.timeout_ms = timeout_ms
+        self.metrics_interval_ms = metrics_interval_ms
+        self._metrics_at_ms = 0
+
+    async def _get(self, url: str, params: dict[str, str] | None = None) -> Any:
+        return await self.admin.http_get(url, params, timeout_ms=self.timeout_ms)
+
+    async def _text(self, url: str) -> str:
+        session = self.admin._session
+        assert session is not None, "Admin not started"
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000)) as r:
+            r.raise_for_status()
+            return await r.text()
+
+    async def observe(self) -> Observation:
+        now_ms = int(time.time() * 1000)
+        cluster, topics = await asyncio.gather(self.admin.describe_cluster(),
+                                               self.admin.describe_topics(leader=False))
+        ids = sorted(cluster)
+        urls = {b: cluster[b].url for b in ids}
+        read_metrics = now_ms - self._metrics_at_ms >= self.metrics_interval_ms
+        if read_metrics:
+            self._metrics_at_ms = now_ms
+        controllers = [normalize_url(c) for c in self.admin.bootstrap_controllers]
+        health, moves, metrics, ctl = await asyncio.gather(
+            asyncio.gather(*(_or_none(self._get(f"{urls[b]}/v1/health")) for b in ids)),
+            asyncio.gather(*(_or_none(self._get(f"{urls[b]}/v1/moves", {"limit": str(MOVES_PER_BROKER)}))
+                             for b in ids)),
+            asyncio.gather(*(_or_none(self._text(f"{urls[b]}/metrics")) for b in (ids if read_metrics else []))),
+            asyncio.gather(*(_or_none(self._get(f"{c}/v1/health")) for c in controllers)),
+        )
+        partitions: dict[str, list[tuple[int, int, list[int]]]] = {}
+        for name, parts in topics.items():
+            if isinstance(parts, list):
+                partitions[name] = [(p.partition, p.leader, list(p.replicas)) for p in parts]
+        sampled = {b: parse_metrics(text, now_ms) for b, text in zip(ids if read_metrics else [], metrics, strict=True)
+                   if text is not None}
+        return Observation(
+            at_ms=now_ms,
+            brokers={b: {"fenced": cluster[b].fenced, "endpoints": cluster[b].endpoints, "rack": cluster[b].rack}
+                     for b in ids},
+            broker_health=dict(zip(ids, health, strict=True)),
+            partitions=partitions,
+            moves={b: list(a.get("moves", [])) for b, a in zip(ids, moves, strict=True) if isinstance(a, dict)},
+            metrics=sampled,
+            controllers={_node_id(h, i): h for i, h in enumerate(ctl)},
+        )
+
+    async def move(self, tp: TopicPartition, replicas: list[int]) -> None:
+        await self.admin.move_partition(tp, replicas)
+
+
+def _node_id(health: dict[str, Any] | None, index: int) -> int:
+    """A controller's node id as it says, or its place in the list (from 1) when it did not answer."""
+    if isinstance(health, dict) and isinstance(health.get("node_id"), int):
+        return int(health["node_id"])
+    return index + 1
+
+
+__all__ = ["ConsoleSource", "LiveSource", "MetricsSample"]

@@ -1,0 +1,239 @@
+// Ferry console: applies the server's view ("full") and its diffs (server-sent events) to the page.
+// Plain DOM and canvas; each panel is redrawn only when its part of the view changed.
+"use strict";
+
+const stats = { firstPaintMs: null, updates: 0, applyMs: [], seen: {} };
+window.ferryStats = stats;
+let view = null;
+let secure = false;
+const COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+const moved = new Map(); // "topic/p" -> time (ms) it last changed owner: outlined for a while
+const MOVED_OUTLINE_MS = 3000;
+let layout = null; // partition map geometry
+
+function $(id) { return document.getElementById(id); }
+function esc(s) { return String(s).replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]); }
+function fmt(v, digits) { return v === null || v === undefined ? "–" : Number(v).toFixed(digits || 0); }
+function brokerColor(id) { return id < 0 ? "#3a3a3a" : COLORS[((id % COLORS.length) + COLORS.length) % COLORS.length]; }
+
+// -- panels
+function renderBrokers() {
+  const rows = view.brokers.map(b => `<tr data-broker="${b.id}"><td>${b.id}</td><td class="state-${esc(b.state)}">${esc(b.state)}</td>` +
+    `<td class="num">${b.leads}</td><td class="num">${fmt(b.records_per_s)}</td><td class="num">${fmt(b.bytes_per_s / 1024, 1)}</td>` +
+    `<td class="num">${fmt(b.latency_ms, 2)}</td></tr>`);
+  $("brokers").tBodies[0].innerHTML = rows.join("");
+  const maxRate = Math.max(1, ...view.brokers.map(b => b.records_per_s));
+  $("legend").innerHTML = view.brokers.map(b => `<span><i style="background:${brokerColor(b.id)};opacity:${0.45 + 0.55 * b.records_per_s / maxRate}"></i>broker ${b.id}: ${b.leads} partitions, ${fmt(b.records_per_s)} rec/s</span>`).join("") +
+    `<span><i style="background:#3a3a3a"></i>no leader</span>`;
+}
+
+function renderQuorum() {
+  const q = view.quorum;
+  $("quorum-summary").textContent = q.leader_id === null ? "no leader answered" : `leader ${q.leader_id}, term ${q.term}, high watermark ${q.high_watermark}`;
+  $("quorum").tBodies[0].innerHTML = q.nodes.map(n => n.up
+    ? `<tr><td>${n.id}</td><td>${n.leader ? "leader" : "follower"}</td><td class="num">${fmt(n.term)}</td><td class="num">${fmt(n.image_offset)}</td>` +
+      `<td class="num">${fmt(n.lag)}</td><td class="num">${fmt(n.queue_depth)}</td><td class="num">${fmt(n.loop_lag_max_ms)}</td></tr>`
+    : `<tr><td>${n.id}</td><td class="state-dead">down</td><td></td><td></td><td></td><td></td><td></td></tr>`).join("");
+}
+
+function renderTopics() {
+  $("topics").tBodies[0].innerHTML = view.topics.map(t => {
+    const groups = Object.entries(t.groups || {}).map(([g, lag]) => `${esc(g)} (${lag})`).join(", ");
+    return `<tr><td>${esc(t.name)}</td><td class="num">${t.partitions}</td><td>${groups || '<span class="dim">–</span>'}</td></tr>`;
+  }).join("");
+}
+
+function renderMoves() {
+  const now = Date.now();
+  const rows = view.moves.map(m => {
+    if (m.complete && !(m.key in stats.seen)) stats.seen[m.key] = now;
+    const total = Math.max(1, m.steps_ms.reduce((a, v) => a + (v || 0), 0));
+    const bar = m.steps_ms.map((v, i) => `<i class="s${i + 1}" style="width:${(100 * (v || 0) / total).toFixed(1)}%" title="step ${i + 1}: ${fmt(v)} ms"></i>`).join("");
+    const when = m.done_ms ? new Date(m.done_ms).toLocaleTimeString() : "in progress";
+    const fresh = m.done_ms && now - m.done_ms < 5000 ? " fresh" : "";
+    return `<tr class="move${fresh}" data-key="${esc(m.key)}" data-topic="${esc(m.topic)}" data-partition="${m.partition}" data-to="${m.to}" data-complete="${m.complete}">` +
+      `<td>${esc(m.topic)}/${m.partition}</td><td>${m.from} → ${m.to}</td><td><div class="bar">${bar}</div></td>` +
+      `<td class="num">${fmt(m.total_ms)}</td><td class="num">${fmt(m.gap_ms)}</td><td>${when}${m.clean ? "" : " (unclean)"}</td></tr>`;
+  });
+  $("moves").tBodies[0].innerHTML = rows.join("") || '<tr><td colspan="6" class="dim">no moves yet</td></tr>';
+}
+
+function renderRuns() {
+  const runs = view.runs || [];
+  $("runs-panel").hidden = runs.length === 0;
+  if (!runs.length) return;
+  const cols = Object.keys(runs[0]);
+  $("runs").tHead.innerHTML = "<tr>" + cols.map(c => `<th>${esc(c)}</th>`).join("") + "</tr>";
+  $("runs").tBodies[0].innerHTML = runs.map(r => "<tr>" + cols.map(c => `<td>${esc(r[c])}</td>`).join("") + "</tr>").join("");
+}
+
+function renderCharts() {
+  const box = $("charts");
+  for (const [bid, points] of Object.entries(view.series)) {
+    let fig = box.querySelector(`figure[data-broker="${bid}"]`);
+    if (!fig) {
+      fig = document.createElement("figure");
+      fig.dataset.broker = bid;
+      fig.innerHTML = `<canvas width="300" height="90"></canvas><figcaption></figcaption>`;
+      box.appendChild(fig);
+    }
+    const last = points[points.length - 1] || [0, 0, 0, 0];
+    fig.querySelector("figcaption").textContent = `broker ${bid}: ${fmt(last[1])} records/s, ${fmt(last[3], 2)} ms`;
+    const c = fig.querySelector("canvas"), g = c.getContext("2d");
+    g.clearRect(0, 0, c.width, c.height);
+    if (points.length < 2) continue;
+    const t0 = points[0][0], t1 = points[points.length - 1][0], dt = Math.max(1, t1 - t0);
+    const line = (idx, dash) => {
+      const max = Math.max(1e-9, ...points.map(p => p[idx]));
+      g.setLineDash(dash); g.strokeStyle = brokerColor(Number(bid)); g.beginPath();
+      points.forEach((p, i) => { const x = (p[0] - t0) / dt * (c.width - 2) + 1, y = c.height - 2 - p[idx] / max * (c.height - 6); i ? g.lineTo(x, y) : g.moveTo(x, y); });
+      g.stroke();
+    };
+    line(1, []); line(3, [3, 3]);
+  }
+}
+
+// -- the partition map: one cell per partition, the owner's colour; moved cells outlined
+function computeLayout() {
+  const canvas = $("map");
+  const width = Math.max(300, canvas.parentElement.clientWidth - 4);
+  const topics = Object.keys(view.partitions);
+  const total = topics.reduce((a, t) => a + view.partitions[t].length, 0);
+  const cell = Math.max(4, Math.min(18, Math.floor(Math.sqrt(width * 420 / Math.max(1, total)))));
+  const cols = Math.max(1, Math.floor(width / cell));
+  const labelH = 14;
+  let y = 0;
+  const places = {};
+  for (const t of topics) {
+    const n = view.partitions[t].length;
+    places[t] = { y: y + labelH, n };
+    y += labelH + Math.ceil(n / cols) * cell + 4;
+  }
+  layout = { cell, cols, places, width, height: Math.max(20, y) };
+  canvas.width = width; canvas.height = layout.height;
+  $("map-count").textContent = `(${total} partitions in ${topics.length} topics)`;
+}
+
+function drawCell(g, topic, p, leader, now) {
+  const pl = layout.places[topic], c = layout.cell;
+  const x = (p % layout.cols) * c, y = pl.y + Math.floor(p / layout.cols) * c;
+  g.fillStyle = brokerColor(leader);
+  g.fillRect(x, y, c - 1, c - 1);
+  const t = moved.get(topic + "/" + p);
+  if (t !== undefined && now - t < MOVED_OUTLINE_MS) { g.strokeStyle = "#ffffff"; g.lineWidth = 1; g.strokeRect(x + 0.5, y + 0.5, c - 2, c - 2); }
+}
+
+function drawMap() {
+  computeLayout();
+  const g = $("map").getContext("2d"), now = Date.now();
+  g.clearRect(0, 0, layout.width, layout.height);
+  g.font = "11px system-ui"; g.fillStyle = "#8a98a8";
+  for (const [t, leaders] of Object.entries(view.partitions)) {
+    g.fillStyle = "#8a98a8"; g.fillText(t, 0, layout.places[t].y - 3);
+    for (let p = 0; p < leaders.length; p++) drawCell(g, t, p, leaders[p], now);
+  }
+}
+
+function hoverMap(ev, pick) {
+  if (!layout || !view) return;
+  const r = $("map").getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
+  for (const [t, pl] of Object.entries(layout.places)) {
+    const row = Math.floor((y - pl.y) / layout.cell), col = Math.floor(x / layout.cell), p = row * layout.cols + col;
+    if (y >= pl.y && row >= 0 && col < layout.cols && p < pl.n) {
+      $("map-tip").textContent = `${t}/${p}: leader ${view.partitions[t][p]}`;
+      if (pick) { $("move-topic").value = t; $("move-partition").value = p; }
+      return;
+    }
+  }
+}
+
+// -- applying the server's messages
+function renderAll() {
+  renderBrokers(); renderQuorum(); renderTopics(); renderMoves(); renderCharts(); renderRuns(); drawMap();
+}
+
+function apply(update) {
+  if (update.full) { view = update.full; renderAll(); return; }
+  if (!view) return;
+  const now = Date.now();
+  let relayout = false;
+  for (const k of ["brokers", "topics", "moves", "quorum", "series", "runs"]) if (k in update) view[k] = update[k];
+  if (update.topics_set) { Object.assign(view.partitions, update.topics_set); relayout = true; }
+  if (update.topics_gone) { for (const t of update.topics_gone) delete view.partitions[t]; relayout = true; }
+  if ("brokers" in update) renderBrokers();
+  if ("quorum" in update) renderQuorum();
+  if ("topics" in update) renderTopics();
+  if ("moves" in update) renderMoves();
+  if ("series" in update) renderCharts();
+  if ("runs" in update) renderRuns();
+  if (relayout) { drawMap(); }
+  if (update.leaders && !relayout) {
+    const g = $("map").getContext("2d");
+    for (const [t, pairs] of Object.entries(update.leaders)) {
+      const leaders = view.partitions[t];
+      if (!leaders) continue;
+      for (const [p, leader] of pairs) { leaders[p] = leader; moved.set(t + "/" + p, now); drawCell(g, t, p, leader, now); }
+    }
+  }
+  if (update.at_ms) $("clock").textContent = new Date(update.at_ms).toLocaleTimeString();
+}
+
+function onMessage(ev) {
+  const t0 = performance.now();
+  apply(JSON.parse(ev.data));
+  const dt = performance.now() - t0;
+  stats.updates += 1;
+  stats.applyMs.push(dt);
+  if (stats.applyMs.length > 2000) stats.applyMs.shift();
+  if (stats.firstPaintMs === null && view) requestAnimationFrame(() => { stats.firstPaintMs = performance.now(); });
+}
+
+function connect() {
+  const es = new EventSource("/api/events");
+  es.addEventListener("hello", ev => {
+    const hello = JSON.parse(ev.data);
+    secure = hello.secure;
+    $("token-label").hidden = !secure;
+    $("status").textContent = "live"; $("status").className = "status live";
+  });
+  es.onmessage = ev => {
+    const data = JSON.parse(ev.data);
+    if ("error" in data && Object.keys(data).length === 1) {
+      $("status").textContent = data.error ? "cluster unreachable: " + data.error : "live";
+      $("status").className = data.error ? "status down" : "status live";
+      return;
+    }
+    onMessage(ev);
+  };
+  es.onerror = () => { $("status").textContent = "console unreachable, retrying"; $("status").className = "status down"; };
+}
+
+// -- the move form: confirm, post, show the controller's answer
+function formValues() {
+  return { topic: $("move-topic").value.trim(), partition: $("move-partition").value.trim(), replicas: $("move-replicas").value.trim() };
+}
+
+$("move-form").addEventListener("submit", ev => {
+  ev.preventDefault();
+  const v = formValues();
+  $("move-question").textContent = `Move ${v.topic}/${v.partition} to replicas [${v.replicas}]?`;
+  $("move-confirm").hidden = false;
+});
+$("move-no").addEventListener("click", () => { $("move-confirm").hidden = true; });
+$("move-yes").addEventListener("click", async () => {
+  $("move-confirm").hidden = true;
+  const v = formValues(), result = $("move-result");
+  const headers = { "Content-Type": "application/json" };
+  if (secure && $("move-token").value) headers.Authorization = "Bearer " + $("move-token").value;
+  result.className = "dim"; result.textContent = "moving…";
+  try {
+    const r = await fetch("/api/move", { method: "POST", headers, body: JSON.stringify(v) });
+    const body = await r.json();
+    if (body.error && body.error !== "NONE") { result.className = "error"; result.textContent = `${body.error}: ${body.message}`; }
+    else { result.className = "ok"; result.textContent = `Reassignment of ${body.topic}/${body.partition} to [${body.replicas}] started.`; }
+  } catch (e) { result.className = "error"; result.textContent = "NETWORK_EXCEPTION: " + e; }
+});
+$("map").addEventListener("mousemove", ev => hoverMap(ev, false));
+$("map").addEventListener("click", ev => hoverMap(ev, true));
+window.addEventListener("resize", () => { if (view) drawMap(); });
+connect();
