@@ -4,6 +4,7 @@
 
 const stats = { firstPaintMs: null, updates: 0, applyMs: [], seen: {} };
 window.ferryStats = stats;
+window.ferryView = () => view;
 let view = null;
 let secure = false;
 const COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
