@@ -155,7 +155,7 @@ def quorum_view(controllers: Mapping[int, Mapping[str, Any] | None]) -> JsonDict
     leader = next((h for h in answered.values() if h.get("is_leader")), None)
     hwm = int(leader.get("high_watermark", 0)) if leader else max(
         (int(h.get("high_watermark", 0)) for h in answered.values()), default=0)
-    nodes = []
+    nodes: list[JsonDict] = []
     for nid in sorted(controllers):
         h = controllers[nid]
         if h is None:

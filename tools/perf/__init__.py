@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "spark-read": "Spark reading a topic from S3 through the ferry data source vs a raw parallel S3 GET",
     "scale": "every partition of 1,000 to 10,000 moved at once: time, elections, fencings, records per move",
     "txn": "transactions: produce MB/s against idempotence, commit latency, moves with a transaction open; beside Apache Kafka",
+    "console": "the web console in headless Chromium: first paint and per-update time with 10,000 partitions, 100 moves/s",
     "peer": "Apache Kafka (KRaft, from `make kafka-jars`) and Ferry side by side: moves by size, produce, CPU, e2e, kill -9",
 }
 

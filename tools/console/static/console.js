@@ -2,7 +2,9 @@
 // Plain DOM and canvas; each panel is redrawn only when its part of the view changed.
 "use strict";
 
-const stats = { firstPaintMs: null, updates: 0, applyMs: [], seen: {} };
+// firstPaintMs: after navigation start; applyMs: each update's handling; seen: move key -> when it was
+// first drawn complete (Date.now()); moveToPageMs: that minus the move's t6 (same host clock)
+const stats = { firstPaintMs: null, updates: 0, applyMs: [], seen: {}, moveToPageMs: [] };
 window.ferryStats = stats;
 window.ferryView = () => view;
 let view = null;
@@ -46,8 +48,12 @@ function renderTopics() {
 
 function renderMoves() {
   const now = Date.now();
+  const seen = {};
   const rows = view.moves.map(m => {
-    if (m.complete && !(m.key in stats.seen)) stats.seen[m.key] = now;
+    if (m.complete) {
+      if (!(m.key in stats.seen) && m.done_ms) { stats.moveToPageMs.push(now - m.done_ms); if (stats.moveToPageMs.length > 5000) stats.moveToPageMs.shift(); }
+      seen[m.key] = stats.seen[m.key] || now;
+    }
     const total = Math.max(1, m.steps_ms.reduce((a, v) => a + (v || 0), 0));
     const bar = m.steps_ms.map((v, i) => `<i class="s${i + 1}" style="width:${(100 * (v || 0) / total).toFixed(1)}%" title="step ${i + 1}: ${fmt(v)} ms"></i>`).join("");
     const when = m.done_ms ? new Date(m.done_ms).toLocaleTimeString() : "in progress";
@@ -56,6 +62,7 @@ function renderMoves() {
       `<td>${esc(m.topic)}/${m.partition}</td><td>${m.from} → ${m.to}</td><td><div class="bar">${bar}</div></td>` +
       `<td class="num">${fmt(m.total_ms)}</td><td class="num">${fmt(m.gap_ms)}</td><td>${when}${m.clean ? "" : " (unclean)"}</td></tr>`;
   });
+  stats.seen = seen; // only the moves shown: the map does not grow with every move ever made
   $("moves").tBodies[0].innerHTML = rows.join("") || '<tr><td colspan="6" class="dim">no moves yet</td></tr>';
 }
 
