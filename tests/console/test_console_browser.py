@@ -76,6 +76,19 @@ def start_console(cluster: LocalCluster) -> tuple[subprocess.Popen[str], str]:
     return proc, line.split(": ", 1)[1].strip()
 
 
+def commit_group_offsets(bootstrap: str, topic: str, group: str, partitions: int) -> None:
+    """A group that committed offset 1 on every partition (kafka-python, assigned: no join needed)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTP
+    from kafka.structs import OffsetAndMetadata
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        consumer.commit({KafkaTP(topic, p): OffsetAndMetadata(1, "", -1) for p in range(partitions)})
+    finally:
+        consumer.close()
+
+
 def page_move(driver: Any, topic: str, partition: int, to: int, after_ms: int) -> dict[str, Any] | None:
     """The page's row of a complete move of topic/partition to `to` that finished after `after_ms`."""
     found: dict[str, Any] | None = driver.execute_script(
@@ -108,6 +121,7 @@ def test_console_shows_a_move_within_a_second_and_the_forms_errors(browser_or_sk
         for tp in tps:
             loop.run(admin.wait_for_leader(tp))
         load = loop.run(ProduceLoad(cluster.bootstrap_servers, tps, rate_per_s=100.0).start())
+        commit_group_offsets(cluster.kafka_bootstrap, topic, "console-readers", len(tps))
         console, url = start_console(cluster)
         driver = headless_chromium()
         opened = time.monotonic()
@@ -118,6 +132,13 @@ def test_console_shows_a_move_within_a_second_and_the_forms_errors(browser_or_sk
         rows = driver.execute_script("return [...document.querySelectorAll('#brokers tbody tr')].map(r => r.innerText)")
         assert len(rows) == len(brokers) and all("alive" in r for r in rows), rows
         assert driver.execute_script("return Object.keys(document.querySelector('#quorum tbody').rows).length") == 3
+        # the consumer group's lag, read through Kafka's APIs, behind the produce load
+        groups = wait_for(lambda: driver.execute_script(
+            "return [...document.querySelectorAll('#topics tbody tr')].map(r => r.innerText).join('\\n')")
+            if "console-readers (" in driver.find_element("id", "topics").text else "", 10, "the group's lag")
+        lag = int(groups.split("console-readers (")[1].split(")")[0])
+        print(f"consumer group console-readers: lag {lag} on the page")
+        assert lag > 0
 
         # a move made with the tool
         tp = tps[0]

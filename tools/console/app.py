@@ -191,13 +191,15 @@ async def _main(args: argparse.Namespace, token: str | None) -> int:
     if args.secure and token is None:
         raise FerryError(ErrorCode.INVALID_CONFIG, "--secure: no admin token; export FERRY_TOKEN_FILE=<state dir>/admin.token")
     async with admin:
-        console = Console(LiveSource(admin), poll_interval_ms=args.poll_interval_ms, token=token)
+        source = LiveSource(admin)
+        console = Console(source, poll_interval_ms=args.poll_interval_ms, token=token)
         runner = await serve(console, args.host, args.port)
         print(f"Ferry console: http://{args.host}:{bound_port(runner)}/", flush=True)
         try:
             await asyncio.Event().wait()
         finally:
             await runner.cleanup()
+            await source.close()
     return 0
 
 

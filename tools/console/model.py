@@ -264,3 +264,18 @@ def parse_move_form(body: Any) -> tuple[str, int, list[int]]:
     if any(not -(2**31) <= r <= INT32_MAX for r in raw):
         raise FerryError(ErrorCode.INVALID_REQUEST, "a broker id is an int32")
     return topic.strip(), partition, list(raw)
+
+
+def group_lag(committed: Mapping[str, Mapping[tuple[str, int], int]],
+              ends: Mapping[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+    """Each group's lag per topic: the sum over its partitions of log end - committed offset
+    (a partition whose end is unknown, or a committed offset of -1, counts nothing)."""
+    out: dict[str, dict[str, int]] = {}
+    for group, offsets in sorted(committed.items()):
+        for (topic, partition), offset in offsets.items():
+            end = ends.get((topic, partition))
+            if end is None or offset < 0:
+                continue
+            lags = out.setdefault(topic, {})
+            lags[group] = lags.get(group, 0) + max(end - offset, 0)
+    return out

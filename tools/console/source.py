@@ -4,11 +4,14 @@ One :meth:`LiveSource.observe` asks, concurrently: the controllers' ``describe_c
 ``describe_topics`` (from any controller, which takes nothing from the leader), every broker's
 ``/v1/health`` and ``/v1/moves``, every controller's ``/v1/health``, and, at most once per
 ``metrics_interval_ms``, every broker's ``/metrics``. A broker or controller that does not answer
-within ``timeout_ms`` is shown as down; the next poll asks again.
+within ``timeout_ms`` is shown as down; the next poll asks again. Consumer groups' lag comes from the
+brokers' Kafka listeners (tools/console/groups.py), read in a thread every ``groups_interval_ms``
+while the polls go on with the last answer.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, Awaitable, Protocol, TypeVar
 
@@ -16,10 +19,12 @@ import aiohttp
 
 from tools.admin import Admin
 from tools.client import RETRIABLE_CONNECTION_ERRORS, TopicPartition, normalize_url
+from tools.console.groups import GroupLagReader
 from tools.console.model import MetricsSample, Observation, parse_metrics
 from metadata_quorum.kernel.errors import FerryError
 
 T = TypeVar("T")
+log = logging.getLogger("ferry.console")
 MOVES_PER_BROKER = 20
 
 
@@ -40,11 +45,41 @@ async def _or_none(call: Awaitable[T]) -> T | None:
 class LiveSource:
     """A live cluster, read through an started :class:`Admin`."""
 
-    def __init__(self, admin: Admin, timeout_ms: int = 1000, metrics_interval_ms: int = 1000) -> None:
+    def __init__(self, admin: Admin, timeout_ms: int = 1000, metrics_interval_ms: int = 1000,
+                 groups_interval_ms: int = 2000) -> None:
         self.admin = admin
         self.timeout_ms = timeout_ms
         self.metrics_interval_ms = metrics_interval_ms
+        self.groups_interval_ms = groups_interval_ms
         self._metrics_at_ms = 0
+        self._groups_at_ms = 0
+        self._groups: dict[str, dict[str, int]] = {}
+        self._groups_task: asyncio.Task[None] | None = None
+        self._groups_reader: GroupLagReader | None = None
+
+    def _refresh_groups(self, now_ms: int, kafka_bootstrap: list[str]) -> None:
+        """Start a read of the groups' lag when the last one is done and old enough."""
+        if not kafka_bootstrap or (self._groups_task is not None and not self._groups_task.done()):
+            return
+        if now_ms - self._groups_at_ms < self.groups_interval_ms:
+            return
+        self._groups_at_ms = now_ms
+        if self._groups_reader is None:
+            self._groups_reader = GroupLagReader(",".join(kafka_bootstrap))
+        reader = self._groups_reader
+
+        async def read() -> None:
+            try:
+                self._groups = await asyncio.to_thread(reader.read)
+            except Exception as exc:  # noqa: BLE001 - kafka-python's errors; the panel keeps its last answer
+                log.debug("consumer groups not read: %s", exc)
+        self._groups_task = asyncio.create_task(read())
+
+    async def close(self) -> None:
+        if self._groups_task is not None:
+            await asyncio.gather(self._groups_task, return_exceptions=True)
+        if self._groups_reader is not None:
+            await asyncio.to_thread(self._groups_reader.close)
 
     async def _get(self, url: str, params: dict[str, str] | None = None) -> Any:
         return await self.admin.http_get(url, params, timeout_ms=self.timeout_ms)
@@ -73,6 +108,8 @@ class LiveSource:
             asyncio.gather(*(_or_none(self._text(f"{urls[b]}/metrics")) for b in (ids if read_metrics else []))),
             asyncio.gather(*(_or_none(self._get(f"{c}/v1/health")) for c in controllers)),
         )
+        self._refresh_groups(now_ms, [e.removeprefix("kafka://") for b in ids for e in cluster[b].endpoints
+                                      if e.startswith("kafka://")])
         partitions: dict[str, list[tuple[int, int, list[int]]]] = {}
         for name, parts in topics.items():
             if isinstance(parts, list):
@@ -88,6 +125,7 @@ class LiveSource:
             moves={b: list(a.get("moves", [])) for b, a in zip(ids, moves, strict=True) if isinstance(a, dict)},
             metrics=sampled,
             controllers={_node_id(h, i): h for i, h in enumerate(ctl)},
+            group_lag=self._groups,
         )
 
     async def move(self, tp: TopicPartition, replicas: list[int]) -> None:
