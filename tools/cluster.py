@@ -218,13 +218,13 @@ class LocalCluster:
         if wait:
             self.wait_brokers([broker_id], timeout_s)
 
-    def start_console(self, port: int | None = None) -> str:
+    def start_console(self, port: int | None = None, run_dir: str | None = None) -> str:
         """Start the web console on this cluster (tools/console/process.py); returns its URL."""
         from tools.console.process import spawn_console
 
         token_file = self.admin_token_path if self.security is not None else None
         self.console, self.console_url = spawn_console(self.controller_bootstrap, os.path.join(
-            self.state_dir, "console.log"), token_file, port)
+            self.state_dir, "console.log"), token_file, port, run_dir=run_dir)
         self.write_state()
         return self.console_url
 

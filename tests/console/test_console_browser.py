@@ -8,6 +8,7 @@ error. The screenshots go to docs/console-*.png.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -65,10 +66,31 @@ def browser_or_skip() -> tuple[str, str]:
     return found
 
 
-def start_console(cluster: LocalCluster) -> tuple[subprocess.Popen[str], str]:
+def write_run(run_dir: str, seconds: int) -> None:
+    """An autoscaling run's files as the experiment rewrites them while it runs: two brokers at
+    capacity, a third added at 20 s, a rebalance moving partitions onto it."""
+    rows = ["t_s,offered_rps,achieved_rps,p50_ms,p99_ms,consumed_rps,consumer_lag,brokers,max_over_mean,moves,"
+            "errors,retries,broker_1_rps,broker_2_rps,broker_3_rps,live_brokers"]
+    events: list[dict[str, Any]] = [{"t_s": 20.0, "kind": "add_brokers"}, {"t_s": 24.0, "kind": "rebalance_start"}]
+    for t in range(seconds):
+        three = t >= 26
+        acked = 3000 if three else min(2000, 1000 + 50 * t)
+        per = [acked / 3] * 3 if three else [acked * 0.55, acked * 0.45, 0]
+        moves = 4 if 24 <= t < 26 else 0
+        events += [{"t_s": t + i / 4, "kind": "move"} for i in range(moves)]
+        rows.append(f"{t},{1000 + 60 * t if t < 30 else 3000},{acked},{2 + t % 3},{12 + (40 if 24 <= t < 26 else t % 5)},"
+                    f"{acked},{200 if three else 100 + 30 * t},{3 if t >= 20 else 2},1.0,{moves},0,{2 if 24 <= t < 26 else 0},"
+                    f"{per[0]:.0f},{per[1]:.0f},{per[2]:.0f},{'1 2 3' if t >= 20 else '1 2'}")
+    with open(os.path.join(run_dir, "timeseries.csv"), "w", encoding="utf-8") as f:
+        f.write("\n".join(rows) + "\n")
+    with open(os.path.join(run_dir, "events.json"), "w", encoding="utf-8") as f:
+        json.dump([e for e in events if e["t_s"] < seconds], f)
+
+
+def start_console(cluster: LocalCluster, run_dir: str) -> tuple[subprocess.Popen[str], str]:
     """`ferry console` as a process on an ephemeral port; its first line names the URL."""
     proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "console", "--bootstrap-controller",
-                             ",".join(cluster.controller_bootstrap), "--port", "0"],
+                             ",".join(cluster.controller_bootstrap), "--port", "0", "--run-dir", run_dir],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -122,7 +144,10 @@ def test_console_shows_a_move_within_a_second_and_the_forms_errors(browser_or_sk
             loop.run(admin.wait_for_leader(tp))
         load = loop.run(ProduceLoad(cluster.bootstrap_servers, tps, rate_per_s=100.0).start())
         commit_group_offsets(cluster.kafka_bootstrap, topic, "console-readers", len(tps))
-        console, url = start_console(cluster)
+        run_dir = str(tmp_path / "autoscale-run")
+        os.makedirs(run_dir)
+        write_run(run_dir, 20)
+        console, url = start_console(cluster, run_dir)
         driver = headless_chromium()
         opened = time.monotonic()
         driver.get(url)
@@ -187,6 +212,16 @@ def test_console_shows_a_move_within_a_second_and_the_forms_errors(browser_or_sk
         wait_for(lambda: page_move(driver, topic, 2, dst2, started_ms - 1), 10, "the form's move on the page")
         assert "started" in driver.find_element("id", "move-result").text
         assert loop.run(admin.wait_for_leader(p2, dst2, timeout_s=10)).leader == dst2
+
+        # the autoscaling run's panels follow its files
+        assert driver.find_element("id", "run-name").text.endswith(": 20 s")
+        write_run(run_dir, 60)
+        wait_for(lambda: driver.find_element("id", "run-name").text.endswith(": 60 s"), 3, "the run's new seconds")
+        captions = [e.text for e in driver.find_elements("css selector", "#run-charts figcaption")]
+        assert len(captions) == 7 and captions[0].startswith("records/s: offered 3000.0, acknowledged 3000.0"), captions
+        panel = driver.find_element("id", "runs-panel")
+        driver.execute_script("arguments[0].scrollIntoView()", panel)
+        panel.screenshot(os.path.join(DOCS, "console-autoscale.png"))
         updates = driver.execute_script("return ferryStats.applyMs")
         print(f"updates applied: {len(updates)}, max {max(updates):.1f} ms")
         assert max(updates) < 100, updates

@@ -191,7 +191,7 @@ async def _main(args: argparse.Namespace, token: str | None) -> int:
     if args.secure and token is None:
         raise FerryError(ErrorCode.INVALID_CONFIG, "--secure: no admin token; export FERRY_TOKEN_FILE=<state dir>/admin.token")
     async with admin:
-        source = LiveSource(admin)
+        source = LiveSource(admin, run_dir=args.run_dir)
         console = Console(source, poll_interval_ms=args.poll_interval_ms, token=token)
         runner = await serve(console, args.host, args.port)
         print(f"Ferry console: http://{args.host}:{bound_port(runner)}/", flush=True)
@@ -214,6 +214,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1: loopback only)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT}; 0: any)")
     parser.add_argument("--poll-interval-ms", type=int, default=200, help="how often the cluster is read (default 200)")
+    parser.add_argument("--run-dir", help="an autoscaling experiment's output directory: draw its panels live")
     parser.add_argument("--secure", action="store_true",
                         help="the cluster is secure: read the admin token (FERRY_TOKEN_FILE) and require it on moves")
     args = parser.parse_args(argv)

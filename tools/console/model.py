@@ -56,8 +56,8 @@ class Observation:
     controllers: dict[int, JsonDict | None] = field(default_factory=dict)
     #: topic -> consumer group -> total lag (records), when known
     group_lag: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: the latest autoscale or balancer run's rows, when a source has them
-    runs: list[JsonDict] = field(default_factory=list)
+    #: an autoscaling experiment's panels (tools/console/runs.py), when the console follows one
+    run: JsonDict | None = None
 
 
 @dataclass
@@ -203,7 +203,7 @@ def build_view(obs: Observation, history: History) -> JsonDict:
         "moves": merge_moves(history, obs.moves),
         "quorum": quorum_view(obs.controllers),
         "series": {str(b): list(s) for b, s in sorted(history.series.items())},
-        "runs": obs.runs,
+        "run": obs.run,
     }
 
 

@@ -20,13 +20,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def spawn_console(controller_bootstrap: list[str], log_path: str, token_file: str | None = None,
-                  port: int | None = None, timeout_s: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
+                  port: int | None = None, timeout_s: float = 20.0,
+                  run_dir: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Start the console and return once its page answers: (process, URL)."""
     port = port or free_ports(1)[0]
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     args = [sys.executable, "-m", "tools.cli", "console", "--bootstrap-controller", ",".join(controller_bootstrap),
             "--host", LOOPBACK, "--port", str(port)]
+    if run_dir:
+        args += ["--run-dir", run_dir]
     if token_file:
         env[TOKEN_FILE_ENV] = token_file
         args.append("--secure")

@@ -21,6 +21,7 @@ from tools.admin import Admin
 from tools.client import RETRIABLE_CONNECTION_ERRORS, TopicPartition, normalize_url
 from tools.console.groups import GroupLagReader
 from tools.console.model import MetricsSample, Observation, parse_metrics
+from tools.console.runs import RunDir
 from metadata_quorum.kernel.errors import FerryError
 
 T = TypeVar("T")
@@ -46,8 +47,9 @@ class LiveSource:
     """A live cluster, read through an started :class:`Admin`."""
 
     def __init__(self, admin: Admin, timeout_ms: int = 1000, metrics_interval_ms: int = 1000,
-                 groups_interval_ms: int = 2000) -> None:
+                 groups_interval_ms: int = 2000, run_dir: str | None = None) -> None:
         self.admin = admin
+        self.run_dir = RunDir(run_dir) if run_dir else None
         self.timeout_ms = timeout_ms
         self.metrics_interval_ms = metrics_interval_ms
         self.groups_interval_ms = groups_interval_ms
@@ -126,6 +128,7 @@ class LiveSource:
             metrics=sampled,
             controllers={_node_id(h, i): h for i, h in enumerate(ctl)},
             group_lag=self._groups,
+            run=self.run_dir.read() if self.run_dir is not None else None,
         )
 
     async def move(self, tp: TopicPartition, replicas: list[int]) -> None:

@@ -66,13 +66,69 @@ function renderMoves() {
   $("moves").tBodies[0].innerHTML = rows.join("") || '<tr><td colspan="6" class="dim">no moves yet</td></tr>';
 }
 
+// -- an autoscaling experiment: the panels of its overview.png and balance.png, redrawn as it runs
+const EVENT_COLORS = { add_brokers: "#59a14f", rebalance_start: "#b07aa1", set_rate: "#8a98a8", remove_broker: "#e15759" };
+const RUN_PANELS = [
+  ["records/s", r => [["offered", r.series.offered_rps, "#8a98a8"], ["acknowledged", r.series.achieved_rps, "#4e79a7"], ["consumed", r.series.consumed_rps, "#76b7b2"]]],
+  ["acks/s per broker", r => Object.entries(r.per_broker).map(([b, v]) => ["broker " + b, v, brokerColor(Number(b))])],
+  ["produce latency ms (log)", r => [["p50", r.series.p50_ms, "#4e79a7"], ["p99", r.series.p99_ms, "#f28e2b"]], { log: true }],
+  ["consumer lag (records)", r => [["lag", r.series.consumer_lag, "#9c755f"]]],
+  ["live brokers, failed records, retries", r => [["live brokers", r.series.brokers, "#dde3ea", "step"], ["failed", r.series.errors, "#e15759", "bar"], ["retries", r.series.retries, "#f28e2b", "bar"]]],
+  ["per-broker throughput max/mean (3 s)", r => [["max/mean", r.balance, "#4e79a7"]], { hline: "balance_threshold" }],
+  ["live brokers, moves seen", r => [["live brokers", r.series.brokers, "#dde3ea", "step"], ["moves", r.series.moves, "#f28e2b", "bar"]]],
+];
+
+function drawRunChart(canvas, run, lines, opts) {
+  const g = canvas.getContext("2d"), w = canvas.width, h = canvas.height, t = run.series.t_s;
+  g.clearRect(0, 0, w, h);
+  if (t.length < 2) return;
+  const t0 = t[0], dt = Math.max(1, t[t.length - 1] - t0);
+  const f = v => opts.log ? Math.log10(Math.max(v, 0.01)) : v;
+  let lo = opts.log ? Infinity : 0, hi = -Infinity;
+  for (const [, vals] of lines) for (const v of vals) if (v !== null) { lo = Math.min(lo, f(v)); hi = Math.max(hi, f(v)); }
+  if (opts.hline) hi = Math.max(hi, run[opts.hline]);
+  if (!isFinite(hi)) return;
+  if (hi <= lo) hi = lo + 1;
+  const X = s => 2 + (s - t0) / dt * (w - 4), Y = v => h - 3 - (f(v) - lo) / (hi - lo) * (h - 8);
+  for (const e of run.events) {
+    if (e.kind === "move") { g.fillStyle = "#f28e2b"; g.fillRect(X(e.t_s), h - 6, 1, 6); continue; }
+    g.strokeStyle = EVENT_COLORS[e.kind] || "#8a98a8"; g.setLineDash([4, 3]); g.beginPath(); g.moveTo(X(e.t_s), 0); g.lineTo(X(e.t_s), h); g.stroke();
+  }
+  if (opts.hline) { g.strokeStyle = "#59a14f"; g.setLineDash([1, 3]); g.beginPath(); g.moveTo(0, Y(run[opts.hline])); g.lineTo(w, Y(run[opts.hline])); g.stroke(); }
+  g.setLineDash([]);
+  for (const [, vals, color, kind] of lines) {
+    g.strokeStyle = g.fillStyle = color; g.beginPath();
+    let started = false;
+    vals.forEach((v, i) => {
+      if (v === null) { started = false; return; }
+      if (kind === "bar") { if (v > 0) g.fillRect(X(t[i]) - 1, Y(v), 2, h - 3 - Y(v)); return; }
+      const x = X(t[i]), y = Y(v);
+      if (!started) { g.moveTo(x, y); started = true; } else if (kind === "step") { g.lineTo(x, g.__y); g.lineTo(x, y); } else g.lineTo(x, y);
+      g.__y = y;
+    });
+    g.stroke();
+  }
+}
+
 function renderRuns() {
-  const runs = view.runs || [];
-  $("runs-panel").hidden = runs.length === 0;
-  if (!runs.length) return;
-  const cols = Object.keys(runs[0]);
-  $("runs").tHead.innerHTML = "<tr>" + cols.map(c => `<th>${esc(c)}</th>`).join("") + "</tr>";
-  $("runs").tBodies[0].innerHTML = runs.map(r => "<tr>" + cols.map(c => `<td>${esc(r[c])}</td>`).join("") + "</tr>").join("");
+  const run = view.run;
+  $("runs-panel").hidden = !run;
+  if (!run) return;
+  $("run-name").textContent = `${run.name}: ${run.series.t_s.length} s` ;
+  $("run-legend").innerHTML = Object.entries(EVENT_COLORS).map(([k, c]) => `<span style="color:${c}">┆ ${esc(k)}</span>`).join(" ") + ' <span style="color:#f28e2b">▮ move</span>';
+  const box = $("run-charts");
+  RUN_PANELS.forEach(([title, pick, opts], i) => {
+    let fig = box.children[i];
+    if (!fig) {
+      fig = document.createElement("figure");
+      fig.innerHTML = `<figcaption></figcaption><canvas width="400" height="110"></canvas>`;
+      box.appendChild(fig);
+    }
+    const lines = pick(run), canvas = fig.querySelector("canvas");
+    if (canvas.width !== Math.max(200, fig.clientWidth)) canvas.width = Math.max(200, fig.clientWidth);
+    fig.querySelector("figcaption").textContent = title + ": " + lines.map(([n, v]) => `${n} ${fmt(v.length ? v[v.length - 1] : null, 1)}`).join(", ");
+    drawRunChart(canvas, run, lines, opts || {});
+  });
 }
 
 function renderCharts() {
@@ -165,7 +221,7 @@ function apply(update) {
   if (!view) return;
   const now = Date.now();
   let relayout = false;
-  for (const k of ["brokers", "topics", "moves", "quorum", "series", "runs"]) if (k in update) view[k] = update[k];
+  for (const k of ["brokers", "topics", "moves", "quorum", "series", "run"]) if (k in update) view[k] = update[k];
   if (update.topics_set) { Object.assign(view.partitions, update.topics_set); relayout = true; }
   if (update.topics_gone) { for (const t of update.topics_gone) delete view.partitions[t]; relayout = true; }
   if ("brokers" in update) renderBrokers();
@@ -173,7 +229,7 @@ function apply(update) {
   if ("topics" in update) renderTopics();
   if ("moves" in update) renderMoves();
   if ("series" in update) renderCharts();
-  if ("runs" in update) renderRuns();
+  if ("run" in update) renderRuns();
   if (relayout) { drawMap(); }
   if (update.leaders && !relayout) {
     const g = $("map").getContext("2d");
