@@ -148,3 +148,18 @@ async def test_the_synthetic_cluster_moves_at_its_rate_and_the_view_stays_small_
     assert 1 <= changed <= 20 and len(second["moves"]) == 20
     assert all(0 < m["done_ms"] <= 200 for m in second["moves"])
     assert len(json.dumps(d)) < len(json.dumps(first)) / 4
+
+
+def test_a_move_completed_after_the_topics_were_read_moves_its_cell() -> None:
+    h = History()
+    done = move("t", 1, 9, 1, 2, {"1": 1, "2": 1, "3": 1, "4": 1, "5": 1, "6": 1}, complete=True)  # t6 = 1030
+    before = move("t", 0, 8, 2, 1, {"1": 1, "2": 1, "3": 1, "4": 1, "5": 1, "6": 1}, complete=True)
+    before["t_ms"] = dict(before["t_ms"], t6=900)
+    half = move("t", 2, 10, 1, 2, {"1": 1, "2": None, "3": None, "4": None, "5": None, "6": None}, complete=False)
+    v = build_view(obs(1100, {"t": [2, 1, 1]}, moves={1: [done, before, half]}, partitions_at_ms=1000), h)
+    # the map read at 1000 still had t/1 on broker 1; its move completed at 1030: broker 2. The move
+    # of t/0 completed before the read (the read is right), the one of t/2 is not complete.
+    assert v["partitions"]["t"] == [2, 2, 1]
+    assert [(b["id"], b["leads"]) for b in v["brokers"]] == [(1, 1), (2, 2)]
+    later = build_view(obs(1300, {"t": [2, 2, 1]}, moves={}, partitions_at_ms=1200), h)
+    assert later["partitions"]["t"] == [2, 2, 1]

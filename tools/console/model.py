@@ -58,6 +58,9 @@ class Observation:
     group_lag: dict[str, dict[str, int]] = field(default_factory=dict)
     #: an autoscaling experiment's panels (tools/console/runs.py), when the console follows one
     run: JsonDict | None = None
+    #: when ``partitions`` was read (a large cluster's topics are read less often than each poll); a
+    #: move that completed later overrides its partition's leader on the map
+    partitions_at_ms: int | None = None
 
 
 @dataclass
@@ -185,6 +188,16 @@ def build_view(obs: Observation, history: History) -> JsonDict:
             leaders[p] = leader
             led[leader] = led.get(leader, 0) + 1
         partitions[topic] = leaders
+    moves = merge_moves(history, obs.moves)
+    read_at_ms = obs.at_ms if obs.partitions_at_ms is None else obs.partitions_at_ms
+    for m in reversed(moves):  # oldest first: the newest move of a partition wins
+        leaders_of = partitions.get(str(m["topic"]))
+        p, to = m["partition"], m["to"]
+        if (m["complete"] and m["done_ms"] is not None and m["done_ms"] >= read_at_ms and leaders_of is not None
+                and isinstance(p, int) and 0 <= p < len(leaders_of) and isinstance(to, int)):
+            led[leaders_of[p]] = led.get(leaders_of[p], 0) - 1
+            leaders_of[p] = to
+            led[to] = led.get(to, 0) + 1
     brokers = []
     for bid in sorted(set(obs.brokers) | set(obs.broker_health)):
         health = obs.broker_health.get(bid)
@@ -200,7 +213,7 @@ def build_view(obs: Observation, history: History) -> JsonDict:
         "brokers": brokers,
         "partitions": partitions,
         "topics": topics,
-        "moves": merge_moves(history, obs.moves),
+        "moves": moves,
         "quorum": quorum_view(obs.controllers),
         "series": {str(b): list(s) for b, s in sorted(history.series.items())},
         "run": obs.run,

@@ -1,7 +1,8 @@
 """Where the console's observations come from: the live cluster's existing APIs, through Admin.
 
 One :meth:`LiveSource.observe` asks, concurrently: the controllers' ``describe_cluster`` and
-``describe_topics`` (from any controller, which takes nothing from the leader), every broker's
+``describe_topics`` (from any controller, which takes nothing from the leader; see
+TOPICS_DUTY_FACTOR), every broker's
 ``/v1/health`` and ``/v1/moves``, every controller's ``/v1/health``, and, at most once per
 ``metrics_interval_ms``, every broker's ``/metrics``. A broker or controller that does not answer
 within ``timeout_ms`` is shown as down; the next poll asks again. Consumer groups' lag comes from the
@@ -17,7 +18,7 @@ from typing import Any, Awaitable, Protocol, TypeVar
 
 import aiohttp
 
-from tools.admin import Admin
+from tools.admin import Admin, PartitionState
 from tools.client import RETRIABLE_CONNECTION_ERRORS, TopicPartition, normalize_url
 from tools.console.groups import GroupLagReader
 from tools.console.model import MetricsSample, Observation, parse_metrics
@@ -27,6 +28,10 @@ from metadata_quorum.kernel.errors import FerryError
 T = TypeVar("T")
 log = logging.getLogger("ferry.console")
 MOVES_PER_BROKER = 20
+#: a large cluster's topics (10,000 partitions: a reply of ~1 MB) are read again only after this
+#: many times the last read took, so the console keeps a controller at most ~1/9 busy; a small
+#: cluster's are read every poll. Moves show at once anyway: they come from the brokers' /v1/moves.
+TOPICS_DUTY_FACTOR = 9
 
 
 class ConsoleSource(Protocol):
@@ -54,6 +59,9 @@ class LiveSource:
         self.metrics_interval_ms = metrics_interval_ms
         self.groups_interval_ms = groups_interval_ms
         self._metrics_at_ms = 0
+        self._topics: dict[str, list[PartitionState] | FerryError] | None = None
+        self._topics_next_s = 0.0
+        self._topics_at_ms = 0
         self._groups_at_ms = 0
         self._groups: dict[str, dict[str, int]] = {}
         self._groups_task: asyncio.Task[None] | None = None
@@ -95,8 +103,16 @@ class LiveSource:
 
     async def observe(self) -> Observation:
         now_ms = int(time.time() * 1000)
-        cluster, topics = await asyncio.gather(self.admin.describe_cluster(),
-                                               self.admin.describe_topics(leader=False))
+        read_topics = self._topics is None or time.monotonic() >= self._topics_next_s
+        if read_topics:
+            started = time.monotonic()
+            self._topics_at_ms = now_ms
+            cluster, topics = await asyncio.gather(self.admin.describe_cluster(),
+                                                   self.admin.describe_topics(leader=False))
+            took_s = time.monotonic() - started
+            self._topics, self._topics_next_s = topics, time.monotonic() + TOPICS_DUTY_FACTOR * took_s
+        else:
+            cluster, topics = await self.admin.describe_cluster(), self._topics or {}
         ids = sorted(cluster)
         urls = {b: cluster[b].url for b in ids}
         read_metrics = now_ms - self._metrics_at_ms >= self.metrics_interval_ms
@@ -129,6 +145,7 @@ class LiveSource:
             controllers={_node_id(h, i): h for i, h in enumerate(ctl)},
             group_lag=self._groups,
             run=self.run_dir.read() if self.run_dir is not None else None,
+            partitions_at_ms=self._topics_at_ms,
         )
 
     async def move(self, tp: TopicPartition, replicas: list[int]) -> None:

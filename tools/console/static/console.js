@@ -2,9 +2,10 @@
 // Plain DOM and canvas; each panel is redrawn only when its part of the view changed.
 "use strict";
 
-// firstPaintMs: after navigation start; applyMs: each update's handling; seen: move key -> when it was
-// first drawn complete (Date.now()); moveToPageMs: that minus the move's t6 (same host clock)
-const stats = { firstPaintMs: null, updates: 0, applyMs: [], seen: {}, moveToPageMs: [] };
+// firstPaintMs: after navigation start; fullMs: each whole view's handling (the first, or after a
+// stall); applyMs: each update's; seen: move key -> when it was first drawn complete (Date.now());
+// moveToPageMs: that minus the move's t6 (same host clock)
+const stats = { firstPaintMs: null, updates: 0, fullMs: [], applyMs: [], seen: {}, moveToPageMs: [] };
 window.ferryStats = stats;
 window.ferryView = () => view;
 let view = null;
@@ -244,11 +245,12 @@ function apply(update) {
 
 function onMessage(ev) {
   const t0 = performance.now();
-  apply(JSON.parse(ev.data));
-  const dt = performance.now() - t0;
+  const update = JSON.parse(ev.data);
+  apply(update);
+  const dt = performance.now() - t0, into = update.full ? stats.fullMs : stats.applyMs;
   stats.updates += 1;
-  stats.applyMs.push(dt);
-  if (stats.applyMs.length > 2000) stats.applyMs.shift();
+  into.push(dt);
+  if (into.length > 2000) into.shift();
   if (stats.firstPaintMs === null && view) requestAnimationFrame(() => { stats.firstPaintMs = performance.now(); });
 }
 
