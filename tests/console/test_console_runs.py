@@ -48,3 +48,20 @@ def test_the_run_dir_is_read_again_only_when_it_changed(tmp_path) -> None:
     second = d.read()
     assert second is not None and second["series"]["t_s"] == [0, 1, 2, 3, 4] and second["name"] == tmp_path.name
     assert second["events"] == [{"t_s": 2.0, "kind": "remove_broker"}]
+
+
+def test_an_experiment_followed_by_the_console_writes_what_the_console_reads(tmp_path) -> None:
+    from tools.autoscale.runner import Experiment
+    from tools.autoscale.scenario import load_scenario
+
+    exp = Experiment(load_scenario(None), tmp_path, on_console=lambda _url: None)
+    for t in (0.2, 1.3, 1.4):
+        exp.rec.offered(t)
+        exp.rec.acked(t, 1, 4.0)
+    exp.rec.gauge(1.0, "live_brokers", [1, 2])
+    exp.rec.event(1.5, "add_brokers", brokers=[3])
+    exp._write_live()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.json", "timeseries.csv"]
+    v = RunDir(str(tmp_path)).read()
+    assert v is not None and v["series"]["t_s"] == [0, 1] and v["series"]["achieved_rps"] == [1, 2]
+    assert v["per_broker"]["1"] == [1, 2] and v["events"] == [{"t_s": 1.5, "kind": "add_brokers"}]
