@@ -53,6 +53,15 @@ async def test_page_stream_and_move() -> None:
         assert source.leaders["topic-00"][0] == to
         junk = await client.post("/api/move", data=b"{not json")
         assert (await junk.json())["error"] == "INVALID_REQUEST"
+        # a plan of Kafka's format, with Kafka's checks
+        plan = {"version": 1, "partitions": [{"topic": "topic-01", "partition": p, "replicas": [3]} for p in (0, 1)]}
+        r = await client.post("/api/reassign", json={"plan": json.dumps(plan)})
+        assert r.status == 200 and (await r.json())["lines"] and source.leaders["topic-01"][:2] == [3, 3]
+        dup = {"version": 1, "partitions": [{"topic": "topic-01", "partition": 2, "replicas": [1, 1]}]}
+        for body, error in (({"plan": json.dumps(dup)}, "INVALID_REPLICA_ASSIGNMENT"), ({"plan": "{"}, "INVALID_REQUEST"),
+                            ({"plan": ""}, "INVALID_REQUEST"), ({"nope": 1}, "INVALID_REQUEST")):
+            r = await client.post("/api/reassign", json=body)
+            assert (await r.json())["error"] == error, body
         events.close()
     finally:
         await client.close()

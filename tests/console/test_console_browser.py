@@ -222,6 +222,25 @@ def test_console_shows_a_move_within_a_second_and_the_forms_errors(browser_or_sk
         panel = driver.find_element("id", "runs-panel")
         driver.execute_script("arguments[0].scrollIntoView()", panel)
         panel.screenshot(os.path.join(DOCS, "console-autoscale.png"))
+
+        # a reassignment plan of Kafka's format: the tool's error for an unknown broker, then a good one
+        driver.find_element("css selector", "#plan summary").click()
+        p3 = loop.run(admin.wait_for_leader(tps[3])).leader
+        dst3 = brokers[(brokers.index(p3) + 1) % len(brokers)]
+        for replicas, expect in (([99], "BROKER_ID_NOT_REGISTERED: Unknown broker id 99"),
+                                 ([dst3], "Successfully started partition reassignment for console-3")):
+            text_area = driver.find_element("id", "plan-text")
+            text_area.clear()
+            text_area.send_keys(json.dumps({"version": 1, "partitions": [
+                {"topic": topic, "partition": 3, "replicas": replicas}]}))
+            started_ms = int(time.time() * 1000)
+            driver.find_element("id", "plan-button").click()
+            driver.find_element("id", "plan-yes").click()
+            answer = wait_for(lambda: driver.find_element("id", "plan-result").text
+                              if "sending" not in driver.find_element("id", "plan-result").text else "", 10, "the plan's answer")
+            assert expect in answer, answer
+        wait_for(lambda: page_move(driver, topic, 3, dst3, started_ms - 1), 10, "the plan's move on the page")
+
         updates, full = driver.execute_script("return [ferryStats.applyMs, ferryStats.fullMs]")
         print(f"updates applied: {len(updates)}, max {max(updates):.1f} ms; the whole view: {full[0]:.1f} ms")
         assert len(full) == 1 and max(updates) < 100, (updates, full)

@@ -4,9 +4,10 @@ The shell around the pure view model (tools/console/model.py): a poll loop asks 
 ``poll_interval_ms``, builds the view, and pushes what changed to every open page as server-sent
 events (``GET /api/events``: first the whole view, then diffs). ``GET /`` is one static page of
 plain JavaScript and CSS (tools/console/static/). ``POST /api/move`` starts a reassignment through
-the controllers' API and answers their error (name and message) for bad input; when the console
-holds an admin token (a secure cluster), a move must carry the same token as ``Authorization:
-Bearer`` or it is refused with ``SASL_AUTHENTICATION_FAILED``.
+the controllers' API and ``POST /api/reassign`` runs Kafka's reassignment JSON as `ferry
+reassign-partitions --execute` does; both answer the Kafka error (name and message) for bad input.
+When the console holds an admin token (a secure cluster), both must carry the same token as
+``Authorization: Bearer`` or they are refused with ``SASL_AUTHENTICATION_FAILED``.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ DEFAULT_PORT = 9099
 #: a page that reads slower than this many queued updates gets the whole view again instead
 QUEUE_MAX = 64
 MOVE_BODY_MAX_BYTES = 4096
+PLAN_BODY_MAX_BYTES = 4 * 1024 * 1024  # a plan of every partition of a large cluster
 
 
 class Console:
@@ -137,27 +139,41 @@ class Console:
             raise FerryError(ErrorCode.SASL_AUTHENTICATION_FAILED,
                              "this console is on a secure cluster: a move needs the admin token")
 
-    async def move(self, request: web.Request) -> web.Response:
-        self._check_token(request)
+    async def _body(self, request: web.Request, max_bytes: int) -> object:
         raw = await request.read()
-        if len(raw) > MOVE_BODY_MAX_BYTES:
-            raise FerryError(ErrorCode.INVALID_REQUEST, f"the body is larger than {MOVE_BODY_MAX_BYTES} bytes")
+        if len(raw) > max_bytes:
+            raise FerryError(ErrorCode.INVALID_REQUEST, f"the body is larger than {max_bytes} bytes")
         try:
-            body = json.loads(raw)
+            return json.loads(raw)
         except ValueError:
             raise FerryError(ErrorCode.INVALID_REQUEST, "the body is not JSON") from None
-        topic, partition, replicas = parse_move_form(body)
+
+    async def move(self, request: web.Request) -> web.Response:
+        self._check_token(request)
+        topic, partition, replicas = parse_move_form(await self._body(request, MOVE_BODY_MAX_BYTES))
         await self.source.move(TopicPartition(topic, partition), replicas)
         self._changed.set()
         return web.json_response({"topic": topic, "partition": partition, "replicas": replicas, "error": "NONE"})
 
+    async def reassign(self, request: web.Request) -> web.Response:
+        """``{"plan": "<Kafka's reassignment JSON>"}``: run as `ferry reassign-partitions --execute`."""
+        self._check_token(request)
+        body = await self._body(request, PLAN_BODY_MAX_BYTES)
+        plan = body.get("plan") if isinstance(body, dict) else None
+        if not isinstance(plan, str) or not plan.strip():
+            raise FerryError(ErrorCode.INVALID_REQUEST, "plan must be Kafka's reassignment JSON, as a string")
+        lines = await self.source.execute_plan(plan)
+        self._changed.set()
+        return web.json_response({"error": "NONE", "lines": lines})
+
     def app(self) -> web.Application:
         app = web.Application(middlewares=[errors_middleware("docs/console.md")],
-                              client_max_size=MOVE_BODY_MAX_BYTES * 4)
+                              client_max_size=PLAN_BODY_MAX_BYTES * 2)
         app.router.add_get("/", self.index)
         app.router.add_get("/api/snapshot", self.snapshot)
         app.router.add_get("/api/events", self.events)
         app.router.add_post("/api/move", self.move)
+        app.router.add_post("/api/reassign", self.reassign)
         app.router.add_static("/static/", STATIC_DIR)
         app.on_startup.append(self.start)
         app.on_cleanup.append(self.stop)

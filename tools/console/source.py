@@ -39,6 +39,7 @@ class ConsoleSource(Protocol):
 
     async def observe(self) -> Observation: ...
     async def move(self, tp: TopicPartition, replicas: list[int]) -> None: ...
+    async def execute_plan(self, plan_json: str) -> list[str]: ...
 
 
 async def _or_none(call: Awaitable[T]) -> T | None:
@@ -150,6 +151,22 @@ class LiveSource:
 
     async def move(self, tp: TopicPartition, replicas: list[int]) -> None:
         await self.admin.move_partition(tp, replicas)
+
+    async def execute_plan(self, plan_json: str) -> list[str]:
+        """Kafka's reassignment JSON, run as `ferry reassign-partitions --execute` runs it (the same
+        checks and errors); the lines it prints."""
+        return await execute_plan(self.admin, plan_json)
+
+
+async def execute_plan(admin: Admin, plan_json: str) -> list[str]:
+    from tools.reassign_cmd import CommandError, run_execute
+
+    out: list[str] = []
+    try:
+        await run_execute(admin, plan_json, additional=False, out=out)
+    except CommandError as exc:
+        raise FerryError(exc.error, str(exc)) from None
+    return out
 
 
 def _node_id(health: dict[str, Any] | None, index: int) -> int:

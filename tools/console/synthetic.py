@@ -97,6 +97,17 @@ class SyntheticSource:
             raise FerryError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"no such broker: {unknown[0]}")
         leaders[tp.partition] = replicas[0]
 
+    async def execute_plan(self, plan_json: str) -> list[str]:
+        from tools.reassign_cmd import CommandError, parse_reassignment_json, validate_execute
+
+        try:
+            parts = validate_execute(parse_reassignment_json(plan_json))
+        except CommandError as exc:
+            raise FerryError(exc.error, str(exc)) from None
+        for tp, replicas in parts.items():
+            await self.move(tp, replicas)
+        return [f"Successfully started partition reassignments for {','.join(str(tp) for tp in sorted(parts))}"]
+
 
 def describe(source: SyntheticSource) -> dict[str, Any]:
     return {"partitions": sum(len(ls) for ls in source.leaders.values()), "topics": len(source.leaders),

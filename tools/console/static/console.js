@@ -286,18 +286,29 @@ $("move-form").addEventListener("submit", ev => {
   $("move-confirm").hidden = false;
 });
 $("move-no").addEventListener("click", () => { $("move-confirm").hidden = true; });
-$("move-yes").addEventListener("click", async () => {
-  $("move-confirm").hidden = true;
-  const v = formValues(), result = $("move-result");
+
+// post to the console; the answer's Kafka error (name: message) or what `ok` makes of it
+async function post(path, payload, result, ok) {
   const headers = { "Content-Type": "application/json" };
   if (secure && $("move-token").value) headers.Authorization = "Bearer " + $("move-token").value;
-  result.className = "dim"; result.textContent = "moving…";
+  result.className = "dim"; result.textContent = "sending…";
   try {
-    const r = await fetch("/api/move", { method: "POST", headers, body: JSON.stringify(v) });
+    const r = await fetch(path, { method: "POST", headers, body: JSON.stringify(payload) });
     const body = await r.json();
     if (body.error && body.error !== "NONE") { result.className = "error"; result.textContent = `${body.error}: ${body.message}`; }
-    else { result.className = "ok"; result.textContent = `Reassignment of ${body.topic}/${body.partition} to [${body.replicas}] started.`; }
+    else { result.className = "ok"; result.textContent = ok(body); }
   } catch (e) { result.className = "error"; result.textContent = "NETWORK_EXCEPTION: " + e; }
+}
+
+$("move-yes").addEventListener("click", () => {
+  $("move-confirm").hidden = true;
+  post("/api/move", formValues(), $("move-result"), b => `Reassignment of ${b.topic}/${b.partition} to [${b.replicas}] started.`);
+});
+$("plan-button").addEventListener("click", () => { $("plan-confirm").hidden = false; });
+$("plan-no").addEventListener("click", () => { $("plan-confirm").hidden = true; });
+$("plan-yes").addEventListener("click", () => {
+  $("plan-confirm").hidden = true;
+  post("/api/reassign", { plan: $("plan-text").value }, $("plan-result"), b => b.lines.join("\n"));
 });
 $("map").addEventListener("mousemove", ev => hoverMap(ev, false));
 $("map").addEventListener("click", ev => hoverMap(ev, true));
