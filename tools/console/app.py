@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import time
+import aiohttp
 from aiohttp import web
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -54,7 +55,7 @@ class Console:
     async def poll_once(self) -> None:
         try:
             obs = await self.source.observe()
-        except (FerryError, OSError, asyncio.TimeoutError) as exc:
+        except (FerryError, OSError, asyncio.TimeoutError, aiohttp.ClientError) as exc:
             self.last_error = str(exc)
             self._publish({"error": self.last_error})
             return

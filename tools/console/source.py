@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Protocol, TypeVar
 
 import aiohttp
 
-from tools.admin import Admin, PartitionState
+from tools.admin import Admin, BrokerInfo, PartitionState, parse_brokers
 from tools.client import RETRIABLE_CONNECTION_ERRORS, TopicPartition, normalize_url
 from tools.console.groups import GroupLagReader
 from tools.console.model import MetricsSample, Observation, parse_metrics
@@ -95,12 +95,12 @@ class LiveSource:
     async def _get(self, url: str, params: dict[str, str] | None = None) -> Any:
         return await self.admin.http_get(url, params, timeout_ms=self.timeout_ms)
 
+    async def _brokers(self) -> dict[int, BrokerInfo]:
+        """The registered brokers, from any controller: the page goes on while the quorum elects."""
+        return parse_brokers(await self.admin.any_controller_api.describe_cluster({}))
+
     async def _text(self, url: str) -> str:
-        session = self.admin._session
-        assert session is not None, "Admin not started"
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000)) as r:
-            r.raise_for_status()
-            return await r.text()
+        return await self.admin.http_get_text(url, timeout_ms=self.timeout_ms)
 
     async def observe(self) -> Observation:
         now_ms = int(time.time() * 1000)
@@ -108,12 +108,11 @@ class LiveSource:
         if read_topics:
             started = time.monotonic()
             self._topics_at_ms = now_ms
-            cluster, topics = await asyncio.gather(self.admin.describe_cluster(),
-                                                   self.admin.describe_topics(leader=False))
+            cluster, topics = await asyncio.gather(self._brokers(), self.admin.describe_topics(leader=False))
             took_s = time.monotonic() - started
             self._topics, self._topics_next_s = topics, time.monotonic() + TOPICS_DUTY_FACTOR * took_s
         else:
-            cluster, topics = await self.admin.describe_cluster(), self._topics or {}
+            cluster, topics = await self._brokers(), self._topics or {}
         ids = sorted(cluster)
         urls = {b: cluster[b].url for b in ids}
         read_metrics = now_ms - self._metrics_at_ms >= self.metrics_interval_ms
