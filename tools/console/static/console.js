@@ -231,14 +231,21 @@ function apply(update) {
   if ("moves" in update) renderMoves();
   if ("series" in update) renderCharts();
   if ("run" in update) renderRuns();
-  if (relayout) { drawMap(); }
-  if (update.leaders && !relayout) {
-    const g = $("map").getContext("2d");
-    for (const [t, pairs] of Object.entries(update.leaders)) {
-      const leaders = view.partitions[t];
-      if (!leaders) continue;
-      for (const [p, leader] of pairs) { leaders[p] = leader; moved.set(t + "/" + p, now); drawCell(g, t, p, leader, now); }
+  const g = $("map").getContext("2d");
+  for (const [t, pairs] of Object.entries(update.leaders || {})) {
+    const leaders = view.partitions[t];
+    if (!leaders) continue;
+    for (const [p, leader] of pairs) {
+      leaders[p] = leader; moved.set(t + "/" + p, now);
+      if (!relayout) drawCell(g, t, p, leader, now);
     }
+  }
+  if (relayout) drawMap();
+  for (const [key, t] of moved) {  // an outline that has had its time: the cell drawn plain again
+    if (now - t <= MOVED_OUTLINE_MS) continue;
+    moved.delete(key);
+    const i = key.lastIndexOf("/"), topic = key.slice(0, i), p = Number(key.slice(i + 1)), leaders = view.partitions[topic];
+    if (leaders && layout && layout.places[topic] && p < leaders.length) drawCell(g, topic, p, leaders[p], now);
   }
   if (update.at_ms) $("clock").textContent = new Date(update.at_ms).toLocaleTimeString();
 }
