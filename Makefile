@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install test test-fast chaos demo perf perf-s3 soak clean kafka-jars spark-kafka-jars spark-kafka-kills conformance streams-jars
+.PHONY: install test test-fast chaos demo perf perf-s3 soak clean kafka-jars spark-kafka-jars spark-kafka-kills conformance streams-jars browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,8 +56,19 @@ $(STREAMS_JARS_STAMP): tools/peer/streams-pom.xml
 
 streams-jars: $(STREAMS_JARS_STAMP)
 
+# Debian's chromium and chromium-driver, for the console's browser test and `ferry perf console`:
+# installed with apt-get when absent (as root, or through sudo); where neither works it says so and
+# the browser test is skipped with that reason
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
+		( $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver ) \
+			|| echo "browser: apt-get could not install chromium and chromium-driver: the console's browser test is skipped"; \
+	else echo "browser: no apt-get: install chromium and chromedriver; the console's browser test is skipped"; fi
+
 # the whole suite, the two seeded 30 s chaos campaigns included
-test: $(STAMP) $(KAFKA_JARS_STAMP) $(SPARK_KAFKA_JARS_STAMP) $(STREAMS_JARS_STAMP)
+test: $(STAMP) $(KAFKA_JARS_STAMP) $(SPARK_KAFKA_JARS_STAMP) $(STREAMS_JARS_STAMP) browser
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 # Spark's Kafka source and sink through 10 kill -9 of the two brokers in turn, each restarted after
@@ -77,10 +88,10 @@ conformance: $(STAMP) $(KAFKA_JARS_STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not integration and not spark" tests
 
-demo: $(STAMP) $(KAFKA_JARS_STAMP)  # `make demo WAL=s3`: the brokers' WAL in S3
-	$(VENV)/bin/ferry demo $(if $(WAL),--wal $(WAL))
+demo: $(STAMP) $(KAFKA_JARS_STAMP)  # `make demo WAL=s3`: the brokers' WAL in S3; CONSOLE=0: no web console
+	$(VENV)/bin/ferry demo $(if $(WAL),--wal $(WAL)) $(if $(filter 0,$(CONSOLE)),--no-console)
 
-perf: $(STAMP) $(KAFKA_JARS_STAMP)
+perf: $(STAMP) $(KAFKA_JARS_STAMP) browser
 	$(VENV)/bin/ferry perf quorum
 	$(VENV)/bin/ferry perf streams
 	$(VENV)/bin/ferry perf lifecycle
@@ -92,6 +103,7 @@ perf: $(STAMP) $(KAFKA_JARS_STAMP)
 	$(VENV)/bin/ferry perf scale
 	$(VENV)/bin/ferry perf spark-read
 	$(VENV)/bin/ferry perf peer
+	$(VENV)/bin/ferry perf console
 
 # the same benchmarks behind a realistic S3 (docs/s3.md): a fixed 30 ms per request, and AWS S3 Standard
 perf-s3: $(STAMP)

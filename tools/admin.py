@@ -229,6 +229,14 @@ class Admin:
             await raise_for_error(r)
             return await r.json()
 
+    async def http_get_text(self, url: str, timeout_ms: int | None = None) -> str:
+        """A text endpoint (Prometheus' `/metrics`), with the admin token when there is one."""
+        assert self._session is not None, "Admin not started"
+        total_s = (timeout_ms if timeout_ms is not None else self.timeout_ms) / 1000
+        async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=total_s)) as r:
+            await raise_for_error(r)
+            return await r.text()
+
     async def http_post(self, url: str, body: Any) -> Any:
         assert self._session is not None, "Admin not started"
         async with self._session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000)) as r:

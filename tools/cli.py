@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("tools.cluster", "start, stop or inspect a local cluster (moto, controllers, brokers)"),
     "produce": ("tools.console_producer", "produce lines from stdin (Kafka's console producer)"),
     "consume": ("tools.console_consumer", "consume records to stdout (Kafka's console consumer)"),
+    "console": ("tools.console.app", "serve the live web console on loopback (brokers, partition map, moves, quorum)"),
     "demo": ("tools.demo", "the seconds-scale reassignment demo (= make demo)"),
     "perf": ("tools.perf", "benchmarks: quorum, streams, move, rebalance"),
     "chaos": ("tools.chaos.cli", "seeded fault campaigns against a local cluster, with a verdict (chaos run)"),

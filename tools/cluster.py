@@ -99,6 +99,8 @@ class LocalCluster:
         self.broker_ports: dict[int, int] = {}
         self.kafka_ports: dict[int, int] = {}
         self.stopped_brokers: set[int] = set()
+        self.console: subprocess.Popen[bytes] | None = None  # `ferry console`, once start_console ran
+        self.console_url: str | None = None
         # --secure: fresh secrets; Raft is encrypted, every API but /v1/health needs a bearer token.
         self.security: ControllerSecurity | None = generate_secrets() if secure else None
 
@@ -216,6 +218,16 @@ class LocalCluster:
         if wait:
             self.wait_brokers([broker_id], timeout_s)
 
+    def start_console(self, port: int | None = None, run_dir: str | None = None) -> str:
+        """Start the web console on this cluster (tools/console/process.py); returns its URL."""
+        from tools.console.process import spawn_console
+
+        token_file = self.admin_token_path if self.security is not None else None
+        self.console, self.console_url = spawn_console(self.controller_bootstrap, os.path.join(
+            self.state_dir, "console.log"), token_file, port, run_dir=run_dir)
+        self.write_state()
+        return self.console_url
+
     def broker_health(self, broker_id: int) -> dict[str, Any] | None:
         try:
             body = http_get_json(f"{self.broker_url(broker_id)}/v1/health", 1.0)
@@ -283,6 +295,9 @@ class LocalCluster:
 
     def stop(self, graceful: bool = True) -> None:
         """Stop everything, brokers first: SIGTERM (a controlled shutdown) or, not graceful, SIGKILL."""
+        if self.console is not None:
+            stop_process(self.console, signal.SIGTERM, timeout_s=5)
+            self.console = None
         procs = list(self.broker_procs.items())
         for bid, proc in procs:  # signal all first so that they shut down in parallel
             if proc.poll() is None:
@@ -414,6 +429,8 @@ class LocalCluster:
                          "pid": proc.pid, "log": self.broker_log_path(bid),
                          "config": self.broker_config_path(bid), "log_dirs": self.broker_log_dirs(bid)}
                         for bid, proc in sorted(self.broker_procs.items())],
+            "console": {"url": self.console_url, "pid": self.console.pid, "log": os.path.join(self.state_dir, "console.log")}
+            if self.console is not None else None,
             "bootstrap_server": ",".join(u.removeprefix("http://") for u in self.bootstrap_servers),
             "bootstrap.servers": self.kafka_bootstrap,
             "bootstrap_controller": ",".join(u.removeprefix("http://") for u in self.controller_bootstrap)
@@ -432,7 +449,7 @@ class LocalCluster:
 
 
 # What `up` creates in a state dir; a new `up` removes it first (see the module docstring).
-_CLUSTER_DATA = ("controllers", "wal", "s3.log", "admin.token")
+_CLUSTER_DATA = ("controllers", "wal", "s3.log", "admin.token", "console.log")
 
 
 def _remove_previous_data(state_dir: str) -> bool:
@@ -464,6 +481,9 @@ def summary(state: dict[str, Any], elapsed_s: float) -> str:
         lines.append(f"  controller {c['id']:<2} {c['url']:<24}  pid {c['pid']:<7}  log {c['log']}")
     for b in state.get("brokers", []):
         lines.append(f"  broker {b['id']:<6} {b['url']:<24}  kafka {b.get('kafka')}  pid {b['pid']:<7}  log {b['log']}")
+    if state.get("console"):
+        c = state["console"]
+        lines.append(f"  console       {c['url']:<24}  pid {c['pid']:<7}  log {c['log']}  (open it in a browser)")
     d = state["state_dir"]
     lines += ["", f"  --bootstrap-server {state['bootstrap_server']}",
               f"  bootstrap.servers={state.get('bootstrap.servers', '')}  (Kafka clients)",
@@ -535,7 +555,10 @@ def cmd_up(args: argparse.Namespace, state_dir: str) -> int:
                            secure=args.secure, wal_mode=args.wal, broker_overrides=overrides)
     try:
         cluster.start()
+        if args.console:
+            cluster.start_console(args.console_port or None)
     except (RuntimeError, TimeoutError, OSError) as exc:
+        cluster.stop()
         os.remove(os.path.join(state_dir, STATE_FILE)) if load_state(state_dir) is not None else None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"Error: the cluster did not start: {first} (logs in {state_dir})", file=sys.stderr)
@@ -569,6 +592,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--secure", action="store_true",
                         help="up: generate secrets; Raft traffic is encrypted and authenticated, the controller and "
                              "broker APIs require a bearer token (the admin token goes to <state dir>/admin.token)")
+    parser.add_argument("--console", action="store_true",
+                        help="up: also serve the web console on loopback (docs/console.md); `down` stops it")
+    parser.add_argument("--console-port", type=int, default=0, help="up --console: its port (default: a free one)")
     parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                         help="up: a broker setting for every broker (VALUE is JSON or a string; repeatable), e.g. "
                              "--broker-config authorizer_enabled=true --broker-config 'super_users=[\"User:admin\"]'")

@@ -85,6 +85,8 @@ def state_pids(state: dict[str, Any]) -> list[tuple[str, int]]:
     out += [(f"controller {c['id']}", int(c["pid"])) for c in state.get("controllers", []) if c.get("pid")]
     if (state.get("s3") or {}).get("pid"):
         out.append(("s3", int(state["s3"]["pid"])))
+    if (state.get("console") or {}).get("pid"):
+        out.append(("console", int(state["console"]["pid"])))
     return out
 
 

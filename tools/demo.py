@@ -285,6 +285,8 @@ def _cluster_pids(cluster: LocalCluster) -> list[int]:
     pids += [p.pid for p in (cluster.quorum.procs.values() if cluster.quorum else [])]
     if cluster.s3 is not None and cluster.s3.process is not None:
         pids.append(cluster.s3.process.pid)
+    if cluster.console is not None:
+        pids.append(cluster.console.pid)
     return pids
 
 
@@ -316,6 +318,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--state-dir", help="keep the cluster's state and logs here (default: a temporary dir)")
     parser.add_argument("--wal", choices=("local", "s3"), default="local",
                         help="the brokers' WAL: a file per log dir (default) or WAL objects in S3")
+    parser.add_argument("--no-console", dest="console", action="store_false",
+                        help="do not serve the web console (default: serve it on loopback and print its URL)")
     args = parser.parse_args(argv)
     if args.moves < 1 or args.partitions < 1:
         print("Error: --moves and --partitions must be at least 1 (INVALID_REQUEST)", file=sys.stderr)
@@ -333,10 +337,18 @@ def main(argv: list[str]) -> int:
     try:
         try:
             cluster.start()
+            if args.console:
+                try:
+                    cluster.start_console()
+                except RuntimeError as exc:  # the demo does not need it
+                    console.print(f"[yellow]The web console did not start[/]: {exc}")
             pids = _cluster_pids(cluster)
             console.print(f"Cluster up in {time.monotonic() - started:.1f} s: S3 at {cluster.s3_endpoint}, "
                           f"controllers {', '.join(cluster.controller_bootstrap)}, brokers "
                           f"{', '.join(cluster.bootstrap_servers)} (logs in {state_dir})")
+            if cluster.console_url:
+                console.print(f"Web console: [bold]{cluster.console_url}[/] (open it to watch the moves live; "
+                              "it stops with the demo)")
             ok = asyncio.run(run_demo(cluster, console, args.moves, args.partitions,
                                       outcome))
         except KeyboardInterrupt:

@@ -86,6 +86,14 @@ def test_summary_says_where_things_run_and_how_to_stop_them() -> None:
     assert "--bootstrap-server 127.0.0.1:11" in text and "--bootstrap-controller 127.0.0.1:10" in text
     assert "/s/b1.log" in text and "pid 7" in text
     assert text.splitlines()[-1] == "Stop it with: ferry cluster down --state-dir /s"
+    assert "console" not in text
+    state["console"] = {"url": "http://127.0.0.1:12/", "pid": 8, "log": "/s/console.log"}
+    text = cluster.summary(state, 3.0)
+    assert "console       http://127.0.0.1:12/" in text and "pid 8" in text
+    # `down` stops the console with the rest, after the brokers
+    from tools.cluster_procs import state_pids
+
+    assert state_pids(state) == [("broker 1", 7), ("controller 1", 6), ("s3", 5), ("console", 8)]
 
 
 def test_down_finds_a_process_that_logs_to_the_state_dir_but_was_not_recorded(

@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="output directory (default .ferry/autoscale/<scenario>-<time>)")
     add_wal_argument(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--console", action="store_true",
+                     help="serve the web console on the experiment's cluster, with this run's panels live")
     from tools.autoscale.compare import add_parser
 
     add_parser(sub)
@@ -65,8 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         def on_progress(t_s: float, phase: str) -> None:
             progress.update(task, completed=min(t_s, scenario.duration_s), phase=phase)
 
+        def on_console(url: str) -> None:
+            progress.console.print(f"Web console: {url} (this run's panels live; it stops with the run)")
+
         experiment = Experiment(scenario, out_dir, s3_endpoint=args.s3_endpoint, bucket=args.bucket,
-                                on_progress=on_progress, wal_mode=args.wal)
+                                on_progress=on_progress, wal_mode=args.wal,
+                                on_console=on_console if args.console else None)
         summary = asyncio.run(experiment.run())
     print(json.dumps({k: summary[k] for k in ("verdict", "checks", "time_to_balance_s", "moves",
                                                "stall_per_moved_partition_ms", "p99_steady", "p99_during_moves",

@@ -39,9 +39,15 @@ MAX_IN_FLIGHT = 50_000  # records offered but not yet acknowledged; above it off
 TICK_S = 0.01
 
 
+#: how often a run followed by the console rewrites its time series
+LIVE_WRITE_INTERVAL_S = 2.0
+
 class Experiment:
     def __init__(self, scenario: Scenario, out_dir: Path, s3_endpoint: str | None = None, bucket: str = "ferry",
-                 on_progress: Callable[[float, str], None] | None = None, wal_mode: str = "local") -> None:
+                 on_progress: Callable[[float, str], None] | None = None, wal_mode: str = "local",
+                 on_console: Callable[[str], None] | None = None) -> None:
+        """``on_console``: serve the web console on the experiment's cluster, following this run's
+        panels live, and tell this callback its URL."""
         """``wal_mode``: the brokers' WAL, ``local`` files or WAL objects in S3 (``wal.mode = s3``)."""
         self.scn = scenario
         self.wal_mode = wal_mode
@@ -49,6 +55,8 @@ class Experiment:
         self.s3_endpoint = s3_endpoint
         self.bucket = bucket
         self.on_progress = on_progress or (lambda _t, _msg: None)
+        self.on_console = on_console
+        self._live_written_s = 0.0
         self.rec = Recorder()
         self.tps = [TopicPartition(scenario.topic, p) for p in range(scenario.partitions)]
         self.acks: dict[int, list[tuple[int, int, int, float]]] = {p: [] for p in range(scenario.partitions)}
@@ -91,6 +99,8 @@ class Experiment:
             # One after the other: two threads spawning processes at once (the cluster's and Spark's
             # JVM) once failed the exec with EFAULT.
             await asyncio.to_thread(self.cluster.start)
+            if self.on_console is not None:
+                self.on_console(await asyncio.to_thread(self.cluster.start_console, None, str(self.out_dir)))
             await asyncio.to_thread(_warm_spark, str(self.out_dir / "spark-warm-up"))
             verification = await self._run_load()
         finally:
@@ -229,7 +239,17 @@ class Experiment:
             except (FerryError, OSError):
                 pass
             self.on_progress(t, self.status)
+            if self.on_console is not None and t - self._live_written_s >= LIVE_WRITE_INTERVAL_S:
+                self._live_written_s = t
+                self._write_live()
             await asyncio.sleep(max(0.0, 1.0 - (self.now() - t)))
+
+    def _write_live(self) -> None:
+        """The time series and events so far, replaced atomically, for the console to draw live."""
+        for name, write in (("timeseries.csv", self.rec.write_csv), ("events.json", self.rec.write_events)):
+            tmp = self.out_dir / f".{name}.tmp"
+            write(tmp)
+            tmp.replace(self.out_dir / name)
 
     async def _final_sample(self, timeout_s: float = 15.0) -> None:
         """The cluster's state after the last step, recorded as the time series' last gauges (retried:

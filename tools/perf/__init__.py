@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "spark-stream": "a Structured Streaming query's freshness through moves: the ferry source vs Spark's Kafka source",
     "scale": "every partition of 1,000 to 10,000 moved at once: time, elections, fencings, records per move",
     "txn": "transactions: produce MB/s against idempotence, commit latency, moves with a transaction open; beside Apache Kafka",
+    "console": "the web console in headless Chromium: first paint and per-update time with 10,000 partitions, 100 moves/s",
     "peer": "Apache Kafka (KRaft, from `make kafka-jars`) and Ferry side by side: moves by size, produce, CPU, e2e, kill -9",
 }
 
