@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install test test-fast chaos demo perf perf-s3 soak clean kafka-jars spark-kafka-jars spark-kafka-kills conformance streams-jars browser
+.PHONY: install test test-fast chaos demo perf perf-s3 soak soak-net clean kafka-jars spark-kafka-jars spark-kafka-kills conformance streams-jars browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -118,6 +118,11 @@ perf-s3: $(STAMP)
 soak: $(STAMP)
 	$(PY) -m broker.simulation --seed 0 --count 10000 --steps 40
 	$(VENV)/bin/ferry chaos run --seed 1-20 --duration 120 --out chaos-out
+
+# 20 seeded fault campaigns of 300 s each with every node in its own network namespace and the
+# network faults (about 2 h; needs `ip netns`, i.e. root); reports in chaos-net-out/
+soak-net: $(STAMP)
+	$(VENV)/bin/ferry chaos run --net --seed 1-20 --duration 300 --out chaos-net-out
 
 autoscale: $(STAMP)
 	$(VENV)/bin/ferry autoscale run

@@ -6,11 +6,14 @@ against what the cluster holds afterwards (pure: plain data in, violations out).
 - **metadata**: in the committed metadata log, a stream has one owner per epoch, its epoch never
   goes back, an object is committed only at the stream's current epoch and starts where the
   stream ends, and no two committed objects of a stream overlap in offsets;
+- **availability** (network faults): after each cut heals, every partition acknowledges a
+  record again within the session timeout + 2 s;
 - **health**: at the end every process answers and is healthy (one active controller, every
   controller caught up, every broker running and unfenced).
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -169,6 +172,35 @@ def check_health(controllers: Mapping[int, Mapping[str, Any] | None], brokers: M
         elif h.get("state") != "RUNNING" or h.get("fenced"):
             out.append(Violation("health", f"broker {bid} is {h.get('state')}{' and fenced' if h.get('fenced') else ''}"))
     return out
+
+
+def serve_again_s(healed_at_s: float, acks_s: Mapping[str, Sequence[float]]) -> float | None:
+    """How long after ``healed_at_s`` every partition had acknowledged a record again (the
+    acknowledgement times of each, sorted); None when one never did."""
+    waits = []
+    for times in acks_s.values():
+        i = bisect_left(times, healed_at_s)
+        if i == len(times):
+            return None
+        waits.append(times[i] - healed_at_s)
+    return max(waits, default=0.0)
+
+
+def check_serve_again(heals: Sequence[tuple[str, float]], acks_s: Mapping[str, Sequence[float]],
+                      limit_s: float) -> tuple[list[Violation], list[float]]:
+    """Each (fault, heal time): a violation when a partition did not serve again within ``limit_s``;
+    also every wait measured."""
+    out: list[Violation] = []
+    waits: list[float] = []
+    for what, at_s in heals:
+        wait = serve_again_s(at_s, acks_s)
+        if wait is None or wait > limit_s:
+            said = "never" if wait is None else f"only {wait:.1f} s"
+            out.append(Violation("availability", f"after '{what}' healed at {at_s:.1f} s, every partition "
+                                                 f"served again {said} later (limit {limit_s:g} s)"))
+        if wait is not None:
+            waits.append(round(wait, 3))
+    return out, waits
 
 
 def verdict(record_violations: list[Violation], metadata_violations: list[Violation],
