@@ -33,7 +33,9 @@ def test_a_seeded_network_chaos_run_passes(tmp_path: Any) -> None:
     net_applied = [a for a in r["applied"] if a["kind"] in NET_FAULTS]
     assert len(net_applied) >= 3 and all(a["error"] is None for a in net_applied), r["applied"]
     assert stats["acked_http"] > 1000 and stats["acked_kafka"] > 1000, stats
-    assert len(stats["net_serve_again_s"]) == len(net_applied) and max(stats["net_serve_again_s"]) <= 6.0, stats
+    # every heal measured (or interrupted by the next fault), each within the session timeout + 2 s
+    waits = stats["net_serve_again_s"]
+    assert len(waits) + stats["net_heals_interrupted"] == len(net_applied) and waits and max(waits) <= 6.0, stats
     assert r["replay"] == f"ferry chaos run --seed {SEED} --duration 30 --net"
     # the run's network is gone: no namespace, no bridge left behind
     subnet = next(n for n in r["notes"] if n.startswith("network fbr")).split()[1].rstrip(":")

@@ -5,9 +5,9 @@ import hashlib
 
 import pytest
 
-from tools.chaos.checker import check_serve_again, serve_again_s
+from tools.chaos.checker import AckTiming, LeaseCut, check_leases, check_serve_again, serve_again_s
 from tools.chaos.net import CLIENTS, NetPlan, pairs_between
-from tools.chaos.net_faults import links_for, touched
+from tools.chaos.net_faults import leaseless_brokers, links_for, touched
 from tools.chaos.schedule import (ALL_FAULTS, NET_FAULTS, PROCESS_FAULTS, FaultEvent, ScheduleSpec, make_schedule,
                                   overlapping, parse_faults)
 
@@ -92,7 +92,34 @@ def test_serving_again_after_a_heal() -> None:
     acks = {"p0": [1.0, 2.0, 10.5], "p1": [1.5, 12.0]}
     assert serve_again_s(10.0, acks) == pytest.approx(2.0)
     assert serve_again_s(11.0, acks) is None  # p0 never acknowledged again
-    violations, waits = check_serve_again([("isolate b1", 10.0), ("cut b2 from S3", 1.2)], acks, 6.0)
-    assert waits == [2.0, 0.8] and not violations
-    violations, _ = check_serve_again([("isolate b1", 10.0)], acks, 1.0)
+    violations, waits, interrupted = check_serve_again([("isolate b1", 10.0, 99.0), ("cut b2 from S3", 1.2, 9.0)],
+                                                        acks, 6.0)
+    assert waits == [2.0, 0.8] and not violations and interrupted == 0
+    violations, _, _ = check_serve_again([("isolate b1", 10.0, 99.0)], acks, 1.0)
     assert len(violations) == 1 and violations[0].check == "availability" and "isolate b1" in violations[0].message
+    # another fault began before the limit: not judged, counted
+    violations, waits, interrupted = check_serve_again([("isolate b1", 11.0, 13.0)], acks, 6.0)
+    assert not violations and not waits and interrupted == 1
+
+
+def test_brokers_without_a_lease_are_those_cut_from_every_controller() -> None:
+    def leaseless(kind: str, **kw: object) -> list[int]:
+        return leaseless_brokers(links_for(FaultEvent(1.0, 2.0, kind, **kw), leader=2))  # type: ignore[arg-type]
+
+    assert leaseless("net_broker_controllers", target=3) == [3]
+    assert leaseless("net_isolate", node="b1") == [1]
+    assert leaseless("net_isolate", node="leader") == []
+    assert leaseless("net_broker_s3", target=1) == []
+    assert leaseless("net_flap", node="b2", period_ms=300) == []  # up half the time: it may renew
+    assert leaseless("net_one_way", node="b1", peer="leader") == []  # another leader may be reachable
+
+
+def test_an_acknowledgement_after_the_lease_ran_out_is_a_violation() -> None:
+    cut = LeaseCut(2, start_s=100.0, end_s=110.0, what="cut b2 from the controllers")
+    fine = [AckTiming("t-0", 2, 103.0, 103.5),  # sent within the lease
+            AckTiming("t-0", 1, 106.0, 106.1),  # another broker
+            AckTiming("t-0", 2, 109.0, 110.5)]  # answered after the heal
+    assert check_leases([cut], fine, session_s=4.0) == []
+    late = fine + [AckTiming("t-1", 2, 105.0, 105.2)]
+    violations = check_leases([cut], late, session_s=4.0)
+    assert len(violations) == 1 and violations[0].check == "leases" and "t-1" in violations[0].message

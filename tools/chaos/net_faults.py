@@ -57,17 +57,31 @@ def links_for(e: FaultEvent, leader: int, controllers: tuple[str, ...] = CONTROL
     raise ValueError(f"not a network fault: {e.kind}")
 
 
+def leaseless_brokers(cut: NetCut, controllers: tuple[str, ...] = CONTROLLERS) -> list[int]:
+    """The brokers a cut leaves unable to renew their lease: down, or unable to send to every
+    controller, or to hear from every one (a one-way cut to the leader alone is not counted: a new
+    leader may be reachable)."""
+    out = []
+    for node in sorted(touched(cut)):
+        if not node.startswith("b"):
+            continue
+        if node in cut.down and not cut.flap_ms or all((node, c) in cut.links for c in controllers) \
+                or all((c, node) in cut.links for c in controllers):
+            out.append(int(node[1:]))
+    return out
+
+
 def touched(cut: NetCut) -> set[str]:
     """The nodes a cut touches (waited for after the heal)."""
     return {n for link in cut.links for n in link} | set(cut.down)
 
 
 async def inject(net: Network, cluster: LocalCluster, e: FaultEvent, heal_timeout_s: float,
-                 describe: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
-    """Apply ``e``; the returned heal restores the links and waits until the touched nodes serve."""
+                 noted: Callable[[NetCut], None]) -> Callable[[], Awaitable[None]]:
+    """Apply ``e`` (``noted`` is told the cut once it holds); the returned heal restores the links
+    and waits until the touched nodes serve."""
     leader = await asyncio.to_thread(cluster.controller_leader, 20.0)
     cut = links_for(e, leader)
-    describe(cut.what)
     for src, dst in cut.links:
         await asyncio.to_thread(net.cut, src, dst)
     flapping: asyncio.Task[None] | None = None
@@ -76,6 +90,7 @@ async def inject(net: Network, cluster: LocalCluster, e: FaultEvent, heal_timeou
     else:
         for node in cut.down:
             await asyncio.to_thread(net.set_link, node, False)
+    noted(cut)
 
     async def heal() -> None:
         if flapping is not None:

@@ -41,7 +41,7 @@ from metadata_quorum.kernel.errors import FerryError
 from stream_storage.s3_server import S3Server
 from tools.admin import Admin
 from tools.chaos.checker import (Acked, Verdict, Violation, check_health, check_metadata, check_records,
-                                 check_serve_again, verdict)
+                                 AckTiming, LeaseCut, check_leases, check_serve_again, verdict)
 from tools.chaos.fault_proxy import FaultProxy, FaultSettings
 from tools.chaos import net_faults
 from tools.chaos.net import Network
@@ -96,6 +96,8 @@ class Applied:
     what: str
     error: str | None = None
     healed_s: float | None = None  # when the process served again (process faults)
+    leaseless: list[int] = field(default_factory=list)  # network faults: brokers that could not renew a lease
+    cut_s: float = 0.0  # network faults: when every link of the cut was down
 
 
 @dataclass
@@ -285,8 +287,10 @@ class ChaosRun:
             start = self.state.now()
             record = Applied(e.kind, e.start_s, start, start, e.what())
             try:
-                heal = await net_faults.inject(self.net, self.cluster, e, self.o.heal_timeout_s,
-                                               lambda what: setattr(record, "what", what))
+                def noted(cut: net_faults.NetCut) -> None:
+                    record.what, record.leaseless = cut.what, net_faults.leaseless_brokers(cut)
+                    record.cut_s = self.state.now()
+                heal = await net_faults.inject(self.net, self.cluster, e, self.o.heal_timeout_s, noted)
                 await self._sleep_until(max(e.end_s, start + (e.end_s - e.start_s) / 2))
                 record.end_s = self.state.now()
                 await heal()
@@ -428,11 +432,15 @@ class ChaosRun:
         if self.s3 is None or self.s3.process is None or self.s3.process.poll() is not None:
             down.append("the S3 server")
         health_violations = check_health(controllers, brokers, down)
-        heals = [(a.what, self.state.t0 + a.end_s) for a in self.state.applied if a.kind in NET_FAULTS and a.error is None]
-        acks_s = {str(tp): [a.time_s for a in sorted(acks, key=lambda a: a.time_s)] for tp, acks in self.http.acks.items()}
+        heals = self._heals()
+        acks_s = {str(tp): sorted(a.time_s - self.state.t0 for a in acks) for tp, acks in self.http.acks.items()}
         session_s = float(self.cluster.controller_overrides.get("session_timeout_ms", 4000)) / 1000
-        availability, waits = check_serve_again(heals, acks_s, session_s + 2.0)
+        availability, waits, interrupted = check_serve_again(heals, acks_s, session_s + 2.0)
         health_violations += availability
+        lease_cuts = [LeaseCut(b, self.state.t0 + a.cut_s, self.state.t0 + a.end_s, a.what)
+                      for a in self.state.applied if a.error is None for b in a.leaseless]
+        timings = [AckTiming(str(tp), a.broker_id, a.sent_s, a.time_s) for tp, acks in self.http.acks.items() for a in acks]
+        record_violations += check_leases(lease_cuts, timings, session_s)
         proxy_stats = await asyncio.to_thread(self.proxy.stats) if self.proxy and self.proxy.alive() else {}
         stats = {
             "acked_http": sum(len(a) for a in self.http.acks.values()),
@@ -454,6 +462,8 @@ class ChaosRun:
             "faults_failed_to_apply": len([a for a in self.state.applied if a.error is not None]),
             "s3_proxy": proxy_stats,
             "net_serve_again_s": waits,
+            "net_heals_interrupted": interrupted,
+            "lease_cuts_checked": len(lease_cuts),
         }
         result_verdict: Verdict = verdict(record_violations, metadata_violations, health_violations, stats)
         applied = sorted((dataclasses.asdict(a) for a in self.state.applied), key=lambda a: a["start_s"])
@@ -479,6 +489,17 @@ class ChaosRun:
             "out_dir": self.out,
             "replay": self.o.replay_command(),
         }
+
+    def _heals(self) -> list[tuple[str, float, float]]:
+        """Each network fault healed: what it was, when it healed and when the next process or
+        network fault began (seconds of the run)."""
+        track = sorted((a for a in self.state.applied if a.kind not in ("reassign", "s3_errors", "s3_latency")),
+                       key=lambda a: a.start_s)
+        out = []
+        for i, a in enumerate(track):
+            if a.kind in NET_FAULTS and a.error is None:
+                out.append((a.what, a.end_s, track[i + 1].start_s if i + 1 < len(track) else float("inf")))
+        return out
 
     async def _metadata_log(self) -> tuple[list[tuple[int, dict[str, Any]]], int]:
         """The committed metadata log from the controller that keeps the longest history."""
