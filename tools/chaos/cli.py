@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import traceback
 from typing import Any
@@ -76,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         print("Error: --duration must be positive (INVALID_REQUEST)", file=sys.stderr)
         return 2
     from tools.chaos.runner import ChaosOptions, run_chaos
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise SystemExit(143)  # unwinds through the run's clean-up: processes, tmpfs, network namespaces
+
+    signal.signal(signal.SIGTERM, stop)
 
     failed = 0
     for seed in seeds:
