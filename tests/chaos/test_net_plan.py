@@ -7,7 +7,7 @@ import pytest
 
 from tools.chaos.checker import AckTiming, LeaseCut, check_leases, check_serve_again, serve_again_s
 from tools.chaos.net import CLIENTS, NetPlan, pairs_between
-from tools.chaos.net_faults import leaseless_brokers, links_for, touched
+from tools.chaos.net_faults import heal_windows, leaseless_brokers, links_for, touched
 from tools.chaos.schedule import (ALL_FAULTS, NET_FAULTS, PROCESS_FAULTS, FaultEvent, ScheduleSpec, make_schedule,
                                   overlapping, parse_faults)
 
@@ -123,3 +123,14 @@ def test_an_acknowledgement_after_the_lease_ran_out_is_a_violation() -> None:
     late = fine + [AckTiming("t-1", 2, 105.0, 105.2)]
     violations = check_leases([cut], late, session_s=4.0)
     assert len(violations) == 1 and violations[0].check == "leases" and "t-1" in violations[0].message
+
+
+def test_a_heal_is_judged_until_the_next_fault_or_the_end_of_the_load() -> None:
+    applied = [("net_isolate", "isolate b1", 5.0, 8.0, True), ("s3_errors", "S3 errors", 8.5, 12.0, True),
+               ("reassign", "move", 9.0, 9.0, True), ("broker_kill", "kill -9 broker 2", 11.0, 13.0, True),
+               ("net_one_way", "b1 cannot send to c1", 14.0, 16.0, False),
+               ("net_broker_s3", "cut b3 from S3", 17.0, 19.0, True)]
+    # S3 faults and moves overlap the process track and do not end a heal's window; a fault that
+    # could not be applied is not judged; the last heal is judged until the load stopped (the
+    # seed 1 x 300 s soak's last heal was judged against a producer already stopped)
+    assert heal_windows(applied, 21.0) == [("isolate b1", 8.0, 11.0), ("cut b3 from S3", 19.0, 21.0)]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from tools.chaos.net import CLIENTS, S3, Network, pairs_between
-from tools.chaos.schedule import FaultEvent
+from tools.chaos.schedule import NET_FAULTS, PROCESS_FAULTS, FaultEvent
 from tools.cluster import LocalCluster
 
 CONTROLLERS = ("c1", "c2", "c3")
@@ -68,6 +68,20 @@ def leaseless_brokers(cut: NetCut, controllers: tuple[str, ...] = CONTROLLERS) -
         if node in cut.down and not cut.flap_ms or all((node, c) in cut.links for c in controllers) \
                 or all((c, node) in cut.links for c in controllers):
             out.append(int(node[1:]))
+    return out
+
+
+def heal_windows(applied: list[tuple[str, str, float, float, bool]],
+                 load_stop_s: float) -> list[tuple[str, float, float]]:
+    """From what the runner applied (kind, what, start, end, applied without error), each network
+    fault's heal: what it was, when it healed, and until when its effect alone can be judged (the
+    next process or network fault's start, or the load's end)."""
+    track = sorted((a for a in applied if a[0] in PROCESS_FAULTS + NET_FAULTS), key=lambda a: a[2])
+    out = []
+    for i, (kind, what, _start_s, end_s, ok) in enumerate(track):
+        if kind in NET_FAULTS and ok:
+            next_s = track[i + 1][2] if i + 1 < len(track) else float("inf")
+            out.append((what, end_s, min(next_s, load_stop_s)))
     return out
 
 

@@ -107,6 +107,7 @@ class RunState:
     samples: list[tuple[float, int, int]] = field(default_factory=list)
     tmpfs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    load_stop_s: float = float("inf")  # when the HTTP producer was stopped
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -210,6 +211,7 @@ class ChaosRun:
             await asyncio.gather(*(self._apply(e) for e in events))
             await asyncio.sleep(max(0.0, self.o.duration_s - self.state.now()))
             await self._heal_everything()
+            self.state.load_stop_s = self.state.now()
             await self.http.stop()
             group_complete = await asyncio.to_thread(self.kafka.stop, 60.0)
             await asyncio.to_thread(self.txn.stop)
@@ -432,7 +434,8 @@ class ChaosRun:
         if self.s3 is None or self.s3.process is None or self.s3.process.poll() is not None:
             down.append("the S3 server")
         health_violations = check_health(controllers, brokers, down)
-        heals = self._heals()
+        heals = net_faults.heal_windows([(a.kind, a.what, a.start_s, a.end_s, a.error is None)
+                                         for a in self.state.applied], self.state.load_stop_s)
         acks_s = {str(tp): sorted(a.time_s - self.state.t0 for a in acks) for tp, acks in self.http.acks.items()}
         session_s = float(self.cluster.controller_overrides.get("session_timeout_ms", 4000)) / 1000
         availability, waits, interrupted = check_serve_again(heals, acks_s, session_s + 2.0)
@@ -489,17 +492,6 @@ class ChaosRun:
             "out_dir": self.out,
             "replay": self.o.replay_command(),
         }
-
-    def _heals(self) -> list[tuple[str, float, float]]:
-        """Each network fault healed: what it was, when it healed and when the next process or
-        network fault began (seconds of the run)."""
-        track = sorted((a for a in self.state.applied if a.kind not in ("reassign", "s3_errors", "s3_latency")),
-                       key=lambda a: a.start_s)
-        out = []
-        for i, a in enumerate(track):
-            if a.kind in NET_FAULTS and a.error is None:
-                out.append((a.what, a.end_s, track[i + 1].start_s if i + 1 < len(track) else float("inf")))
-        return out
 
     async def _metadata_log(self) -> tuple[list[tuple[int, dict[str, Any]]], int]:
         """The committed metadata log from the controller that keeps the longest history."""
