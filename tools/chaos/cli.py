@@ -76,10 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.duration <= 0:
         print("Error: --duration must be positive (INVALID_REQUEST)", file=sys.stderr)
         return 2
-    from tools.chaos.runner import ChaosOptions, run_chaos
+    from tools.chaos.runner import ACTIVE, ChaosOptions, run_chaos
 
     def stop(_signum: int, _frame: object) -> None:
-        raise SystemExit(143)  # unwinds through the run's clean-up: processes, tmpfs, network namespaces
+        """Kill the run's processes and remove its tmpfs and network namespaces, then exit at once
+        (unwinding the event loop waits for threads blocked in their own timeouts)."""
+        for run in list(ACTIVE):
+            run.stop_everything()
+        os._exit(143)
 
     signal.signal(signal.SIGTERM, stop)
 

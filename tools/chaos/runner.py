@@ -536,6 +536,19 @@ class ChaosRun:
         brokers = {bid: c.broker_health(bid) for bid in range(1, self.o.brokers + 1)}
         return controllers, brokers
 
+    def stop_everything(self) -> None:
+        """Whatever still runs, killed, and the network removed (idempotent; no event loop needed)."""
+        if self.cluster is not None:
+            self.cluster.stop(graceful=False)
+        for path in self.state.tmpfs:
+            unmount(path)
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.s3 is not None:
+            self.s3.stop()
+        if self.net is not None:
+            self.net.destroy()
+
     async def _tear_down(self) -> None:
         if self.admin is not None:
             await self.admin.close()
@@ -595,5 +608,14 @@ def _save_and_unmount(path: str) -> None:
     unmount(path)
 
 
+ACTIVE: list[ChaosRun] = []  # the run under way, for a SIGTERM handler to clean up after
+
+
 def run_chaos(options: ChaosOptions) -> dict[str, Any]:
-    return asyncio.run(ChaosRun(options).run())
+    run = ChaosRun(options)
+    ACTIVE.append(run)
+    try:
+        return asyncio.run(run.run())
+    finally:  # an interrupted run (Ctrl-C) may not have got through its own clean-up
+        run.stop_everything()
+        ACTIVE.remove(run)
