@@ -269,6 +269,19 @@ class TickGaps:
         self.last_mono_s = now_s
 
 
+def leader_fallback_s(config: ControllerConfig) -> float:
+    """How long a leader that hears from no majority keeps leading: ``raft.leader_fallback_timeout_s``,
+    but at most a third of the broker session timeout (never below the longest election timeout).
+
+    While a leader cut off from its followers still believes it leads, brokers that reach it send
+    it their heartbeats, which cannot commit there; the new leader counts their sessions from its
+    own activation and fences every broker still talking to the old one when the session runs out
+    (a network partition of the leader fenced all three brokers at once). Stepping down within a
+    third of the session leaves the brokers two thirds of it to find the new leader."""
+    raft = config.raft
+    return max(raft.raft_max_timeout_s, min(raft.leader_fallback_timeout_s, config.session_timeout_ms / 1000 / 3))
+
+
 def make_syncobj_conf(config: ControllerConfig, on_ready: Callable[[], None]) -> SyncObjConf:
     raft = config.raft
     os.makedirs(config.node_data_dir, exist_ok=True)
@@ -280,7 +293,7 @@ def make_syncobj_conf(config: ControllerConfig, on_ready: Callable[[], None]) ->
         connectionRetryTime=raft.connection_retry_time_s,
         connectionTimeout=raft.connection_timeout_s,
         autoTickPeriod=raft.auto_tick_period_s,
-        leaderFallbackTimeout=raft.leader_fallback_timeout_s,
+        leaderFallbackTimeout=leader_fallback_s(config),
         appendEntriesBatchSizeBytes=raft.append_entries_batch_size_bytes,
         sendBufferSize=raft.socket_buffer_bytes,
         recvBufferSize=raft.socket_buffer_bytes,

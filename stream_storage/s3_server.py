@@ -171,12 +171,13 @@ class S3Server:
 
     def __init__(self, bucket: str = DEFAULT_BUCKET, port: int = 0, log_path: str | None = None,
                  s3_profile: str = "local", seed: int = 1, new_session: bool = True,
-                 upstream: str | None = None) -> None:
+                 upstream: str | None = None, prefix: tuple[str, ...] = ()) -> None:
         """``s3_profile`` other than ``local`` puts the latency proxy in front (one process group:
         stopping this server stops both). With ``upstream``, only the proxy runs, in front of that
         endpoint. ``new_session=False`` keeps the child in our process group."""
         self.bucket = bucket
         self.upstream = upstream
+        self.prefix = prefix  # starts the server elsewhere (a network namespace); it binds its loopback
         self.s3_profile = s3_profile
         self.seed = seed
         self.new_session = new_session
@@ -192,7 +193,7 @@ class S3Server:
         try:
             command = ["serve"] if self.upstream is None else ["proxy", "--upstream", self.upstream]
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tools.cli", "s3", *command, "--port", str(self.requested_port),
+                [*self.prefix, sys.executable, "-m", "tools.cli", "s3", *command, "--port", str(self.requested_port),
                  "--bucket", self.bucket, "--s3-profile", self.s3_profile, "--seed", str(self.seed)],
                 stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, cwd=cwd,
                 start_new_session=self.new_session)

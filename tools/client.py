@@ -54,6 +54,7 @@ class RecordMetadata:
     leader_epoch: int
     broker_id: int
     ack_time_s: float  # time.monotonic() when the acknowledgement arrived
+    sent_s: float = 0.0  # time.monotonic() when the request it answers was sent
 
 
 @dataclass(frozen=True)
@@ -441,6 +442,7 @@ class Producer:
                 attempt += 1
                 continue
             broker_id, url = leader
+            sent_s = time.monotonic()
             try:
                 async with self._session.post(
                     f"{url}/v1/produce/{tp.topic}/{tp.partition}", params={"acks": str(self.acks)},
@@ -463,7 +465,8 @@ class Producer:
                 epoch = int(answer.get("leader_epoch", -1))
                 for i, p in enumerate(batch):
                     if not p.future.done():
-                        p.future.set_result(RecordMetadata(tp.topic, tp.partition, base + i, epoch, broker_id, ack_s))
+                        p.future.set_result(RecordMetadata(tp.topic, tp.partition, base + i, epoch, broker_id, ack_s,
+                                                             sent_s))
                 return
             refresh = True
             self.retries += 1

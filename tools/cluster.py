@@ -35,7 +35,7 @@ from stream_storage.s3_server import S3Server
 from tools.cluster_procs import STATE_FILE, cmd_down, cmd_status, load_state, running_processes
 from tools.cluster_procs import alive as _alive  # noqa: F401 - imported from here by callers
 from tools.cluster_procs import is_ferry_process as _is_ferry_process  # noqa: F401 - imported from here by callers
-from tools.proc import (LOOPBACK, Quorum, free_ports, http_get_json, kill_process, start_quorum, stop_process,
+from tools.proc import (Placement, Quorum, free_ports, http_get_json, kill_process, start_quorum, stop_process,
                         write_private)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,11 +48,11 @@ LOCAL_CONTROLLER_DEFAULTS: dict[str, Any] = {"session_timeout_ms": 4000}  # the 
 WAL_MODES = ("local", "s3")
 
 
-def _spawn(args: list[str], log_path: str) -> subprocess.Popen[bytes]:
+def _spawn(args: list[str], log_path: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with open(log_path, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "tools.cli", *args], stdout=log, stderr=log,
+        return subprocess.Popen([*prefix, sys.executable, "-m", "tools.cli", *args], stdout=log, stderr=log,
                                 stdin=subprocess.DEVNULL, cwd=ROOT, env=env, start_new_session=True)
 
 
@@ -73,14 +73,18 @@ class LocalCluster:
                  s3_endpoint: str | None = None, bucket: str = "ferry", log_dirs_per_broker: int = 1,
                  broker_overrides: dict[str, Any] | None = None,
                  controller_overrides: dict[str, Any] | None = None, s3_profile: str = "local",
-                 s3_seed: int = 1, secure: bool = False, wal_mode: str = "local") -> None:
-        """``s3_profile`` (``local``, ``aws-standard``, ``fixed:MS``, ``latency:P50,P99[,RATE]``) puts
+                 s3_seed: int = 1, secure: bool = False, wal_mode: str = "local",
+                 placements: dict[str, Placement] | None = None) -> None:
+        """``placements`` puts nodes elsewhere than loopback, by name (``c1``… controllers, ``b1``…
+        brokers): each binds its own address and starts through its prefix (a chaos run's network
+        namespaces, tools/chaos/net.py). ``s3_profile`` (``local``, ``aws-standard``, ``fixed:MS``, ``latency:P50,P99[,RATE]``) puts
         the latency proxy in front of the S3 endpoint, embedded or external. ``wal_mode``: every
         broker's ``storage.wal.mode`` (``local``: a WAL file per log dir; ``s3``: WAL objects in the
         bucket, so a broker's disk holds nothing a failover needs)."""
         if wal_mode not in WAL_MODES:
             raise ValueError(f"WAL mode must be one of {', '.join(WAL_MODES)}, got {wal_mode!r}")
         self.wal_mode = wal_mode
+        self.placements = dict(placements or {})
         self._own_dir = state_dir is None
         self.s3_profile = s3_profile
         self.s3_seed = s3_seed
@@ -126,10 +130,13 @@ class LocalCluster:
     @property
     def kafka_bootstrap(self) -> str:
         """Kafka clients' ``bootstrap.servers``: every broker's Kafka listener."""
-        return ",".join(f"{LOOPBACK}:{self.kafka_ports[b]}" for b in sorted(self.kafka_ports))
+        return ",".join(f"{self.broker_host(b)}:{self.kafka_ports[b]}" for b in sorted(self.kafka_ports))
+
+    def broker_host(self, broker_id: int) -> str:
+        return self.placements.get(f"b{broker_id}", Placement()).host
 
     def broker_url(self, broker_id: int) -> str:
-        return f"http://{LOOPBACK}:{self.broker_ports[broker_id]}"
+        return f"http://{self.broker_host(broker_id)}:{self.broker_ports[broker_id]}"
 
     def broker_config_path(self, broker_id: int) -> str:
         return os.path.join(self.state_dir, f"broker-{broker_id}.json")
@@ -151,8 +158,9 @@ class LocalCluster:
             if self.security is not None:
                 overrides["security"] = dataclasses.asdict(self.security)
                 write_private(self.admin_token_path, self.security.admin_token + "\n")
+            controller_places = {int(k[1:]): p for k, p in self.placements.items() if k.startswith("c")}
             self.quorum = start_quorum(os.path.join(self.state_dir, "controllers"), self.num_controllers,
-                                       wait=False, **overrides)
+                                       wait=False, placements=controller_places, **overrides)
             self.write_state("starting")  # every pid is on disk before anything is waited for
             s3_log = os.path.join(self.state_dir, "s3.log")
             if self.s3_endpoint is None:
@@ -198,7 +206,7 @@ class LocalCluster:
         dirs = self.broker_log_dirs(bid)
         for d in dirs:
             os.makedirs(d, exist_ok=True)
-        cfg = {"broker_id": bid, "host": LOOPBACK, "port": self.broker_ports[bid], "kafka_port": self.kafka_ports[bid],
+        cfg = {"broker_id": bid, "host": self.broker_host(bid), "port": self.broker_ports[bid], "kafka_port": self.kafka_ports[bid],
                "controllers": self.controller_bootstrap, "log_dirs": dirs,
                "wal_root": os.path.join(self.state_dir, "wal"),
                "s3": {"endpoint_url": self.s3_endpoint, "bucket": self.bucket}, **self.broker_overrides}
@@ -213,7 +221,8 @@ class LocalCluster:
 
     def start_broker(self, broker_id: int, wait: bool = True, timeout_s: float = 30.0) -> None:
         self.broker_procs[broker_id] = _spawn(["broker", "--id", str(broker_id), "--config",
-                                               self.broker_config_path(broker_id)], self.broker_log_path(broker_id))
+                                               self.broker_config_path(broker_id)], self.broker_log_path(broker_id),
+                                               self.placements.get(f"b{broker_id}", Placement()).prefix)
         self.stopped_brokers.discard(broker_id)
         if wait:
             self.wait_brokers([broker_id], timeout_s)
@@ -425,7 +434,7 @@ class LocalCluster:
             "controllers": [{"id": nid, "url": self.quorum.url(nid), "pid": quorum_procs[nid].pid,
                              "log": self.quorum.log_path(nid)}
                             for nid in sorted(quorum_procs) if self.quorum is not None],
-            "brokers": [{"id": bid, "url": self.broker_url(bid), "kafka": f"{LOOPBACK}:{self.kafka_ports[bid]}",
+            "brokers": [{"id": bid, "url": self.broker_url(bid), "kafka": f"{self.broker_host(bid)}:{self.kafka_ports[bid]}",
                          "pid": proc.pid, "log": self.broker_log_path(bid),
                          "config": self.broker_config_path(bid), "log_dirs": self.broker_log_dirs(bid)}
                         for bid, proc in sorted(self.broker_procs.items())],

@@ -27,6 +27,7 @@ class Ack:
     offset: int
     broker_id: int
     time_s: float
+    sent_s: float = 0.0  # when the request it answers was sent (monotonic, like time_s)
 
 
 @dataclass
@@ -98,7 +99,7 @@ class ProduceLoad:
             self.failed[tp] += 1
             return
         m = fut.result()
-        self.acks[tp].append(Ack(seq, m.offset, m.broker_id, m.ack_time_s))
+        self.acks[tp].append(Ack(seq, m.offset, m.broker_id, m.ack_time_s, m.sent_s))
 
     async def stop(self) -> None:
         self._stop.set()

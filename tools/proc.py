@@ -94,11 +94,24 @@ def kill_process(proc: subprocess.Popen[bytes]) -> None:
     stop_process(proc, signal.SIGKILL)
 
 
-def write_quorum_config(directory: str, size: int = 3, **overrides: Any) -> tuple[str, dict[int, PeerAddress]]:
-    """Write a quorum config with fresh loopback ports; returns its path and the addresses."""
+@dataclass(frozen=True)
+class Placement:
+    """Where one node runs: the address it binds and the command prefix that starts it there
+    (``ip netns exec NAME`` for a chaos run's network namespaces; nothing on loopback)."""
+
+    host: str = LOOPBACK
+    prefix: tuple[str, ...] = ()
+
+
+def write_quorum_config(directory: str, size: int = 3, hosts: dict[int, str] | None = None,
+                        **overrides: Any) -> tuple[str, dict[int, PeerAddress]]:
+    """Write a quorum config with fresh ports (on loopback unless ``hosts`` places a node); returns
+    its path and the addresses."""
     os.makedirs(directory, exist_ok=True)
     ports = free_ports(2 * size)
-    peers = {i + 1: PeerAddress(raft=f"{LOOPBACK}:{ports[2 * i]}", http=f"{LOOPBACK}:{ports[2 * i + 1]}")
+    where = hosts or {}
+    peers = {i + 1: PeerAddress(raft=f"{where.get(i + 1, LOOPBACK)}:{ports[2 * i]}",
+                                http=f"{where.get(i + 1, LOOPBACK)}:{ports[2 * i + 1]}")
              for i in range(size)}
     path = os.path.join(directory, "controllers.json")
     body = quorum_config_json(peers, os.path.join(directory, "data"), **overrides)
@@ -115,7 +128,8 @@ def write_private(path: str, text: str) -> None:
 
 
 def start_controller(config_path: str, node_id: int, log_path: str | None = None,
-                     extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+                     extra_env: dict[str, str] | None = None,
+                     prefix: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     """Start ``ferry controller --id N --config FILE`` as a real process (stderr to ``log_path``)."""
     env = dict(os.environ)
     env.update(extra_env or {})
@@ -124,7 +138,7 @@ def start_controller(config_path: str, node_id: int, log_path: str | None = None
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "tools.cli", "controller", "--id", str(node_id), "--config", config_path],
+            [*prefix, sys.executable, "-m", "tools.cli", "controller", "--id", str(node_id), "--config", config_path],
             stdout=out, stderr=out, stdin=subprocess.DEVNULL, cwd=root, env=env, start_new_session=True)
     finally:
         if log_path:
@@ -139,6 +153,7 @@ class Quorum:
     config_path: str
     peers: dict[int, PeerAddress]
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    prefixes: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> list[str]:
@@ -151,7 +166,8 @@ class Quorum:
         return os.path.join(self.directory, f"controller-{node_id}.log")
 
     def start(self, node_id: int) -> None:
-        self.procs[node_id] = start_controller(self.config_path, node_id, self.log_path(node_id))
+        self.procs[node_id] = start_controller(self.config_path, node_id, self.log_path(node_id),
+                                               prefix=self.prefixes.get(node_id, ()))
 
     def start_all(self) -> None:
         for nid in sorted(self.peers):
@@ -250,10 +266,13 @@ class Quorum:
         self.stop_all()
 
 
-def start_quorum(directory: str, size: int = 3, wait: bool = True, **overrides: Any) -> Quorum:
-    """Write a config, start ``size`` controllers and (by default) wait for an active leader."""
-    config_path, peers = write_quorum_config(directory, size, **overrides)
-    quorum = Quorum(directory, config_path, peers)
+def start_quorum(directory: str, size: int = 3, wait: bool = True,
+                 placements: dict[int, Placement] | None = None, **overrides: Any) -> Quorum:
+    """Write a config, start ``size`` controllers and (by default) wait for an active leader;
+    ``placements`` puts controllers elsewhere than loopback (by node id)."""
+    where = placements or {}
+    config_path, peers = write_quorum_config(directory, size, {n: p.host for n, p in where.items()}, **overrides)
+    quorum = Quorum(directory, config_path, peers, prefixes={n: p.prefix for n, p in where.items()})
     try:
         quorum.start_all()
         if wait:

@@ -71,3 +71,23 @@ def test_the_process_refuses_a_bad_file_with_a_message(tmp_path: Any, capsys: py
     assert "cannot read controller config" in capsys.readouterr().err
     path.write_text(json.dumps({"controllers": PEERS, "data_dir": str(tmp_path)}))
     assert load_config(str(path), 3).me.http == "127.0.0.1:8003"
+
+
+def test_a_leader_without_a_majority_steps_down_within_a_third_of_the_broker_session() -> None:
+    """``ferry chaos run --net --seed 1 --duration 300``: the active controller cut from its followers
+    (brokers still reaching it) kept leading for 4.3 s after the others elected a new leader (the
+    5 s fallback); every broker kept sending it heartbeats that could not commit, and the new
+    leader fenced all three brokers at once when their 4 s sessions ran out."""
+    from metadata_quorum.raft_process import leader_fallback_s
+
+    def fallback(session_timeout_ms: int, **raft: Any) -> float:
+        return leader_fallback_s(parse_config({"controllers": PEERS, "data_dir": "/d", "raft": raft,
+                                               "session_timeout_ms": session_timeout_ms}, 1))
+
+    assert fallback(4000) == pytest.approx(4 / 3)  # the local clusters' session: 1.33 s, not 5 s
+    assert fallback(9000) == pytest.approx(3.0)
+    assert fallback(30_000) == 5.0  # the setting, when the session leaves room for it
+    assert fallback(30_000, leader_fallback_timeout_s=2.0) == 2.0
+    assert fallback(1000) == 0.8  # never below the longest election timeout
+    for session_ms in (1000, 4000, 9000, 30_000):  # the brokers always keep most of their session
+        assert fallback(session_ms) <= max(0.8, session_ms / 3000)

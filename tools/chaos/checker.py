@@ -6,11 +6,16 @@ against what the cluster holds afterwards (pure: plain data in, violations out).
 - **metadata**: in the committed metadata log, a stream has one owner per epoch, its epoch never
   goes back, an object is committed only at the stream's current epoch and starts where the
   stream ends, and no two committed objects of a stream overlap in offsets;
+- **availability** (network faults): after each cut heals, every partition acknowledges a
+  record again within the session timeout + 2 s;
+- **leases** (network faults): no broker cut off from every controller acknowledges a request
+  sent after its lease could have run out (the session timeout after the cut) while the cut holds;
 - **health**: at the end every process answers and is healthy (one active controller, every
   controller caught up, every broker running and unfenced).
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -168,6 +173,76 @@ def check_health(controllers: Mapping[int, Mapping[str, Any] | None], brokers: M
             out.append(Violation("health", f"broker {bid} does not answer"))
         elif h.get("state") != "RUNNING" or h.get("fenced"):
             out.append(Violation("health", f"broker {bid} is {h.get('state')}{' and fenced' if h.get('fenced') else ''}"))
+    return out
+
+
+def serve_again_s(healed_at_s: float, acks_s: Mapping[str, Sequence[float]]) -> float | None:
+    """How long after ``healed_at_s`` every partition had acknowledged a record again (the
+    acknowledgement times of each, sorted); None when one never did."""
+    waits = []
+    for times in acks_s.values():
+        i = bisect_left(times, healed_at_s)
+        if i == len(times):
+            return None
+        waits.append(times[i] - healed_at_s)
+    return max(waits, default=0.0)
+
+
+def check_serve_again(heals: Sequence[tuple[str, float, float]], acks_s: Mapping[str, Sequence[float]],
+                      limit_s: float) -> tuple[list[Violation], list[float], int]:
+    """Each (fault, heal time, next fault's start): a violation when a partition did not serve
+    again within ``limit_s`` while no other fault began; also every wait measured and how many
+    heals another fault interrupted before every partition served (not judged)."""
+    out: list[Violation] = []
+    waits: list[float] = []
+    interrupted = 0
+    for what, at_s, next_fault_s in heals:
+        wait = serve_again_s(at_s, acks_s)
+        if wait is not None and wait <= limit_s:
+            waits.append(round(wait, 3))
+        elif at_s + limit_s > next_fault_s:
+            interrupted += 1
+        else:
+            said = "never" if wait is None else f"only {wait:.1f} s"
+            out.append(Violation("availability", f"after '{what}' healed at {at_s:.1f} s, every partition "
+                                                 f"served again {said} later (limit {limit_s:g} s)"))
+    return out, waits, interrupted
+
+
+@dataclass(frozen=True)
+class LeaseCut:
+    """Broker ``broker_id`` could not renew its lease from ``start_s`` to ``end_s`` (monotonic s)."""
+
+    broker_id: int
+    start_s: float
+    end_s: float
+    what: str
+
+
+@dataclass(frozen=True)
+class AckTiming:
+    """One acknowledgement: who gave it, when its request was sent and when the answer came (monotonic s)."""
+
+    partition: str
+    broker_id: int
+    sent_s: float
+    ack_s: float
+
+
+def check_leases(cuts: Sequence[LeaseCut], acks: Sequence[AckTiming], session_s: float,
+                 slack_s: float = 0.1) -> list[Violation]:
+    """A broker's lease runs at most ``session_s`` from the last heartbeat it sent, which was before
+    the cut: a request it received after ``start_s + session_s`` (sent after it, then) and
+    answered before the cut healed was acknowledged without a lease."""
+    out: list[Violation] = []
+    for cut in cuts:
+        bad = [a for a in acks if a.broker_id == cut.broker_id and a.sent_s > cut.start_s + session_s + slack_s
+               and a.ack_s < cut.end_s]
+        if bad:
+            first = min(bad, key=lambda a: a.sent_s)
+            out.append(Violation("leases", f"broker {cut.broker_id} acknowledged {len(bad)} record(s) during "
+                                           f"'{cut.what}' after its lease ran out, the first on {first.partition} "
+                                           f"sent {first.sent_s - cut.start_s:.1f} s into the cut"))
     return out
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import traceback
 from typing import Any
 
-from tools.chaos.schedule import ALL_FAULTS, parse_faults
+from tools.chaos.schedule import ALL_FAULTS, NET_FAULTS, parse_faults
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -55,24 +56,40 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run the schedule of one or more seeds and print each verdict")
     run.add_argument("--seed", required=True, help="a seed, a list 1,5,9 or a range 1-20")
     run.add_argument("--duration", type=float, default=60.0, help="seconds of faults and load per seed (default 60)")
-    run.add_argument("--faults", help=f"comma-separated subset of: {', '.join(ALL_FAULTS)} (default: all)")
+    run.add_argument("--faults", help=f"comma-separated subset of: {', '.join(ALL_FAULTS)}, and with --net "
+                     f"{', '.join(NET_FAULTS)} (default: all)")
+    run.add_argument("--net", action="store_true", help="every node in its own network namespace, with the "
+                     "network faults (needs `ip netns`; docs/chaos.md)")
     run.add_argument("--out", default="chaos-out", help="where reports, timelines and logs go (default ./chaos-out)")
     run.add_argument("--json", action="store_true", help="print one JSON object per seed instead of the summary")
     args = parser.parse_args(argv)
     try:
         seeds = parse_seeds(args.seed)
         faults = parse_faults(args.faults)
+        if args.net and args.faults is None:
+            faults = faults | frozenset(NET_FAULTS)
+        if not args.net and faults & set(NET_FAULTS):
+            raise ValueError(f"network faults ({', '.join(sorted(faults & set(NET_FAULTS)))}) need --net")
     except ValueError as exc:
         print(f"Error: {exc} (INVALID_REQUEST)", file=sys.stderr)
         return 2
     if args.duration <= 0:
         print("Error: --duration must be positive (INVALID_REQUEST)", file=sys.stderr)
         return 2
-    from tools.chaos.runner import ChaosOptions, run_chaos
+    from tools.chaos.runner import ACTIVE, ChaosOptions, run_chaos
+
+    def stop(_signum: int, _frame: object) -> None:
+        """Kill the run's processes and remove its tmpfs and network namespaces, then exit at once
+        (unwinding the event loop waits for threads blocked in their own timeouts)."""
+        for run in list(ACTIVE):
+            run.stop_everything()
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, stop)
 
     failed = 0
     for seed in seeds:
-        options = ChaosOptions(seed=seed, duration_s=args.duration, faults=faults, out_dir=args.out)
+        options = ChaosOptions(seed=seed, duration_s=args.duration, faults=faults, out_dir=args.out, net=args.net)
         try:
             result = run_chaos(options)
         except Exception as exc:  # noqa: BLE001 - one broken run must not end a campaign of many seeds

@@ -69,7 +69,7 @@ def s3_error(status: int, code: str, message: str) -> tuple[int, bytes]:
     return status, body
 
 
-async def serve(upstream: str, port: int, seed: int) -> None:
+async def serve(upstream: str, port: int, seed: int, host: str = "127.0.0.1") -> None:
     import aiohttp
     from aiohttp import web
 
@@ -121,10 +121,10 @@ async def serve(upstream: str, port: int, seed: int) -> None:
     app.router.add_route("*", "/{tail:.*}", forward)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
+    site = web.TCPSite(runner, host, port)
     await site.start()
     actual = runner.addresses[0][1]
-    print(json.dumps({"endpoint_url": f"http://127.0.0.1:{actual}", "port": actual}), flush=True)
+    print(json.dumps({"endpoint_url": f"http://{host}:{actual}", "port": actual}), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -139,7 +139,11 @@ async def serve(upstream: str, port: int, seed: int) -> None:
 class FaultProxy:
     """The proxy as a process, for the chaos runner (``start``, ``set_faults``, ``stats``, ``stop``)."""
 
-    def __init__(self, upstream: str, seed: int, log_path: str) -> None:
+    def __init__(self, upstream: str, seed: int, log_path: str, host: str = "127.0.0.1",
+                 prefix: tuple[str, ...] = ()) -> None:
+        """``host`` is the address it binds; ``prefix`` starts it elsewhere (a network namespace)."""
+        self.host = host
+        self.prefix = prefix
         self.upstream = upstream.rstrip("/")
         self.seed = seed
         self.log_path = log_path
@@ -148,8 +152,8 @@ class FaultProxy:
 
     def start(self, timeout_s: float = 20.0) -> "FaultProxy":
         log = open(self.log_path, "ab")  # the child keeps it
-        self.process = subprocess.Popen([sys.executable, "-m", "tools.chaos.fault_proxy", "--upstream", self.upstream,
-                                         "--seed", str(self.seed)], stdout=subprocess.PIPE, stderr=log,
+        self.process = subprocess.Popen([*self.prefix, sys.executable, "-m", "tools.chaos.fault_proxy",
+                                         "--upstream", self.upstream, "--seed", str(self.seed), "--host", self.host], stdout=subprocess.PIPE, stderr=log,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         assert self.process.stdout is not None
@@ -190,10 +194,11 @@ class FaultProxy:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.chaos.fault_proxy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--upstream", required=True, help="the S3 endpoint to forward to (http://host:port)")
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0: any free port)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--seed", type=int, default=0, help="seeds which requests fail")
     args = parser.parse_args(argv)
-    asyncio.run(serve(args.upstream.rstrip("/"), args.port, args.seed))
+    asyncio.run(serve(args.upstream.rstrip("/"), args.port, args.seed, args.host))
     return 0
 
 

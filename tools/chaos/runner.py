@@ -40,9 +40,12 @@ from metadata_quorum.client import ControllerClient
 from metadata_quorum.kernel.errors import FerryError
 from stream_storage.s3_server import S3Server
 from tools.admin import Admin
-from tools.chaos.checker import Acked, Verdict, Violation, check_health, check_metadata, check_records, verdict
+from tools.chaos.checker import (Acked, Verdict, Violation, check_health, check_metadata, check_records,
+                                 AckTiming, LeaseCut, check_leases, check_serve_again, verdict)
 from tools.chaos.fault_proxy import FaultProxy, FaultSettings
-from tools.chaos.schedule import ALL_FAULTS, FaultEvent, ScheduleSpec, make_schedule
+from tools.chaos import net_faults
+from tools.chaos.net import Network
+from tools.chaos.schedule import ALL_FAULTS, NET_FAULTS, FaultEvent, ScheduleSpec, make_schedule
 from tools.chaos.timeline import draw
 from tools.chaos.txn_checker import Outcome, check_transactions
 from tools.chaos.txn_workload import TxnLoad
@@ -74,10 +77,12 @@ class ChaosOptions:
     txn_partitions: int = 3
     txn_per_s: float = 5.0  # transactions per second, each of 2-12 records
     heal_timeout_s: float = 60.0
+    net: bool = False  # every node in its own network namespace (net.py); the network faults possible
 
     def replay_command(self) -> str:
-        faults = "" if self.faults == frozenset(ALL_FAULTS) else f" --faults {','.join(sorted(self.faults))}"
-        return f"ferry chaos run --seed {self.seed} --duration {self.duration_s:g}{faults}"
+        default = frozenset(ALL_FAULTS) | (frozenset(NET_FAULTS) if self.net else frozenset())
+        faults = "" if self.faults == default else f" --faults {','.join(sorted(self.faults))}"
+        return f"ferry chaos run --seed {self.seed} --duration {self.duration_s:g}{' --net' if self.net else ''}{faults}"
 
 
 @dataclass
@@ -91,6 +96,8 @@ class Applied:
     what: str
     error: str | None = None
     healed_s: float | None = None  # when the process served again (process faults)
+    leaseless: list[int] = field(default_factory=list)  # network faults: brokers that could not renew a lease
+    cut_s: float = 0.0  # network faults: when every link of the cut was down
 
 
 @dataclass
@@ -100,6 +107,7 @@ class RunState:
     samples: list[tuple[float, int, int]] = field(default_factory=list)
     tmpfs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    load_stop_s: float = float("inf")  # when the HTTP producer was stopped
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -134,14 +142,24 @@ class ChaosRun:
         self.txn: TxnLoad | None = None
         self._moves: dict[FaultEvent, TopicPartition] = {}
         self._process_lock = asyncio.Lock()
-        self.faults = options.faults
+        self.faults = options.faults if options.net else options.faults - set(NET_FAULTS)
+        self.net: Network | None = None
 
     # ------------------------------------------------------------------ set-up
     def _prepare(self) -> None:
         shutil.rmtree(self.out, ignore_errors=True)
         os.makedirs(self.out)
-        self.s3 = S3Server(bucket="ferry", log_path=os.path.join(self.out, "s3.log")).start()
-        self.proxy = FaultProxy(self.s3.endpoint_url, self.o.seed, os.path.join(self.out, "s3-proxy.log")).start()
+        placements = {}
+        if self.o.net:  # the S3 server and its proxy in the "s3" namespace, each node in its own
+            self.net = Network.create()
+            plan = self.net.plan
+            self.state.notes.append(f"network {plan.bridge}: 10.200.{plan.subnet}.0/24, clients at {plan.gateway}")
+            placements = {n: plan.placement(n) for n in plan.nodes if n != "s3"}
+        s3_prefix = self.net.plan.prefix("s3") if self.net is not None else ()
+        self.s3 = S3Server(bucket="ferry", log_path=os.path.join(self.out, "s3.log"), prefix=s3_prefix).start()
+        self.proxy = FaultProxy(self.s3.endpoint_url, self.o.seed, os.path.join(self.out, "s3-proxy.log"),
+                                host=self.net.plan.ip("s3") if self.net is not None else "127.0.0.1",
+                                prefix=s3_prefix).start()
         state_dir = os.path.join(self.out, "cluster")
         overrides: dict[str, Any] = {"log_dir_check_interval_ms": 500}
         if "disk_full" in self.faults:
@@ -156,7 +174,7 @@ class ChaosRun:
             if "disk_full" in self.faults:
                 overrides["log_dir_reserved_bytes"] = RESERVED_BYTES
         self.cluster = LocalCluster(state_dir, brokers=self.o.brokers, s3_endpoint=self.proxy.endpoint_url,
-                                    broker_overrides=overrides)
+                                    broker_overrides=overrides, placements=placements)
         self.cluster.start()
 
     def schedule(self) -> list[FaultEvent]:
@@ -193,6 +211,7 @@ class ChaosRun:
             await asyncio.gather(*(self._apply(e) for e in events))
             await asyncio.sleep(max(0.0, self.o.duration_s - self.state.now()))
             await self._heal_everything()
+            self.state.load_stop_s = self.state.now()
             await self.http.stop()
             group_complete = await asyncio.to_thread(self.kafka.stop, 60.0)
             await asyncio.to_thread(self.txn.stop)
@@ -246,6 +265,9 @@ class ChaosRun:
         if e.kind == "reassign":
             await self._reassign(e)
             return
+        if e.kind in NET_FAULTS:
+            await self._apply_net(e)
+            return
         async with self._process_lock:  # one process fault at a time, the previous one healed
             start = self.state.now()
             record = Applied(e.kind, e.start_s, start, start, "")
@@ -258,6 +280,28 @@ class ChaosRun:
             except Exception as exc:  # noqa: BLE001 - a fault that could not be applied is reported, not fatal
                 record.error = f"{type(exc).__name__}: {exc}"[:300]
                 record.end_s = max(record.end_s, self.state.now())
+            self.state.applied.append(record)
+
+    async def _apply_net(self, e: FaultEvent) -> None:
+        """A network fault, in the process track: one at a time, the previous one healed."""
+        assert self.net is not None and self.cluster is not None
+        async with self._process_lock:
+            start = self.state.now()
+            record = Applied(e.kind, e.start_s, start, start, e.what())
+            try:
+                def noted(cut: net_faults.NetCut) -> None:
+                    record.what, record.leaseless = cut.what, net_faults.leaseless_brokers(cut)
+                    record.cut_s = self.state.now()
+                heal = await net_faults.inject(self.net, self.cluster, e, self.o.heal_timeout_s, noted)
+                await self._sleep_until(max(e.end_s, start + (e.end_s - e.start_s) / 2))
+                record.end_s = self.state.now()
+                await heal()
+                record.healed_s = self.state.now()
+            except Exception as exc:  # noqa: BLE001 - a fault that could not be applied is reported, not fatal
+                record.error = f"{type(exc).__name__}: {exc}"[:300]
+                record.end_s = max(record.end_s, self.state.now())
+                if self.net is not None:
+                    await asyncio.to_thread(self.net.heal_all)
             self.state.applied.append(record)
 
     async def _inject(self, e: FaultEvent, record: Applied) -> Any:
@@ -333,6 +377,8 @@ class ChaosRun:
         assert self.cluster is not None and self.proxy is not None
         await asyncio.to_thread(self.proxy.set_faults, FaultSettings())
         async with self._process_lock:
+            if self.net is not None:
+                await asyncio.to_thread(self.net.heal_all)
             for bid in sorted(self.cluster.stopped_brokers):
                 await asyncio.to_thread(self.cluster.resume_broker, bid)
             for bid in range(1, self.o.brokers + 1):
@@ -388,6 +434,16 @@ class ChaosRun:
         if self.s3 is None or self.s3.process is None or self.s3.process.poll() is not None:
             down.append("the S3 server")
         health_violations = check_health(controllers, brokers, down)
+        heals = net_faults.heal_windows([(a.kind, a.what, a.start_s, a.end_s, a.error is None)
+                                         for a in self.state.applied], self.state.load_stop_s)
+        acks_s = {str(tp): sorted(a.time_s - self.state.t0 for a in acks) for tp, acks in self.http.acks.items()}
+        session_s = float(self.cluster.controller_overrides.get("session_timeout_ms", 4000)) / 1000
+        availability, waits, interrupted = check_serve_again(heals, acks_s, session_s + 2.0)
+        health_violations += availability
+        lease_cuts = [LeaseCut(b, self.state.t0 + a.cut_s, self.state.t0 + a.end_s, a.what)
+                      for a in self.state.applied if a.error is None for b in a.leaseless]
+        timings = [AckTiming(str(tp), a.broker_id, a.sent_s, a.time_s) for tp, acks in self.http.acks.items() for a in acks]
+        record_violations += check_leases(lease_cuts, timings, session_s)
         proxy_stats = await asyncio.to_thread(self.proxy.stats) if self.proxy and self.proxy.alive() else {}
         stats = {
             "acked_http": sum(len(a) for a in self.http.acks.values()),
@@ -408,6 +464,9 @@ class ChaosRun:
             "faults_applied": len([a for a in self.state.applied if a.error is None]),
             "faults_failed_to_apply": len([a for a in self.state.applied if a.error is not None]),
             "s3_proxy": proxy_stats,
+            "net_serve_again_s": waits,
+            "net_heals_interrupted": interrupted,
+            "lease_cuts_checked": len(lease_cuts),
         }
         result_verdict: Verdict = verdict(record_violations, metadata_violations, health_violations, stats)
         applied = sorted((dataclasses.asdict(a) for a in self.state.applied), key=lambda a: a["start_s"])
@@ -477,6 +536,19 @@ class ChaosRun:
         brokers = {bid: c.broker_health(bid) for bid in range(1, self.o.brokers + 1)}
         return controllers, brokers
 
+    def stop_everything(self) -> None:
+        """Whatever still runs, killed, and the network removed (idempotent; no event loop needed)."""
+        if self.cluster is not None:
+            self.cluster.stop(graceful=False)
+        for path in self.state.tmpfs:
+            unmount(path)
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.s3 is not None:
+            self.s3.stop()
+        if self.net is not None:
+            self.net.destroy()
+
     async def _tear_down(self) -> None:
         if self.admin is not None:
             await self.admin.close()
@@ -496,6 +568,8 @@ class ChaosRun:
             self.proxy.stop()
         if self.s3 is not None:
             self.s3.stop()
+        if self.net is not None:
+            await asyncio.to_thread(self.net.destroy)
 
 
 def move_plan(events: list[FaultEvent], txn_partitions: int) -> dict[FaultEvent, TopicPartition]:
@@ -534,5 +608,14 @@ def _save_and_unmount(path: str) -> None:
     unmount(path)
 
 
+ACTIVE: list[ChaosRun] = []  # the run under way, for a SIGTERM handler to clean up after
+
+
 def run_chaos(options: ChaosOptions) -> dict[str, Any]:
-    return asyncio.run(ChaosRun(options).run())
+    run = ChaosRun(options)
+    ACTIVE.append(run)
+    try:
+        return asyncio.run(run.run())
+    finally:  # an interrupted run (Ctrl-C) may not have got through its own clean-up
+        run.stop_everything()
+        ACTIVE.remove(run)

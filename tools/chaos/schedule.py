@@ -12,6 +12,16 @@ Three tracks, each a sequence of non-overlapping events:
   with 503 SlowDown before reaching S3, or with 500 after S3 applied them) and ``s3_latency``;
 - **reassign**: instant moves of one partition to another broker.
 
+With ``--net`` (every node in its own network namespace, ``net.py``) the **network** faults join
+the process track, one at a time like the process faults (a cut controller and a killed one
+together would be more than the cluster promises): ``net_isolate`` (a broker or the active
+controller cut off from everyone), ``net_broker_controllers`` (a broker cut from every controller,
+S3 and clients still reachable), ``net_broker_s3``, ``net_leader_followers`` (the active
+controller cut from the other controllers, brokers still reach it), ``net_one_way`` (one node can
+no longer send to another), ``net_clients_broker`` (the clients cut from one broker) and
+``net_flap`` (a node's link down and up every few hundred ms). Without them a seed's schedule is
+what it always was.
+
 Targets that depend on the cluster's state at the time (the active controller, a partition's
 owner) are resolved by the runner; the schedule names the partition or broker by index. A seed
 replays the schedule and the fault proxy's choices, not the machine's thread timings.
@@ -26,6 +36,11 @@ PROCESS_FAULTS = ("broker_kill", "controller_kill", "owner_pause", "disk_full")
 S3_FAULTS = ("s3_errors", "s3_latency")
 REASSIGN = "reassign"
 ALL_FAULTS = PROCESS_FAULTS + S3_FAULTS + (REASSIGN,)
+NET_FAULTS = ("net_isolate", "net_broker_controllers", "net_broker_s3", "net_leader_followers", "net_one_way",
+              "net_clients_broker", "net_flap")
+KNOWN_FAULTS = ALL_FAULTS + NET_FAULTS
+# the nodes a network fault names; "leader" is the active controller when the fault fires
+NET_NODES = ("leader", "c1", "c2", "c3", "b1", "b2", "b3", "s3", "clients")
 
 # (shortest, longest) seconds a fault lasts; pauses straddle the local cluster's 4 s session.
 DURATION_S: dict[str, tuple[float, float]] = {
@@ -35,6 +50,13 @@ DURATION_S: dict[str, tuple[float, float]] = {
     "disk_full": (2.0, 6.0),
     "s3_errors": (2.0, 8.0),
     "s3_latency": (2.0, 8.0),
+    "net_isolate": (1.0, 8.0),
+    "net_broker_controllers": (1.0, 8.0),
+    "net_broker_s3": (1.0, 8.0),
+    "net_leader_followers": (1.0, 8.0),
+    "net_one_way": (1.0, 8.0),
+    "net_clients_broker": (1.0, 8.0),
+    "net_flap": (2.0, 8.0),
 }
 
 
@@ -55,9 +77,19 @@ class FaultEvent:
     rate: float = 0.0
     after_fraction: float = 0.0
     latency_ms: int = 0
+    node: str = ""  # network faults: the node cut (a NET_NODES name)
+    peer: str = ""  # net_one_way: node can no longer send to peer
+    period_ms: int = 0  # net_flap: the link is down and up for period_ms each
 
     def what(self) -> str:
-        return {"broker_kill": f"kill -9 broker {self.target}",
+        return {"net_isolate": f"isolate {self.node}",
+                "net_broker_controllers": f"cut broker {self.target} from the controllers",
+                "net_broker_s3": f"cut broker {self.target} from S3",
+                "net_leader_followers": "cut the active controller from its followers",
+                "net_one_way": f"{self.node} cannot send to {self.peer}",
+                "net_clients_broker": f"cut the clients from broker {self.target}",
+                "net_flap": f"flap {self.node}'s link every {self.period_ms} ms",
+                "broker_kill": f"kill -9 broker {self.target}",
                 "controller_kill": "kill -9 the active controller",
                 "owner_pause": f"SIGSTOP the owner of partition {self.partition}",
                 "disk_full": f"fill broker {self.target}'s log dir",
@@ -85,13 +117,13 @@ class ScheduleSpec:
 
 
 def parse_faults(text: str | None) -> frozenset[str]:
-    """``--faults a,b`` (default: all); an unknown name is a ValueError naming it and the known ones."""
+    """``--faults a,b`` (default: all but the network's); an unknown name is a ValueError naming it and the known ones."""
     if text is None or text.strip() in ("", "all"):
         return frozenset(ALL_FAULTS)
     names = {n.strip() for n in text.split(",") if n.strip()}
-    unknown = sorted(names - set(ALL_FAULTS))
+    unknown = sorted(names - set(KNOWN_FAULTS))
     if unknown:
-        raise ValueError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(ALL_FAULTS)}")
+        raise ValueError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(KNOWN_FAULTS)}")
     return frozenset(names)
 
 
@@ -102,7 +134,8 @@ def make_schedule(spec: ScheduleSpec) -> list[FaultEvent]:
     rng = random.Random(spec.seed)
     last_start = spec.duration_s - spec.settle_s
     events: list[FaultEvent] = []
-    events += _track(rng, spec, [k for k in PROCESS_FAULTS if k in spec.faults], spec.process_gap_s, last_start)
+    events += _track(rng, spec, [k for k in PROCESS_FAULTS + NET_FAULTS if k in spec.faults], spec.process_gap_s,
+                     last_start)
     events += _track(rng, spec, [k for k in S3_FAULTS if k in spec.faults], spec.s3_gap_s, last_start)
     if REASSIGN in spec.faults:
         t = spec.warmup_s + rng.uniform(*spec.reassign_gap_s)
@@ -134,10 +167,30 @@ def _track(rng: random.Random, spec: ScheduleSpec, kinds: list[str], gap_s: tupl
                                   after_fraction=round(rng.uniform(0.0, 0.5), 3)))
         elif kind == "s3_latency":
             out.append(FaultEvent(start, end, kind, latency_ms=rng.randrange(20, 400)))
+        elif kind in NET_FAULTS:
+            out.append(_net_event(rng, spec, start, end, kind))
         else:
             out.append(FaultEvent(start, end, kind))
         t = end + rng.uniform(*gap_s)
     return out
+
+
+def _net_event(rng: random.Random, spec: ScheduleSpec, start: float, end: float, kind: str) -> FaultEvent:
+    broker = rng.randrange(1, spec.brokers + 1)
+    if kind == "net_isolate":
+        return FaultEvent(start, end, kind, node=rng.choice(("leader", f"b{broker}")))
+    if kind == "net_one_way":
+        node = rng.choice(NET_NODES)
+        controllers = {"c1", "c2", "c3"}
+        peer = rng.choice([n for n in NET_NODES if n != node and {n, node} != {"s3", "clients"}
+                           and not ("leader" in (n, node) and {n, node} & controllers)])  # the leader may be cN
+        return FaultEvent(start, end, kind, node=node, peer=peer)
+    if kind == "net_flap":
+        return FaultEvent(start, end, kind, node=rng.choice(("leader", f"b{broker}")),
+                          period_ms=rng.randrange(200, 1500))
+    if kind == "net_leader_followers":
+        return FaultEvent(start, end, kind)
+    return FaultEvent(start, end, kind, target=broker)
 
 
 def overlapping(events: list[FaultEvent], kinds: tuple[str, ...]) -> list[tuple[FaultEvent, FaultEvent]]:

@@ -6,7 +6,10 @@ from itertools import pairwise
 from typing import Any, Sequence
 
 FAULT_COLOURS = {"broker_kill": "tab:red", "controller_kill": "tab:purple", "owner_pause": "tab:orange",
-                 "disk_full": "tab:brown", "s3_errors": "tab:pink", "s3_latency": "tab:olive", "reassign": "tab:gray"}
+                 "disk_full": "tab:brown", "s3_errors": "tab:pink", "s3_latency": "tab:olive", "reassign": "tab:gray",
+                 "net_isolate": "tab:cyan", "net_broker_controllers": "tab:blue", "net_broker_s3": "tab:green",
+                 "net_leader_followers": "indigo", "net_one_way": "teal", "net_clients_broker": "navy",
+                 "net_flap": "gold"}
 
 
 def rates(samples: Sequence[tuple[float, int, int]]) -> tuple[list[float], list[float], list[float]]:
@@ -42,7 +45,7 @@ def draw(path: str, title: str, samples: Sequence[tuple[float, int, int]], appli
         else:
             ax.axvline(event["start_s"], color=colour, alpha=0.5, linestyle=":")
     handles, labels = ax.get_legend_handles_labels()
-    handles += [Patch(color=FAULT_COLOURS[k], alpha=0.4) for k in sorted(kinds_seen)]
+    handles += [Patch(color=FAULT_COLOURS.get(k, "black"), alpha=0.4) for k in sorted(kinds_seen)]
     labels += sorted(kinds_seen)
     ax.legend(handles, labels, loc="upper right", fontsize=8, ncol=2)
     ax.set_xlabel("seconds since the workload started")
