@@ -87,6 +87,8 @@ def state_pids(state: dict[str, Any]) -> list[tuple[str, int]]:
         out.append(("s3", int(state["s3"]["pid"])))
     if (state.get("console") or {}).get("pid"):
         out.append(("console", int(state["console"]["pid"])))
+    if (state.get("balancer") or {}).get("pid"):
+        out.append(("balancer", int(state["balancer"]["pid"])))
     return out
 
 
