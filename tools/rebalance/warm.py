@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -139,6 +139,15 @@ def aggregate_rows(rows: pd.DataFrame, brokers: Sequence[int] | None = None) -> 
                              requests=rate("records_in") + rate("records_out"))
 
 
+def with_owners(cluster: ClusterLoad, leaders: Mapping[tuple[str, int], int]) -> ClusterLoad:
+    """The load with each partition owned by its current leader where known: a sample's owner lags
+    a move by up to a metrics interval, and a plan must start from where partitions are now."""
+    owners = np.array([leaders.get((str(t), int(p)), int(o)) if leaders.get((str(t), int(p)), -1) >= 0 else int(o)
+                       for t, p, o in zip(cluster.topics, cluster.partitions, cluster.owners, strict=True)],
+                      dtype=np.int64)
+    return cluster.with_owners(owners)
+
+
 @dataclass
 class WarmPlanner:
     """Keeps the window's sample rows and a Spark session between plans (see the module docstring)."""
@@ -198,13 +207,16 @@ class WarmPlanner:
     def window_objects(self) -> int:
         return len(self._rows)
 
-    def plan(self, config: PlannerConfig, brokers: Sequence[int] | None = None,
-             end_ms: int | None = None) -> WarmPlan:
-        """Refresh, aggregate and plan; every part timed."""
+    def plan(self, config: PlannerConfig, brokers: Sequence[int] | None = None, end_ms: int | None = None,
+             adjust: Callable[[ClusterLoad], ClusterLoad] | None = None) -> WarmPlan:
+        """Refresh, aggregate and plan; every part timed. ``adjust``: applied to the window's load
+        before planning (``with_owners``: the controllers' current leaders)."""
         started = time.perf_counter()
         new, by_spark = self.refresh(end_ms)
         read = time.perf_counter()
         cluster = self.cluster(brokers)
+        if adjust is not None:
+            cluster = adjust(cluster)
         if config.add_brokers:
             cluster = cluster.with_brokers([b for b in cluster.brokers if b not in set(config.add_brokers)])
         aggregated = time.perf_counter()
