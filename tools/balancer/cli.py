@@ -50,17 +50,17 @@ def _check(args: argparse.Namespace) -> None:
 
 
 async def run(args: argparse.Namespace) -> None:
-    from tools.admin import Admin
-    from tools.balancer.cluster_view import AdminView
-    from tools.balancer.loop import Balancer, BalancerConfig, jsonl_writer
     from tools.balancer.metrics import BalancerMetrics
-    from tools.rebalance.warm import S3Objects, WarmPlanner
 
     metrics = BalancerMetrics()
-    if args.metrics_port:
+    if args.metrics_port:  # first: `ferry cluster up` waits for it, not for the planner's imports
         from prometheus_client import start_http_server
 
         start_http_server(args.metrics_port, addr="127.0.0.1", registry=metrics.registry)
+    from tools.admin import Admin
+    from tools.balancer.cluster_view import AdminView
+    from tools.balancer.loop import Balancer, BalancerConfig, jsonl_writer
+    from tools.rebalance.warm import S3Objects, WarmPlanner
     planner = WarmPlanner(S3Objects(args.s3_endpoint, args.bucket, args.s3_region), window_ms=args.window_ms,
                           master=args.master)
     config = BalancerConfig(interval_s=args.interval_s, balance_band=args.balance_band, dry_run=args.dry_run,
