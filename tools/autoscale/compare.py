@@ -19,7 +19,6 @@ live brokers and p99 against the SLO, on one time axis), and each run's own outp
 from __future__ import annotations
 
 import argparse
-import asyncio
 import csv
 import json
 import statistics
@@ -189,6 +188,25 @@ def plot_comparison(frames: dict[str, pd.DataFrame], slos: dict[str, float], val
     return path
 
 
+def run_isolated(path: str, seed: int, run_dir: Path, wal_mode: str) -> dict[str, Any]:
+    """One run in a process of its own: a run's Spark read-back collects every record on the
+    driver, and runs sharing one process (and JVM heap) ran out of it by the second run."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root) + (os.pathsep + os.environ["PYTHONPATH"]
+                                                   if os.environ.get("PYTHONPATH") else ""))
+    subprocess.run([sys.executable, "-m", "tools.cli", "autoscale", "run", path, "--seed", str(seed), "--out",
+                    str(run_dir), "--no-progress", "--wal", wal_mode], cwd=root, env=env, check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    summary_path = run_dir / "summary.json"
+    if not summary_path.exists():
+        raise FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"the run of {path} (seed {seed}) wrote no summary "
+                                                         f"(logs in {run_dir / 'cluster'})")
+    return dict(json.loads(summary_path.read_text(encoding="utf-8")))
+
+
 def targets(rows: list[dict[str, Any]], stalls: list[float]) -> dict[str, Any]:
     """The figures the autoscaler is held to, over every run of every scenario."""
     overloads = [float(r["overload_to_balance_mean_s"]) for r in rows if r.get("overload_to_balance_mean_s") is not None]
@@ -203,10 +221,10 @@ def targets(rows: list[dict[str, Any]], stalls: list[float]) -> dict[str, Any]:
 
 def compare(paths: list[str], seeds: int, out_dir: Path, progress: bool = False,
             wal_mode: str = "local", plan_warm: bool = False) -> dict[str, Any]:
-    from tools.autoscale.runner import Experiment
     from tools.autoscale.scenario import load_scenario
 
     scenarios = [load_scenario(p) for p in paths]
+    path_of = {s.name: p for s, p in zip(scenarios, paths, strict=True)}
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
         raise FerryError(ErrorCode.INVALID_CONFIG,
@@ -220,7 +238,7 @@ def compare(paths: list[str], seeds: int, out_dir: Path, progress: bool = False,
             run_dir = out_dir / scenario.name / f"seed-{seed}"
             if progress:
                 print(f"running {scenario.name} (seed {seed}) -> {run_dir}", file=sys.stderr, flush=True)
-            summary = asyncio.run(Experiment(scenario.with_seed(seed), run_dir, wal_mode=wal_mode).run())
+            summary = run_isolated(path_of[scenario.name], seed, run_dir, wal_mode)
             stalls += [float(e["stall_ms"]) for e in json.loads((run_dir / "events.json").read_text(encoding="utf-8"))
                        if e.get("kind") == "move" and e.get("stall_ms") is not None]
             frame = pd.read_csv(run_dir / "timeseries.csv", dtype={"live_brokers": str})
