@@ -463,7 +463,8 @@ class Experiment:
         ends = {(self.scn.topic, tp.partition): max((a[1] for a in self.acks[tp.partition]), default=-1) + 1
                 for tp in self.tps}
         visible_s, committed = await wait_committed(options, ends, timeout_s=30.0)
-        logs = await asyncio.to_thread(read_records, spark_session(), options)
+        # a record is identified by its "partition:seq:" header: only the first 32 bytes travel
+        logs = await asyncio.to_thread(read_records, spark_session(), options, 32)
         lost = duplicated = misplaced = acknowledged = 0
         for tp in self.tps:
             stored = logs.get(tp.partition, [])
