@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "perf": ("tools.perf", "benchmarks: quorum, streams, move, rebalance"),
     "chaos": ("tools.chaos.cli", "seeded fault campaigns against a local cluster, with a verdict (chaos run)"),
     "rebalance": ("tools.rebalance.cli", "plan (and execute) a load-balanced reassignment with PySpark"),
+    "balancer": ("tools.balancer.cli", "keep a cluster's partitions balanced, continuously (balancer run [--dry-run])"),
     "autoscale": ("tools.autoscale.cli", "run an autoscaling experiment"),
     "key-counts": ("tools.spark_read.key_counts", "per-key record counts of a topic, read from S3 by Spark"),
 }

@@ -105,6 +105,9 @@ class LocalCluster:
         self.stopped_brokers: set[int] = set()
         self.console: subprocess.Popen[bytes] | None = None  # `ferry console`, once start_console ran
         self.console_url: str | None = None
+        self.balancer: subprocess.Popen[bytes] | None = None  # `ferry balancer run`, once start_balancer ran
+        self.balancer_metrics_url: str | None = None
+        self.balancer_dry_run = False
         # --secure: fresh secrets; Raft is encrypted, every API but /v1/health needs a bearer token.
         self.security: ControllerSecurity | None = generate_secrets() if secure else None
 
@@ -237,6 +240,19 @@ class LocalCluster:
         self.write_state()
         return self.console_url
 
+    def start_balancer(self, dry_run: bool = False, extra_args: list[str] | None = None) -> str:
+        """Start `ferry balancer run` on this cluster (tools/balancer/process.py); returns its metrics URL."""
+        from tools.balancer.process import spawn_balancer
+
+        token_file = self.admin_token_path if self.security is not None else None
+        assert self.s3_endpoint is not None, "start the cluster first"
+        self.balancer, self.balancer_metrics_url = spawn_balancer(
+            self.controller_bootstrap, self.s3_endpoint, self.bucket, os.path.join(self.state_dir, "balancer.log"),
+            os.path.join(self.state_dir, "balancer-events.jsonl"), token_file, dry_run, extra_args)
+        self.balancer_dry_run = dry_run
+        self.write_state()
+        return self.balancer_metrics_url
+
     def broker_health(self, broker_id: int) -> dict[str, Any] | None:
         try:
             body = http_get_json(f"{self.broker_url(broker_id)}/v1/health", 1.0)
@@ -307,6 +323,9 @@ class LocalCluster:
         if self.console is not None:
             stop_process(self.console, signal.SIGTERM, timeout_s=5)
             self.console = None
+        if self.balancer is not None:
+            stop_process(self.balancer, signal.SIGTERM, timeout_s=5)
+            self.balancer = None
         procs = list(self.broker_procs.items())
         for bid, proc in procs:  # signal all first so that they shut down in parallel
             if proc.poll() is None:
@@ -440,6 +459,10 @@ class LocalCluster:
                         for bid, proc in sorted(self.broker_procs.items())],
             "console": {"url": self.console_url, "pid": self.console.pid, "log": os.path.join(self.state_dir, "console.log")}
             if self.console is not None else None,
+            "balancer": {"metrics_url": self.balancer_metrics_url, "pid": self.balancer.pid,
+                         "dry_run": self.balancer_dry_run, "log": os.path.join(self.state_dir, "balancer.log"),
+                         "events": os.path.join(self.state_dir, "balancer-events.jsonl")}
+            if self.balancer is not None else None,
             "bootstrap_server": ",".join(u.removeprefix("http://") for u in self.bootstrap_servers),
             "bootstrap.servers": self.kafka_bootstrap,
             "bootstrap_controller": ",".join(u.removeprefix("http://") for u in self.controller_bootstrap)
@@ -458,7 +481,8 @@ class LocalCluster:
 
 
 # What `up` creates in a state dir; a new `up` removes it first (see the module docstring).
-_CLUSTER_DATA = ("controllers", "wal", "s3.log", "admin.token", "console.log")
+_CLUSTER_DATA = ("controllers", "wal", "s3.log", "admin.token", "console.log", "balancer.log",
+                 "balancer-events.jsonl")
 
 
 def _remove_previous_data(state_dir: str) -> bool:
@@ -493,6 +517,10 @@ def summary(state: dict[str, Any], elapsed_s: float) -> str:
     if state.get("console"):
         c = state["console"]
         lines.append(f"  console       {c['url']:<24}  pid {c['pid']:<7}  log {c['log']}  (open it in a browser)")
+    if state.get("balancer"):
+        b = state["balancer"]
+        lines.append(f"  balancer      {b['metrics_url']:<24}  pid {b['pid']:<7}  log {b['log']}"
+                     + ("  (dry run)" if b.get("dry_run") else "  (turn it off with --no-balancer)"))
     d = state["state_dir"]
     lines += ["", f"  --bootstrap-server {state['bootstrap_server']}",
               f"  bootstrap.servers={state.get('bootstrap.servers', '')}  (Kafka clients)",
@@ -566,6 +594,8 @@ def cmd_up(args: argparse.Namespace, state_dir: str) -> int:
         cluster.start()
         if args.console:
             cluster.start_console(args.console_port or None)
+        if not args.no_balancer:
+            cluster.start_balancer(dry_run=args.balancer_dry_run)
     except (RuntimeError, TimeoutError, OSError) as exc:
         cluster.stop()
         os.remove(os.path.join(state_dir, STATE_FILE)) if load_state(state_dir) is not None else None
@@ -604,6 +634,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--console", action="store_true",
                         help="up: also serve the web console on loopback (docs/console.md); `down` stops it")
     parser.add_argument("--console-port", type=int, default=0, help="up --console: its port (default: a free one)")
+    parser.add_argument("--no-balancer", action="store_true",
+                        help="up: do not start the balancer (`ferry balancer run`, on by default; `down` stops it)")
+    parser.add_argument("--balancer-dry-run", action="store_true",
+                        help="up: start the balancer in dry-run mode (it logs proposals, moves nothing)")
     parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                         help="up: a broker setting for every broker (VALUE is JSON or a string; repeatable), e.g. "
                              "--broker-config authorizer_enabled=true --broker-config 'super_users=[\"User:admin\"]'")

@@ -87,6 +87,8 @@ def state_pids(state: dict[str, Any]) -> list[tuple[str, int]]:
         out.append(("s3", int(state["s3"]["pid"])))
     if (state.get("console") or {}).get("pid"):
         out.append(("console", int(state["console"]["pid"])))
+    if (state.get("balancer") or {}).get("pid"):
+        out.append(("balancer", int(state["balancer"]["pid"])))
     return out
 
 
@@ -176,6 +178,9 @@ def cmd_status(state_dir: str) -> int:
         if isinstance(health, dict):
             extra = str(health.get("state", "")) + (" fenced" if health.get("fenced") else "")
         rows.append(("broker", b["id"], b["url"], alive(b["pid"]) and health is not None, extra))
+    if (state.get("balancer") or {}).get("pid"):
+        b = state["balancer"]
+        rows.append(("balancer", "", b["metrics_url"], alive(b["pid"]), "dry run" if b.get("dry_run") else ""))
     if state.get("status") == "starting":
         print(f"The cluster in {state_dir} did not finish starting (`ferry cluster up` stopped or is still running)")
         ok = False

@@ -48,6 +48,14 @@ def test_short_scenario_loses_nothing_and_writes_its_outputs(tmp_path, capsys):
     events = json.loads((out / "events.json").read_text())
     kinds = [e["kind"] for e in events]
     assert "rebalance_done" in kinds and "broker_removed" in kinds and kinds.count("move") == summary["moves"] > 0
+    # where each stall went: cut at the brokers' timeline of the move, the parts add up to it
+    with_parts = [e for e in events if e["kind"] == "move" and e.get("stall_parts_ms")]
+    assert with_parts and summary["stall_per_moved_partition_ms"]["with_parts"] == len(with_parts)
+    for e in with_parts:
+        assert abs(sum(e["stall_parts_ms"].values()) - e["stall_ms"]) < 1.0 and min(e["stall_parts_ms"].values()) >= 0
+    # the run's warm planner read only the window's few new sample objects, on the driver
+    for e in (e for e in events if e["kind"] == "rebalance_done"):
+        assert e["timings_s"]["spark_read"] is False and 0 < e["timings_s"]["new_objects"] <= 12
     removed_at_s = next(e["t_s"] for e in events if e["kind"] == "broker_removed")
     assert frame["t_s"].iloc[-1] >= int(removed_at_s)  # the series reaches the second of the removal
     assert "1" not in frame["live_brokers"].iloc[-1].split() and summary["final_live_brokers"] == [2, 3]

@@ -126,3 +126,21 @@ def test_compare_two_policies_on_the_same_load(tmp_path, capsys):
         decisions = [e for e in events if e["kind"] == "policy_decision"]
         assert decisions and decisions[0]["add"] >= 1  # the policy scaled out on its own
         assert any(e["kind"] == "brokers_added" for e in events)
+
+
+def test_intervals_and_targets_over_seeds():
+    from tools.autoscale.compare import interval95, interval_row, targets
+
+    assert interval95([]) is None and interval95([5.0]) == (5.0, 0.0)
+    mean, half = interval95([10.0, 12.0, 14.0])  # type: ignore[misc]
+    assert mean == 12.0 and abs(half - 4.303 * 2.0 / 3 ** 0.5) < 1e-9  # t(2) = 4.303, stdev 2
+    rows = [{"broker_seconds": 100, "overload_to_balance_mean_s": 8.0, "overloads_unresolved": 0, "lost": 0,
+             "duplicated": 0, "verdict": "pass"},
+            {"broker_seconds": 120, "overload_to_balance_mean_s": None, "overloads_unresolved": 1, "lost": 0,
+             "duplicated": 0, "verdict": "pass"}]
+    iv = interval_row(rows)
+    assert iv["broker_seconds"] == {"mean": 110.0, "ci95": round(12.706 * 14.142135623730951 / 2 ** 0.5, 2), "n": 2}
+    assert iv["overload_to_balance_mean_s"] == {"mean": 8.0, "ci95": 0.0, "n": 1} and iv["stall_p99_ms"] is None
+    t = targets(rows, [float(x) for x in range(1, 101)])
+    assert t["overload_to_balance_s_mean"] == 8.0 and t["overloads_unresolved"] == 1
+    assert t["stall_per_moved_partition_p99_ms"] == 100.0 and t["moves_measured"] == 100 and t["lost"] == 0

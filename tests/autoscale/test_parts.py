@@ -158,7 +158,8 @@ def test_verdict(tmp_path):
     events.append({"t_s": 13.5, "kind": "final_state", "live_brokers": [1, 2, 3]})
     good = summarize_run(frame, events, {"acknowledged": 1400, "lost": 0, "duplicated": 0}, first_step_s=5.0, steps=1)
     assert good["verdict"] == "pass" and good["time_to_balance_s"] == pytest.approx(5.0)
-    assert good["moves"] == 2 and good["stall_per_moved_partition_ms"] == {"p50": 100.0, "max": 120.0, "measured": 2}
+    assert good["moves"] == 2 and good["stall_per_moved_partition_ms"] == {
+        "p50": 100.0, "p99": 119.6, "max": 120.0, "measured": 2, "parts": {}, "with_parts": 0}
     assert good["p99_steady"]["mean_ms"] == 5.0 and good["p99_during_moves"]["seconds"] == 2
     # move seconds 7 (p99 5 ms) and 8 (p99 82 ms: rank 99 of the 100 latencies 50..83)
     assert good["p99_during_moves"]["mean_ms"] == 43.5 and good["p99_during_moves_over_steady"] == 8.7

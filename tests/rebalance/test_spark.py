@@ -72,6 +72,28 @@ def test_aggregation_matches_the_synthetic_loads(spark, tmp_path):
     np.testing.assert_allclose(spark_sums["net_in"].to_numpy(), totals["net_in"], rtol=1e-9)
 
 
+def test_the_warm_planner_aggregates_as_spark_does_and_reads_only_new_objects(spark, tmp_path):
+    from tools.rebalance.warm import LocalObjects, WarmPlanner
+
+    cluster = synthetic_cluster(SyntheticSpec(400, 8, partitions_per_topic=20, seed=13))
+    write_frame(synthetic_samples(cluster, intervals=3), tmp_path)
+    expected = aggregate_samples(spark, read_samples(spark, sorted(str(p) for p in tmp_path.rglob("*.jsonl"))),
+                                 window_ms=60_000).cluster
+    by_spark = WarmPlanner(LocalObjects(tmp_path), window_ms=60_000, spark_min_objects=1)
+    by_driver = WarmPlanner(LocalObjects(tmp_path), window_ms=60_000, spark_min_objects=10**6)
+    assert by_spark.refresh() == (24, True) and by_driver.refresh() == (24, False)
+    for planner in (by_spark, by_driver):
+        got = planner.cluster()
+        assert (got.topics == expected.topics).all() and (got.owners == expected.owners).all()
+        np.testing.assert_allclose(got.loads, expected.loads, rtol=1e-9)
+        np.testing.assert_allclose(got.request_rates, expected.request_rates, rtol=1e-9)
+    # one interval later: only its 8 objects are read, and the oldest interval leaves the window
+    write_frame(synthetic_samples(cluster, intervals=1, end_ms=END_MS + 10_000, seed=5), tmp_path)
+    assert by_driver.refresh() == (8, False) and by_driver.window_objects == 32
+    by_driver.window_ms = 25_000
+    assert by_driver.refresh() == (0, False) and by_driver.window_objects == 24
+
+
 def test_an_empty_window_is_a_clear_error(spark, tmp_path):
     path = write_samples_dir(tmp_path, 1, END_MS, encode_samples([sample(END_MS, 1, "a", 0, 1, 1)]))
     with pytest.raises(FerryError) as err:

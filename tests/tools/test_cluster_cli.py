@@ -94,6 +94,11 @@ def test_summary_says_where_things_run_and_how_to_stop_them() -> None:
     from tools.cluster_procs import state_pids
 
     assert state_pids(state) == [("broker 1", 7), ("controller 1", 6), ("s3", 5), ("console", 8)]
+    state["balancer"] = {"metrics_url": "http://127.0.0.1:13/metrics", "pid": 9, "log": "/s/balancer.log",
+                         "dry_run": False}
+    text = cluster.summary(state, 3.0)
+    assert "balancer      http://127.0.0.1:13/metrics" in text and "--no-balancer" in text
+    assert state_pids(state)[-1] == ("balancer", 9)
 
 
 def test_down_finds_a_process_that_logs_to_the_state_dir_but_was_not_recorded(

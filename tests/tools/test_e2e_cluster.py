@@ -27,11 +27,12 @@ def test_cluster_up_status_down(tmp_path):
         assert up.returncode == 0, up.stderr
         state = json.loads(up.stdout)
         pids = [state["s3"]["pid"]] + [c["pid"] for c in state["controllers"]] + [b["pid"] for b in state["brokers"]]
+        pids.append(state["balancer"]["pid"])  # on by default; `down` stops it with the rest
         assert len(state["controllers"]) == 3 and len(state["brokers"]) == 2
         assert all(_alive(p) for p in pids)
         status = ferry("cluster", "status", "--state-dir", state_dir)
         assert status.returncode == 0, status.stdout + status.stderr
-        assert status.stdout.count(" up") == 6 and "active" in status.stdout
+        assert status.stdout.count(" up") == 7 and "active" in status.stdout and "balancer" in status.stdout
         again = ferry("cluster", "up", "--state-dir", state_dir)
         assert again.returncode == 1 and "already running" in again.stderr
         assert len(again.stderr.strip().splitlines()) == 1 and "Traceback" not in again.stderr
@@ -55,7 +56,7 @@ def test_cluster_with_an_external_s3_endpoint_leaves_it_running(tmp_path):
             assert state["s3"] == {"endpoint_url": s3.endpoint_url, "bucket": "ferry-ext", "pid": None, "log": None,
                                    "s3_profile": "local", "upstream": None}
             status = ferry("cluster", "status", "--state-dir", state_dir)
-            assert status.returncode == 0 and status.stdout.count(" up") == 2, status.stdout
+            assert status.returncode == 0 and status.stdout.count(" up") == 3, status.stdout  # and the balancer
         finally:
             down = ferry("cluster", "down", "--state-dir", state_dir)
         assert down.returncode == 0, down.stderr

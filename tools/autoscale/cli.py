@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="output directory (default .ferry/autoscale/<scenario>-<time>)")
     add_wal_argument(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--seed", type=int, help="the load's seed (default: the scenario's)")
     run.add_argument("--console", action="store_true",
                      help="serve the web console on the experiment's cluster, with this run's panels live")
     from tools.autoscale.compare import add_parser
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         return main_compare(args)
     try:
         scenario = load_scenario(args.scenario)
+        if args.seed is not None:
+            scenario = scenario.with_seed(args.seed)
     except FerryError as exc:
         print(f"Error: {exc.error.name}: {exc.message}", file=sys.stderr)
         return 2

@@ -31,6 +31,8 @@ from tools.autoscale.plots import plot_balance, plot_overview
 from tools.autoscale.policies import LoadSample, PolicyState, acted, decide, pick_broker_to_remove
 from tools.autoscale.recorder import Recorder
 from tools.autoscale.scenario import Scenario, Step
+from tools.autoscale.stall_parts import stall_parts
+from tools.rebalance.warm import WarmPlanner
 from tools.autoscale.summary import summarize_run, write_summary
 from tools.client import Consumer, Producer, RecordMetadata, TopicPartition
 from tools.cluster import LocalCluster
@@ -77,6 +79,9 @@ class Experiment:
         self._live: list[int] = []
         self._deciding = True
         self._removed: set[int] = set()
+        self._planner: WarmPlanner | None = None  # kept for the run: re-plans read only new samples
+        self._timelines: list[dict[str, Any]] = []  # the brokers' six-step move timelines, read at the end
+        self._wall_minus_mono_s = time.time() - time.monotonic()
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -148,6 +153,7 @@ class Experiment:
             tasks[2].cancel()
             await asyncio.gather(tasks[2], return_exceptions=True)
             await self._final_sample()
+            await self._read_timelines()
         finally:
             self._producing = self._consuming = False
             for task in tasks:
@@ -407,21 +413,41 @@ class Experiment:
             pass
 
     async def _rebalance(self, window_ms: int, balance_band: float, mode: list[str]) -> None:
-        assert self.cluster is not None
-        from tools.rebalance import cli as rebalance_cli
+        """Plan with the run's warm planner (tools/rebalance/warm.py: one Spark session and the
+        window's samples kept between plans, only new sample objects read) and execute."""
+        assert self.cluster is not None and self.admin is not None
+        from tools.rebalance.execute import execute_plan, live_brokers
+        from tools.rebalance.planner import PlannerConfig
+        from tools.rebalance.summary import summarize
+        from tools.rebalance.warm import S3Objects, with_owners
 
-        argv = ["--s3-endpoint", str(self.cluster.s3_endpoint), "--bucket", self.cluster.bucket,
-                "--window-ms", str(window_ms), "--balance-band", str(balance_band), "--json", "--execute",
-                "--bootstrap-controller", ",".join(self.cluster.controller_bootstrap), "--timeout-ms", "60000", *mode]
+        flag, ids = (mode[0], tuple(int(b) for b in mode[1].split(","))) if mode else ("", ())
+        add, remove = (ids, ()) if flag == "--add-broker" else ((), ids)
         self.rec.event(self.now(), "rebalance_start", args=" ".join(mode))
-        args = rebalance_cli.build_parser().parse_args(argv)
-        report = await asyncio.to_thread(rebalance_cli.run, args)
-        summary, executed = report["summary"], report["executed"] or {"submitted": 0, "completed": 0}
-        self.rec.event(self.now(), "rebalance_done", mode=summary["mode"], planned_moves=summary["moves"],
-                       submitted=executed["submitted"], completed=executed["completed"],
+        if self._planner is None:
+            self._planner = WarmPlanner(S3Objects(str(self.cluster.s3_endpoint), self.cluster.bucket), window_ms)
+        self._planner.window_ms = window_ms
+        live = [b for b in await live_brokers(self.admin) if b not in add]
+        parts = await self.admin.describe_topics([self.scn.topic])
+        topic_parts = parts.get(self.scn.topic)
+        leaders = {(self.scn.topic, p.partition): p.leader for p in topic_parts} if isinstance(topic_parts, list) else {}
+        config = PlannerConfig(balance_band=balance_band, add_brokers=add, remove_brokers=remove)
+        planner = self._planner
+        warm = await asyncio.to_thread(planner.plan, config, live, None, lambda c: with_owners(c, leaders))
+        cluster, result = warm.cluster, warm.result
+        brokers_before = sorted(set(cluster.brokers) | set(add))
+        summary = summarize(cluster, result.owners_after, brokers_before, [b for b in brokers_before if b not in remove])
+        executed = await execute_plan(self.admin, result.moves, timeout_ms=60_000, show_progress=False) \
+            if result.moves else None
+        self.rec.event(self.now(), "rebalance_done", mode="remove_broker" if remove else ("add_broker" if add else "balance"),
+                       planned_moves=len(result.moves), submitted=executed.submitted if executed else 0,
+                       completed=executed.completed if executed else 0,
                        net_in_max_over_mean_before=summary["resources"]["net_in"]["before"]["max_over_mean"],
                        net_in_max_over_mean_planned=summary["resources"]["net_in"]["after"]["max_over_mean"],
-                       timings_s=summary["timings_s"])
+                       timings_s={"read": round(warm.read_s, 3), "aggregation": round(warm.aggregate_s, 3),
+                                  "planning": round(warm.plan_s, 3), "new_objects": warm.new_objects,
+                                  "spark_read": warm.spark_read,
+                                  "execute": round(executed.elapsed_s, 3) if executed else 0.0})
 
     # -- the end ----------------------------------------------------------------------------------
 
@@ -437,7 +463,8 @@ class Experiment:
         ends = {(self.scn.topic, tp.partition): max((a[1] for a in self.acks[tp.partition]), default=-1) + 1
                 for tp in self.tps}
         visible_s, committed = await wait_committed(options, ends, timeout_s=30.0)
-        logs = await asyncio.to_thread(read_records, spark_session(), options)
+        # a record is identified by its "partition:seq:" header: only the first 32 bytes travel
+        logs = await asyncio.to_thread(read_records, spark_session(), options, 32)
         lost = duplicated = misplaced = acknowledged = 0
         for tp in self.tps:
             stored = logs.get(tp.partition, [])
@@ -462,6 +489,22 @@ class Experiment:
                 "read_back": sum(len(v) for v in logs.values()), "shed": self.shed,
                 "read_back_source": "spark", "committed_after_s": visible_s}
 
+    async def _read_timelines(self) -> None:
+        """Every live broker's move timelines (each side of a move reports it, so a removed broker's
+        moves are still seen from the other side); best effort: a stall without one has no parts."""
+        assert self.admin is not None
+        try:
+            answers = await self.admin.moves(timeout_ms=5_000)
+        except (FerryError, OSError):
+            return
+        seen: set[tuple[int, int]] = set()
+        for answer in answers.values():
+            for m in answer.get("moves", []) if isinstance(answer, dict) else []:
+                key = (int(m["partition"]), int(m["move_id"]))
+                if m.get("topic") == self.scn.topic and m.get("complete") and key not in seen:
+                    seen.add(key)
+                    self._timelines.append(m)
+
     def _stalls(self) -> None:
         """Fill in each move's produce stall: last ack by the old owner to the first by the new one."""
         for event in self.rec.events:
@@ -475,6 +518,19 @@ class Experiment:
                         and cur[3] <= seen_s + 1.0 and (best is None or cur[3] > best[1])):
                     best = (prev[3], cur[3])
             event.detail["stall_ms"] = None if best is None else round((best[1] - best[0]) * 1000.0, 1)
+            if best is not None:
+                event.detail["stall_parts_ms"] = self._stall_parts(event.detail, best)
+
+    def _stall_parts(self, move: dict[str, Any], stall: tuple[float, float]) -> dict[str, float] | None:
+        """The stall cut at the steps of the brokers' timeline of this move (tools/autoscale/stall_parts.py)."""
+        a_ms, b_ms = ((x + self._wall_minus_mono_s) * 1000.0 for x in stall)
+        candidates = [m for m in self._timelines if int(m["partition"]) == move["partition"]
+                      and m.get("from_broker") == move["from_broker"] and m.get("to_broker") == move["to_broker"]
+                      and m["t_ms"].get("t6") is not None and a_ms - 5_000 <= m["t_ms"]["t6"] <= b_ms + 1_000]
+        if not candidates:
+            return None
+        nearest = min(candidates, key=lambda m: abs(float(m["t_ms"]["t6"]) - b_ms))
+        return stall_parts(a_ms, b_ms, nearest["t_ms"])
 
     async def _close_clients(self) -> None:
         for client in (self.producer, self.consumer, self.admin):

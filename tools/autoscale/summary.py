@@ -21,9 +21,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tools.autoscale.recorder import events_of
+from tools.autoscale.stall_parts import summarize_parts
 
 BALANCE_THRESHOLD = 1.1
 BALANCE_WINDOW_S = 3
@@ -123,7 +125,11 @@ def summarize_run(frame: pd.DataFrame, events: list[dict[str, Any]], verificatio
         "moves": len(moves),
         "stall_per_moved_partition_ms": {
             "p50": round(statistics.median(stalls), 1) if stalls else None,
-            "max": round(max(stalls), 1) if stalls else None, "measured": len(stalls)},
+            "p99": round(float(np.percentile(stalls, 99)), 1) if stalls else None,
+            "max": round(max(stalls), 1) if stalls else None, "measured": len(stalls),
+            # where it went: the moves whose brokers' timeline was found (tools/autoscale/stall_parts.py)
+            "parts": summarize_parts([m["stall_parts_ms"] for m in moves if m.get("stall_parts_ms")]),
+            "with_parts": sum(1 for m in moves if m.get("stall_parts_ms"))},
         "p99_steady": steady_p99, "p99_during_moves": during_p99,
         "p99_during_moves_over_steady": round(ratio, 3) if ratio is not None else None,
         "records": {"offered": int(frame["offered_rps"].sum()), "acknowledged": verification.get("acknowledged"),

@@ -24,13 +24,20 @@ async def wait_committed(options: Mapping[str, str], ends: Mapping[tuple[str, in
         await asyncio.sleep(poll_s)
 
 
-def read_records(spark: Any, options: Mapping[str, str]) -> dict[int, list[tuple[int, bytes | None]]]:
+def read_records(spark: Any, options: Mapping[str, str], value_prefix_bytes: int | None = None
+                 ) -> dict[int, list[tuple[int, bytes | None]]]:
     """Per partition, ``(offset, value)`` in offset order, read by the executors from S3 (Arrow to
-    the driver: tens of thousands of records collect in a second)."""
+    the driver: tens of thousands of records collect in a second). ``value_prefix_bytes``: only
+    that many leading bytes of each value travel to the driver (a check that identifies records by
+    a header needs no more; a 2-minute run of 8 KiB records otherwise fills the driver's heap)."""
+    from pyspark.sql import functions as F
+
     from tools.spark_read import FORMAT_NAME, register
 
     register(spark)
-    frame = spark.read.format(FORMAT_NAME).options(**dict(options)).load().select("partition", "offset", "value")
+    frame = spark.read.format(FORMAT_NAME).options(**dict(options)).load()
+    value = F.col("value") if value_prefix_bytes is None else F.substring("value", 1, value_prefix_bytes).alias("value")
+    frame = frame.select("partition", "offset", value)
     table = frame.toArrow()  # Spark 4: Arrow batches straight to the driver
     out: dict[int, list[tuple[int, bytes | None]]] = {}
     for partition, offset, value in zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),

@@ -1,0 +1,1 @@
+"""`ferry balancer`: continuous self-balancing of a cluster's partitions (docs/rebalance.md)."""
