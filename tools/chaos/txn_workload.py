@@ -179,25 +179,23 @@ class TxnLoad:
         rng = random.Random(self.seed)
         n = 0
         started = time.monotonic()
-        try:
-            producer = self._new_producer()
-        except KafkaException as exc:
-            self._note(f"init_transactions: {exc.args[0]}")
-            return
+        producer: Producer | None = None
         while not self._stop.is_set():
+            if producer is None:  # the first, or one replacing a producer that had to go
+                try:
+                    producer = self._new_producer()
+                except KafkaException as exc:
+                    self._note(f"init_transactions: {exc.args[0]}")
+                    self._stop.wait(1.0)
+                    continue
             txn, restart = self._one(producer, n, rng, rng.randint(2, 12), abort=rng.random() < 0.25)
             with self._lock:
                 self.txns.append(txn)
             n += 1
             if restart:
                 self.restarts += 1
-                try:
-                    producer.flush(5)
-                    producer = self._new_producer()
-                except KafkaException as exc:
-                    self._note(f"init_transactions: {exc.args[0]}")
-                    time.sleep(1.0)
-                    continue
+                _quietly_flush(producer, 5)  # a fenced producer may refuse even this
+                producer = None
             delay = started + n / self.per_s - time.monotonic()
             if delay > 0:
                 self._stop.wait(delay)
@@ -276,5 +274,14 @@ class TxnLoad:
             if self._end(producer, commit=False) is not None:
                 tail = Txn(tail.txn_id, Outcome.ABORTED, tail.records)  # never asked to commit: aborted anyway
         if producer is not None:
-            producer.flush(10)
+            _quietly_flush(producer, 10)
         return read, samples, tail
+
+
+def _quietly_flush(producer: Producer, timeout_s: float) -> None:
+    """Flush a producer that may be fenced or failed: its error is the transaction's outcome,
+    already recorded, not the run's."""
+    try:
+        producer.flush(timeout_s)
+    except KafkaException:
+        pass
