@@ -67,7 +67,7 @@ browser:
 			|| echo "browser: apt-get could not install chromium and chromium-driver: the console's browser test is skipped"; \
 	else echo "browser: no apt-get: install chromium and chromedriver; the console's browser test is skipped"; fi
 
-# the whole suite, the two seeded 30 s chaos campaigns included
+# the whole suite, the seeded 30 s chaos campaigns (one on loopback, one with network faults) included
 test: $(STAMP) $(KAFKA_JARS_STAMP) $(SPARK_KAFKA_JARS_STAMP) $(STREAMS_JARS_STAMP) browser
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
@@ -77,7 +77,7 @@ SPARK_KILLS ?= 10
 spark-kafka-kills: $(STAMP) $(SPARK_KAFKA_JARS_STAMP)
 	FERRY_SPARK_KILLS=$(SPARK_KILLS) $(PY) -m pytest -q -s -p no:cacheprovider tests/spark_read/test_spark_kafka.py -k through_a_kill
 
-# Only the seeded fault campaigns against a live cluster: two of 30 s (about 80 s) and one of 30 s
+# Only the seeded fault campaigns against a live cluster: one of 30 s (about 40 s) and one of 30 s
 # with network namespaces and network faults (about 45 s; skipped where `ip netns` is refused).
 chaos: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m chaos tests
