@@ -30,6 +30,7 @@ from broker.metrics import BrokerMetrics
 from broker.move_timeline import MoveTimeline
 from broker.partition_manager import PartitionManager, Slot, serving_state
 from broker.served_replica import ServedReplica
+from metadata_quorum.kernel.loop_lag import LoopLagProbe
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.kernel.controller_api import ControllerApi
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -91,6 +92,7 @@ class RequestCore:
         self.log_dirs = log_dirs
         self.storages = storages  # log dir -> its stream storage, filled in by start-up
         self._process = process
+        self.loop_lag = LoopLagProbe()  # started with the broker (server.py)
         # what requests are served against, attached once the broker has registered (attach)
         self.manager: PartitionManager | None = None
         self.local: LocalPartitions | None = None  # storage=local replicas (Kafka's replication)
@@ -399,7 +401,7 @@ class RequestCore:
                 "broker_epoch": hb.broker_epoch, "fenced": hb.fenced,
                 "metadata_offset": self.follower.offset if self.follower is not None else -1,
                 "lease_valid": self.write_lease_valid(), "last_heartbeat_error": hb.last_error,
-                "partitions": self.manager.state_counts() if self.manager else {}}
+                "partitions": self.manager.state_counts() if self.manager else {}, **self.loop_lag.report()}
 
     def storage_stats(self) -> dict[str, float]:
         """The stream storages' counters summed over the log dirs (the ``/metrics`` storage gauges)."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -61,6 +60,7 @@ from broker.producer_ids import ProducerIdManager
 from broker.kafka.sasl import ScramStore, Users
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.kernel.heap import HeapKeeper
 from metadata_quorum.write_batcher import WriteBatcher
 from metadata_quorum.kernel.controller_api import ControllerApi, ControllerWrites
 from metadata_quorum.kernel.messages.cluster import BrokerAddresses
@@ -155,6 +155,7 @@ class Broker:
         # lock as proof that this broker's process is gone (peer_liveness.py)
         self.process_lock = await asyncio.to_thread(ProcessLock.acquire, self.config.effective_wal_dir)
         await asyncio.to_thread(self.log_dirs.prepare)
+        self.core.loop_lag.start()
         self._runner = web.AppRunner(BrokerHttpApi(self.core).app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
@@ -272,6 +273,7 @@ class Broker:
 
     async def stop(self) -> None:
         self.state = "STOPPED"
+        self.core.loop_lag.stop()
         for t in self._background:
             t.cancel()
         await self.heartbeater.stop()
@@ -334,15 +336,6 @@ class Broker:
         return self.image.configs.get("topic", topic) if self.image is not None else {}
 
 
-def freeze_startup_heap() -> None:
-    """Move what start-up allocated (modules, boto3's service models, aiohttp, the config: ~110,000
-    objects that live as long as the process) out of the garbage collector's generations. A full
-    collection walked all of them: 100-160 ms on the event loop, a few times a minute under
-    produce, landing now and then inside a move's step 3 or 6; after the freeze it takes ~1 ms."""
-    gc.collect()
-    gc.freeze()
-
-
 async def run(config: BrokerConfig) -> int:
     broker = Broker(config)
     loop = asyncio.get_running_loop()
@@ -361,8 +354,10 @@ async def run(config: BrokerConfig) -> int:
         log.error("broker %d could not start: %s", config.broker_id, exc)
         await broker.stop()
         return 1
-    freeze_startup_heap()
+    heap = HeapKeeper(loop)
+    heap.install()  # metadata_quorum/kernel/heap.py: the collector off the event loop
     await broker.stopped.wait()
+    heap.uninstall()
     log.info("broker %d stopped", config.broker_id)
     return 0
 

@@ -31,10 +31,11 @@ import heapq
 import itertools
 import logging
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Union
 
+from metadata_quorum import op_slices
 from metadata_quorum.backpressure import admit, retry_after_ms as queue_retry_after_ms, throttled
 from metadata_quorum.controller_result import OpContext, WriteOperation
 from metadata_quorum.kernel import messages as ops
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 PRIORITY_OPERATIONS = frozenset({ops.BROKER_HEARTBEAT.name, ops.REGISTER_BROKER.name})
 #: how often ``tick`` also looks at every leaderless partition (ops/cluster.py ``tick``)
 LEADERLESS_SCAN_INTERVAL_MS = 1000
+#: leaderless partitions one ``tick`` looks at, at most (~40 us each: ~20 ms of the loop)
+LEADERLESS_SCAN_MAX = 500
 PRIORITY_EXTRA_INFLIGHT = 16  # commands priority operations may add beyond max_inflight_commands
 OP_COST_START_MS = 0.05  # the first guess of one operation's run time, before any was measured
 
@@ -202,6 +205,15 @@ class _Pending:
 
 
 @dataclass
+class _Sliced:
+    """An operation run as pieces (``op_slices``): its pieces' tokens and the outcomes so far."""
+
+    name: str
+    pieces: list[Token]
+    outcomes: dict[Token, Outcome] = field(default_factory=dict)
+
+
+@dataclass
 class _Inflight:
     answers: list[tuple[Token, dict[str, Any], int, tuple[Record, ...]]]
     submitted_ms: int
@@ -237,7 +249,11 @@ class ControllerCore:
         # (view offset the outcome was computed at, tie-break, token, reply or the error it raised)
         self._commit_waiters: list[tuple[int, int, Token, dict[str, Any] | FerryError]] = []
         self._ready = Ready()
-        self._leaderless_scan_ms = -LEADERLESS_SCAN_INTERVAL_MS  # when a tick last looked at every leaderless partition
+        self._leaderless_scan_ms = -LEADERLESS_SCAN_INTERVAL_MS  # when a tick last began a scan of the leaderless
+        self._leaderless_after: tuple[str, int] | None = None  # where a bounded scan goes on
+        self._sliced: dict[Token, _Sliced] = {}  # the caller's token -> its operation run as pieces
+        self._piece_of: dict[Token, Token] = {}  # a piece's token -> the caller's
+        self._abandoned_pieces: set[Token] = set()  # pieces already run whose caller stopped waiting
 
     # -- effects -------------------------------------------------------------------------------------
 
@@ -247,7 +263,27 @@ class ControllerCore:
         return ready
 
     def _out(self, outcome: Outcome) -> None:
-        self._ready.outcomes.append(outcome)
+        if outcome.token in self._abandoned_pieces:  # its caller stopped waiting
+            self._abandoned_pieces.discard(outcome.token)
+            return
+        parent = self._piece_of.pop(outcome.token, None)
+        if parent is None:
+            self._ready.outcomes.append(outcome)
+            return
+        sliced = self._sliced[parent]
+        sliced.outcomes[outcome.token] = outcome
+        if len(sliced.outcomes) < len(sliced.pieces):
+            return
+        del self._sliced[parent]
+        outcomes = [sliced.outcomes[t] for t in sliced.pieces]
+        failed = next((o for o in outcomes if not isinstance(o, Answer)), None)
+        if failed is not None:  # the first piece that failed answers for the operation
+            self._ready.outcomes.append(replace(failed, token=parent))
+            return
+        answers = [o for o in outcomes if isinstance(o, Answer)]
+        self._ready.outcomes.append(Answer(parent, op_slices.join(sliced.name, [a.reply for a in answers]),
+                                           max(a.offset for a in answers),
+                                           tuple(r for a in answers for r in a.records)))
 
     # -- submitting ----------------------------------------------------------------------------------
 
@@ -275,7 +311,14 @@ class ControllerCore:
             if not decision.admitted:
                 self.shed_ops += 1
                 raise throttled(name, len(self._queue), decision.retry_after_ms)
-        return self._enqueue(name, args, now_ms)
+        pieces = op_slices.split(name, args)
+        if pieces is None:
+            return self._enqueue(name, args, now_ms)
+        parent = next(self._tokens)
+        sliced = self._sliced[parent] = _Sliced(name, [self._enqueue(name, piece, now_ms) for piece in pieces])
+        for token in sliced.pieces:
+            self._piece_of[token] = parent
+        return parent
 
     def submit_many(self, items: list[tuple[str, dict[str, Any]]], now_ms: int, budget_ms: int) -> list[Token]:
         """Queue several independent operations; those refused for load get a ``Refusal`` at once."""
@@ -314,14 +357,27 @@ class ControllerCore:
             return None
         args: dict[str, Any] = {}
         if name == ops.TICK.name:
-            due = now_ms - self._leaderless_scan_ms >= LEADERLESS_SCAN_INTERVAL_MS
-            if due:
+            # a scan that stopped at its bound goes on at the next tick; a new one starts each interval
+            due = self._leaderless_after is not None or \
+                now_ms - self._leaderless_scan_ms >= LEADERLESS_SCAN_INTERVAL_MS
+            if due and self._leaderless_after is None:
                 self._leaderless_scan_ms = now_ms
             args["elect_leaderless"] = due
+            args["leaderless_max"] = LEADERLESS_SCAN_MAX
+            if self._leaderless_after is not None:
+                args["leaderless_after"] = list(self._leaderless_after)
         return self._enqueue(name, args, now_ms, internal=True)
 
     def cancel(self, token: Token) -> None:
         """The caller stopped waiting: an operation not yet run is skipped (never run late)."""
+        sliced = self._sliced.pop(token, None)
+        if sliced is not None:
+            for piece in sliced.pieces:
+                self._piece_of.pop(piece, None)
+                if piece in self._queued:
+                    self.cancel(piece)  # skipped when its turn comes: no outcome
+                elif piece not in sliced.outcomes:
+                    self._abandoned_pieces.add(piece)  # run, its outcome still to come
         pending = self._queued.get(token)
         if pending is not None:
             pending.cancelled = True
@@ -579,6 +635,9 @@ class ControllerCore:
                 log.exception("operation %s failed", op.name)
                 self._refuse(op.token, FerryError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{op.name} failed: {e!r}"), view)
                 continue
+            if op.name == ops.TICK.name and op.internal:
+                more = result.reply.get("leaderless_next")
+                self._leaderless_after = (str(more[0]), int(more[1])) if more else None
             if op.name == ops.BROKER_HEARTBEAT.name:
                 # only a heartbeat the operation accepted (current broker epoch)
                 self.sessions.note_heartbeat(op.args, self.state.high_watermark, now_ms)

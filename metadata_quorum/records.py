@@ -12,7 +12,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 NO_LEADER = -1
 STORAGE_S3 = "s3"
@@ -308,38 +308,60 @@ def _to_plain(value: Any) -> Any:
     return value
 
 
-def _from_plain(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _from_plain(args[0], value) if len(args) == 1 else value
-    if origin is tuple:
-        (item_tp, *_rest) = typing.get_args(tp)
-        return tuple(_from_plain(item_tp, v) for v in value)
-    if origin is dict:
-        return dict(value)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _build(tp, value)
-    if tp is int and isinstance(value, bool):
-        return int(value)
+def _identity(value: Any) -> Any:
     return value
 
 
+def _int_of(value: Any) -> Any:
+    return int(value) if isinstance(value, bool) else value
+
+
+Convert = Callable[[Any], Any]
+_CONVERTERS: dict[Any, Convert] = {}
+
+
+def _converter(tp: Any) -> Convert:
+    """How a JSON value becomes a value of type ``tp`` (None stays None), worked out once per type:
+    a broker decodes every record of the metadata log, and looking at each field's type for each
+    value was most of the cost of following a large move."""
+    conv = _CONVERTERS.get(tp)
+    if conv is None:
+        conv = _CONVERTERS[tp] = _make_converter(tp)
+    return conv
+
+
+def _make_converter(tp: Any) -> Convert:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _converter(args[0]) if len(args) == 1 else _identity
+    if origin is tuple:
+        item = _converter(typing.get_args(tp)[0])
+        if item is _identity:
+            return lambda value: None if value is None else tuple(value)
+        return lambda value: None if value is None else tuple(item(v) for v in value)
+    if origin is dict:
+        return lambda value: None if value is None else dict(value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return lambda value: None if value is None else _build(tp, value)
+    if tp is int:
+        return _int_of
+    return _identity
+
+
+def _from_plain(tp: Any, value: Any) -> Any:
+    return _converter(tp)(value)
+
+
 @functools.lru_cache(maxsize=None)
-def _field_hints(cls: type) -> tuple[tuple[str, Any], ...]:
-    """(name, type) of each field; resolving string annotations is slow, so once per class."""
+def _field_converters(cls: type) -> tuple[tuple[str, Convert], ...]:
+    """(name, converter) of each field; resolving string annotations is slow, so once per class."""
     hints = typing.get_type_hints(cls, globalns=globals() | _NESTED)
-    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+    return tuple((f.name, _converter(hints[f.name])) for f in dataclasses.fields(cls))
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:
-    kwargs = {}
-    for name, hint in _field_hints(cls):
-        if name in data:
-            kwargs[name] = _from_plain(hint, data[name])
-    return cls(**kwargs)
+    return cls(**{name: conv(data[name]) for name, conv in _field_converters(cls) if name in data})
 
 
 def encode_record(record: Record) -> dict[str, Any]:

@@ -25,6 +25,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from metadata_quorum.kernel.auth_middleware import controller_auth_middleware
+from metadata_quorum.kernel.heap import HeapKeeper
+from metadata_quorum.kernel.loop_lag import LoopLagProbe
 from metadata_quorum.backpressure import TIMEOUT_HEADER, answer_within_ms, parse_timeout_header
 from metadata_quorum.config import ControllerConfig, load_config
 from metadata_quorum.kernel.messages import CREATE_TOPICS, TICK
@@ -100,7 +102,7 @@ class ControllerServer:
         # Every broker reads the same pieces of the log: a piece is encoded once, not once per broker
         # (a 5,000-partition topic's creation is ~5 MB of JSON, seconds of a busy controller's loop).
         self._log_answers: collections.OrderedDict[tuple[int, int, int], bytes] = collections.OrderedDict()
-        self.loop_lag_max_ms = 0.0  # the longest the event loop was late for the ticker (requests wait as long)
+        self.loop_lag = LoopLagProbe()  # how long requests (heartbeats) waited for the loop
         self._ticker: asyncio.Task[None] | None = None
 
     def _on_ready(self) -> None:
@@ -132,10 +134,12 @@ class ControllerServer:
 
     def start_ticker(self) -> None:
         self._ticker = self.loop.create_task(self._tick_loop())
+        self.loop_lag.start()
 
     async def close(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
+        self.loop_lag.stop()
         await self.controller.stop()
         await self.loop.run_in_executor(None, self.node.destroy)
 
@@ -146,7 +150,6 @@ class ControllerServer:
             slept_from = time.monotonic()
             await asyncio.sleep(interval_s)
             late_ms = (time.monotonic() - slept_from - interval_s) * 1000
-            self.loop_lag_max_ms = max(self.loop_lag_max_ms, late_ms)
             if late_ms > LOOP_LAG_WARN_MS:
                 log.warning("controller event loop held up %.0f ms", late_ms)
             try:
@@ -411,7 +414,7 @@ class ControllerServer:
             "raft_log_syncs": self.node.log_sync.syncs,
             "raft_log_appends": self.node.log_sync.appends,
             "raft_log_sync_max_ms": self.node.log_sync.sync_max_ms,
-            "loop_lag_max_ms": round(self.loop_lag_max_ms, 1),
+            **self.loop_lag.report(),
             "uptime_ms": now_ms() - self.started_ms,
         })
 
@@ -421,8 +424,9 @@ class ControllerServer:
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> None:
-    """Run one controller until ``stop`` is set (or SIGTERM/SIGINT)."""
+async def serve(config: ControllerConfig, stop: asyncio.Event | None = None, keep_heap: bool = False) -> None:
+    """Run one controller until ``stop`` is set (or SIGTERM/SIGINT); ``keep_heap``: this process is
+    the controller's own, and its garbage collector follows ``kernel/heap.py``."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -436,6 +440,9 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
     site = web.TCPSite(runner, config.http_host, config.http_port, reuse_address=True, shutdown_timeout=1.0)
     await site.start()
     server.start_ticker()
+    heap = HeapKeeper(loop) if keep_heap else None
+    if heap is not None:
+        heap.install()
     log.info("controller %d serving http://%s (raft %s)", config.node_id, config.me.http, config.me.raft)
     waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(server.lost.wait())]
     try:
@@ -449,6 +456,8 @@ async def serve(config: ControllerConfig, stop: asyncio.Event | None = None) -> 
         server.controller.log_changed.set()  # long-polls answer now instead of at their deadline
         await runner.cleanup()
         await server.close()
+        if heap is not None:
+            heap.uninstall()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ferry controller: {e}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, keep_heap=True))
     except OSError as e:
         print(f"ferry controller {config.node_id}: cannot serve on {config.me.http}: {e.strerror or e}",
               file=sys.stderr)

@@ -21,13 +21,15 @@ from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.messages.cluster import (BrokerDescription, BrokerHeartbeatReply, DescribeClusterReply,
                                                      ElectedLeader, RegisterBrokerReply, ReportBrokerDeadReply,
                                                      TickReply, UnregisterBrokerReply)
-from metadata_quorum.image import BrokerRegistration, MetadataImage, PartitionRegistration
+from metadata_quorum.image import BrokerRegistration, MetadataImage, PartitionRegistration, TopicIdPartition
 from metadata_quorum.ops.placement import Placement, RecordBuilder, election_candidate, elect, evacuate, move_s3_partition
 from metadata_quorum.ops.saturation import hand_off_saturated
 from metadata_quorum.kernel.validation import (
+    INT32_MAX,
     as_mapping,
     invalid,
     opt_bool,
+    opt_int,
     opt_str,
     req_int,
     req_str,
@@ -256,13 +258,23 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
     """Fence brokers silent past the session timeout and give their partitions away; elect
     leaders for leaderless partitions whose re-election deadline passed.
 
-    The second part looks at every leaderless partition (~40 us each): during a move of 10,000
-    partitions that is 0.4 s a tick, on the loop that reads heartbeats. So the controller asks
-    for it only now and then (``elect_leaderless``, see ``LEADERLESS_SCAN_INTERVAL_MS``), and
-    always when this tick fences a broker: the dead broker's own partitions are led elsewhere in
-    the same batch whichever way (``evacuate``).
+    The second part looks at leaderless partitions (~40 us each): during a move of 10,000
+    partitions all of them would be 0.4 s a tick, on the loop that reads heartbeats. So the
+    controller asks for it only now and then (``elect_leaderless``, see
+    ``LEADERLESS_SCAN_INTERVAL_MS``), and a scan looks at ``leaderless_max`` partitions at most,
+    going on after ``leaderless_after``; its reply says where the next one goes on
+    (``leaderless_next``). A tick that fences a broker needs no scan for the dead broker's own
+    partitions: they are led elsewhere in the same batch whichever way (``evacuate``).
     """
     elect_leaderless = opt_bool(args, "elect_leaderless", True)
+    scan_max = opt_int(args, "leaderless_max", INT32_MAX, 1, INT32_MAX)
+    after_raw = args.get("leaderless_after")
+    after: TopicIdPartition | None = None
+    if after_raw is not None:
+        if not isinstance(after_raw, list) or len(after_raw) != 2 or not isinstance(after_raw[0], str) \
+                or not isinstance(after_raw[1], int) or isinstance(after_raw[1], bool):
+            raise FerryError(ErrorCode.INVALID_REQUEST, "'leaderless_after' must be [topic_id, partition]")
+        after = TopicIdPartition(after_raw[0], after_raw[1])
     builder = RecordBuilder(image)
     placement = Placement(image)
     fenced: list[int] = []
@@ -284,7 +296,17 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
     leaderless = set(image.topics.leaderless) | {
         tp for tp in builder.view.changed_partitions()
         if (p := builder.view.partition(*tp)) is not None and p.leader == NO_LEADER}
+    scanned = 0
+    next_after: TopicIdPartition | None = None
+    last: TopicIdPartition | None = None
     for tp in sorted(leaderless):
+        if after is not None and tp <= after:
+            continue
+        if scanned >= scan_max:
+            next_after = last
+            break
+        scanned += 1
+        last = tp
         part = builder.view.partition(tp.topic_id, tp.partition)
         if part is None or part.leader != NO_LEADER:
             continue
@@ -301,6 +323,8 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
             elected.append({"topic_id": part.topic_id, "partition": part.partition, "leader": candidate})
     silent_ms = {b: judged_at_ms(ctx) - ctx.last_heartbeat_ms.get(b, ctx.active_since_ms or 0) for b in fenced}
     reply: TickReply = {"fenced_brokers": fenced, "silent_ms": silent_ms, "elected": elected}
+    if next_after is not None:
+        reply["leaderless_next"] = [next_after.topic_id, next_after.partition]
     return ControllerResult(tuple(builder.records), reply)
 
 

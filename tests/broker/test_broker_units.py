@@ -226,28 +226,6 @@ def test_a_refusal_during_a_hand_over_names_the_owner_to_be() -> None:
     assert (err.details or {})["leader_id"] == -1 and "no leader" in err.message
 
 
-def test_the_start_up_heap_is_frozen_out_of_full_collections() -> None:
-    """What start-up allocated is not walked again by a full collection (its pause held the
-    broker's event loop 100-160 ms, inside a move's steps now and then)."""
-    import gc
-
-    from broker.server import freeze_startup_heap
-
-    before = gc.get_freeze_count()
-    try:
-        freeze_startup_heap()
-        frozen = gc.get_freeze_count()
-        assert frozen > before and frozen > 1000  # this test process's modules and objects at least
-        later: list[object] = []
-        gc.collect()
-        # later objects stay collectable as usual: not in the permanent generation, and the frozen
-        # count does not grow (it may drop: frozen objects are still freed when they die)
-        assert any(o is later for o in gc.get_objects())
-        assert gc.get_freeze_count() <= frozen
-    finally:
-        gc.unfreeze()
-
-
 def test_key_compaction_looks_every_short_pass_and_object_compaction_every_long_one() -> None:
     """Compacted topics are cleaned within seconds of their data's upload (Kafka's cleaner looks
     every 15 s); object compaction keeps its own, longer period in the same passes."""

@@ -414,3 +414,63 @@ def test_the_controllers_tick_looks_at_leaderless_partitions_once_a_second() -> 
         core.run(FixedSlice(now_ms))
         commit(core, state, core.take_ready().commands, now_ms)
     assert asked == [True, False, False, False, False, True, False, False, False, False, True]
+
+
+def put_many(image: Any, args: dict[str, Any], ctx: OpContext) -> ControllerResult:
+    keys = args["items"]
+    return ControllerResult(tuple(KVRecord(key=k, value="v") for k in keys),
+                            {"responses": [{"key": k, "at": ctx.next_offset} for k in keys]})
+
+
+class OpsSlice(FixedSlice):
+    """Runs out after ``ops`` operations (one ``expired`` check per operation after the first)."""
+
+    def __init__(self, at_ms: int, ops: int) -> None:
+        super().__init__(at_ms)
+        self.checks = ops
+
+    def expired(self) -> bool:
+        self.checks -= 1
+        return self.checks < 0
+
+
+def test_an_operation_over_many_items_runs_as_slices_and_is_answered_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from metadata_quorum import op_slices
+
+    monkeypatch.setitem(op_slices.SLICEABLE, "put_many", op_slices.Sliceable("items", "responses"))
+    core, state = make()
+    core.operations = dict(OPS, put_many=put_many)
+    activate(core, state)
+    keys = [f"k{i}" for i in range(2 * op_slices.SLICE_ITEMS + 5)]
+    token = core.submit("put_many", {"items": keys}, 1000)
+    assert core.queue_depth == 3  # three pieces queued, each its own atomic batch
+    # the loop gets control back between pieces: a heartbeat arriving then runs before the rest
+    assert core.run(OpsSlice(1000, 1)) is True
+    commit(core, state, core.take_ready().commands, 1000)
+    assert core.take_ready().outcomes == []  # no answer for a part of the operation
+    core.run(FixedSlice(1001))
+    commit(core, state, core.take_ready().commands, 1001)
+    (answer,) = core.take_ready().outcomes
+    assert isinstance(answer, Answer) and answer.token == token
+    assert [r["key"] for r in answer.reply["responses"]] == keys
+    assert answer.offset == state.high_watermark - 1
+    assert [r.key for r in kv_log(state) if isinstance(r, KVRecord)] == keys
+
+
+def test_a_sliced_operation_its_caller_gave_up_on_runs_no_further_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    from metadata_quorum import op_slices
+
+    monkeypatch.setitem(op_slices.SLICEABLE, "put_many", op_slices.Sliceable("items", "responses"))
+    core, state = make()
+    core.operations = dict(OPS, put_many=put_many)
+    activate(core, state)
+    keys = [f"k{i}" for i in range(op_slices.SLICE_ITEMS + 1)]
+    token = core.submit("put_many", {"items": keys}, 1000)
+    core.run(OpsSlice(1000, 1))
+    core.cancel(token)
+    commit(core, state, core.take_ready().commands, 1000)
+    core.run(FixedSlice(1001))
+    commit(core, state, core.take_ready().commands, 1001)
+    assert core.take_ready().outcomes == []
+    assert len([r for r in kv_log(state) if isinstance(r, KVRecord)]) == op_slices.SLICE_ITEMS
+    assert not core._sliced and not core._piece_of and not core._abandoned_pieces

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from metadata_quorum.kernel.errors import ErrorCode
+import pytest
+
+from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.records import NO_LEADER, partition_stream_key
 from tests.quorum.quorum_helpers import (
     REELECTION_TIMEOUT_MS,
@@ -466,3 +468,34 @@ def test_a_report_from_a_stale_reporter_is_refused() -> None:
     expect_error(c.image, "report_broker_dead", {"broker_id": 0, "broker_epoch": epoch_of(c.image, 0),
                                                  "reporter_id": 7, "reporter_epoch": 1},
                  ErrorCode.BROKER_ID_NOT_REGISTERED)
+
+
+def test_a_tick_scans_a_bounded_number_of_leaderless_partitions_and_says_where_to_go_on() -> None:
+    c = controller(2)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 5,
+                                          "assignments": {str(p): [0] for p in range(5)}}]})
+    c.write("alter_partition_reassignments", {"reassignments": [
+        {"topic": "t", "partition": p, "replicas": [1]} for p in range(5)]})
+    deadline = max(partition(c.image, "t", p).reelection_deadline_ms for p in range(5))
+    beats = {0: deadline, 1: deadline}
+    image = c.image
+    elected: list[int] = []
+    scans = 0
+    after = None
+    while True:
+        args: dict[str, object] = {"leaderless_max": 2}
+        if after is not None:
+            args["leaderless_after"] = after
+        out = run(image, "tick", args, now_ms=deadline, heartbeats=beats)
+        scans += 1
+        assert len(out.reply["elected"]) <= 2
+        elected += [e["partition"] for e in out.reply["elected"]]
+        image = out.image
+        after = out.reply.get("leaderless_next")
+        if after is None:
+            break
+    assert sorted(elected) == [0, 1, 2, 3, 4] and scans == 3
+    assert all(partition(image, "t", p).leader == 1 for p in range(5))
+    with pytest.raises(FerryError) as bad:
+        run(image, "tick", {"leaderless_after": ["x"]}, now_ms=deadline, heartbeats=beats)
+    assert bad.value.error is ErrorCode.INVALID_REQUEST

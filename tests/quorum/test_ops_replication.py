@@ -405,3 +405,19 @@ def test_the_owner_to_be_is_named_only_while_it_is_active() -> None:
     assert part.named_leader(lambda b: b != 1) == (NO_LEADER, part.leader_epoch)
     settled = partition(s3_topic(brokers=3, owner=0).image, "t", 0)
     assert settled.named_leader(lambda b: False) == (settled.leader, settled.leader_epoch)
+
+
+def test_a_reassignment_of_more_partitions_than_a_slice_is_answered_whole_and_in_order() -> None:
+    from metadata_quorum import op_slices
+
+    c = controller(3)
+    n = op_slices.SLICE_ITEMS + 7
+    c.write("create_topics", {"topics": [{"name": "big", "num_partitions": n,
+                                          "assignments": {str(p): [p % 3] for p in range(n)}}]})
+    items = [{"topic": "big", "partition": p, "replicas": [(p + 1) % 3]} for p in range(n)]
+    items.append({"topic": "nope", "partition": 0, "replicas": [1]})  # an item's error stays its own
+    reply = c.write("alter_partition_reassignments", {"reassignments": items})
+    assert [(r["topic"], r["partition"]) for r in reply["responses"]] == [(i["topic"], i["partition"]) for i in items]
+    assert [r.get("error", "NONE") for r in reply["responses"]][:-1] == ["NONE"] * n
+    assert reply["responses"][-1]["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert all(partition(c.image, "big", p).replicas == ((p + 1) % 3,) for p in range(n))

@@ -2,7 +2,7 @@
 # No ``from __future__ import annotations`` here: the TypedDicts must see ``NotRequired`` at class
 # creation, or their __required_keys__ / __optional_keys__ are wrong at run time.
 
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from metadata_quorum.kernel.messages.common import Empty
 
@@ -61,6 +61,8 @@ class BrokerHeartbeatReply(TypedDict):
 
 class TickRequest(TypedDict):
     elect_leaderless: NotRequired[bool]
+    leaderless_after: NotRequired[list[Any]]  # [topic_id, partition]: this scan goes on after it
+    leaderless_max: NotRequired[int]  # leaderless partitions this scan looks at, at most
 
 
 class ElectedLeader(TypedDict):
@@ -74,6 +76,8 @@ class TickReply(TypedDict):
     # broker id -> ms without a heartbeat, for each fenced broker (JSON turns the ids into text)
     silent_ms: dict[int, int]
     elected: list[ElectedLeader]
+    # where the next scan goes on ([topic_id, partition]); absent once the scan reached the end
+    leaderless_next: NotRequired[list[Any]]
 
 
 class ReportBrokerDeadRequest(TypedDict):
