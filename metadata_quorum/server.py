@@ -31,8 +31,8 @@ from metadata_quorum.backpressure import TIMEOUT_HEADER, answer_within_ms, parse
 from metadata_quorum.config import ControllerConfig, load_config
 from metadata_quorum.kernel.messages import CREATE_TOPICS, TICK
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
-from metadata_quorum.kernel.http_parsing import check_query_names, errors_middleware, query_int, query_str, \
-    read_json_object
+from metadata_quorum.kernel.http_parsing import OFF_LOOP_BYTES, check_query_names, errors_middleware, query_int, \
+    query_str, read_json_object
 from metadata_quorum.kernel.validation import as_list, as_mapping, as_str
 from metadata_quorum.quorum_controller import SESSION_CREDIT_MIN_MS, QuorumController, now_ms
 from metadata_quorum.raft import CommittedLog
@@ -46,6 +46,7 @@ OBSERVER_EXPIRY_MS = 5 * 60 * 1000
 LOOP_LAG_WARN_MS = 1000
 LOG_ANSWER_CACHE = 16  # encoded /v1/log answers kept for the next broker asking for the same piece
 MAX_LOG_RECORDS = 100_000  # per /v1/log answer (a batch cut short is continued by the next)
+LOG_RECORDS_ON_LOOP = 500  # a /v1/log answer with more records is encoded on a worker thread
 KNOWN_KINDS = frozenset({"write", "read", "log", "snapshot", "quorum", "health"})  # bounded metric labels
 
 
@@ -59,8 +60,16 @@ def load_operations(max_partitions_per_request: int) -> tuple[dict[str, Any], di
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=json.dumps(body, separators=(",", ":")).encode(), status=status,
-                        content_type="application/json")
+    return web.Response(body=_encode(body), status=status, content_type="application/json")
+
+
+def _encode(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+async def _json_off_loop(body: Any) -> web.Response:
+    """A reply that may be large (thousands of partitions), encoded on a worker thread."""
+    return web.Response(body=await asyncio.to_thread(_encode, body), content_type="application/json")
 
 
 class ControllerMetrics:
@@ -201,6 +210,8 @@ class ControllerServer:
         timeout_ms = self._answer_within_ms(request)
         reply, offset = await self.controller.write(op, args, timeout_ms / 1000)
         self.metrics.requests.labels("write", "NONE").inc()
+        if request.content_length is not None and request.content_length >= OFF_LOOP_BYTES:
+            return await _json_off_loop({"reply": reply, "offset": offset})  # a large request's reply is large
         return _json({"reply": reply, "offset": offset})
 
     def _answer_within_ms(self, request: web.Request) -> int:
@@ -276,8 +287,10 @@ class ControllerServer:
             raise FerryError(ErrorCode.INVALID_REQUEST, f"unknown read operation {op!r}; known: {sorted(self.read_ops)}")
         args = await read_json_object(request)
         image = await self.committed_image()
-        reply = fn(image, args)
-        return _json({"reply": reply, "offset": image.offset})
+        # on a worker thread: a description of thousands of partitions takes the loop's time
+        # otherwise (the image is immutable, so reading it there is safe)
+        body = await asyncio.to_thread(lambda: _encode({"reply": fn(image, args), "offset": image.offset}))
+        return web.Response(body=body, content_type="application/json")
 
     # -- the committed log ---------------------------------------------------------------------------------
 
@@ -305,14 +318,16 @@ class ControllerServer:
             self.controller.log_waiters -= 1
         piece = self.state.read(offset, max_records, cut_batches=True)
         if piece.snapshot_offset is not None:
-            return _json({"snapshot": {"offset": piece.snapshot_offset, "records": piece.snapshot_records},
-                          "high_watermark": piece.high_watermark})
+            return await _json_off_loop({"snapshot": {"offset": piece.snapshot_offset,
+                                                      "records": piece.snapshot_records},
+                                         "high_watermark": piece.high_watermark})
         key = (piece.records[0][0], piece.records[-1][0], piece.high_watermark) if piece.records else None
         cached = self._log_answers.get(key) if key is not None else None
         if cached is None:
-            cached = json.dumps({"records": [{"offset": o, "record": r} for o, r in piece.records],
-                                 "high_watermark": piece.high_watermark, "batch_end": piece.batch_end},
-                                separators=(",", ":")).encode()
+            answer = {"records": [{"offset": o, "record": r} for o, r in piece.records],
+                      "high_watermark": piece.high_watermark, "batch_end": piece.batch_end}
+            cached = await asyncio.to_thread(_encode, answer) if len(piece.records) > LOG_RECORDS_ON_LOOP \
+                else _encode(answer)
             if key is not None:
                 self._log_answers[key] = cached
                 while len(self._log_answers) > LOG_ANSWER_CACHE:
@@ -322,7 +337,7 @@ class ControllerServer:
     async def handle_snapshot(self, request: web.Request) -> web.Response:
         self._require_ready()
         offset, records = self.state.snapshot()
-        return _json({"offset": offset, "records": records})
+        return await _json_off_loop({"offset": offset, "records": records})
 
     # -- quorum status ----------------------------------------------------------------------------------
 

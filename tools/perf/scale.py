@@ -288,7 +288,8 @@ async def create_split(admin: Admin, topic: str, placed: dict[int, int], per_req
 
 
 async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, partitions: int,
-                   per_partition: int, console: Console, row: dict[str, Any] | None = None) -> dict[str, Any]:
+                   per_partition: int, console: Console, row: dict[str, Any] | None = None,
+                   create_per_request: int = MAX_PARTITIONS_PER_REQUEST) -> dict[str, Any]:
     """One round; fills ``row`` as it goes, so a caller that catches a failure still has what was measured."""
     row = {} if row is None else row
     row["partitions"] = partitions
@@ -305,7 +306,7 @@ async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, par
     probe.start_sampling()
     started = time.monotonic()
     try:
-        await create_split(admin, topic, placed, MAX_PARTITIONS_PER_REQUEST)
+        await create_split(admin, topic, placed, create_per_request)
         created_s = time.monotonic() - started
         row["create_write_s"] = round(created_s, 2)
         await wait_all_at(admin, brokers, topic, placed, timeout_s=300)
@@ -344,6 +345,7 @@ async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, par
         row["all_serving_s"] = round(all_serving_s, 2)
     finally:
         row["peak_queue_depth"] = await probe.stop_sampling()
+        row["loop_lag_max_ms_move"] = round(probe.loop_lag_max_ms, 1)
         row["loop_lag_max_ms"] = round(max(probe.loop_lag_max_ms, row.get("loop_lag_max_ms_create", 0.0)), 1)
         row["broker_loop_lag_max_ms"] = round(probe.broker_loop_lag_max_ms, 1)
     peak = row["peak_queue_depth"]
@@ -430,7 +432,8 @@ async def delete_and_wait(admin: Admin, cluster: LocalCluster, topic: str, timeo
         await asyncio.sleep(0.5)
 
 
-async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, console: Console) -> dict[str, Any]:
+async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, console: Console,
+              create_per_request: int = MAX_PARTITIONS_PER_REQUEST) -> dict[str, Any]:
     """Every size in turn; a size that fails gives a partial row (with ``error``) and ends the curve."""
     rounds: list[dict[str, Any]] = []
     async with Admin(bootstrap_controllers=cluster.controller_bootstrap, timeout_ms=120_000) as admin, \
@@ -440,7 +443,8 @@ async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, conso
         for n in sizes:
             row: dict[str, Any] = {}
             try:
-                rounds.append(await one_size(cluster, admin, probe, n, per_partition, console, row))
+                rounds.append(await one_size(cluster, admin, probe, n, per_partition, console, row,
+                                             create_per_request))
             except Exception as e:  # noqa: BLE001 - a failed round ends the run, its row kept
                 rounds.append(await finish_failed_row(probe, row, e))
                 console.print(f"  {n}: failed while in {row['failed_in']}: {row['error']}")
@@ -463,6 +467,7 @@ async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, conso
         "peak_queue_depth_by_partitions": column("peak_queue_depth"),
         "raft_tick_gap_max_ms_by_partitions": column("raft_tick_gap_max_ms"),
         "loop_lag_max_ms_by_partitions": column("loop_lag_max_ms"),
+        "loop_lag_max_ms_move_by_partitions": column("loop_lag_max_ms_move"),
         "broker_loop_lag_max_ms_by_partitions": column("broker_loop_lag_max_ms"),
         "controller_rss_mib_by_partitions": column("controller_rss_mib"),
         "broker_rss_mib_by_partitions": column("broker_rss_mib"),
@@ -521,6 +526,10 @@ def main(argv: list[str]) -> int:
                         help="comma-separated sizes (default 1000,2000,5000,10000)")
     parser.add_argument("--records-per-partition", type=int, default=2)
     parser.add_argument("--state-dir")
+    parser.add_argument("--create-per-request", type=int, default=MAX_PARTITIONS_PER_REQUEST,
+                        help="partitions per creation request: the topic is created with the first ones, "
+                             "then grown by CreatePartitions (default: max_partitions_per_request, "
+                             f"{MAX_PARTITIONS_PER_REQUEST}; a creation is one operation on the controller's loop)")
     detection.add_arguments(parser)
     args = parser.parse_args(argv)
     broker_overrides, controller_overrides = detection.overrides(parser, args)
@@ -530,6 +539,8 @@ def main(argv: list[str]) -> int:
         parser.error(f"--partitions must be comma-separated integers, got {args.partitions!r}")
     if not sizes or any(n <= 0 for n in sizes):
         parser.error("--partitions needs at least one positive size")
+    if not 0 < args.create_per_request <= MAX_PARTITIONS_PER_REQUEST:
+        parser.error(f"--create-per-request must be 1..{MAX_PARTITIONS_PER_REQUEST}")
     console = Console(stderr=args.json)
     state_dir = os.path.abspath(args.state_dir) if args.state_dir else tempfile.mkdtemp(prefix="ferry-perf-scale-")
     cluster = LocalCluster(state_dir, broker_overrides=broker_overrides, controller_overrides=controller_overrides)
@@ -537,7 +548,7 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         cluster.start()
         console.print(f"cluster up in {time.monotonic() - started:.1f} s (state in {state_dir})")
-        result = asyncio.run(run(cluster, sizes, args.records_per_partition, console))
+        result = asyncio.run(run(cluster, sizes, args.records_per_partition, console, args.create_per_request))
         result["failure_detection"] = detection.settings(cluster)
     finally:
         cluster.stop()
