@@ -16,11 +16,14 @@ one process without touching the machine's clock (``ferry chaos run --net``, fau
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
 from types import FrameType
 from typing import Mapping
+
+log = logging.getLogger(__name__)
 
 CHAOS_CLOCK_ENV = "FERRY_CHAOS_CLOCK_DIR"
 STEP_SIGNAL = signal.SIGUSR2
@@ -91,6 +94,6 @@ def install_chaos_clock(environ: Mapping[str, str] | None = None) -> str | None:
     reload_offset(path)
 
     def on_step(_signum: int, _frame: FrameType | None) -> None:
-        reload_offset(path)
+        log.warning("wall clock offset now %d ms (chaos clock step)", reload_offset(path))
     signal.signal(STEP_SIGNAL, on_step)
     return path

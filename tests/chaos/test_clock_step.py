@@ -84,12 +84,12 @@ def test_the_clock_check_blames_a_fence_or_a_new_controller_inside_a_step_only()
            (20, _record("Partition", topic_id="t", partition=0)),
            (30, _record("NoOp", term=4, leader_id=2)),
            (40, _record("BrokerRegistrationChange", broker_id=3, fenced=False))]
-    quiet = StepSpan("step b1", 10, 25)  # the fence at 10 came before the step
+    quiet = StepSpan("step b1", 11, 30)  # high watermarks: the fence at 10 came before, the NoOp at 30 after
     assert check_clock_steps([quiet], log, 0) == ([], 1)
-    found, judged = check_clock_steps([StepSpan("step b2", 5, 12), StepSpan("step c1", 25, 45)], log, 0)
+    found, judged = check_clock_steps([StepSpan("step b2", 10, 12), StepSpan("step c1", 25, 31)], log, 0)
     assert judged == 2 and [v.check for v in found] == ["clock", "clock"]
     assert "[2] fenced" in found[0].message and "new active controller ([2])" in found[1].message
-    assert check_clock_steps([StepSpan("step b2", 5, 12)], log, 8) == ([], 0)  # older than the log read
+    assert check_clock_steps([StepSpan("step b2", 10, 12)], log, 11) == ([], 0)  # older than the log read
 
 
 def _ctx(now_ms: int, wall_ms: int, **kw: Any) -> OpContext:

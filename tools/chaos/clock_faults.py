@@ -48,8 +48,9 @@ def describe_step(node: str, step_ms: int, with_cut: bool) -> str:
 
 @dataclass(frozen=True)
 class StepSpan:
-    """A step without a cut: the committed metadata offsets from just before the step to a
-    session timeout after the step back (the window in which the step alone could have acted)."""
+    """A step without a cut: the controllers' high watermarks (the next offset to commit) just
+    before the step and a session timeout after the step back: the records in ``[from, to)`` are
+    those committed while the step alone could have acted."""
 
     what: str
     from_offset: int
@@ -67,7 +68,7 @@ def check_clock_steps(spans: Sequence[StepSpan], records: Sequence[tuple[int, di
         if span.from_offset < log_from_offset or span.to_offset < span.from_offset:
             continue
         judged += 1
-        inside = [(o, r) for o, r in records if span.from_offset < o <= span.to_offset]
+        inside = [(o, r) for o, r in records if span.from_offset <= o < span.to_offset]
         fenced = sorted({int(r.get("fields", {}).get("broker_id", -1)) for _o, r in inside
                          if r.get("type") == "BrokerRegistrationChange" and r.get("fields", {}).get("fenced") is True})
         leaders = [int(r.get("fields", {}).get("leader_id", -1)) for _o, r in inside if r.get("type") == "NoOp"]

@@ -217,6 +217,7 @@ class ChaosRun:
                                transactional_id=TXN_ID, per_s=self.o.txn_per_s,
                                client_config={"logger": self._kafka_logger()}).start()
             self.state.t0 = time.monotonic()
+            self.state.notes.append(f"faults' times count from {time.strftime('%H:%M:%S', time.localtime())}")
             sampler = asyncio.create_task(self._sample())
             await asyncio.gather(*(self._apply(e) for e in events))
             await asyncio.sleep(max(0.0, self.o.duration_s - self.state.now()))
@@ -519,6 +520,7 @@ class ChaosRun:
             "lease_cuts_checked": len(lease_cuts),
             "clock_steps": len([a for a in self.state.applied if a.kind == "clock_step" and a.error is None]),
             "clock_steps_judged": clock_judged,
+            "clock_spans": [dataclasses.asdict(span) for span in self.clock_spans],
         }
         result_verdict: Verdict = verdict(record_violations, metadata_violations, health_violations, stats)
         applied = sorted((dataclasses.asdict(a) for a in self.state.applied), key=lambda a: a["start_s"])
