@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -41,6 +40,7 @@ from metadata_quorum.kernel.clock import CHAOS_CLOCK_ENV
 from metadata_quorum.kernel.errors import FerryError
 from stream_storage.s3_server import S3Server
 from tools.admin import Admin
+from tools.chaos.disk import FILLER, RESERVED_BYTES, TMPFS_BYTES, fill, mount_tmpfs, save_and_unmount, unmount
 from tools.chaos.checker import (Acked, Verdict, Violation, check_health, check_metadata, check_records,
                                  AckTiming, LeaseCut, check_leases, check_serve_again, verdict)
 from tools.chaos.fault_proxy import FaultProxy, FaultSettings
@@ -59,9 +59,6 @@ HTTP_TOPIC = "chaos-http"
 KAFKA_TOPIC = "chaos-kafka"
 TXN_TOPIC = "chaos-txn"
 TXN_ID = "chaos-txn"
-TMPFS_BYTES = 64 * 1024 * 1024
-RESERVED_BYTES = 4 * 1024 * 1024  # the log dirs' KIP-928 reserve: below it a dir is saturated
-FILLER = "chaos-filler"
 Heal = Callable[[], Awaitable[None]]
 
 
@@ -113,21 +110,6 @@ class RunState:
 
     def now(self) -> float:
         return time.monotonic() - self.t0
-
-
-def mount_tmpfs(path: str, size_bytes: int) -> str | None:
-    """Mount a tmpfs at ``path``; the reason it could not, else None."""
-    os.makedirs(path, exist_ok=True)
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", path],
-                              capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    return None if done.returncode == 0 else (done.stderr.strip() or f"mount exited with {done.returncode}")
-
-
-def unmount(path: str) -> None:
-    subprocess.run(["umount", "-l", path], capture_output=True, timeout=10)
 
 
 class ChaosRun:
@@ -391,7 +373,7 @@ class ChaosRun:
             free = shutil.disk_usage(path).free
             size = max(0, free - 64 * 1024)
             record.what = f"fill broker {bid}'s log dir ({size // (1024 * 1024)} MiB, leaving 64 KiB)"
-            await asyncio.to_thread(_fill, filler, size)
+            await asyncio.to_thread(fill, filler, size)
 
             async def heal_disk() -> None:
                 os.remove(filler)
@@ -626,7 +608,7 @@ class ChaosRun:
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.stop)
         for path in self.state.tmpfs:
-            await asyncio.to_thread(_save_and_unmount, path)
+            await asyncio.to_thread(save_and_unmount, path)
         if self.proxy is not None:
             self.proxy.stop()
         if self.s3 is not None:
@@ -649,26 +631,6 @@ def move_plan(events: list[FaultEvent], txn_partitions: int) -> dict[FaultEvent,
         else:
             out[e] = TopicPartition(TXN_STATE_TOPIC, partition_for_group(TXN_ID, DEFAULT_TXN_PARTITIONS))
     return out
-
-
-def _fill(path: str, size: int) -> None:
-    """A file of ``size`` bytes (allocated, so the dir's free space really drops)."""
-    with open(path, "wb") as f:
-        if size > 0:
-            try:
-                os.posix_fallocate(f.fileno(), 0, size)
-            except OSError:
-                f.write(b"\0" * size)
-
-
-def _save_and_unmount(path: str) -> None:
-    """Keep what the tmpfs held (meta.properties, partition dirs) beside it, then unmount it."""
-    keep = path + ".tmpfs-copy"
-    try:
-        shutil.copytree(path, keep, ignore=shutil.ignore_patterns(FILLER, ".ferry-reserved"), dirs_exist_ok=True)
-    except OSError:
-        pass
-    unmount(path)
 
 
 ACTIVE: list[ChaosRun] = []  # the run under way, for a SIGTERM handler to clean up after
