@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
+from metadata_quorum.kernel.clock import wall_ms
 from broker import partition as sm
 from broker.metrics import BrokerMetrics
 from broker.move_timeline import MoveHalf
@@ -109,7 +109,7 @@ class CloseHandoff:
         except Exception as exc:  # noqa: BLE001 - each close asks again
             log.info("election behind the closing commit failed: %r", exc)
             return frozenset()
-        done_ms = int(time.time() * 1000)
+        done_ms = wall_ms()  # the move timeline's marks are wall time, compared across brokers
         by_key = {(slot.topic, slot.tp.partition): (slot, half) for slot, half in batch}
         elected: set[TopicIdPartition] = set()
         for result in reply.get("results", []):

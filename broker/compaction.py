@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, Callable, Iterator, Mapping
 
+from metadata_quorum.kernel.clock import wall_ms
 from metadata_quorum.kernel.errors import FerryError
 from stream_storage.compaction import CompactionPolicy
 
@@ -63,7 +63,7 @@ async def compaction_loop(interval_ms: int, partitions: Callable[[], list[Any]],
                     # as Kafka's cleaner: below the last stable offset, aborted transactions removed
                     aborted = [(a.producer_id, a.first_offset, a.last_offset)
                                for a in part.aborted_transactions(0, part.high_watermark)]
-                    await part.storage.clean_keys(part.data_stream_id, int(time.time() * 1000), retention_ms,
+                    await part.storage.clean_keys(part.data_stream_id, wall_ms(), retention_ms,
                                                   policy.target_bytes, part.last_stable_offset, aborted)
                     cleaned_to[part.data_stream_id] = end
                 if objects_due:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, Callable
 
+from metadata_quorum.kernel.clock import wall_ms
 from broker.move_timeline import MoveHalf
 from metadata_quorum.kernel.backoff import STEP_BACKOFF, retry_after_ms_of
 from metadata_quorum.kernel.controller_api import ControllerWrites
@@ -65,7 +65,7 @@ class ElectionQueue:
                 log.warning("elect %d partitions failed: %r", len(pending), exc)
                 await asyncio.sleep(STEP_BACKOFF.delay_s(attempt, retry_after_ms_of(getattr(exc, "details", None))))
                 continue
-            done_ms = int(time.time() * 1000)
+            done_ms = wall_ms()  # a move timeline mark (wall time)
             retry: dict[Key, MoveHalf | None] = {}
             for result in reply.get("results", []):
                 key = (str(result.get("topic")), int(result.get("partition", -1)))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from metadata_quorum.kernel.clock import wall_ms
 from broker.load_samples import PartitionSample, encode_samples, sample_key
 
 log = logging.getLogger("ferry.broker.load")
@@ -69,7 +69,7 @@ class LoadSampler:
         """Write one object per interval until cancelled; a failed write is logged and skipped."""
         while True:
             await asyncio.sleep(self.interval_ms / 1000.0)
-            now_ms = int(time.time() * 1000)
+            now_ms = wall_ms()  # names the sample object; read by other processes
             samples = self.sample(now_ms, loads())
             if not samples:
                 continue

@@ -14,10 +14,10 @@ import logging
 import os
 import shutil
 import signal
-import time
 import uuid
 from typing import Callable, Protocol
 
+from metadata_quorum.kernel.clock import mono_ms
 from broker import local_dir_move as mv
 from broker import replication_throttle as thr
 from broker.local_log import LocalLog, fsync_dir
@@ -55,7 +55,7 @@ def position(log_: LocalLog) -> mv.LogPosition:
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return mono_ms()  # rates, ages and lags are durations: a wall-clock step must not move them
 
 
 async def move(slot: MovingSlot, future: LocalLog, target_dir: str, rate_bps: Callable[[], int | None],

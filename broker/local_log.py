@@ -14,10 +14,10 @@ import dataclasses
 import logging
 import os
 import struct
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from metadata_quorum.kernel.clock import mono_ms
 from broker import local_layout as lay
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage import batches
@@ -30,7 +30,7 @@ _LENGTH = struct.Struct(">i")
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return mono_ms()  # rates, ages and lags are durations: a wall-clock step must not move them
 
 
 @dataclass

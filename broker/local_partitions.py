@@ -15,11 +15,11 @@ import asyncio
 import logging
 import os
 import shutil
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from metadata_quorum.kernel.clock import mono_ms
 from broker import local_layout as lay
 from broker import partition as sm
 from broker import local_dir_mover as mover
@@ -452,7 +452,7 @@ class LocalPartitions:
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return mono_ms()  # rates, ages and lags are durations: a wall-clock step must not move them
 
 
 def _drop_stray_dir(path: str, topic_id: str) -> None:

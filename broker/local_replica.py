@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterator, Sequence
 
+from metadata_quorum.kernel.clock import mono_ms
 from broker import replication_rules as rules
 from broker.load_sampler import LoadCounters
 from broker.local_log import LocalLog
@@ -40,7 +41,7 @@ ProposeIsr = Callable[["LocalReplica", tuple[int, ...]], Awaitable[None]]
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return mono_ms()  # rates, ages and lags are durations: a wall-clock step must not move them
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from metadata_quorum.kernel.clock import wall_ms
 from broker import admission
 from broker import partition as sm
 from broker.elections import ElectionQueue
@@ -51,7 +52,7 @@ FENCED_ERRORS = sm.FENCED_ERRORS
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return wall_ms()  # move timeline marks: wall time, compared across brokers
 
 
 @dataclass

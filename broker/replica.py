@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from metadata_quorum.kernel.clock import wall_ms
 from broker import partition_meta as pm
 from broker.txn_state import AbortedTxn, TxnState, stable_bytes
 from broker.load_sampler import LoadCounters
@@ -378,7 +379,7 @@ class Replica:
         if error is not None:
             raise error
         body = bytearray(batches.build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
-                                                     int(time.time() * 1000)))
+                                                     wall_ms()))
         infos = batches.validate_batches(body)
         self._inflight += 1
         self._drained.clear()

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Protocol, TypeVar
 
+from metadata_quorum.kernel.clock import wall_ms
 from broker import admission, replica_fetch_http
 from broker.config import BrokerConfig
 from broker.freshness import FreshnessTrackingFollower
@@ -237,7 +238,7 @@ class RequestCore:
             policy = self._validation_policy(topic)
             if coordinator:
                 policy = dataclasses.replace(policy, unsequenced_producer_batches=True)
-            validated = validate_produce_records(body, policy, int(time.time() * 1000),
+            validated = validate_produce_records(body, policy, wall_ms(),
                                                  f"{topic}-{partition}")
             body, infos = validated.data, validated.infos
             replica: ServedReplica | None = slot.replica

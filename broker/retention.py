@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+from metadata_quorum.kernel.clock import wall_ms
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.control import ObjectRef
 
@@ -149,7 +149,7 @@ async def retention_loop(interval_ms: int, partitions: Callable[[], list[Any]],
     while True:
         await asyncio.sleep(interval_ms / 1000)
         try:
-            await apply_retention(partitions(), configs_of, int(time.time() * 1000))
+            await apply_retention(partitions(), configs_of, wall_ms())  # record timestamps are wall time
         except Exception:  # one failed pass must not stop retention for good
             log.exception("retention pass failed")
 

@@ -102,7 +102,11 @@ class WorkSlice(Protocol):
     """The time one ``run`` may take, as its driver measures it."""
 
     def now_ms(self) -> int:
-        """The clock operations see (sessions, deadlines)."""
+        """The session clock operations see (sessions, timeouts): monotonic in a real driver."""
+        ...
+
+    def wall_ms(self) -> int:
+        """The wall clock, for times written into records (``OpContext.wall_ms``)."""
         ...
 
     def elapsed_ms(self) -> float:
@@ -121,6 +125,9 @@ class FixedSlice:
     at_ms: int
 
     def now_ms(self) -> int:
+        return self.at_ms
+
+    def wall_ms(self) -> int:
         return self.at_ms
 
     def elapsed_ms(self) -> float:
@@ -597,8 +604,9 @@ class ControllerCore:
             return self._queue.popleft()
         return None
 
-    def _context(self, now_ms: int, next_offset: int, heartbeats: Mapping[int, int], queued_ms: int) -> OpContext:
-        return OpContext(now_ms=now_ms, next_offset=next_offset, controller_id=self.config.node_id,
+    def _context(self, now_ms: int, next_offset: int, heartbeats: Mapping[int, int], queued_ms: int,
+                 wall_ms: int | None = None) -> OpContext:
+        return OpContext(now_ms=now_ms, wall_ms=wall_ms, next_offset=next_offset, controller_id=self.config.node_id,
                          last_heartbeat_ms=heartbeats, session_timeout_ms=self.config.session_timeout_ms,
                          reelection_timeout_ms=self.config.reelection_timeout_ms,
                          active_since_ms=self.active_since_ms, queued_ms=queued_ms)
@@ -625,7 +633,8 @@ class ControllerCore:
             next_offset = view.offset + 1
             now_ms = work.now_ms()
             try:
-                result = self.operations[op.name](view, op.args, self._context(now_ms, next_offset, heartbeats, op.queued_ms))
+                result = self.operations[op.name](view, op.args, self._context(now_ms, next_offset, heartbeats, op.queued_ms,
+                                                                                work.wall_ms()))
                 records = tuple(result.records)
                 new_view = advance_image(view, list(records), next_offset, self.epoch) if records else view
             except FerryError as e:

@@ -28,6 +28,11 @@ class OpContext:
     operation queued before the controller's loop was held up runs right after the hold, before
     the driver has read the heartbeats that waited and credited the hold to every session; judged
     at its run time it fenced live brokers. Judging earlier only ever fences later.
+
+    ``now_ms`` (and every time above) is the session clock, monotonic in a real controller: a
+    step of the wall clock neither fences nor revives a broker. ``wall_ms`` is the wall clock, for
+    times written into records (``committed_ms``, ``change_started_ms``, deadlines another
+    controller may judge after a failover); None (in-process drivers, tests) means ``now_ms``.
     """
 
     now_ms: int
@@ -38,6 +43,11 @@ class OpContext:
     reelection_timeout_ms: int = 2000
     active_since_ms: int | None = None
     queued_ms: int | None = None
+    wall_ms: int | None = None
+
+    @property
+    def wall_now_ms(self) -> int:
+        return self.now_ms if self.wall_ms is None else self.wall_ms
 
 
 @dataclass(frozen=True)

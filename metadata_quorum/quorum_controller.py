@@ -21,6 +21,7 @@ from metadata_quorum.config import ControllerConfig
 from metadata_quorum.controller_core import (PRIORITY_OPERATIONS, Answer, ControllerCore, CoreConfig,
                                              NotLeaderError, Outcome, Ready, Refusal, Token)
 from metadata_quorum.controller_result import WriteOperation
+from metadata_quorum.kernel.clock import mono_ms, wall_ms
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.raft import AppliedCommand, Command, CommandPlan, CommittedLog, RaftPeer, encode_batch
 from metadata_quorum.sessions import ObserverState
@@ -38,7 +39,10 @@ Reply = tuple[dict[str, Any], int]
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    """The controller's session clock (sessions, commit timeouts, activation): monotonic, so a
+    step of the wall clock neither fences a live broker nor keeps a dead one. Times written into
+    records read ``wall_ms`` (``WorkSlice.wall_ms``)."""
+    return mono_ms()
 
 
 def not_controller(leader_id: int | None, leader_url: str | None, why: str) -> FerryError:
@@ -48,13 +52,16 @@ def not_controller(leader_id: int | None, leader_url: str | None, why: str) -> F
 
 @dataclass
 class _WallSlice:
-    """The time one run of the core may take, on the wall clock (``write_slice_ms``)."""
+    """The time one run of the core may take (``write_slice_ms``), and the two clocks it sees."""
 
     started_s: float
     deadline_s: float
 
     def now_ms(self) -> int:
         return now_ms()
+
+    def wall_ms(self) -> int:
+        return wall_ms()
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started_s) * 1000
@@ -366,7 +373,7 @@ class QuorumController:
     def sample_voters(self) -> dict[int, dict[str, int]]:
         """Per voter: log end offset, last fetch time and last caught-up time (leader only)."""
         assert self.node is not None
-        now = now_ms()
+        now = wall_ms()  # reported as timestamps (DescribeQuorum)
         hw = self.state.high_watermark
         out: dict[int, dict[str, int]] = {}
         status: dict[str, Any] = {}

@@ -34,6 +34,7 @@ from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.http_parsing import OFF_LOOP_BYTES, check_query_names, errors_middleware, query_int, \
     query_str, read_json_object
 from metadata_quorum.kernel.validation import as_list, as_mapping, as_str
+from metadata_quorum.kernel.clock import mono_to_wall_ms, wall_ms
 from metadata_quorum.quorum_controller import SESSION_CREDIT_MIN_MS, QuorumController, now_ms
 from metadata_quorum.raft import CommittedLog
 from metadata_quorum.raft_node import RaftNode
@@ -371,8 +372,9 @@ class ControllerServer:
             reg = brokers.get(broker_id)
             dir_id = reg.log_dirs[0].dir_id if reg is not None and reg.log_dirs else ""
             rows.append({"node_id": broker_id, "directory_id": dir_id, "log_end_offset": leo,
-                         "lag": max(0, hw - leo), "last_fetch_timestamp": obs.last_fetch_ms,
-                         "last_caught_up_timestamp": obs.last_caught_up_ms, "status": "Observer"})
+                         "lag": max(0, hw - leo), "last_fetch_timestamp": mono_to_wall_ms(obs.last_fetch_ms),
+                         "last_caught_up_timestamp": mono_to_wall_ms(obs.last_caught_up_ms) if obs.last_caught_up_ms
+                         else 0, "status": "Observer"})
         return rows
 
     def _require_leader(self) -> None:
@@ -382,7 +384,7 @@ class ControllerServer:
     async def handle_status(self, request: web.Request) -> web.Response:
         self._require_leader()
         voters = self._voter_rows()
-        now = now_ms()
+        now = wall_ms()  # the voters' timestamps are wall time
         followers = [v for v in voters if v["status"] == "Follower"]
         max_lag = max((v["lag"] for v in followers if v["lag"] >= 0), default=0)
         lag_times = [now - v["last_caught_up_timestamp"] for v in followers if v["last_caught_up_timestamp"] > 0]

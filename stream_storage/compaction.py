@@ -20,10 +20,10 @@ costs few GETs.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from metadata_quorum.kernel.clock import wall_ms
 from metadata_quorum.kernel.object_keys import object_created_ms
 from stream_storage.batches import iter_batches
 from stream_storage.control import ObjectRef
@@ -106,4 +106,4 @@ def chunks_of(data: bytes, block_bytes: int, start: int | None = None, end: int 
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return wall_ms()  # compared with objects' wall-time stamps

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from typing import Callable
 
+from metadata_quorum.kernel.clock import wall_ms
 from metadata_quorum.kernel.controller_api import ControllerWrites
 from stream_storage.object_store import ObjectStore, ObjectStoreError
 
@@ -48,7 +48,7 @@ class GarbageCollector:
         self.caller = caller
         self.prefix = prefix.rstrip("/") + "/"
         self.grace_ms = grace_ms
-        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.clock_ms = clock_ms or wall_ms  # the horizon is compared with object keys' creation times
         self.deleted_total = 0
 
     async def run_once(self) -> GcResult:

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+from metadata_quorum.kernel.clock import wall_ms
 from metadata_quorum.kernel.backoff import Backoff
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from stream_storage.config import RetryPolicy, WalConfig
@@ -153,7 +154,7 @@ class S3WriteAheadLog:
     async def _run(self) -> None:
         while True:
             now_ms = time.monotonic() * 1000
-            action = self.planner.next_action(now_ms, int(time.time() * 1000),
+            action = self.planner.next_action(now_ms, wall_ms(),
                                               flush=self._closing or now_ms < self._hurry_until_ms)
             if isinstance(action, Seal):
                 self._seal(action)

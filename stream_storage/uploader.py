@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Coroutine
 
+from metadata_quorum.kernel.clock import wall_ms
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.object_keys import object_created_ms, object_key
 from stream_storage import backlog
@@ -267,7 +268,7 @@ class Uploader:
         """``<prefix>/<broker>/<created_ms>-<random>``: the garbage collector's horizon is compared
         with the creation time (commit_object refuses keys created at or before it)."""
         broker_id, _ = self.broker()
-        created_ms = int(time.time() * 1000) + self._key_clock_adjust_ms
+        created_ms = wall_ms() + self._key_clock_adjust_ms
         return object_key(self.config.object_key_prefix, broker_id, created_ms, uuid.uuid4().hex)
 
     async def _upload_and_commit(self, parts: list[tuple[StreamHandle, list[Chunk]]],

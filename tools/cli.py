@@ -13,6 +13,8 @@ import os
 import sys
 import traceback
 
+from metadata_quorum.kernel.clock import install_chaos_clock
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "controller": ("metadata_quorum.server", "run a controller process (Raft node + HTTP API)"),
     "broker": ("broker.server", "run a broker process"),
@@ -92,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ferry: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     if name in SERVERS:
+        install_chaos_clock()  # a chaos run may step this process's wall clock (kernel/clock.py)
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)
     return run_tool(name, rest)

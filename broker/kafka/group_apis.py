@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Protocol, TypeVar
@@ -29,6 +28,7 @@ from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, 
                                            SyncGroupRequest, SyncGroupResponse)
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 
+from metadata_quorum.kernel.clock import wall_ms
 from broker import groups as g
 from broker.groups.consumer_coordinator import ConsumerGroupConfig
 from broker.groups.consumer_records import decode_any_group_record, encode_consumer_record
@@ -91,7 +91,7 @@ class NotCoordinator(Exception):
 class GroupApis:
     def __init__(self, core: GroupsCore, config: g.GroupCoordinatorConfig | None = None,
                  offsets_partitions: int = DEFAULT_OFFSETS_PARTITIONS,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), auth: Authorization = OPEN) -> None:
+                 clock_ms: Callable[[], int] = wall_ms, auth: Authorization = OPEN) -> None:
         self.core = core
         self.auth = auth
         self.config = config or g.GroupCoordinatorConfig(group_initial_rebalance_delay_ms=300)

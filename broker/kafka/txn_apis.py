@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ from kafka.protocol.producer.transaction import (AddOffsetsToTxnRequest, AddOffs
                                                  AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
                                                  EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse)
 
+from metadata_quorum.kernel.clock import wall_ms
 from broker.groups import partition_for_group
 from broker.kafka.authorization import OPEN, Authorization
 from broker.kafka.data_apis import kafka_endpoints
@@ -72,7 +72,7 @@ class TxnApis:
     def __init__(self, core: GroupsCore, producer_ids: ProducerIdSource, sender: MarkerSender,
                  offsets_partitions: Callable[[], Awaitable[int | None]], auth: Authorization = OPEN,
                  partitions: int = DEFAULT_TXN_PARTITIONS,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = wall_ms) -> None:
         self.core = core
         self.producer_ids = producer_ids
         self.sender = sender

@@ -109,9 +109,36 @@ def incarnation_ended(image: MetadataImage, reg: BrokerRegistration) -> bool:
 
 
 def unregistered_session_live(raw: str | None, now_ms: int) -> bool:
-    """An unregistered incarnation of the broker may still hold a write lease at ``now_ms``
-    (``raw``: the value under ``unregistered_session_key``, None when there is none)."""
+    """An unregistered incarnation of the broker may still hold a write lease at wall time
+    ``now_ms`` (``raw``: the value under ``unregistered_session_key``, None when there is none)."""
     return raw is not None and now_ms <= int(raw)
+
+
+def session_end_wall_ms(ctx: OpContext, broker_id: int) -> int:
+    """``session_end_ms`` as wall time, to be written into the log: a controller elected later
+    has none of this one's session clock, only its own wall clock."""
+    return ctx.wall_now_ms + (session_end_ms(ctx, broker_id) - ctx.now_ms)
+
+
+def unregistered_lease_live(ctx: OpContext, broker_id: int, raw: str | None) -> bool:
+    """``unregistered_session_live`` on the wall clock, or — while this controller still has the
+    broker's last heartbeat — on its session clock: a forward step of the wall clock must not end
+    the old incarnation's lease early (a backward one only makes the wait longer)."""
+    if raw is None:
+        return False
+    if unregistered_session_live(raw, ctx.wall_now_ms):
+        return True
+    return broker_id in ctx.last_heartbeat_ms and not heartbeat_expired(ctx, broker_id)
+
+
+def reelection_pending(deadline_ms: int, ctx: OpContext) -> bool:
+    """A partition waits for its re-election deadline (wall time in the log: another controller
+    may judge it after a failover) only while it lies ahead by at most ``reelection_timeout_ms``,
+    its length when set. A deadline further ahead was set before a backward step of the wall
+    clock: waiting it out would keep the partition offline as long as the step, so it counts as
+    passed; a forward step passes it early. Both only elect sooner, which ``held_by_live_owner``
+    keeps safe: a stream still open on a live owner is never given to another broker."""
+    return 0 < deadline_ms - ctx.wall_now_ms <= ctx.reelection_timeout_ms
 
 
 def check_broker_epoch(image: MetadataImage, broker_id: int, broker_epoch: int) -> BrokerRegistration:
@@ -165,12 +192,12 @@ def register_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
             f"retry after its session expires ({ctx.session_timeout_ms} ms without heartbeats)",
         )
     departed = image.kv.get(unregistered_session_key(broker_id))
-    if existing is None and unregistered_session_live(departed, ctx.now_ms):
+    if existing is None and unregistered_lease_live(ctx, broker_id, departed):
         raise FerryError(
             ErrorCode.DUPLICATE_BROKER_REGISTRATION,
             f"broker {broker_id} was unregistered while its session was live; its old incarnation may "
             f"still serve until {departed} (epoch ms): retry after that",
-            {"retry_after_ms": int(departed or 0) - ctx.now_ms + 1},
+            {"retry_after_ms": max(1, int(departed or 0) - ctx.wall_now_ms + 1)},
         )
     builder = RecordBuilder(image)
     if departed is not None:
@@ -310,7 +337,7 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
         part = builder.view.partition(tp.topic_id, tp.partition)
         if part is None or part.leader != NO_LEADER:
             continue
-        if part.reelection_deadline_ms > ctx.now_ms:
+        if reelection_pending(part.reelection_deadline_ms, ctx):
             continue
         candidate = election_candidate(builder, part)
         if part.storage == STORAGE_S3 and held_by_live_owner(builder, part, candidate, ctx):
@@ -318,7 +345,7 @@ def tick(image: MetadataImage, args: dict[str, Any], ctx: OpContext) -> Controll
         if candidate != NO_LEADER:
             elect(builder, part, candidate)
         elif part.storage == STORAGE_S3:
-            candidate = move_s3_partition(builder, placement, part, set(), ctx.now_ms, True, ctx)
+            candidate = move_s3_partition(builder, placement, part, set(), ctx.wall_now_ms, True, ctx)
         if candidate != NO_LEADER:
             elected.append({"topic_id": part.topic_id, "partition": part.partition, "leader": candidate})
     silent_ms = {b: judged_at_ms(ctx) - ctx.last_heartbeat_ms.get(b, ctx.active_since_ms or 0) for b in fenced}
@@ -370,7 +397,7 @@ def held_by_live_owner(builder: RecordBuilder, part: PartitionRegistration, cand
         stream = builder.view.stream(int(raw)) if raw is not None else None
         if stream is None or stream.state != STREAM_OPENED or stream.owner == candidate:
             continue
-        if unregistered_session_live(builder.view.kv(unregistered_session_key(stream.owner)), ctx.now_ms):
+        if unregistered_lease_live(ctx, stream.owner, builder.view.kv(unregistered_session_key(stream.owner))):
             return True  # unregistered, but its lease may still let it acknowledge
         reg = builder.view.broker(stream.owner)
         if reg is not None and not reg.fenced and not heartbeat_expired(ctx, stream.owner) and \
@@ -405,7 +432,7 @@ def unregister_broker(image: MetadataImage, args: dict[str, Any], ctx: OpContext
     # "shutdown": new replicas, no leader until tick finds the streams free; "dead": led at once
     evacuate(builder, Placement(image), broker_id, "shutdown" if may_acknowledge else "dead", ctx)
     if may_acknowledge:
-        builder.add(KVRecord(key=unregistered_session_key(broker_id), value=str(session_end_ms(ctx, broker_id))))
+        builder.add(KVRecord(key=unregistered_session_key(broker_id), value=str(session_end_wall_ms(ctx, broker_id))))
     builder.add(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.broker_epoch))
     reply: UnregisterBrokerReply = {}
     return ControllerResult(tuple(builder.records), reply)
@@ -435,4 +462,5 @@ def describe_cluster(image: MetadataImage, args: dict[str, Any]) -> DescribeClus
 
 
 __all__ = ["register_broker", "unregister_broker", "broker_heartbeat", "report_broker_dead", "tick", "describe_cluster", "check_broker_epoch",
-           "heartbeat_expired", "session_end_ms", "unregistered_session_key", "unregistered_session_live"]
+           "heartbeat_expired", "reelection_pending", "session_end_ms", "session_end_wall_ms", "unregistered_lease_live",
+           "unregistered_session_key", "unregistered_session_live"]

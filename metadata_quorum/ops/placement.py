@@ -190,14 +190,14 @@ def evacuate(builder: RecordBuilder, placement: Placement, broker_id: int, mode:
             if current.leader != broker_id:
                 continue
             if mode == "dead":
-                move_s3_partition(builder, placement, current, {broker_id}, ctx.now_ms, True, ctx)
+                move_s3_partition(builder, placement, current, {broker_id}, ctx.wall_now_ms, True, ctx)
             elif mode == "shutdown":
-                move_s3_partition(builder, placement, current, {broker_id}, ctx.now_ms, False, ctx)
+                move_s3_partition(builder, placement, current, {broker_id}, ctx.wall_now_ms, False, ctx)
             else:
                 builder.add(PartitionChangeRecord(
                     topic_id=current.topic_id, partition=current.partition, leader=NO_LEADER,
-                    reelection_deadline_ms=ctx.now_ms + ctx.reelection_timeout_ms,
-                    change_started_ms=ctx.now_ms,
+                    reelection_deadline_ms=ctx.wall_now_ms + ctx.reelection_timeout_ms,
+                    change_started_ms=ctx.wall_now_ms,
                 ))
         else:  # local: it leaves every ISR (KRaft does so for controlled shutdown too)
             remove_from_isr(builder, current, {broker_id})

@@ -134,7 +134,7 @@ def _cancel(builder: RecordBuilder, placement: Placement, part: PartitionRegistr
         builder.add(PartitionChangeRecord(
             topic_id=part.topic_id, partition=part.partition, replicas=original, isr=original,
             adding_replicas=(), removing_replicas=(), directories=dirs, leader=NO_LEADER,
-            reelection_deadline_ms=ctx.now_ms + ctx.reelection_timeout_ms, change_started_ms=ctx.now_ms,
+            reelection_deadline_ms=ctx.wall_now_ms + ctx.reelection_timeout_ms, change_started_ms=ctx.wall_now_ms,
         ))
         return
     # If no original replica is in sync, the first one is put back in the ISR (an unclean revert).
@@ -196,7 +196,7 @@ def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegis
         builder.add(PartitionChangeRecord(
             topic_id=part.topic_id, partition=part.partition, replicas=target, isr=target,
             adding_replicas=adding, removing_replicas=removing, leader=NO_LEADER, directories=dirs,
-            reelection_deadline_ms=ctx.now_ms + ctx.reelection_timeout_ms, change_started_ms=ctx.now_ms,
+            reelection_deadline_ms=ctx.wall_now_ms + ctx.reelection_timeout_ms, change_started_ms=ctx.wall_now_ms,
         ))
         return
     # Kafka's rule: every replica hosting the partition now and not in the target is removing
@@ -210,7 +210,7 @@ def _reassign(builder: RecordBuilder, placement: Placement, part: PartitionRegis
     isr = tuple(r for r in part.isr if r in replicas) or part.isr
     builder.add(PartitionChangeRecord(
         topic_id=part.topic_id, partition=part.partition, replicas=replicas, isr=isr,
-        adding_replicas=adding, removing_replicas=removing, directories=all_dirs, change_started_ms=ctx.now_ms,
+        adding_replicas=adding, removing_replicas=removing, directories=all_dirs, change_started_ms=ctx.wall_now_ms,
     ))
     updated = builder.view.partition(part.topic_id, part.partition)
     assert updated is not None

@@ -39,8 +39,8 @@ from metadata_quorum.kernel.messages.streams import (CloseStreamReply, CollectGa
                                                      CreateStreamReply, DescribeStreamReply, OpenStreamReply,
                                                      RemovedObjectsReply, StreamRecoveredReply)
 from metadata_quorum.image import STREAM_ID_COUNTER_KEY, MetadataImage, StreamMetadata
-from metadata_quorum.ops.cluster import (check_broker_epoch, heartbeat_expired, unregistered_session_key,
-                                        unregistered_session_live)
+from metadata_quorum.ops.cluster import (check_broker_epoch, heartbeat_expired, unregistered_lease_live,
+                                        unregistered_session_key)
 from metadata_quorum.kernel.object_keys import object_created_ms
 from metadata_quorum.kernel.validation import as_int, as_mapping, invalid, req_int, req_list, req_str
 from metadata_quorum.records import (
@@ -115,7 +115,7 @@ def _owner_gone(image: MetadataImage, stream: StreamMetadata, ctx: OpContext) ->
     """The incarnation that opened the stream is gone: unregistered, fenced, silent, or replaced.
     Not while an incarnation unregistered with a live session may still acknowledge
     (``cluster.unregister_broker``)."""
-    if unregistered_session_live(image.kv.get(unregistered_session_key(stream.owner)), ctx.now_ms):
+    if unregistered_lease_live(ctx, stream.owner, image.kv.get(unregistered_session_key(stream.owner))):
         return False
     reg = image.cluster.brokers.get(stream.owner)
     return reg is None or reg.fenced or heartbeat_expired(ctx, stream.owner) or \
@@ -253,7 +253,7 @@ def commit_object(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
             )
         # replaying the object record moves the stream's end offset to ``end`` (one record per range)
         records.append(StreamObjectRecord(object_key=object_key, stream_id=stream_id, start_offset=start,
-                                          end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms,
+                                          end_offset=end, size=size, epoch=epoch, committed_ms=ctx.wall_now_ms,
                                           range_bytes=range_bytes.get(stream_id, 0)))
         if stream_id in close_ids:  # the owner's last upload closes the stream in the same write (step 4)
             records.append(replace(stream.to_record(), state=STREAM_CLOSED, end_offset=end))
@@ -333,7 +333,7 @@ def compact_objects(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     records: list[Record] = [RemoveStreamObjectRecord(object_key=o.object_key, stream_id=stream.stream_id)
                              for o in old]
     records.append(StreamObjectRecord(object_key=object_key, stream_id=stream.stream_id, start_offset=start,
-                                      end_offset=end, size=size, epoch=epoch, committed_ms=ctx.now_ms,
+                                      end_offset=end, size=size, epoch=epoch, committed_ms=ctx.wall_now_ms,
                                       range_bytes=range_bytes))
     refs = image.streams.object_refs
     removed = [o.object_key for o in old if tuple(refs.get(o.object_key, ())) == (stream.stream_id,)]
@@ -352,7 +352,7 @@ def collect_garbage(image: MetadataImage, args: dict[str, Any], ctx: OpContext) 
     keys = [as_str_key(k) for k in req_list(args, "candidates")]
     if len(keys) > GC_MAX_CANDIDATES:
         raise invalid(f"at most {GC_MAX_CANDIDATES} candidates per call, got {len(keys)}")
-    horizon = max(gc_horizon_ms(image), min(requested, ctx.now_ms))
+    horizon = max(gc_horizon_ms(image), min(requested, ctx.wall_now_ms))
     refs = image.streams.object_refs
     deletable = []
     for key in keys:

@@ -8,7 +8,7 @@ import pytest
 from tools.chaos.checker import AckTiming, LeaseCut, check_leases, check_serve_again, serve_again_s
 from tools.chaos.net import CLIENTS, NetPlan, pairs_between
 from tools.chaos.net_faults import heal_windows, leaseless_brokers, links_for, touched
-from tools.chaos.schedule import (ALL_FAULTS, NET_FAULTS, PROCESS_FAULTS, FaultEvent, ScheduleSpec, make_schedule,
+from tools.chaos.schedule import (ALL_FAULTS, LINK_FAULTS, NET_FAULTS, PROCESS_FAULTS, FaultEvent, ScheduleSpec, make_schedule,
                                   overlapping, parse_faults)
 
 
@@ -76,7 +76,7 @@ def test_network_faults_join_the_process_track_one_at_a_time(seed: int) -> None:
     events = make_schedule(spec)
     assert events == make_schedule(spec)
     assert not overlapping(events, PROCESS_FAULTS + NET_FAULTS)
-    for e in (e for e in events if e.kind in NET_FAULTS):
+    for e in (e for e in events if e.kind in LINK_FAULTS):
         cut = links_for(e, leader=1)
         assert touched(cut) and all(a != b for a, b in cut.links), e
         assert e.describe()

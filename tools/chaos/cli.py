@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--faults", help=f"comma-separated subset of: {', '.join(ALL_FAULTS)}, and with --net "
                      f"{', '.join(NET_FAULTS)} (default: all)")
     run.add_argument("--net", action="store_true", help="every node in its own network namespace, with the "
-                     "network faults (needs `ip netns`; docs/chaos.md)")
+                     "network faults and clock steps (needs `ip netns`; docs/chaos.md)")
     run.add_argument("--out", default="chaos-out", help="where reports, timelines and logs go (default ./chaos-out)")
     run.add_argument("--json", action="store_true", help="print one JSON object per seed instead of the summary")
     args = parser.parse_args(argv)

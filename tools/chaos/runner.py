@@ -28,22 +28,23 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from broker.groups import partition_for_group
 from broker.kafka.txn_apis import DEFAULT_TXN_PARTITIONS
 from broker.kafka.txn_apis import TXN_TOPIC as TXN_STATE_TOPIC
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.kernel.clock import CHAOS_CLOCK_ENV
 from metadata_quorum.kernel.errors import FerryError
 from stream_storage.s3_server import S3Server
 from tools.admin import Admin
+from tools.chaos.disk import FILLER, RESERVED_BYTES, TMPFS_BYTES, fill, mount_tmpfs, save_and_unmount, unmount
 from tools.chaos.checker import (Acked, Verdict, Violation, check_health, check_metadata, check_records,
                                  AckTiming, LeaseCut, check_leases, check_serve_again, verdict)
 from tools.chaos.fault_proxy import FaultProxy, FaultSettings
-from tools.chaos import net_faults
+from tools.chaos import clock_faults, net_faults
 from tools.chaos.net import Network
 from tools.chaos.schedule import ALL_FAULTS, NET_FAULTS, FaultEvent, ScheduleSpec, make_schedule
 from tools.chaos.timeline import draw
@@ -58,9 +59,7 @@ HTTP_TOPIC = "chaos-http"
 KAFKA_TOPIC = "chaos-kafka"
 TXN_TOPIC = "chaos-txn"
 TXN_ID = "chaos-txn"
-TMPFS_BYTES = 64 * 1024 * 1024
-RESERVED_BYTES = 4 * 1024 * 1024  # the log dirs' KIP-928 reserve: below it a dir is saturated
-FILLER = "chaos-filler"
+Heal = Callable[[], Awaitable[None]]
 
 
 @dataclass
@@ -113,21 +112,6 @@ class RunState:
         return time.monotonic() - self.t0
 
 
-def mount_tmpfs(path: str, size_bytes: int) -> str | None:
-    """Mount a tmpfs at ``path``; the reason it could not, else None."""
-    os.makedirs(path, exist_ok=True)
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", path],
-                              capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    return None if done.returncode == 0 else (done.stderr.strip() or f"mount exited with {done.returncode}")
-
-
-def unmount(path: str) -> None:
-    subprocess.run(["umount", "-l", path], capture_output=True, timeout=10)
-
-
 class ChaosRun:
     def __init__(self, options: ChaosOptions) -> None:
         self.o = options
@@ -144,6 +128,9 @@ class ChaosRun:
         self._process_lock = asyncio.Lock()
         self.faults = options.faults if options.net else options.faults - set(NET_FAULTS)
         self.net: Network | None = None
+        self.clock_dir: str | None = None  # clock_step: the processes' wall-clock offsets (kernel/clock.py)
+        self.clock_spans: list[clock_faults.StepSpan] = []
+        self._clock_env: str | None = None
 
     # ------------------------------------------------------------------ set-up
     def _prepare(self) -> None:
@@ -155,6 +142,11 @@ class ChaosRun:
             plan = self.net.plan
             self.state.notes.append(f"network {plan.bridge}: 10.200.{plan.subnet}.0/24, clients at {plan.gateway}")
             placements = {n: plan.placement(n) for n in plan.nodes if n != "s3"}
+        if "clock_step" in self.faults:  # every process this run starts takes its wall clock's offset from here
+            self.clock_dir = os.path.join(self.out, "clock")
+            os.makedirs(self.clock_dir)
+            self._clock_env = os.environ.get(CHAOS_CLOCK_ENV)
+            os.environ[CHAOS_CLOCK_ENV] = self.clock_dir
         s3_prefix = self.net.plan.prefix("s3") if self.net is not None else ()
         self.s3 = S3Server(bucket="ferry", log_path=os.path.join(self.out, "s3.log"), prefix=s3_prefix).start()
         self.proxy = FaultProxy(self.s3.endpoint_url, self.o.seed, os.path.join(self.out, "s3-proxy.log"),
@@ -183,7 +175,7 @@ class ChaosRun:
 
     # ------------------------------------------------------------------ the run
     async def run(self) -> dict[str, Any]:
-        started = time.time()
+        started = time.monotonic()
         try:
             await asyncio.to_thread(self._prepare)
             assert self.cluster is not None
@@ -207,6 +199,7 @@ class ChaosRun:
                                transactional_id=TXN_ID, per_s=self.o.txn_per_s,
                                client_config={"logger": self._kafka_logger()}).start()
             self.state.t0 = time.monotonic()
+            self.state.notes.append(f"faults' times count from {time.strftime('%H:%M:%S', time.localtime())}")
             sampler = asyncio.create_task(self._sample())
             await asyncio.gather(*(self._apply(e) for e in events))
             await asyncio.sleep(max(0.0, self.o.duration_s - self.state.now()))
@@ -220,7 +213,7 @@ class ChaosRun:
             result = await self._check(events, group_complete)
         finally:
             await self._tear_down()
-        result["wall_s"] = round(time.time() - started, 1)
+        result["wall_s"] = round(time.monotonic() - started, 1)
         # the campaign's report, written once at its end
         with open(os.path.join(self.out, "report.json"), "w", encoding="utf-8") as f:  # noqa: ASYNC230
             json.dump(result, f, indent=2)
@@ -265,34 +258,22 @@ class ChaosRun:
         if e.kind == "reassign":
             await self._reassign(e)
             return
-        if e.kind in NET_FAULTS:
-            await self._apply_net(e)
-            return
-        async with self._process_lock:  # one process fault at a time, the previous one healed
-            start = self.state.now()
-            record = Applied(e.kind, e.start_s, start, start, "")
-            try:
-                heal = await self._inject(e, record)
-                await self._sleep_until(max(e.end_s, start + (e.end_s - e.start_s) / 2))
-                record.end_s = self.state.now()
-                await heal()
-                record.healed_s = self.state.now()
-            except Exception as exc:  # noqa: BLE001 - a fault that could not be applied is reported, not fatal
-                record.error = f"{type(exc).__name__}: {exc}"[:300]
-                record.end_s = max(record.end_s, self.state.now())
-            self.state.applied.append(record)
+        if e.kind == "clock_step":
+            await self._track_fault(e, self._inject_clock, e.what())
+        elif e.kind in NET_FAULTS:
+            await self._track_fault(e, self._inject_net, e.what())
+        else:
+            await self._track_fault(e, self._inject, "")
 
-    async def _apply_net(self, e: FaultEvent) -> None:
-        """A network fault, in the process track: one at a time, the previous one healed."""
-        assert self.net is not None and self.cluster is not None
+    async def _track_fault(self, e: FaultEvent, inject: Callable[[FaultEvent, Applied], Awaitable[Heal]],
+                           what: str) -> None:
+        """A fault of the process track (process, network and clock faults): one at a time, the
+        previous one healed; applied, held until its end, healed, recorded."""
         async with self._process_lock:
             start = self.state.now()
-            record = Applied(e.kind, e.start_s, start, start, e.what())
+            record = Applied(e.kind, e.start_s, start, start, what)
             try:
-                def noted(cut: net_faults.NetCut) -> None:
-                    record.what, record.leaseless = cut.what, net_faults.leaseless_brokers(cut)
-                    record.cut_s = self.state.now()
-                heal = await net_faults.inject(self.net, self.cluster, e, self.o.heal_timeout_s, noted)
+                heal = await inject(e, record)
                 await self._sleep_until(max(e.end_s, start + (e.end_s - e.start_s) / 2))
                 record.end_s = self.state.now()
                 await heal()
@@ -300,11 +281,61 @@ class ChaosRun:
             except Exception as exc:  # noqa: BLE001 - a fault that could not be applied is reported, not fatal
                 record.error = f"{type(exc).__name__}: {exc}"[:300]
                 record.end_s = max(record.end_s, self.state.now())
-                if self.net is not None:
+                if e.kind in NET_FAULTS and self.net is not None:
                     await asyncio.to_thread(self.net.heal_all)
             self.state.applied.append(record)
 
-    async def _inject(self, e: FaultEvent, record: Applied) -> Any:
+    async def _inject_net(self, e: FaultEvent, record: Applied) -> Heal:
+        assert self.net is not None and self.cluster is not None
+
+        def noted(cut: net_faults.NetCut) -> None:
+            record.what, record.leaseless = cut.what, net_faults.leaseless_brokers(cut)
+            record.cut_s = self.state.now()
+        return await net_faults.inject(self.net, self.cluster, e, self.o.heal_timeout_s, noted)
+
+    async def _inject_clock(self, e: FaultEvent, record: Applied) -> Heal:
+        """Step one process's wall clock (``clock_faults.py``); the heal steps it back. Without a
+        cut, the committed metadata offsets from the step to a session after the step back are
+        kept for ``check_clock_steps``."""
+        c = self.cluster
+        assert c is not None and c.quorum is not None and self.clock_dir is not None
+        clock_dir = self.clock_dir
+        leader = await asyncio.to_thread(c.controller_leader, 20.0)
+        node = f"c{leader}" if e.node == "leader" else e.node
+        pid = c.quorum.procs[int(node[1:])].pid if node.startswith("c") else c.broker_procs[int(node[1:])].pid
+        with_cut = e.peer == clock_faults.WITH_CUT and node.startswith("b")
+        record.what = clock_faults.describe_step(node, e.step_ms, with_cut)
+        before = await asyncio.to_thread(self._committed_offset)
+        cut_heal: Heal | None = None
+        if with_cut:
+            cut = dataclasses.replace(e, kind="net_broker_controllers", target=int(node[1:]), node="", peer="")
+            cut_heal = await self._inject_net(cut, record)
+            record.what = clock_faults.describe_step(node, e.step_ms, with_cut)
+        await asyncio.to_thread(clock_faults.step, clock_dir, pid, e.step_ms)
+
+        async def heal() -> None:
+            await asyncio.to_thread(clock_faults.step, clock_dir, pid, 0)
+            if cut_heal is not None:
+                await cut_heal()
+                return
+            await asyncio.sleep(self._session_s() + 1.0)  # what the step alone could do, it has done
+            after = await asyncio.to_thread(self._committed_offset)
+            self.clock_spans.append(clock_faults.StepSpan(record.what, before, after))
+        return heal
+
+    def _committed_offset(self) -> int:
+        """The highest committed metadata offset the running controllers report (-1: none answers)."""
+        c = self.cluster
+        assert c is not None and c.quorum is not None
+        marks = [int(h["high_watermark"]) for nid in c.quorum.running() if (h := c.quorum.health(nid))
+                 and "high_watermark" in h]
+        return max(marks, default=-1)
+
+    def _session_s(self) -> float:
+        assert self.cluster is not None
+        return float(self.cluster.controller_overrides.get("session_timeout_ms", 4000)) / 1000
+
+    async def _inject(self, e: FaultEvent, record: Applied) -> Heal:
         c = self.cluster
         assert c is not None and self.admin is not None
         if e.kind == "broker_kill":
@@ -342,7 +373,7 @@ class ChaosRun:
             free = shutil.disk_usage(path).free
             size = max(0, free - 64 * 1024)
             record.what = f"fill broker {bid}'s log dir ({size // (1024 * 1024)} MiB, leaving 64 KiB)"
-            await asyncio.to_thread(_fill, filler, size)
+            await asyncio.to_thread(fill, filler, size)
 
             async def heal_disk() -> None:
                 os.remove(filler)
@@ -429,6 +460,8 @@ class ChaosRun:
                                                 self.txn.live_read, self.txn.live_lso)
         metadata, meta_from = await self._metadata_log()
         metadata_violations = check_metadata(metadata)
+        clock_violations, clock_judged = clock_faults.check_clock_steps(self.clock_spans, metadata, meta_from)
+        metadata_violations += clock_violations
         controllers, brokers = await asyncio.to_thread(self._health)
         down = [] if self.proxy is not None and self.proxy.alive() else ["the S3 fault proxy"]
         if self.s3 is None or self.s3.process is None or self.s3.process.poll() is not None:
@@ -437,7 +470,7 @@ class ChaosRun:
         heals = net_faults.heal_windows([(a.kind, a.what, a.start_s, a.end_s, a.error is None)
                                          for a in self.state.applied], self.state.load_stop_s)
         acks_s = {str(tp): sorted(a.time_s - self.state.t0 for a in acks) for tp, acks in self.http.acks.items()}
-        session_s = float(self.cluster.controller_overrides.get("session_timeout_ms", 4000)) / 1000
+        session_s = self._session_s()
         availability, waits, interrupted = check_serve_again(heals, acks_s, session_s + 2.0)
         health_violations += availability
         lease_cuts = [LeaseCut(b, self.state.t0 + a.cut_s, self.state.t0 + a.end_s, a.what)
@@ -467,6 +500,9 @@ class ChaosRun:
             "net_serve_again_s": waits,
             "net_heals_interrupted": interrupted,
             "lease_cuts_checked": len(lease_cuts),
+            "clock_steps": len([a for a in self.state.applied if a.kind == "clock_step" and a.error is None]),
+            "clock_steps_judged": clock_judged,
+            "clock_spans": [dataclasses.asdict(span) for span in self.clock_spans],
         }
         result_verdict: Verdict = verdict(record_violations, metadata_violations, health_violations, stats)
         applied = sorted((dataclasses.asdict(a) for a in self.state.applied), key=lambda a: a["start_s"])
@@ -536,8 +572,16 @@ class ChaosRun:
         brokers = {bid: c.broker_health(bid) for bid in range(1, self.o.brokers + 1)}
         return controllers, brokers
 
+    def _restore_env(self) -> None:
+        if self.clock_dir is not None:
+            if self._clock_env is None:
+                os.environ.pop(CHAOS_CLOCK_ENV, None)
+            else:
+                os.environ[CHAOS_CLOCK_ENV] = self._clock_env
+
     def stop_everything(self) -> None:
         """Whatever still runs, killed, and the network removed (idempotent; no event loop needed)."""
+        self._restore_env()
         if self.cluster is not None:
             self.cluster.stop(graceful=False)
         for path in self.state.tmpfs:
@@ -550,6 +594,7 @@ class ChaosRun:
             self.net.destroy()
 
     async def _tear_down(self) -> None:
+        self._restore_env()
         if self.admin is not None:
             await self.admin.close()
         if self.http is not None:
@@ -563,7 +608,7 @@ class ChaosRun:
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.stop)
         for path in self.state.tmpfs:
-            await asyncio.to_thread(_save_and_unmount, path)
+            await asyncio.to_thread(save_and_unmount, path)
         if self.proxy is not None:
             self.proxy.stop()
         if self.s3 is not None:
@@ -586,26 +631,6 @@ def move_plan(events: list[FaultEvent], txn_partitions: int) -> dict[FaultEvent,
         else:
             out[e] = TopicPartition(TXN_STATE_TOPIC, partition_for_group(TXN_ID, DEFAULT_TXN_PARTITIONS))
     return out
-
-
-def _fill(path: str, size: int) -> None:
-    """A file of ``size`` bytes (allocated, so the dir's free space really drops)."""
-    with open(path, "wb") as f:
-        if size > 0:
-            try:
-                os.posix_fallocate(f.fileno(), 0, size)
-            except OSError:
-                f.write(b"\0" * size)
-
-
-def _save_and_unmount(path: str) -> None:
-    """Keep what the tmpfs held (meta.properties, partition dirs) beside it, then unmount it."""
-    keep = path + ".tmpfs-copy"
-    try:
-        shutil.copytree(path, keep, ignore=shutil.ignore_patterns(FILLER, ".ferry-reserved"), dirs_exist_ok=True)
-    except OSError:
-        pass
-    unmount(path)
 
 
 ACTIVE: list[ChaosRun] = []  # the run under way, for a SIGTERM handler to clean up after

@@ -18,9 +18,11 @@ together would be more than the cluster promises): ``net_isolate`` (a broker or 
 controller cut off from everyone), ``net_broker_controllers`` (a broker cut from every controller,
 S3 and clients still reachable), ``net_broker_s3``, ``net_leader_followers`` (the active
 controller cut from the other controllers, brokers still reach it), ``net_one_way`` (one node can
-no longer send to another), ``net_clients_broker`` (the clients cut from one broker) and
-``net_flap`` (a node's link down and up every few hundred ms). Without them a seed's schedule is
-what it always was.
+no longer send to another), ``net_clients_broker`` (the clients cut from one broker),
+``net_flap`` (a node's link down and up every few hundred ms) and ``clock_step`` (one process's
+wall clock stepped by ±30 s or ±5 min and back at the fault's end, a broker's sometimes while it
+is cut from the controllers; ``clock_faults.py``). Without them a seed's schedule is what it
+always was.
 
 Targets that depend on the cluster's state at the time (the active controller, a partition's
 owner) are resolved by the runner; the schedule names the partition or broker by index. A seed
@@ -36,8 +38,9 @@ PROCESS_FAULTS = ("broker_kill", "controller_kill", "owner_pause", "disk_full")
 S3_FAULTS = ("s3_errors", "s3_latency")
 REASSIGN = "reassign"
 ALL_FAULTS = PROCESS_FAULTS + S3_FAULTS + (REASSIGN,)
-NET_FAULTS = ("net_isolate", "net_broker_controllers", "net_broker_s3", "net_leader_followers", "net_one_way",
-              "net_clients_broker", "net_flap")
+LINK_FAULTS = ("net_isolate", "net_broker_controllers", "net_broker_s3", "net_leader_followers", "net_one_way",
+               "net_clients_broker", "net_flap")
+NET_FAULTS = LINK_FAULTS + ("clock_step",)  # what --net adds: the network's faults and a clock step
 KNOWN_FAULTS = ALL_FAULTS + NET_FAULTS
 # the nodes a network fault names; "leader" is the active controller when the fault fires
 NET_NODES = ("leader", "c1", "c2", "c3", "b1", "b2", "b3", "s3", "clients")
@@ -57,6 +60,7 @@ DURATION_S: dict[str, tuple[float, float]] = {
     "net_one_way": (1.0, 8.0),
     "net_clients_broker": (1.0, 8.0),
     "net_flap": (2.0, 8.0),
+    "clock_step": (1.0, 8.0),
 }
 
 
@@ -80,6 +84,7 @@ class FaultEvent:
     node: str = ""  # network faults: the node cut (a NET_NODES name)
     peer: str = ""  # net_one_way: node can no longer send to peer
     period_ms: int = 0  # net_flap: the link is down and up for period_ms each
+    step_ms: int = 0  # clock_step: the wall clock's offset from start_s to end_s
 
     def what(self) -> str:
         return {"net_isolate": f"isolate {self.node}",
@@ -89,6 +94,8 @@ class FaultEvent:
                 "net_one_way": f"{self.node} cannot send to {self.peer}",
                 "net_clients_broker": f"cut the clients from broker {self.target}",
                 "net_flap": f"flap {self.node}'s link every {self.period_ms} ms",
+                "clock_step": f"step {self.node}'s wall clock {self.step_ms / 1000:+g} s and back"
+                              + (" while cut from the controllers" if self.peer else ""),
                 "broker_kill": f"kill -9 broker {self.target}",
                 "controller_kill": "kill -9 the active controller",
                 "owner_pause": f"SIGSTOP the owner of partition {self.partition}",
@@ -190,6 +197,11 @@ def _net_event(rng: random.Random, spec: ScheduleSpec, start: float, end: float,
                           period_ms=rng.randrange(200, 1500))
     if kind == "net_leader_followers":
         return FaultEvent(start, end, kind)
+    if kind == "clock_step":
+        node = rng.choice(("leader", f"b{broker}"))
+        step_ms = rng.choice((30_000, -30_000, 300_000, -300_000))
+        cut = node != "leader" and rng.random() < 0.5
+        return FaultEvent(start, end, kind, node=node, step_ms=step_ms, peer="controllers" if cut else "")
     return FaultEvent(start, end, kind, target=broker)
 
 
