@@ -447,11 +447,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--crash-trials", type=int, default=5, help="kill -9 failover trials (0: none)")
     parser.add_argument("--crash-partitions", type=int, default=10, help="partitions the killed broker leads")
     parser.add_argument("--crash-only", action="store_true", help="only the crash failover trials")
+    parser.add_argument("--lost-machine", action="store_true",
+                        help="brokers do not probe each other's WAL locks (broker/peer_liveness.py): a killed "
+                             "broker is found by its session timeout alone, as when its machine is lost")
     detection.add_arguments(parser)
     parser.add_argument("--wal", choices=["local", "s3"], default="local",
                         help="the brokers' WAL: local files (default) or WAL objects in S3 (wal.mode = s3)")
     args = parser.parse_args(argv)
     broker_overrides, controller_overrides = detection.overrides(parser, args)
+    if args.lost_machine:
+        broker_overrides["peer_probe_interval_ms"] = 0
     if args.crash_trials < 0 or args.crash_partitions < 1 or (args.crash_only and args.crash_trials < 1):
         parser.error("--crash-trials must be ≥ 0 (≥ 1 with --crash-only) and --crash-partitions ≥ 1")
     try:
