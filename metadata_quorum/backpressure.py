@@ -10,14 +10,9 @@ and every round of retries doubles the work. Two rules keep the work bounded:
   are dropped from its queue and answered ``REQUEST_TIMED_OUT`` (retriable) — so a retry never
   meets its own first copy still queued.
 - **Admission by expected wait, not by count.** An operation is admitted only if the queue ahead
-  of it is expected to run within the time its request has left. One that is not waits in the
-  controller's waiting room and joins the queue, in order, as soon as there is room
-  (``ControllerCore._admit_parked``) — if room is expected within that share of its time;
-  otherwise (or when the waiting room is full) it is refused at once with
-  ``THROTTLING_QUOTA_EXCEEDED`` and a ``retry_after_ms`` of about when there will be room. A
-  waiting operation is woken by the queue draining, not retried by its broker: at 10,000
-  partitions brokers used to send ~24,000 refused closes each again. The expected wait is the
-  queue length times the measured cost of one operation.
+  of it is expected to run within the time its request has left; otherwise it is refused at once
+  with ``THROTTLING_QUOTA_EXCEEDED`` and a ``retry_after_ms`` of about when there will be room.
+  The expected wait is the queue length times the measured cost of one operation.
 
 Heartbeats and registrations are never refused (``quorum_controller.PRIORITY_OPERATIONS``): a
 broker fenced for the controller's load would move its partitions, which is more load.

@@ -36,7 +36,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Union
 
 from metadata_quorum import op_slices
-from metadata_quorum.backpressure import QUEUE_SHARE, admit, retry_after_ms as queue_retry_after_ms, throttled
+from metadata_quorum.backpressure import admit, retry_after_ms as queue_retry_after_ms, throttled
 from metadata_quorum.controller_result import OpContext, WriteOperation
 from metadata_quorum.kernel import messages as ops
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
@@ -209,7 +209,6 @@ class _Pending:
     queued_ms: int
     internal: bool = False
     cancelled: bool = False
-    budget_end_ms: int = 0  # a parked operation: when its caller stops waiting
 
 
 @dataclass
@@ -243,14 +242,11 @@ class ControllerCore:
         self.sessions = BrokerSessions()
         self.op_cost_ms = OP_COST_START_MS  # moving average of one operation's run time on the leader
         self.shed_ops = 0  # operations refused with THROTTLING_QUOTA_EXCEEDED
-        self.waited_ops = 0  # operations that waited for room in the waiting room instead
         self._view: Any = None
         self._view_last_id = ""
         self._queue: deque[_Pending] = deque()
         self._priority: deque[_Pending] = deque()
         self._queued: dict[Token, _Pending] = {}
-        self._parked: deque[_Pending] = deque()  # the waiting room: admitted in order as room frees
-        self._parked_tokens: dict[Token, _Pending] = {}
         self._inflight: dict[str, _Inflight] = {}
         self._needs_reset = False
         self._noop_pending = False
@@ -318,12 +314,10 @@ class ControllerCore:
         self.check_leader()
         if name not in PRIORITY_OPERATIONS:
             budget = self.config.request_timeout_ms if budget_ms is None else budget_ms
-            decision = admit(self._queue_ahead(), self.op_cost_ms, 1, budget, self.config.max_queued_ops)
+            decision = admit(len(self._queue), self.op_cost_ms, 1, budget, self.config.max_queued_ops)
             if not decision.admitted:
-                if not self._may_park(decision.retry_after_ms, budget):
-                    self.shed_ops += 1
-                    raise throttled(name, self._queue_ahead(), decision.retry_after_ms)
-                return self._park(name, args, now_ms, budget)
+                self.shed_ops += 1
+                raise throttled(name, len(self._queue), decision.retry_after_ms)
         pieces = op_slices.split(name, args)
         if pieces is None:
             return self._enqueue(name, args, now_ms)
@@ -339,72 +333,20 @@ class ControllerCore:
             self.check_op(name, args)
         self.check_leader()
         wanted = sum(1 for name, _ in items if name not in PRIORITY_OPERATIONS)
-        decision = admit(self._queue_ahead(), self.op_cost_ms, wanted, budget_ms, self.config.max_queued_ops)
-        park = self._may_park(decision.retry_after_ms, budget_ms)
+        decision = admit(len(self._queue), self.op_cost_ms, wanted, budget_ms, self.config.max_queued_ops)
         tokens: list[Token] = []
         admitted = 0
         for name, args in items:
             if name not in PRIORITY_OPERATIONS:
                 if admitted >= decision.admitted:
-                    if park:
-                        tokens.append(self._park(name, args, now_ms, budget_ms))
-                        continue
                     self.shed_ops += 1
                     token = next(self._tokens)
-                    self._out(Refusal(token, throttled(name, self._queue_ahead(), decision.retry_after_ms)))
+                    self._out(Refusal(token, throttled(name, len(self._queue), decision.retry_after_ms)))
                     tokens.append(token)
                     continue
                 admitted += 1
             tokens.append(self._enqueue(name, args, now_ms))
         return tokens
-
-    # -- the waiting room -----------------------------------------------------------------------------
-
-    def _queue_ahead(self) -> int:
-        """Operations a newcomer would wait behind: the queue and the waiting room."""
-        return len(self._queue) + len(self._parked)
-
-    def _may_park(self, retry_after_ms: int, budget_ms: int) -> bool:
-        """An operation the queue has no room for now waits for room (instead of being refused and
-        sent again) when room is expected within the share of its budget the queue may take, and
-        the waiting room is not full; otherwise it is refused at once with a retry-after."""
-        return retry_after_ms <= budget_ms * QUEUE_SHARE and \
-            len(self._queue) + len(self._parked) < self.config.max_queued_ops
-
-    def _park(self, name: str, args: dict[str, Any], now_ms: int, budget_ms: int) -> Token:
-        pending = _Pending(next(self._tokens), name, args, now_ms, budget_end_ms=now_ms + budget_ms)
-        self._parked.append(pending)
-        self._parked_tokens[pending.token] = pending
-        self.waited_ops += 1
-        return pending.token
-
-    def _admit_parked(self, now_ms: int) -> None:
-        """Move waiting operations into the queue, first come first, while the queue has room for
-        them within what is left of their budgets; one whose caller's budget ran out is refused
-        with a retry-after (its caller has stopped waiting, or is about to)."""
-        while self._parked:
-            pending = self._parked[0]
-            if pending.cancelled:
-                self._parked.popleft()
-                self._parked_tokens.pop(pending.token, None)
-                continue
-            left_ms = pending.budget_end_ms - now_ms
-            decision = admit(len(self._queue), self.op_cost_ms, 1, left_ms, self.config.max_queued_ops) \
-                if left_ms > 0 else None
-            if decision is not None and decision.admitted:
-                self._parked.popleft()
-                self._parked_tokens.pop(pending.token, None)
-                pending.queued_ms = now_ms
-                self._queue.append(pending)
-                self._queued[pending.token] = pending
-                continue
-            if left_ms > 0:
-                return  # no room yet: the rest wait behind it
-            self._parked.popleft()
-            self._parked_tokens.pop(pending.token, None)
-            self.shed_ops += 1
-            self._out(Refusal(pending.token, throttled(pending.name, len(self._queue),
-                                                       queue_retry_after_ms(len(self._queue), self.op_cost_ms))))
 
     def _enqueue(self, name: str, args: dict[str, Any], now_ms: int, internal: bool = False) -> Token:
         if name == ops.BROKER_HEARTBEAT.name:
@@ -443,7 +385,7 @@ class ControllerCore:
                     self.cancel(piece)  # skipped when its turn comes: no outcome
                 elif piece not in sliced.outcomes:
                     self._abandoned_pieces.add(piece)  # run, its outcome still to come
-        pending = self._queued.get(token) or self._parked_tokens.get(token)
+        pending = self._queued.get(token)
         if pending is not None:
             pending.cancelled = True
 
@@ -454,8 +396,7 @@ class ControllerCore:
     @property
     def queue_depth(self) -> int:
         """Operations waiting to run plus those run and waiting for their command to commit."""
-        return len(self._queue) + len(self._parked) + len(self._priority) + \
-            sum(len(f.answers) for f in self._inflight.values())
+        return len(self._queue) + len(self._priority) + sum(len(f.answers) for f in self._inflight.values())
 
     @property
     def last_heartbeat_ms(self) -> dict[int, int]:
@@ -487,8 +428,7 @@ class ControllerCore:
         """Whether ``run`` could do something now."""
         if not self.is_leader:
             return False
-        return self._needs_reset or self._noop_pending or \
-            (self.active and bool(self._queue or self._priority or self._parked))
+        return self._needs_reset or self._noop_pending or (self.active and bool(self._queue or self._priority))
 
     # -- leadership ----------------------------------------------------------------------------------
 
@@ -521,11 +461,10 @@ class ControllerCore:
         self.active_since_ms = None
         self._view = None
         self._noop_pending = False
-        for queue in (self._priority, self._queue, self._parked):
+        for queue in (self._priority, self._queue):
             while queue:
                 pending = queue.popleft()
                 self._queued.pop(pending.token, None)
-                self._parked_tokens.pop(pending.token, None)
                 if not pending.cancelled:
                     self._out(NotLeader(pending.token, why, hide_self=True))
         for inflight in self._inflight.values():
@@ -616,8 +555,6 @@ class ControllerCore:
         the driver from reading anything, heartbeats included, and brokers would be fenced for a
         busy controller.
         """
-        if self.active and self._parked:
-            self._admit_parked(work.now_ms())
         while self.is_leader:
             if work.expired():
                 return True
@@ -638,8 +575,6 @@ class ControllerCore:
                     len(self._inflight) < self.config.max_inflight_commands + PRIORITY_EXTRA_INFLIGHT:
                 self._run_group(work, priority_only=self._pipeline_full())
                 continue
-            if not self._queue and self._parked and not self._pipeline_full():
-                self._admit_parked(work.now_ms())
             if self._pipeline_full() or not self._queue:
                 return False
             self._run_group(work)

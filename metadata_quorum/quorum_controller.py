@@ -120,10 +120,6 @@ class QuorumController:
         return self.core.shed_ops
 
     @property
-    def waited_ops(self) -> int:
-        return self.core.waited_ops
-
-    @property
     def last_heartbeat_ms(self) -> dict[int, int]:
         return self.core.sessions.last_heartbeat_ms
 

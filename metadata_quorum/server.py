@@ -425,7 +425,6 @@ class ControllerServer:
             "image_offset": self.state.materialized_offset,
             "queue_depth": self.controller.queue_depth,
             "shed_ops": self.controller.shed_ops,
-            "waited_ops": self.controller.waited_ops,
             "raft_tick_gap_max_ms": round(self.node.tick_gaps.max_gap_ms, 1),
             "raft_tick_stalls": self.node.tick_gaps.stalls,
             "raft_log_synced": self.node.log_sync.synced,
