@@ -284,7 +284,15 @@ async def create_split(admin: Admin, topic: str, placed: dict[int, int], per_req
             "name": topic, "count": piece.stop, "assignments": [[placed[p]] for p in piece]}]})
         (result,) = reply["topics"]
         if result.get("error") and result["error"] != "NONE":
-            raise FerryError(ErrorCode.from_name(str(result["error"])), str(result.get("message", "")))
+            error = FerryError(ErrorCode.from_name(str(result["error"])), str(result.get("message", "")))
+            if error.error is ErrorCode.INVALID_PARTITIONS and await partition_count(admin, topic) >= piece.stop:
+                continue  # an attempt that timed out had grown it already (the client sent it again)
+            raise error
+
+
+async def partition_count(admin: Admin, topic: str) -> int:
+    described = (await admin.describe_topics([topic])).get(topic)
+    return len(described) if isinstance(described, list) else 0
 
 
 async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, partitions: int,
