@@ -8,7 +8,7 @@ import numpy as np
 
 from tools.rebalance.model import make_cluster_load
 from tools.rebalance.planner import PlannerConfig, plan
-from tools.rebalance.scale_out import needs_balance_pass, plan_scale_out
+from tools.rebalance.scale_out import needs_balance_pass, plan_scale_out, swap_hottest
 
 
 def ratio(loads: np.ndarray, owners: np.ndarray, brokers: list[int]) -> float:
@@ -52,3 +52,25 @@ def test_no_balancing_pass_when_the_add_only_plan_meets_the_band_or_no_broker_is
     plain = PlannerConfig(balance_band=0.05)
     assert not needs_balance_pass(plain, plan(skewed, plain))
     assert plan_scale_out(skewed, plain).moves == plan(skewed, plain).moves
+
+
+def test_swaps_lower_the_hottest_broker_where_single_moves_cannot():
+    # 2 brokers: a 9 and a 5 on broker 1 (14), a 7 and a 3 on broker 2 (10); no single move helps
+    # (each leaves a broker at 14 or more), one swap brings both to 12
+    loads = np.array([[9.0, 1.0], [5.0, 1.0], [7.0, 1.0], [3.0, 1.0]])
+    owners, swaps = swap_hottest(loads, np.array([1, 1, 2, 2]), (1, 2), band=0.05)
+    assert swaps == 1 and sorted(owners.tolist()) == [1, 1, 2, 2]
+    assert {b: float(loads[owners == b, 0].sum()) for b in (1, 2)} == {1: 12.0, 2: 12.0}
+    # already within the band: nothing is swapped
+    same, none = swap_hottest(loads, owners, (1, 2), band=0.05)
+    assert none == 0 and same.tolist() == owners.tolist()
+
+
+def test_scale_outs_of_zipf_clusters_end_within_the_verdicts_band():
+    over_add_only = over = 0
+    for seed in range(20):
+        cluster = zipf_cluster(seed)
+        cfg = PlannerConfig(balance_band=0.05, add_brokers=(5,))
+        over_add_only += ratio(cluster.loads[:, 0], plan(cluster, cfg).owners_after, [1, 2, 3, 4, 5]) > 1.1
+        over += ratio(cluster.loads[:, 0], plan_scale_out(cluster, cfg).owners_after, [1, 2, 3, 4, 5]) > 1.1
+    assert over_add_only >= 5 and over == 0, (over_add_only, over)
