@@ -23,6 +23,7 @@ from broker.log_dirs_report import LogDirReport, TopicFilter
 from broker.metrics import BrokerMetrics
 from broker.move_timeline import MoveTimeline
 from broker.partition_manager import Slot
+from broker.pre_upload import PRE_UPLOAD_MAX_PARTITIONS
 from metadata_quorum.kernel.auth_middleware import broker_auth_middleware
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.http_parsing import check_query_names, errors_middleware, path_int, query_int, query_str, \
@@ -62,6 +63,8 @@ class HttpBrokerCore(BrokerCore, Protocol):
                             max_wait_ms: int) -> Awaitable[replica_fetch_http.ReplicaFetchResult]: ...
 
     def move_timelines(self, topic: str | None, partition: int | None, limit: int) -> list[MoveTimeline]: ...
+
+    def pre_upload(self, partitions: list[tuple[str, int]]) -> Awaitable[list[FerryError | None]]: ...
 
     def accept_object_tail(self, object_key: str, size: int, tail_start: int, tail: bytes) -> bool: ...
 
@@ -105,6 +108,7 @@ class BrokerHttpApi:
         app.router.add_post("/v1/log-dirs/alter", self.alter_log_dirs)
         app.router.add_post("/v1/delete-records", self.delete_records)
         app.router.add_get("/v1/moves", self.moves)
+        app.router.add_post("/v1/pre-upload", self.pre_upload)
         app.router.add_get(replica_fetch_http.PATH, replica_fetch_http.handler(self.core.serve_replica_fetch))
         app.router.add_post(tail_handoff_http.PATH, tail_handoff_http.handler(self.core.accept_object_tail))
         app.router.add_get("/v1/health", self.health)
@@ -257,6 +261,25 @@ class BrokerHttpApi:
                 raise outcome
             else:
                 result.update(low_watermark=outcome, error=None)
+            results.append(result)
+        return web.json_response({"partitions": results})
+
+    async def pre_upload(self, request: web.Request) -> web.Response:
+        """``{"partitions": [{"topic", "partition"}]}`` → one result per partition: its buffered
+        bytes uploaded while it serves, ahead of a move (broker/pre_upload.py), or its error."""
+        check_query_names(request.query, ())
+        body = await read_json_object(request)
+        parsed = []
+        for raw in as_list(body.get("partitions"), "partitions", PRE_UPLOAD_MAX_PARTITIONS):
+            entry = as_mapping(raw, "partitions[]")
+            parsed.append((as_str(entry.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
+                           as_int(entry.get("partition"), "partitions[].partition", 0, INT32_MAX)))
+        results = []
+        for (topic, partition), exc in zip(parsed, await self.core.pre_upload(parsed), strict=True):
+            result: dict[str, Any] = {"topic": topic, "partition": partition,
+                                      "error": exc.error.name if exc is not None else None}
+            if exc is not None:
+                result["message"] = exc.message
             results.append(result)
         return web.json_response({"partitions": results})
 

@@ -30,6 +30,7 @@ from broker.log_dirs_report import LogDirReport, TopicFilter, alter_replica_log_
 from broker.metrics import BrokerMetrics
 from broker.move_timeline import MoveTimeline
 from broker.partition_manager import PartitionManager, Slot, serving_state
+from broker.pre_upload import pre_upload
 from broker.served_replica import ServedReplica
 from metadata_quorum.kernel.loop_lag import LoopLagProbe
 from metadata_quorum.image import MetadataImage
@@ -383,6 +384,13 @@ class RequestCore:
         if self.manager is None:
             return [FerryError(ErrorCode.KAFKA_STORAGE_ERROR, f"broker {self.broker_id} is starting")] * len(moves)
         return await alter_replica_log_dirs(self.log_dirs, self.manager, moves, self.local)
+
+    async def pre_upload(self, partitions: list[tuple[str, int]]) -> list[FerryError | None]:
+        """Upload the buffered bytes of partitions about to move, while they serve (broker/pre_upload.py)."""
+        manager = self.manager
+        if manager is None:
+            return [FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} is starting")] * len(partitions)
+        return await pre_upload(self.broker_id, partitions, manager.slot_by_name, manager.uploads_for)
 
     def move_timelines(self, topic: str | None, partition: int | None, limit: int) -> list[MoveTimeline]:
         """The timelines of moves of this broker's partitions it remembers (``/v1/moves``)."""

@@ -342,6 +342,29 @@ class Admin:
             out[bid] = await self.http_get(f"{urls[bid]}/v1/log-dirs", params)
         return out
 
+    async def pre_upload(self, partitions_by_broker: dict[int, list[tuple[str, int]]],
+                         timeout_ms: int = 3000) -> int:
+        """Ask each broker to upload the buffered bytes of its partitions about to move, while they
+        still serve (``POST /v1/pre-upload``, broker/pre_upload.py), all brokers at once; returns how
+        many partitions were uploaded. Best effort: a broker that refuses or does not answer within
+        ``timeout_ms`` leaves its partitions to the close, as without this."""
+        assert self._session is not None, "Admin not started"
+        session = self._session
+        urls = await self.brokers()
+
+        async def one(bid: int, parts: list[tuple[str, int]]) -> int:
+            body = {"partitions": [{"topic": t, "partition": p} for t, p in parts]}
+            try:
+                async with session.post(f"{urls[bid]}/v1/pre-upload", json=body,
+                                        timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000)) as r:
+                    await raise_for_error(r)
+                    answer = await r.json()
+            except (FerryError, *RETRIABLE_CONNECTION_ERRORS):
+                return 0
+            return sum(1 for e in answer.get("partitions", []) if e.get("error") is None)
+        done = await asyncio.gather(*(one(b, ps) for b, ps in partitions_by_broker.items() if b in urls and ps))
+        return sum(done)
+
     async def moves(self, broker_ids: list[int] | None = None, timeout_ms: int = 3000) -> dict[int, Any]:
         """Each broker's `/v1/moves` (six-step timelines), asked concurrently; a broker that does not
         answer within `timeout_ms` (dead, frozen) is skipped: the other side of a move reports it too."""

@@ -28,6 +28,7 @@ from metadata_quorum.kernel.auth_middleware import auth_headers
 from metadata_quorum.kernel.backoff import Backoff, retry_after_ms_of
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from tools.credentials import resolve_token
+from tools.leader_hint import LeaderHint, follow_at_once, parse_leader_hint
 
 RETRIABLE_CONNECTION_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError, ConnectionError)
 PRODUCER_EPOCH_MAX = 2 ** 15 - 1  # an int16 in the batch header
@@ -228,6 +229,21 @@ class MetadataCache:
                 last = exc
         raise FerryError(ErrorCode.LEADER_NOT_AVAILABLE, f"no broker reachable at {', '.join(urls)}: {last}")
 
+    def follow(self, tp: TopicPartition, refused_by: int, details: Any) -> bool:
+        """Apply the leader a refusal names when the producer should go there at once
+        (``tools/leader_hint.py``: a newer leader epoch, another broker); returns whether it did."""
+        info = self.current.partitions.get(tp)
+        hint: LeaderHint | None = parse_leader_hint(details)
+        if info is None or hint is None:
+            return False
+        known_url = self.current.brokers.get(hint.leader_id)
+        if not follow_at_once(hint, refused_by, info.leader_epoch, known_url):
+            return False
+        info.leader, info.leader_epoch = hint.leader_id, hint.leader_epoch
+        if hint.url is not None:
+            self.current.brokers[hint.leader_id] = normalize_url(hint.url)
+        return True
+
     def leader_url(self, tp: TopicPartition) -> tuple[int, str] | None:
         info = self.current.partitions.get(tp)
         if info is None or info.leader < 0 or info.leader not in self.current.brokers:
@@ -301,6 +317,7 @@ class Producer:
         self.metadata: MetadataCache | None = None
         self._closed = False
         self.retries = 0
+        self.leader_follows = 0  # retries sent straight to the leader a refusal named
 
     async def start(self) -> "Producer":
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=self._auth)
@@ -457,6 +474,14 @@ class Producer:
                         p.future.set_exception(exc)
                     queue.give_up()
                     return
+                if exc.error is ErrorCode.NOT_LEADER_OR_FOLLOWER and \
+                        self.metadata.follow(tp, broker_id, exc.details):
+                    # the refusal names the new leader (KIP-951): go there now, which holds the
+                    # request until it serves, instead of after a back-off and a metadata refresh
+                    self.retries += 1
+                    self.leader_follows += 1
+                    refresh = False
+                    continue
             except RETRIABLE_CONNECTION_ERRORS as exc:
                 last_error = exc
             else:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from metadata_quorum.config import PeerAddress, quorum_config_json
+from tools.credentials import TOKEN_FILE_ENV
 
 LOOPBACK = "127.0.0.1"
 
@@ -92,6 +93,40 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeo
 def kill_process(proc: subprocess.Popen[bytes]) -> None:
     """kill -9 the process group (a crash, for failover tests)."""
     stop_process(proc, signal.SIGKILL)
+
+
+def spawn_tool(cli_args: list[str], log_path: str, ready_url: str, what: str, token_file: str | None = None,
+               timeout_s: float = 20.0) -> subprocess.Popen[bytes]:
+    """Start ``ferry <cli_args>`` (a tool beside a cluster: the console, the balancer) and return
+    once ``ready_url`` answers 200.
+
+    It runs in its own session with its output appended to ``log_path`` (in the cluster's state
+    dir), so ``ferry cluster down`` finds and stops it with the cluster; on a secure cluster it gets
+    the admin token through ``FERRY_TOKEN_FILE``, never on its command line, where ``ps`` would
+    show it. A tool that exits or does not answer within ``timeout_s`` is killed and reported
+    (RuntimeError naming ``what`` and its log)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if token_file:
+        env[TOKEN_FILE_ENV] = token_file
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tools.cli", *cli_args], stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, cwd=root, env=env, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(ready_url, timeout=1.0) as r:
+                if r.status == 200:
+                    return proc
+        except (OSError, urllib.error.URLError):
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+            raise RuntimeError(f"the {what} did not start (see {log_path})")
+        time.sleep(0.1)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,11 @@ class MovingAdmin:
         self.submitted: list[dict] = []
         self.pending: dict[tuple[str, int], int] = {}
 
+    async def pre_upload(self, partitions_by_broker):
+        assert not self.submitted, "the old owners upload before the moves are submitted"
+        self.pre_uploaded = partitions_by_broker
+        return sum(len(v) for v in partitions_by_broker.values())
+
     async def alter_partition_reassignments(self, items):
         self.submitted += items
         out = {}
@@ -56,6 +61,7 @@ async def test_follows_every_accepted_move_to_its_new_leader_and_reports_refusal
     assert list(result.rejected) == ["b-0"] and "does not exist" in result.rejected["b-0"]
     assert admin.leaders[("a", 0)] == 2 and admin.leaders[("a", 1)] == 3
     assert [i["replicas"] for i in admin.submitted] == [[2], [3], [1]]
+    assert admin.pre_uploaded == {1: [("a", 0), ("a", 1)], 2: [("b", 0)]}  # per old owner, before submitting
 
 
 async def test_gives_up_after_the_timeout_naming_the_partitions_left():

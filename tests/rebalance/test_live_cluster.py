@@ -64,6 +64,9 @@ async def test_rebalance_plans_from_real_samples_and_executes_under_load(spark, 
     hot_load = await ProduceLoad(cluster.bootstrap_servers, hot, rate_per_s=100.0, value_bytes=200).start()
     cold_load = await ProduceLoad(cluster.bootstrap_servers, cold, rate_per_s=5.0, value_bytes=200).start()
     try:
+        async with Admin(bootstrap_controllers=cluster.controller_bootstrap) as admin:
+            # the hot partitions' buffered bytes uploaded while they serve (broker 1 leads them; broker 2 refuses)
+            assert await admin.pre_upload({1: [(tp.topic, tp.partition) for tp in hot], 2: [("hot", 0)]}) == len(hot)
         end_ms = await wait_for_loaded_window(S3SampleSource(cluster.s3_endpoint, cluster.bucket), {1, 2, 3},
                                               {(tp.topic, tp.partition) for tp in hot + cold}, 2_000, timeout_s=60)
         argv = ["--s3-endpoint", cluster.s3_endpoint, "--bucket", cluster.bucket, "--window-ms", "2000",

@@ -418,6 +418,7 @@ class Experiment:
         assert self.cluster is not None and self.admin is not None
         from tools.rebalance.execute import execute_plan, live_brokers
         from tools.rebalance.planner import PlannerConfig
+        from tools.rebalance.scale_out import plan_scale_out
         from tools.rebalance.summary import summarize
         from tools.rebalance.warm import S3Objects, with_owners
 
@@ -433,7 +434,8 @@ class Experiment:
         leaders = {(self.scn.topic, p.partition): p.leader for p in topic_parts} if isinstance(topic_parts, list) else {}
         config = PlannerConfig(balance_band=balance_band, add_brokers=add, remove_brokers=remove)
         planner = self._planner
-        warm = await asyncio.to_thread(planner.plan, config, live, None, lambda c: with_owners(c, leaders))
+        warm = await asyncio.to_thread(planner.plan, config, live, None, lambda c: with_owners(c, leaders),
+                                       plan_scale_out)
         cluster, result = warm.cluster, warm.result
         brokers_before = sorted(set(cluster.brokers) | set(add))
         summary = summarize(cluster, result.owners_after, brokers_before, [b for b in brokers_before if b not in remove])
@@ -441,7 +443,7 @@ class Experiment:
             if result.moves else None
         self.rec.event(self.now(), "rebalance_done", mode="remove_broker" if remove else ("add_broker" if add else "balance"),
                        planned_moves=len(result.moves), submitted=executed.submitted if executed else 0,
-                       completed=executed.completed if executed else 0,
+                       completed=executed.completed if executed else 0, moves_by_goal=result.moves_by_goal,
                        net_in_max_over_mean_before=summary["resources"]["net_in"]["before"]["max_over_mean"],
                        net_in_max_over_mean_planned=summary["resources"]["net_in"]["after"]["max_over_mean"],
                        timings_s={"read": round(warm.read_s, 3), "aggregation": round(warm.aggregate_s, 3),

@@ -33,10 +33,19 @@ async def live_brokers(admin: object) -> list[int]:
 
 
 async def execute_plan(admin: object, moves: Sequence[Move], timeout_ms: int = 120_000,
-                       poll_interval_ms: int = 200, show_progress: bool = True) -> ExecuteResult:
+                       poll_interval_ms: int = 200, show_progress: bool = True,
+                       pre_upload: bool = True) -> ExecuteResult:
+    """``pre_upload``: first ask each old owner to upload the moving partitions' buffered bytes
+    while they serve (``Admin.pre_upload``, broker/pre_upload.py), so that each close uploads only
+    what arrived since (the produce stall of a hot partition's move is mostly that upload)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     started = time.monotonic()
+    if pre_upload and moves and hasattr(admin, "pre_upload"):
+        by_broker: dict[int, list[tuple[str, int]]] = {}
+        for m in moves:
+            by_broker.setdefault(m.from_broker, []).append((m.topic, m.partition))
+        await admin.pre_upload(by_broker)
     rejected: dict[str, str] = {}
     pending: dict[tuple[str, int], int] = {}
     for start in range(0, len(moves), SUBMIT_BATCH):

@@ -216,9 +216,11 @@ class WarmPlanner:
         return len(self._rows)
 
     def plan(self, config: PlannerConfig, brokers: Sequence[int] | None = None, end_ms: int | None = None,
-             adjust: Callable[[ClusterLoad], ClusterLoad] | None = None) -> WarmPlan:
+             adjust: Callable[[ClusterLoad], ClusterLoad] | None = None,
+             planner: Callable[[ClusterLoad, PlannerConfig], Plan] = plan) -> WarmPlan:
         """Refresh, aggregate and plan; every part timed. ``adjust``: applied to the window's load
-        before planning (``with_owners``: the controllers' current leaders)."""
+        before planning (``with_owners``: the controllers' current leaders); ``planner``: the
+        planning function (the autoscaler's is ``scale_out.plan_scale_out``)."""
         started = time.perf_counter()
         new, by_spark = self.refresh(end_ms)
         read = time.perf_counter()
@@ -229,7 +231,7 @@ class WarmPlanner:
             cluster = cluster.with_brokers([b for b in cluster.brokers if b not in set(config.add_brokers)])
         aggregated = time.perf_counter()
         validate_modes(cluster, config)
-        result = plan(cluster, config)
+        result = planner(cluster, config)
         planned = time.perf_counter()
         return WarmPlan(cluster, result, read - started, aggregated - read, planned - aggregated, new,
                         self.window_objects, by_spark)
