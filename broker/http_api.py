@@ -10,7 +10,7 @@ before anything changes), and the JSON or binary replies.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Protocol
+from typing import Any, Awaitable, Mapping, Protocol
 
 from aiohttp import web
 
@@ -86,6 +86,17 @@ def _epoch_param(request: web.Request) -> int | None:
 def _int_param(request: web.Request, name: str, default: int | None = None, minimum: int = 0,
                maximum: int | None = None) -> int:
     return query_int(request.query, name, default, minimum=minimum, maximum=maximum, allow_negative=minimum < 0)
+
+
+def partition_entries(body: Mapping[str, Any], max_entries: int) -> list[tuple[str, int, Mapping[str, Any]]]:
+    """``body["partitions"]``: each entry's topic and partition, checked, and the entry itself for
+    the fields an endpoint adds (a log dir, an offset)."""
+    out = []
+    for raw in as_list(body.get("partitions"), "partitions", max_entries):
+        entry = as_mapping(raw, "partitions[]")
+        out.append((as_str(entry.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
+                    as_int(entry.get("partition"), "partitions[].partition", 0, INT32_MAX), entry))
+    return out
 
 
 class BrokerHttpApi:
@@ -224,12 +235,8 @@ class BrokerHttpApi:
     async def alter_log_dirs(self, request: web.Request) -> web.Response:
         check_query_names(request.query, ())
         body = await read_json_object(request)
-        parsed = []
-        for raw in as_list(body.get("partitions"), "partitions", ALTER_LOG_DIRS_MAX_ENTRIES):
-            item = as_mapping(raw, "partitions[]")
-            parsed.append((as_str(item.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
-                           as_int(item.get("partition"), "partitions[].partition", 0, INT32_MAX),
-                           as_str(item.get("log_dir"), "partitions[].log_dir", LOG_DIR_MAX_CHARS)))
+        parsed = [(topic, partition, as_str(entry.get("log_dir"), "partitions[].log_dir", LOG_DIR_MAX_CHARS))
+                  for topic, partition, entry in partition_entries(body, ALTER_LOG_DIRS_MAX_ENTRIES)]
         results = []
         for (topic, partition, path), exc in zip(parsed, await self.core.alter_replica_log_dirs(parsed), strict=True):
             entry: dict[str, Any] = {"topic": topic, "partition": partition, "log_dir": path,
@@ -244,12 +251,8 @@ class BrokerHttpApi:
         with ``low_watermark`` or its own error (Kafka's DeleteRecords answer)."""
         check_query_names(request.query, ())
         body = await read_json_object(request)
-        parsed = []
-        for raw in as_list(body.get("partitions"), "partitions", ALTER_LOG_DIRS_MAX_ENTRIES):
-            entry = as_mapping(raw, "partitions[]")
-            parsed.append((as_str(entry.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
-                           as_int(entry.get("partition"), "partitions[].partition", 0, INT32_MAX),
-                           as_int(entry.get("offset"), "partitions[].offset", -1)))
+        parsed = [(topic, partition, as_int(entry.get("offset"), "partitions[].offset", -1))
+                  for topic, partition, entry in partition_entries(body, ALTER_LOG_DIRS_MAX_ENTRIES)]
         outcomes = await asyncio.gather(*(self.core.delete_records(t, p, o) for t, p, o in parsed),
                                         return_exceptions=True)
         results = []
@@ -269,11 +272,7 @@ class BrokerHttpApi:
         bytes uploaded while it serves, ahead of a move (broker/pre_upload.py), or its error."""
         check_query_names(request.query, ())
         body = await read_json_object(request)
-        parsed = []
-        for raw in as_list(body.get("partitions"), "partitions", PRE_UPLOAD_MAX_PARTITIONS):
-            entry = as_mapping(raw, "partitions[]")
-            parsed.append((as_str(entry.get("topic"), "partitions[].topic", TOPIC_NAME_MAX_CHARS),
-                           as_int(entry.get("partition"), "partitions[].partition", 0, INT32_MAX)))
+        parsed = [(topic, partition) for topic, partition, _entry in partition_entries(body, PRE_UPLOAD_MAX_PARTITIONS)]
         results = []
         for (topic, partition), exc in zip(parsed, await self.core.pre_upload(parsed), strict=True):
             result: dict[str, Any] = {"topic": topic, "partition": partition,
