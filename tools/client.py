@@ -31,6 +31,7 @@ from tools.credentials import resolve_token
 from tools.leader_hint import LeaderHint, follow_at_once, parse_leader_hint
 
 RETRIABLE_CONNECTION_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError, ConnectionError)
+MAX_INFLIGHT_PER_BROKER = 64  # a producer's requests in flight to one broker (``Producer._slots``)
 PRODUCER_EPOCH_MAX = 2 ** 15 - 1  # an int16 in the batch header
 PRODUCER_BACKOFF_MAX_MS = 250.0  # a move makes a partition unavailable for ~0.1 s: retry soon after it
 CONSUMER_BACKOFF_MAX_MS = 1000.0
@@ -314,6 +315,7 @@ class Producer:
         self.producer_id = random.randrange(1, 2**62) if idempotent else -1
         self._queues: dict[TopicPartition, _PartitionQueue] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._broker_slots: dict[str, asyncio.Semaphore] = {}
         self.metadata: MetadataCache | None = None
         self._closed = False
         self.retries = 0
@@ -373,6 +375,16 @@ class Producer:
         queue.bytes += size
         queue.wakeup.set()
         return fut
+
+    def _slots(self, url: str) -> asyncio.Semaphore:
+        """Produce requests in flight to one broker, at most ``MAX_INFLIGHT_PER_BROKER``: with one
+        request per partition, 30,000 partitions sent 30,000 requests at once, each timed from
+        when it was issued, and none was answered within its timeout (all retried, again at once).
+        A request waiting here has not started its timeout; the delivery timeout still bounds it."""
+        slots = self._broker_slots.get(url)
+        if slots is None:
+            slots = self._broker_slots[url] = asyncio.Semaphore(MAX_INFLIGHT_PER_BROKER)
+        return slots
 
     async def send_and_wait(self, topic: str, value: bytes | None, **kwargs: Any) -> RecordMetadata:
         return await (await self.send(topic, value, **kwargs))
@@ -459,14 +471,15 @@ class Producer:
                 attempt += 1
                 continue
             broker_id, url = leader
-            sent_s = time.monotonic()
             try:
-                async with self._session.post(
-                    f"{url}/v1/produce/{tp.topic}/{tp.partition}", params={"acks": str(self.acks)},
-                    data=body, timeout=timeout, headers={"Content-Type": "application/octet-stream"},
-                ) as resp:
-                    await raise_for_error(resp)
-                    answer = await resp.json()
+                async with self._slots(url):
+                    sent_s = time.monotonic()
+                    async with self._session.post(
+                        f"{url}/v1/produce/{tp.topic}/{tp.partition}", params={"acks": str(self.acks)},
+                        data=body, timeout=timeout, headers={"Content-Type": "application/octet-stream"},
+                    ) as resp:
+                        await raise_for_error(resp)
+                        answer = await resp.json()
             except FerryError as exc:
                 last_error = exc
                 if not exc.retriable:

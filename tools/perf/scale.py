@@ -10,7 +10,13 @@ For each size (default 1,000, 2,000, 5,000 and 10,000 partitions) on a local 3-b
    broker and every acknowledged record is read back exactly once, at its offset;
 4. from the controllers: elections (Raft term changes), broker fencings and metadata records
    written per moved partition during the move, and the peak depth of the active controller's
-   queue of operations (sampled every 50 ms).
+   queue of operations (sampled every 50 ms);
+5. the longest hold of any controller's and any broker's event loop (``loop_lag_recent_ms`` in
+   their ``/v1/health``, sampled every 50 ms), and each process's resident memory after the
+   creation, with its growth per partition it holds.
+
+Requests stay within ``max_partitions_per_request``: a reassignment goes in pieces, a creation as
+a CreateTopics and then CreatePartitions steps (``--create-per-request``).
 
 The raw baseline is the same reassignment's single controller write (``alter_partition_
 reassignments``): the rest of the time is the brokers' part of the move.
