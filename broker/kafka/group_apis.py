@@ -28,7 +28,7 @@ from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, 
                                            SyncGroupRequest, SyncGroupResponse)
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 
-from metadata_quorum.kernel.clock import wall_ms
+from metadata_quorum.kernel.clock import SteadyWallClock
 from broker import groups as g
 from broker.groups.consumer_coordinator import ConsumerGroupConfig
 from broker.groups.consumer_records import decode_any_group_record, encode_consumer_record
@@ -91,12 +91,13 @@ class NotCoordinator(Exception):
 class GroupApis:
     def __init__(self, core: GroupsCore, config: g.GroupCoordinatorConfig | None = None,
                  offsets_partitions: int = DEFAULT_OFFSETS_PARTITIONS,
-                 clock_ms: Callable[[], int] = wall_ms, auth: Authorization = OPEN) -> None:
+                 clock_ms: Callable[[], int] | None = None, auth: Authorization = OPEN) -> None:
         self.core = core
         self.auth = auth
         self.config = config or g.GroupCoordinatorConfig(group_initial_rebalance_delay_ms=300)
         self.offsets_partitions = offsets_partitions
-        self.clock_ms = clock_ms
+        # sessions and transaction timeouts run on it, and the same times are persisted
+        self.clock_ms: Callable[[], int] = clock_ms or SteadyWallClock()
         self.consumer_config = ConsumerGroupConfig()
         self._hosted: dict[int, _Hosted] = {}
         self._loading: dict[int, asyncio.Future[_Hosted]] = {}

@@ -30,7 +30,7 @@ from kafka.protocol.producer.transaction import (AddOffsetsToTxnRequest, AddOffs
                                                  AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
                                                  EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse)
 
-from metadata_quorum.kernel.clock import wall_ms
+from metadata_quorum.kernel.clock import SteadyWallClock
 from broker.groups import partition_for_group
 from broker.kafka.authorization import OPEN, Authorization
 from broker.kafka.data_apis import kafka_endpoints
@@ -72,14 +72,15 @@ class TxnApis:
     def __init__(self, core: GroupsCore, producer_ids: ProducerIdSource, sender: MarkerSender,
                  offsets_partitions: Callable[[], Awaitable[int | None]], auth: Authorization = OPEN,
                  partitions: int = DEFAULT_TXN_PARTITIONS,
-                 clock_ms: Callable[[], int] = wall_ms) -> None:
+                 clock_ms: Callable[[], int] | None = None) -> None:
         self.core = core
         self.producer_ids = producer_ids
         self.sender = sender
         self.offsets_partitions = offsets_partitions  # __consumer_offsets' partition count, for AddOffsetsToTxn
         self.auth = auth
         self.partitions = partitions
-        self.clock_ms = clock_ms
+        # sessions and transaction timeouts run on it, and the same times are persisted
+        self.clock_ms: Callable[[], int] = clock_ms or SteadyWallClock()
         self._hosted: dict[int, _Hosted] = {}
         self._loading: dict[int, asyncio.Future[_Hosted]] = {}
         self._creating: asyncio.Future[None] | None = None

@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from types import FrameType
-from typing import Mapping
+from typing import Callable, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,42 @@ def mono_ms() -> int:
 def mono_to_wall_ms(at_mono_ms: int) -> int:
     """A ``mono_ms`` reading as wall time now (for showing when something happened)."""
     return wall_ms() - (mono_ms() - at_mono_ms)
+
+
+class SteadyWallClock:
+    """Wall time that never jumps: it follows ``wall`` but runs at most ``max_slew`` faster or
+    slower than ``mono``, as an NTP daemon slews instead of stepping.
+
+    For a time that must be both: a deadline judged on this process's timers *and* a timestamp
+    written where another process reads it. The group and transaction coordinators are the case:
+    a member's session and a transaction's timeout run on their timers, while the same times go
+    into ``__consumer_offsets`` and ``__transaction_state`` and are judged again by the next
+    coordinator after a move. On ``wall_ms`` a forward step of 5 min would expire every session
+    at once; on ``mono_ms`` the persisted times would mean nothing to another broker. Here a step
+    is absorbed at ``max_slew`` (10 %: a 5 min step in 50 min), so a timeout fires at most 10 %
+    early or 11 % late, and the readings agree with other brokers' again once absorbed.
+    """
+
+    def __init__(self, wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms,
+                 max_slew: float = 0.1) -> None:
+        if not 0 <= max_slew < 1:
+            raise ValueError(f"max_slew is a fraction in [0, 1), not {max_slew}")
+        self._wall = wall
+        self._mono = mono
+        self.max_slew = max_slew
+        self._lock = threading.Lock()
+        self._last_mono = mono()
+        self._last = float(wall())
+
+    def __call__(self) -> int:
+        with self._lock:
+            now_mono = self._mono()
+            elapsed = max(0, now_mono - self._last_mono)
+            slowest = self._last + elapsed * (1 - self.max_slew)
+            fastest = self._last + elapsed * (1 + self.max_slew)
+            self._last = min(max(float(self._wall()), slowest), fastest)
+            self._last_mono = now_mono
+            return int(self._last)
 
 
 def wall_offset_ms() -> int:
