@@ -212,9 +212,27 @@ async def served_by(admin: Admin, brokers: dict[int, str], topic: str) -> dict[i
     return out
 
 
+async def unsettled_by(admin: Admin, brokers: dict[int, str]) -> dict[int, int]:
+    """Each broker's partitions still opening or closing (its ``/v1/health`` counts); a broker that
+    does not answer counts as unsettled. A replica listed by log-dirs may still be opening there
+    (a slot keeps its replica while it is opened again at a newer epoch), so placement alone is
+    not "serving"."""
+    out: dict[int, int] = {}
+    for bid, url in brokers.items():
+        try:
+            body = await admin.http_get(f"{url}/v1/health", {}, timeout_ms=10_000)
+        except (FerryError, aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            out[bid] = -1
+            continue
+        counts = body.get("partitions") or {}
+        out[bid] = int(counts.get("OPENING", 0)) + int(counts.get("CLOSING", 0))
+    return out
+
+
 async def wait_all_at(admin: Admin, brokers: dict[int, str], topic: str, targets: dict[int, int],
                       timeout_s: float) -> float:
-    """Seconds until every partition has its target as leader and is open there (and nowhere else)."""
+    """Seconds until every partition has its target as leader and is open there (and nowhere
+    else), and no broker has a partition still opening or closing."""
     started = time.monotonic()
     deadline = started + timeout_s
     while True:
@@ -228,7 +246,8 @@ async def wait_all_at(admin: Admin, brokers: dict[int, str], topic: str, targets
         if leaders and all(leaders.get(p) == b for p, b in targets.items()):
             held = await served_by(admin, brokers, topic)
             if all(p in held.get(b, set()) for p, b in targets.items()) and \
-                    all(p not in held[other] for p, b in targets.items() for other in held if other != b):
+                    all(p not in held[other] for p, b in targets.items() for other in held if other != b) and \
+                    not any((await unsettled_by(admin, brokers)).values()):
                 return time.monotonic() - started
         if time.monotonic() > deadline:
             wrong = sum(1 for p, b in targets.items() if leaders.get(p) != b)
