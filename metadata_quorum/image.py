@@ -161,7 +161,7 @@ class BrokerRegistration:
         return records
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PartitionRegistration:
     """A partition's replication state: the fields of PartitionRecord."""
 
@@ -263,7 +263,7 @@ class TopicImage:
         return records
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StreamMetadata:
     """A stream as the controller knows it (AutoMQ's S3StreamMetadata).
 
