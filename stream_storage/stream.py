@@ -16,6 +16,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
+from metadata_quorum.kernel.signals import LazyEvent
 from stream_storage.control import ObjectRef
 
 OPEN = "OPEN"
@@ -39,7 +40,7 @@ class StreamHandle:
     objects: list[ObjectRef] = field(default_factory=list)  # committed objects known here, by start
     inflight_appends: int = 0
     durable_limit: int | None = None  # set when a WAL write failed: nothing at or past it is valid
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    idle: LazyEvent = field(default_factory=LazyEvent)
     last_commit: "asyncio.Future[None] | None" = None
     oldest_pending_ms: float | None = None
 
