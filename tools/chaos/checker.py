@@ -104,8 +104,12 @@ def _copies(log: Sequence[tuple[int, bytes | None]], value: bytes, seq_of: Mappi
         if v != value:
             continue
         before = log[i - 1][1] if i > 0 else None
-        prev = "the log start" if i == 0 else (f"#{seq_of[before]}" if before in seq_of else
-                                                f"an unacknowledged record at {log[i - 1][0]}")
+        if i == 0:
+            prev = "the log start"
+        elif before is not None and before in seq_of:
+            prev = f"#{seq_of[before]}"
+        else:
+            prev = f"an unacknowledged record at {log[i - 1][0]}"
         out.append(f"offset {offset} (after {prev})")
     return ", ".join(out)
 
