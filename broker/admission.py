@@ -131,12 +131,19 @@ def may_acknowledge(topic: str, partition: int, broker_id: int, *, lease_valid: 
     open the streams before this broker closes them — and its close uploads every synced
     write: the write is in the log and is acknowledged (refusing it would make a retry write it
     twice). Otherwise the (fresh) image must still name this broker leader at the epoch the
-    write was made with."""
+    write was made with.
+
+    The heartbeat lease that covered the whole write decides before the image's freshness: an
+    image that fell behind during the write (a controller failover) says nothing about where
+    the write is, and refusing a write that is in the log is what duplicates records. An
+    idempotent producer retries the refused batch with its sequence, which the log would answer
+    as a duplicate; but if it bumps its epoch first (librdkafka does, for every partition, when
+    any partition reports a sequence gap) the batch is renumbered and appended a second time."""
+    if lease_until_mono_s is not None and now_mono_s < lease_until_mono_s and not replica_fenced:
+        return
     if not lease_valid:
         raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {broker_id} lost its lease while "
                          "writing; the write is not acknowledged (retry)")
-    if lease_until_mono_s is not None and now_mono_s < lease_until_mono_s and not replica_fenced:
-        return
     if view is None or view.leader != broker_id or view.leader_epoch != replica_leader_epoch or \
             replica_fenced or not same_replica:
         raise FerryError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition} moved away from broker "

@@ -185,6 +185,71 @@ def test_an_append_synced_before_a_pause_is_acknowledged_only_if_the_lease_and_l
         core_mod.time.monotonic = real_monotonic  # type: ignore[assignment]
 
 
+async def test_a_write_the_lease_covered_is_acknowledged_though_the_image_fell_behind_meanwhile() -> None:
+    """The image going stale during a write (a controller failover: heartbeats answered, the
+    metadata log not) does not refuse the write once synced: under the lease that covered it no
+    other broker can own the partition, so the write is in the log. Refusing it made librdkafka
+    retry the batch, and its epoch bump on another partition's sequence gap renumbered it: the
+    record was appended twice (chaos seed 6, --net). A lease that ran out during the write, or a
+    fenced stream, still refuses it."""
+    from types import SimpleNamespace
+
+    from broker.admission import may_acknowledge
+    from broker.heartbeat import BrokerLease
+    from broker.request_core import RequestCore
+    from metadata_quorum.kernel.errors import ErrorCode, FerryError
+
+    now = {"t": 100.0}
+    fresh = {"yes": True}
+    lease = BrokerLease(4000)
+    regs = {0: SimpleNamespace(leader=1, leader_epoch=5)}
+    image = SimpleNamespace(topics=SimpleNamespace(by_name={"t": "tid"}, partition=lambda tid, p: regs.get(p)))
+    broker: Any = object.__new__(RequestCore)
+    broker.broker_id = 1
+    broker.heartbeater = SimpleNamespace(lease=lease)
+    broker.follower = SimpleNamespace(fresh=lambda t, window_s: fresh["yes"])
+    broker.manager = SimpleNamespace(image=image)
+    broker._lease_warned_mono_s = -1e9
+    replica = SimpleNamespace(leader_epoch=5, fenced=False)
+    slot: Any = SimpleNamespace(tp=SimpleNamespace(partition=0), replica=replica)
+
+    async def wal_sync(pause_s: float, image_falls_behind: bool) -> tuple[int, int]:
+        now["t"] += pause_s
+        fresh["yes"] = not image_falls_behind
+        return 7, 7
+
+    import broker.request_core as core_mod
+    real_monotonic = core_mod.time.monotonic
+    core_mod.time.monotonic = lambda: now["t"]  # type: ignore[assignment]
+    try:
+        lease.renewed(99.0)
+        until = broker._lease_until_mono_s()
+        assert until == 103.0 and broker.write_lease_valid()
+        # the image falls behind while the WAL syncs; the lease still covers the write: acknowledged
+        assert await broker._acknowledged("t", 0, slot, replica, wal_sync(0.01, True), until) == (7, 7)
+        assert not broker.write_lease_valid()  # a new write is still refused at admission
+        # the lease ran out during the write: refused, image fresh or not
+        fresh["yes"], now["t"] = True, 100.0
+        for behind in (True, False):
+            now["t"] = 100.0
+            with pytest.raises(FerryError) as err:
+                await broker._acknowledged("t", 0, slot, replica, wal_sync(3.5, behind), until)
+            assert err.value.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        # a fenced stream is refused even under the lease
+        now["t"], replica.fenced = 100.0, True
+        with pytest.raises(FerryError):
+            await broker._acknowledged("t", 0, slot, replica, wal_sync(0.01, False), until)
+    finally:
+        core_mod.time.monotonic = real_monotonic  # type: ignore[assignment]
+    view = SimpleNamespace(leader=1, leader_epoch=5)
+    covered = dict(now_mono_s=101.0, lease_until_mono_s=103.0, replica_leader_epoch=5, same_replica=True,
+                   view=view)
+    may_acknowledge("t", 0, 1, lease_valid=False, replica_fenced=False, **covered)  # type: ignore[arg-type]
+    with pytest.raises(FerryError, match="lost its lease"):
+        may_acknowledge("t", 0, 1, lease_valid=False, replica_fenced=False,  # type: ignore[arg-type]
+                        **{**covered, "now_mono_s": 103.0})
+
+
 def test_a_produce_is_held_only_while_its_partition_changes_hands_here() -> None:
     from broker.admission import LeaderView, ServingState, handoff_pending
 

@@ -59,6 +59,16 @@ def test_records_read_back_once_in_order_at_their_offsets() -> None:
     for words, bad_log in cases.items():
         found = check_records(good, bad_log)
         assert found and any(words in v.message for v in found), (words, found)
+    (dup,) = check_records(good, cases["2 times"])
+    assert dup.message == ("t-0: acknowledged record #1 is in the log 2 times: offset 1 (after #0), "
+                           "offset 2 (after #1); acknowledged at offset 1")
+    resent = {"t-0": [(0, b"v0"), (1, b"v1"), (2, b"x"), (3, b"v2"), (4, b"v1")]}
+    assert [v.message for v in check_records(good, resent)][0] == (
+        "t-0: acknowledged record #1 is in the log 2 times: offset 1 (after #0), offset 4 (after #2); "
+        "acknowledged at offset 1")
+    first = check_records({"t-0": acked((0, 0))}, {"t-0": [(0, b"v0"), (1, b"y"), (2, b"v0")]})
+    assert first[0].message.endswith("offset 0 (after the log start), offset 2 (after an unacknowledged "
+                                     "record at 1); acknowledged at offset 0")
     reordered = check_records({"t-0": acked((0, 1), (1, 0))}, {"t-0": [(0, b"v1"), (1, b"v0")]})
     assert any("out of send order" in v.message for v in reordered)
     assert "could not be read back" in check_records(good, {})[0].message

@@ -74,13 +74,15 @@ def check_records(acked: Mapping[str, Sequence[Acked]], read: Mapping[str, Seque
         at_offset = {o: v for o, v in log}
         counts = Counter(v for _o, v in log if v is not None)
         offset_of = {v: o for o, v in log if v is not None}
+        seq_of = {a.value: a.send_seq for a in acked[partition]}
         ordered = sorted(acked[partition], key=lambda a: a.send_seq)
         for a in ordered:
             n = counts.get(a.value, 0)
             if n == 0:
                 add(f"{partition}: acknowledged record #{a.send_seq} at offset {a.offset} is missing")
             elif n > 1:
-                add(f"{partition}: acknowledged record #{a.send_seq} is in the log {n} times")
+                add(f"{partition}: acknowledged record #{a.send_seq} is in the log {n} times: "
+                    f"{_copies(log, a.value, seq_of)}; acknowledged at offset {a.offset}")
             elif a.offset is not None and at_offset.get(a.offset) != a.value:
                 add(f"{partition}: acknowledged record #{a.send_seq} is not at its acknowledged offset {a.offset} "
                     f"(found at {offset_of[a.value]})")
@@ -92,6 +94,24 @@ def check_records(acked: Mapping[str, Sequence[Acked]], read: Mapping[str, Seque
                     f"(out of send order)")
                 break
     return out
+
+
+def _copies(log: Sequence[tuple[int, bytes | None]], value: bytes, seq_of: Mapping[bytes, int]) -> str:
+    """Where each copy of a duplicated record sits and which acknowledged record precedes it
+    (a resent batch shows as a copy after records sent later)."""
+    out: list[str] = []
+    for i, (offset, v) in enumerate(log):
+        if v != value:
+            continue
+        before = log[i - 1][1] if i > 0 else None
+        if i == 0:
+            prev = "the log start"
+        elif before is not None and before in seq_of:
+            prev = f"#{seq_of[before]}"
+        else:
+            prev = f"an unacknowledged record at {log[i - 1][0]}"
+        out.append(f"offset {offset} (after {prev})")
+    return ", ".join(out)
 
 
 def check_metadata(records: Sequence[tuple[int, Mapping[str, Any]]], max_examples: int = 20) -> list[Violation]:
