@@ -92,7 +92,7 @@ test-fast: $(STAMP)
 demo: $(STAMP) $(KAFKA_JARS_STAMP)  # `make demo WAL=s3`: the brokers' WAL in S3; CONSOLE=0: no web console
 	$(VENV)/bin/ferry demo $(if $(WAL),--wal $(WAL)) $(if $(filter 0,$(CONSOLE)),--no-console)
 
-perf: $(STAMP) $(KAFKA_JARS_STAMP) browser
+perf: $(STAMP) $(KAFKA_JARS_STAMP) $(SPARK_KAFKA_JARS_STAMP) browser
 	$(VENV)/bin/ferry perf quorum
 	$(VENV)/bin/ferry perf streams
 	$(VENV)/bin/ferry perf lifecycle
@@ -103,6 +103,7 @@ perf: $(STAMP) $(KAFKA_JARS_STAMP) browser
 	$(VENV)/bin/ferry perf kafka
 	$(VENV)/bin/ferry perf scale
 	$(VENV)/bin/ferry perf spark-read
+	$(VENV)/bin/ferry perf spark-stream
 	$(VENV)/bin/ferry perf peer
 	$(VENV)/bin/ferry perf console
 
