@@ -98,6 +98,8 @@ CONTROLLER_POSTS = ["/v1/write/create_topics", "/v1/write/delete_topics", "/v1/w
                     "/v1/read/describe_topics", "/v1/read/describe_configs", "/v1/read/describe_cluster",
                     "/v1/read/list_partition_reassignments", "/v1/read/get_kv", "/v1/read/describe_stream"]
 BROKER_FETCHES = [f"/v1/fetch/{TOPIC}/0", f"/v1/offsets/{TOPIC}/0"]
+# the broker's POSTs that take a partitions list (one parser: http_api.partition_entries)
+BROKER_POSTS = ["/v1/log-dirs/alter", "/v1/pre-upload", "/v1/delete-records"]
 
 
 def one_bad(base: dict[str, Any], path: list[str | int], value: Any) -> dict[str, Any]:
@@ -184,10 +186,10 @@ def probes(rng: random.Random, produce_bodies: list[bytes]) -> list[Probe]:
 
     add("bad_json", lambda: rng.choice([
         Probe("bad_json", "controller", "POST", rng.choice(CONTROLLER_POSTS), body=garbage_json(rng)),
-        Probe("bad_json", "broker", "POST", "/v1/log-dirs/alter", body=garbage_json(rng))]))
+        Probe("bad_json", "broker", "POST", rng.choice(BROKER_POSTS), body=garbage_json(rng))]))
     add("deep_nesting", lambda: rng.choice([
         Probe("deep_nesting", "controller", "POST", rng.choice(CONTROLLER_POSTS), body=deep(rng)),
-        Probe("deep_nesting", "broker", "POST", "/v1/log-dirs/alter", body=deep(rng))]))
+        Probe("deep_nesting", "broker", "POST", rng.choice(BROKER_POSTS), body=deep(rng))]))
     add("huge_ints", lambda: rng.choice([
         Probe("huge_ints", "controller", "POST", "/v1/write/create_topics",
               body=b'{"topics":[{"name":"fz-h","num_partitions":' + huge_int(rng).encode() + b"}]}"),
@@ -195,7 +197,7 @@ def probes(rng: random.Random, produce_bodies: list[bytes]) -> list[Probe]:
               body=b'{"stream_id":' + huge_int(rng).encode() + b"}"),
         Probe("huge_ints", "controller", "GET", "/v1/log", query="offset=" + huge_int(rng, in_query=True)),
         Probe("huge_ints", "broker", "GET", rng.choice(BROKER_FETCHES), query="offset=" + huge_int(rng, in_query=True)),
-        Probe("huge_ints", "broker", "POST", "/v1/log-dirs/alter",
+        Probe("huge_ints", "broker", "POST", rng.choice(BROKER_POSTS),
               body=b'{"partitions":[{"topic":"fz","partition":' + huge_int(rng).encode() + b',"log_dir":"x"}]}')]))
 
     def wrong_type() -> Probe:
@@ -212,7 +214,7 @@ def probes(rng: random.Random, produce_bodies: list[bytes]) -> list[Probe]:
                                     "replicas": [2]}]}).encode()),
             Probe("floats", "controller", "POST", "/v1/write/create_topics", body=json.dumps(
                 {"topics": [{"name": "fz-f", "num_partitions": value}]}).encode()),
-            Probe("floats", "broker", "POST", "/v1/log-dirs/alter", body=json.dumps(
+            Probe("floats", "broker", "POST", rng.choice(BROKER_POSTS), body=json.dumps(
                 {"partitions": [{"topic": TOPIC, "partition": value, "log_dir": "x"}]}).encode()),
             Probe("floats", "broker", "GET", rng.choice(BROKER_FETCHES), query=f"offset={value}")])
 
@@ -237,7 +239,7 @@ def probes(rng: random.Random, produce_bodies: list[bytes]) -> list[Probe]:
     add("text_numbers", text_numbers)
     add("empty_body", lambda: rng.choice([
         Probe("empty_body", "controller", "POST", rng.choice(CONTROLLER_POSTS), body=b""),
-        Probe("empty_body", "broker", "POST", "/v1/log-dirs/alter", body=b"")]))
+        Probe("empty_body", "broker", "POST", rng.choice(BROKER_POSTS), body=b"")]))
 
     def unknown() -> Probe:
         target = rng.choice(["controller", "broker"])
