@@ -57,12 +57,12 @@ def reported_replicas(kv: Mapping[str, str], part: PartitionRegistration) -> tup
 
 
 def reported_isr(kv: Mapping[str, str], part: PartitionRegistration,
-                 is_active: Callable[[int], bool]) -> tuple[int, ...]:
+                 is_active: Callable[[int], bool], reported: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """An s3 partition's reported replicas that are active (its owner at least); a storage=local
-    partition's own ISR."""
+    partition's own ISR. ``reported``: the partition's `reported_replicas`, when the caller has them."""
     if part.storage != STORAGE_S3:
         return part.isr
-    replicas = reported_replicas(kv, part)
+    replicas = reported_replicas(kv, part) if reported is None else reported
     return tuple(r for r in replicas if is_active(r)) or part.replicas[:1]
 
 

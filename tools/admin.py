@@ -18,7 +18,7 @@ from metadata_quorum.kernel.auth_middleware import auth_headers
 from metadata_quorum.kernel.controller_api import ControllerApi
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.messages.replication import ElectLeadersRequest, ListPartitionReassignmentsRequest, Reassignment
-from metadata_quorum.kernel.messages.topics import DescribeTopicsRequest, NewTopic
+from metadata_quorum.kernel.messages.topics import DescribeTopicsRequest, NewTopic, TopicDescription
 from tools.credentials import resolve_token
 from tools.client import (
     RETRIABLE_CONNECTION_ERRORS,
@@ -32,6 +32,7 @@ from tools.client import (
 # A controller list of which no address accepts connections (a typo, a stopped quorum) fails after
 # this long instead of after the whole timeout; once one answered, outages are retried as usual.
 UNREACHABLE_CONTROLLERS_TIMEOUT_MS = 1_000
+DESCRIBE_PAGE_PARTITIONS = 2_000  # partitions per describe_topics answer (Kafka's default page, KIP-966)
 
 
 class ControllerConnection(Protocol):
@@ -134,6 +135,9 @@ def parse_topics(reply: Any) -> dict[str, list[PartitionState] | FerryError]:
             )
             for p in parts
         ]
+        earlier = out.get(name)  # a paged description names a topic cut between pages in both
+        if isinstance(earlier, list):
+            states = earlier + states
         out[name] = sorted(states, key=lambda s: s.partition)
     return out
 
@@ -253,9 +257,23 @@ class Admin:
     async def describe_topics(self, names: list[str] | None = None,
                               leader: bool = True) -> dict[str, list[PartitionState] | FerryError]:
         """Topics as the active controller has them, or (``leader=False``) any controller, which
-        may lag slightly but takes nothing from the leader (pollers of large topics use it)."""
+        may lag slightly but takes nothing from the leader (pollers of large topics use it).
+
+        Asked in pages of `DESCRIBE_PAGE_PARTITIONS` partitions: a controller then never builds
+        nor sends one answer of 100,000 partitions, and no single request outlasts the timeout.
+        Pages may come from images a few records apart; each partition is as one of them had it."""
+        api = self.api if leader else self.any_controller_api
         args: DescribeTopicsRequest = {"names": names} if names is not None else {}
-        result = parse_topics(await (self.api if leader else self.any_controller_api).describe_topics(args))
+        args["partition_limit"] = DESCRIBE_PAGE_PARTITIONS
+        described: list[TopicDescription] = []
+        while True:
+            reply = await api.describe_topics(args)
+            described.extend(reply["topics"])
+            cursor = reply.get("next_cursor")
+            if cursor is None:
+                break
+            args = {**args, "cursor": cursor}
+        result = parse_topics({"topics": described})
         for name in names or []:
             result.setdefault(name, FerryError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} not found."))
         return result

@@ -7,6 +7,7 @@ with epoch -1 in the same batch, and found through ``partition_stream_key``.
 from __future__ import annotations
 
 import base64
+import bisect
 import re
 import uuid
 import zlib
@@ -369,10 +370,19 @@ def delete_topics(image: MetadataImage, args: dict[str, Any], ctx: OpContext) ->
     return ControllerResult(tuple(records), reply)
 
 
-def describe_topic(image: MetadataImage, topic: TopicImage) -> TopicDescription:
+MAX_DESCRIBE_PARTITION_LIMIT = 1_000_000
+
+
+def describe_topic(image: MetadataImage, topic: TopicImage, first: int = 0,
+                   limit: int | None = None) -> TopicDescription:
+    """A topic and its partitions numbered ``first`` and up, at most ``limit`` of them."""
+    numbers = sorted(topic.partitions)
+    start = bisect.bisect_left(numbers, first)
+    numbers = numbers[start:] if limit is None else numbers[start:start + limit]
     parts: list[PartitionDescription] = []
-    for p in sorted(topic.partitions):
+    for p in numbers:
         reg = topic.partitions[p]
+        reported = reported_replicas(image.kv, reg)
         parts.append({
             "partition": p, "leader": reg.leader, "leader_epoch": reg.leader_epoch,
             "partition_epoch": reg.partition_epoch, "replicas": list(reg.replicas), "isr": list(reg.isr),
@@ -380,22 +390,55 @@ def describe_topic(image: MetadataImage, topic: TopicImage) -> TopicDescription:
             "directories": list(reg.directories), "reelection_deadline_ms": reg.reelection_deadline_ms,
             "change_started_ms": reg.change_started_ms, "streams": partition_streams(image, topic.topic_id, p),
             # what Kafka clients are told (s3_replicas.py): an s3 partition's assigned brokers
-            "reported_replicas": list(reported_replicas(image.kv, reg)),
-            "reported_isr": list(reported_isr(image.kv, reg, image.cluster.is_active)),
+            "reported_replicas": list(reported),
+            "reported_isr": list(reported_isr(image.kv, reg, image.cluster.is_active, reported)),
         })
     return {"name": topic.name, "topic_id": topic.topic_id, "storage": topic.storage, "partitions": parts,
             "configs": dict(sorted(image.configs.get("topic", topic.name).items()))}
 
 
 def describe_topics(image: MetadataImage, args: dict[str, Any]) -> DescribeTopicsReply:
+    """Topics and their partitions; with ``partition_limit``, one page of them.
+
+    A description of 100,000 partitions is tens of MB, built and sent in one piece; paged
+    (Kafka's DescribeTopicPartitions, KIP-966), each reply holds at most ``partition_limit``
+    partitions and a ``next_cursor`` to ask for the rest. A topic cut between two pages appears
+    in both, each with its share of the partitions.
+    """
     names = opt_list(args, "names")
     if names is None:
         names = sorted(image.topics.by_name)
+    limit = None if args.get("partition_limit") is None else \
+        opt_int(args, "partition_limit", 0, minimum=1, maximum=MAX_DESCRIBE_PARTITION_LIMIT)
+    first_topic, first_partition = 0, 0
+    if args.get("cursor") is not None:
+        cursor = as_mapping(args["cursor"], "cursor")
+        unknown = sorted(set(cursor) - {"name", "partition"})
+        if unknown:
+            raise invalid(f"cursor has unknown fields {unknown}")
+        name = cursor.get("name")
+        if not isinstance(name, str) or name not in names:
+            raise invalid(f"cursor.name must be one of the topics asked for, got {name!r}")
+        first_topic = names.index(name)
+        first_partition = as_int(cursor.get("partition"), "cursor.partition", minimum=0)
     out: list[TopicDescription] = []
-    for name in names:
+    reply: DescribeTopicsReply = {"topics": out}
+    budget = limit
+    for i, name in enumerate(names[first_topic:], start=first_topic):
+        start = first_partition if i == first_topic else 0
         topic = image.topics.get(name) if isinstance(name, str) else None
-        if topic is None:
+        if topic is None:  # costs no partitions: told on this page
             out.append({"name": name, "error": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.name, "code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code, "message": f"topic {name!r} does not exist"})
-        else:
-            out.append(describe_topic(image, topic))
-    return {"topics": out}
+            continue
+        if budget == 0:
+            reply["next_cursor"] = {"name": name, "partition": start}
+            break
+        described = describe_topic(image, topic, start, budget)
+        out.append(described)
+        if budget is not None:
+            shown = described.get("partitions", [])
+            budget -= len(shown)
+            if budget == 0 and shown and shown[-1]["partition"] != max(topic.partitions):
+                reply["next_cursor"] = {"name": name, "partition": shown[-1]["partition"] + 1}
+                break
+    return reply

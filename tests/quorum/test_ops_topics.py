@@ -245,6 +245,52 @@ def test_describe_topics() -> None:
     assert nope["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
 
 
+@pytest.mark.parametrize("limit", [1, 2, 3, 4, 5, 7, 100])
+def test_paged_describe_gives_every_partition_once_in_order(limit: int) -> None:
+    c = controller(2)
+    c.write("create_topics", {"topics": [{"name": "a", "num_partitions": 3}, {"name": "b", "num_partitions": 4},
+                                         {"name": "e", "num_partitions": 1}]})
+    names = ["b", "gone", "a", "e"]
+    whole = READ_OPERATIONS["describe_topics"](c.image, {"names": names})
+    assert "next_cursor" not in whole
+    seen: list[tuple[str, int]] = []
+    errors: list[str] = []
+    args: dict = {"names": names, "partition_limit": limit}
+    pages = 0
+    while True:
+        reply = READ_OPERATIONS["describe_topics"](c.image, args)
+        pages += 1
+        assert sum(len(t.get("partitions", [])) for t in reply["topics"]) <= limit
+        for t in reply["topics"]:
+            if "error" in t:
+                errors.append(t["name"])
+            seen.extend((t["name"], p["partition"]) for p in t.get("partitions", []))
+        if "next_cursor" not in reply:
+            break
+        args = {**args, "cursor": reply["next_cursor"]}
+        assert pages < 20
+    expected = [(t["name"], p["partition"]) for t in whole["topics"] if "partitions" in t for p in t["partitions"]]
+    assert seen == expected and len(expected) == 8
+    assert errors == ["gone"]
+    assert pages == -(-8 // limit)
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"names": ["t"], "partition_limit": 0}, "partition_limit"),
+    ({"names": ["t"], "partition_limit": "2"}, "partition_limit"),
+    ({"names": ["t"], "cursor": {"name": "other", "partition": 0}}, "cursor.name"),
+    ({"names": ["t"], "cursor": {"name": "t", "partition": -1}}, "cursor.partition"),
+    ({"names": ["t"], "cursor": {"name": "t", "partition": 0, "x": 1}}, "unknown fields"),
+    ({"names": ["t"], "cursor": ["t", 0]}, "cursor"),
+])
+def test_paged_describe_refuses_a_bad_page_request(args: dict, message: str) -> None:
+    c = controller(1)
+    c.write("create_topics", {"topics": [{"name": "t", "num_partitions": 2}]})
+    with pytest.raises(Exception) as e:
+        READ_OPERATIONS["describe_topics"](c.image, args)
+    assert getattr(e.value, "error", None) is ErrorCode.INVALID_REQUEST and message in str(e.value)
+
+
 def test_explicit_assignments_decide_partitions_and_replication_factor() -> None:
     out, item = create_one(controller(3), name="t", num_partitions=3, replication_factor=1, storage="local",
                            assignments={"0": [0, 1]})

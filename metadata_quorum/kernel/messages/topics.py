@@ -71,8 +71,17 @@ class CreatePartitionsReply(TypedDict):
     topics: list[GrownTopic]
 
 
+class DescribeCursor(TypedDict):
+    """Where a paged description goes on (Kafka's DescribeTopicPartitions cursor, KIP-966)."""
+
+    name: str
+    partition: int
+
+
 class DescribeTopicsRequest(TypedDict, total=False):
     names: list[str]  # absent: every topic
+    partition_limit: int  # at most this many partitions in the reply (absent: all); see next_cursor
+    cursor: DescribeCursor  # start at this topic's partition (a previous reply's next_cursor)
 
 
 class PartitionDescription(TypedDict):
@@ -104,3 +113,4 @@ class TopicDescription(ItemErrorFields):
 
 class DescribeTopicsReply(TypedDict):
     topics: list[TopicDescription]
+    next_cursor: NotRequired[DescribeCursor]  # present when partition_limit cut the reply short
