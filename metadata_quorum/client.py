@@ -378,6 +378,8 @@ class MetadataLogFollower:
             snap = body["snapshot"]
             snap_offset = int(snap["offset"])
             records = [decode_record(r) for r in snap["records"]]
+            log.info("metadata log: loading the snapshot at offset %d (%d records); was at %d",
+                     snap_offset, len(records), self.offset)
             self._unfinished = None
             delta, new_image = snapshot_delta(self.image, records, snap_offset)
             self.image = new_image

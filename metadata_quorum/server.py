@@ -89,6 +89,9 @@ class ControllerMetrics:
         self.is_active = Gauge("ferry_controller_is_active", "1 on the active controller", registry=self.registry)
         self.requests = Counter("ferry_controller_requests_total", "API requests by kind and outcome",
                                 ["kind", "outcome"], registry=self.registry)
+        self.log_snapshots = Counter("ferry_controller_log_snapshots_served_total",
+                                     "Log reads answered with a snapshot (the reader's offset was dropped)",
+                                     registry=self.registry)
 
 
 class ControllerServer:
@@ -317,8 +320,16 @@ class ControllerServer:
                     break
         finally:
             self.controller.log_waiters -= 1
-        piece = self.state.read(offset, max_records, cut_batches=True)
+        if offset < self.state.log_start_offset:
+            # answered with a snapshot: building one is seconds of work at tens of thousands of
+            # partitions, which on the loop would hold heartbeats and writes that long
+            piece = await asyncio.to_thread(self.state.read, offset, max_records, True)
+        else:
+            piece = self.state.read(offset, max_records, cut_batches=True)
         if piece.snapshot_offset is not None:
+            self.metrics.log_snapshots.inc()
+            log.info("log read at offset %d (log starts at %d) answered with the snapshot at %d",
+                     offset, self.state.log_start_offset, piece.snapshot_offset)
             return await _json_off_loop({"snapshot": {"offset": piece.snapshot_offset,
                                                       "records": piece.snapshot_records},
                                          "high_watermark": piece.high_watermark})
@@ -337,7 +348,7 @@ class ControllerServer:
 
     async def handle_snapshot(self, request: web.Request) -> web.Response:
         self._require_ready()
-        offset, records = self.state.snapshot()
+        offset, records = await asyncio.to_thread(self.state.snapshot)
         return await _json_off_loop({"offset": offset, "records": records})
 
     # -- quorum status ----------------------------------------------------------------------------------

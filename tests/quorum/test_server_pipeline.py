@@ -15,6 +15,8 @@ from metadata_quorum.controller_result import ControllerResult, OpContext
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.quorum_controller import QuorumController
 from metadata_quorum.raft import Command, CommittedLog
+from metadata_quorum.delta import MetadataDelta
+from metadata_quorum.image import EMPTY_IMAGE
 from metadata_quorum.records import KVRecord, NoOpRecord, decode_record
 
 
@@ -278,6 +280,39 @@ def test_log_keeps_recent_batches_and_snapshots_older_offsets_and_survives_a_dum
     assert restored.read(log.log_start_offset, 100) == recent
     restored.apply_committed(Command.of("c30", "c29", 1, ((KVRecord("k9", "x"),),)))
     assert restored.image.kv["k9"] == "x" and restored.high_watermark == 31
+
+
+def test_a_reader_behind_the_log_reuses_the_last_snapshot_while_the_log_covers_what_follows() -> None:
+    log = CommittedLog(10)
+    prev = ""
+
+    def commit(i: int) -> None:
+        nonlocal prev
+        log.apply_committed(Command.of(f"c{i}", prev, 1, ((KVRecord(f"k{i % 4}", str(i)),),)))
+        log.materialize()
+        prev = f"c{i}"
+
+    for i in range(12):
+        commit(i)
+    assert log.log_start_offset > 0
+    first = log.read(0, 100)
+    assert first.snapshot_offset == 11
+    commit(12)
+    again = log.read(0, 100)
+    assert again.snapshot_offset == 11 and again.snapshot_records is first.snapshot_records  # not rebuilt
+    rest = log.read(12, 100)  # the reader goes on from the snapshot with the log
+    assert [o for o, _ in rest.records] == [12]
+    assert log.snapshot()[0] == 12  # GET /v1/snapshot: the latest
+    for i in range(13, 40):
+        commit(i)
+    assert log.log_start_offset > 13
+    later = log.read(0, 100)
+    assert later.snapshot_offset is not None and later.snapshot_offset + 1 >= log.log_start_offset
+    image = MetadataDelta(EMPTY_IMAGE).replay_all([decode_record(r) for r in later.snapshot_records or []]).apply()
+    follow = log.read(later.snapshot_offset + 1, 100)
+    for _o, r in follow.records:
+        image = MetadataDelta(image).replay_all([decode_record(r)]).apply()
+    assert dict(image.kv) == dict(log.image.kv)
 
 
 async def test_a_new_leader_fences_a_broker_that_stops_heartbeating_after_failover() -> None:
