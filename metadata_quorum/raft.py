@@ -323,6 +323,7 @@ class CommittedLog:
         self._image: MetadataImage = empty_image()
         self._pending: deque[list[Any]] = deque()  # batch entries applied but not yet in _image
         self._snapshot_cache: tuple[int, list[dict[str, Any]]] | None = None
+        self._resets = 0  # reset() calls: a snapshot built from an image before one is not kept
         self._expected: dict[str, Any] = {}  # command id -> image after it, as the leader computed it
         self.applied_at_raft_index: deque[tuple[int, int]] = deque(maxlen=4096)
         self.last_apply_monotonic = 0.0
@@ -354,6 +355,7 @@ class CommittedLog:
             self._pending.clear()
             self._expected.clear()
             self._snapshot_cache = None
+            self._resets += 1
             self._decoded.clear()
             self._decoded_records = 0
 
@@ -394,7 +396,6 @@ class CommittedLog:
         # hold up the next commit on a large cluster. Readers and the Raft process encode it.
         image = self._image
         if core.drop_before(keep_from_offset, image.offset, image.epoch, None):
-            self._snapshot_cache = None
             if self.on_compacted is not None:
                 self.on_compacted(keep_from_offset, image.offset, image.epoch, image)
 
@@ -482,9 +483,13 @@ class CommittedLog:
             log_start = self.core.log_start_offset
         if cache is not None and (cache[0] == image.offset or (not latest and cache[0] + 1 >= log_start)):
             return cache
+        with self._lock:
+            resets = self._resets
         result = (image.offset, [encode_record(r) for r in image_records(image)])
         with self._lock:
-            if self._image is image:
+            # kept although the image moved on while it was built (it always does under load):
+            # what makes it usable is the log holding what follows it, checked when it is read
+            if self._resets == resets and (self._snapshot_cache is None or self._snapshot_cache[0] < result[0]):
                 self._snapshot_cache = result
         return result
 

@@ -115,6 +115,7 @@ class ControllerServer:
         # Every broker reads the same pieces of the log: a piece is encoded once, not once per broker
         # (a 5,000-partition topic's creation is ~5 MB of JSON, seconds of a busy controller's loop).
         self._log_answers: collections.OrderedDict[tuple[int, int, int], bytes] = collections.OrderedDict()
+        self._snapshot_answer: tuple[int, bytes] | None = None  # the last snapshot answer, encoded
         self.loop_lag = LoopLagProbe()  # how long requests (heartbeats) waited for the loop
         self._ticker: asyncio.Task[None] | None = None
 
@@ -330,9 +331,14 @@ class ControllerServer:
             self.metrics.log_snapshots.inc()
             log.info("log read at offset %d (log starts at %d) answered with the snapshot at %d",
                      offset, self.state.log_start_offset, piece.snapshot_offset)
-            return await _json_off_loop({"snapshot": {"offset": piece.snapshot_offset,
-                                                      "records": piece.snapshot_records},
-                                         "high_watermark": piece.high_watermark})
+            cached_snapshot = self._snapshot_answer
+            if cached_snapshot is None or cached_snapshot[0] != piece.snapshot_offset:
+                # encoded once per snapshot: a reader that timed out on it asks again at once
+                body = await asyncio.to_thread(_encode, {
+                    "snapshot": {"offset": piece.snapshot_offset, "records": piece.snapshot_records},
+                    "high_watermark": piece.high_watermark})
+                cached_snapshot = self._snapshot_answer = (piece.snapshot_offset, body)
+            return web.Response(body=cached_snapshot[1], content_type="application/json")
         key = (piece.records[0][0], piece.records[-1][0], piece.high_watermark) if piece.records else None
         cached = self._log_answers.get(key) if key is not None else None
         if cached is None:
