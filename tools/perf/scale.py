@@ -352,6 +352,7 @@ async def restart_phase(cluster: LocalCluster, admin: Admin, probe: ClusterProbe
     """After the move is verified (so that a loss is the restart's, not the move's): each kind of
     restart in turn (tools/perf/scale_restart.py), one record more to every partition after each,
     then everything acknowledged in the round read back once more."""
+    started = time.monotonic()
     term, _offset = await probe.term_and_offset()
     ids = sorted(cluster.broker_ports)
     for kind, victim in victims(ids, kinds).items():
@@ -364,6 +365,7 @@ async def restart_phase(cluster: LocalCluster, admin: Admin, probe: ClusterProbe
     row["restart_elections"] = (await probe.term_and_offset())[0] - term
     checked = await read_back(cluster.bootstrap_servers, topic, partitions, acked)
     row.update({f"restart_{k}": v for k, v in checked.items()})
+    row["restart_phase_s"] = round(time.monotonic() - started, 1)  # restarts, produce and read-back in all
 
 
 def fenced_count(records: Counter[str]) -> int | None:
