@@ -5,9 +5,9 @@ The promise: all partitions end at their requested brokers, the controller quoru
 leader (no election), no broker is fenced although sessions are 1.5 s and heartbeats 250 ms, a
 bounded number of metadata records per moved partition, no event holds a controller's loop
 anywhere near a session, and every acknowledged record is read back exactly once, at its offset.
-Then one broker is restarted with a controlled shutdown (SIGTERM) and another crashed (SIGKILL),
-each started again with its id: every partition ends served by a live broker, and nothing
-acknowledged before or after either restart is lost or read twice.
+Then one broker is restarted with a controlled shutdown (SIGTERM, started again with its id):
+every partition ends served by a live broker, and nothing acknowledged before or after the
+restart is lost or read twice (`ferry perf scale` also crashes a broker: `--restarts`).
 The full curve (1,000 to 100,000 partitions) is `ferry perf scale` (`make perf`).
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ async def test_two_thousand_partitions_move_at_once_without_election_or_fencing(
             probe = ClusterProbe(session, cluster.controller_bootstrap,
                                  [cluster.broker_url(b) for b in sorted(cluster.broker_ports)])
             r = await one_size(cluster, admin, probe, PARTITIONS, 2, Console(quiet=True),
-                               restarts=["graceful", "crash"])
+                               restarts=["graceful"])
     finally:
         cluster.stop()
     assert r["not_led_by_target"] == 0
@@ -51,15 +51,13 @@ async def test_two_thousand_partitions_move_at_once_without_election_or_fencing(
     # (`ferry perf scale` reports the figure against its 100 ms target)
     assert 0 < r["loop_lag_max_ms"] < SESSION_TIMEOUT_MS, r
     assert r["controller_kib_per_partition"] > 0 and r["broker_kib_per_partition"] > 0, r
-    # the restarts: each stopped a broker that held partitions, whose partitions all serve again
-    # (the restarted broker comes back empty); a record more to every partition after each
+    # the restart stopped a broker that held partitions, which all serve elsewhere (the restarted
+    # broker comes back empty); then a record more to every partition, and everything read back
     assert r["phase"] == "done", r
-    for prefix in ("restart", "crash_restart"):
-        assert r[f"{prefix}_held"] > 0, r
-        assert sum(r[f"{prefix}_led_by"].values()) == PARTITIONS, r
-        assert r[f"{prefix}_led_by"][str(r[f"{prefix}_broker"])] == 0, r
-    assert r["restart_broker"] != r["crash_restart_broker"], r
+    assert r["restart_held"] > 0, r
+    assert sum(r["restart_led_by"].values()) == PARTITIONS, r
+    assert r["restart_led_by"][str(r["restart_broker"])] == 0, r
     assert r["restart_exit_code"] == 0, r
     assert r["restart_elections"] == 0, r
-    assert r["restart_acknowledged"] == PARTITIONS * 5
+    assert r["restart_acknowledged"] == PARTITIONS * 4
     assert (r["restart_missing"], r["restart_duplicated"], r["restart_misplaced"]) == (0, 0, 0), r
