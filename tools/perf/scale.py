@@ -13,7 +13,12 @@ For each size (default 1,000, 2,000, 5,000 and 10,000 partitions) on a local 3-b
    queue of operations (sampled every 50 ms);
 5. the longest hold of any controller's and any broker's event loop (``loop_lag_recent_ms`` in
    their ``/v1/health``, sampled every 50 ms), and each process's resident memory after the
-   creation, with its growth per partition it holds.
+   creation, with its growth per partition it holds;
+6. after the move is verified, one broker restarted (``--restarts``): a controlled restart (SIGTERM,
+   then started again with the same id), then another broker crashed (SIGKILL) and started again:
+   seconds from the signal until every partition is led by a live broker and served there (the
+   restarted broker back, no broker opening or closing a partition), then a record more to each
+   partition and everything acknowledged read back once more (tools/perf/scale_restart.py).
 
 Requests stay within ``max_partitions_per_request``: a reassignment goes in pieces, a creation as
 a CreateTopics and then CreatePartitions steps (``--create-per-request``).
@@ -41,16 +46,16 @@ from rich.table import Table
 from metadata_quorum.kernel.errors import ErrorCode, FerryError
 from metadata_quorum.kernel.validation import MAX_PARTITIONS_PER_REQUEST
 from tools.admin import Admin
-from tools.client import Producer, TopicPartition, read_all
 from tools.cluster import LocalCluster
 from tools.perf import detection
+from tools.perf.scale_checks import produce_keyed, read_back, served_by, wait_all_at
+from tools.perf.scale_restart import KINDS as RESTART_KINDS, PREFIX as RESTART_PREFIX, restart_broker, victims
 
 DEFAULT_SIZES = (1000, 2000, 5000, 10000)
 TARGETS = {"all_serving_s_10000": 15.0, "all_serving_s_100000": 150.0, "create_s_100000": 60.0,
            "elections": 0, "fenced": 0, "loop_lag_max_ms": 100.0, "controller_kib_per_partition": 2.0,
-           "broker_kib_per_partition": 20.0, "records_per_move": 8.0}
+           "broker_kib_per_partition": 20.0, "records_per_move": 8.0, "restart_serving_s_30000": 10.0}
 SAMPLE_INTERVAL_S = 0.05
-POLL_INTERVAL_S = 0.25
 
 
 class ClusterProbe:
@@ -197,82 +202,6 @@ class ClusterProbe:
         return counts
 
 
-async def served_by(admin: Admin, brokers: dict[int, str], topic: str) -> dict[int, set[int]]:
-    """Partition numbers of ``topic`` each broker holds open (its log-dirs answer)."""
-    out: dict[int, set[int]] = {}
-    for bid, url in brokers.items():
-        try:
-            body = await admin.http_get(f"{url}/v1/log-dirs", {"topics": topic}, timeout_ms=10_000)
-        except (FerryError, aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            out[bid] = set()
-            continue
-        parts = {int(p["partition"].rsplit("-", 1)[1]) for b in body["brokers"] for d in b["logDirs"]
-                 for p in d["partitions"] if not p["isFuture"]}
-        out[bid] = parts
-    return out
-
-
-async def unsettled_by(admin: Admin, brokers: dict[int, str]) -> dict[int, int]:
-    """Each broker's partitions still opening or closing (its ``/v1/health`` counts); a broker that
-    does not answer counts as unsettled. A replica listed by log-dirs may still be opening there
-    (a slot keeps its replica while it is opened again at a newer epoch), so placement alone is
-    not "serving"."""
-    out: dict[int, int] = {}
-    for bid, url in brokers.items():
-        try:
-            body = await admin.http_get(f"{url}/v1/health", {}, timeout_ms=10_000)
-        except (FerryError, aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            out[bid] = -1
-            continue
-        counts = body.get("partitions") or {}
-        out[bid] = int(counts.get("OPENING", 0)) + int(counts.get("CLOSING", 0))
-    return out
-
-
-async def wait_all_at(admin: Admin, brokers: dict[int, str], topic: str, targets: dict[int, int],
-                      timeout_s: float) -> float:
-    """Seconds until every partition has its target as leader and is open there (and nowhere
-    else), and no broker has a partition still opening or closing."""
-    started = time.monotonic()
-    deadline = started + timeout_s
-    while True:
-        # a follower's image: polling a large topic on the leader would take its time from the move
-        asked = time.monotonic()
-        described = (await admin.describe_topics([topic], leader=False)).get(topic)
-        # a describe of thousands of partitions is a large answer: poll at most a third of the time,
-        # so that the measurement does not load the controllers it measures
-        poll_s = max(POLL_INTERVAL_S, 2 * (time.monotonic() - asked))
-        leaders = {p.partition: p.leader for p in described} if isinstance(described, list) else {}
-        if leaders and all(leaders.get(p) == b for p, b in targets.items()):
-            held = await served_by(admin, brokers, topic)
-            if all(p in held.get(b, set()) for p, b in targets.items()) and \
-                    all(p not in held[other] for p, b in targets.items() for other in held if other != b) and \
-                    not any((await unsettled_by(admin, brokers)).values()):
-                return time.monotonic() - started
-        if time.monotonic() > deadline:
-            wrong = sum(1 for p, b in targets.items() if leaders.get(p) != b)
-            raise FerryError(ErrorCode.REQUEST_TIMED_OUT,
-                             f"{wrong} of {len(targets)} partitions of {topic} not led by their target after "
-                             f"{timeout_s:.0f} s")
-        await asyncio.sleep(poll_s)
-
-
-async def produce_keyed(bootstrap: list[str], topic: str, partitions: int, per_partition: int,
-                        tag: str) -> dict[int, list[tuple[int, bytes]]]:
-    """``per_partition`` records to each partition; returns partition -> [(offset, value)] acknowledged."""
-    acked: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
-    async with Producer(bootstrap, linger_ms=5, delivery_timeout_ms=120_000) as producer:
-        futures = []
-        for p in range(partitions):
-            for i in range(per_partition):
-                value = f"{topic}-{p}:{tag}{i}".encode()
-                futures.append((p, value, await producer.send(topic, value, key=f"k{i}".encode(), partition=p)))
-        for p, value, fut in futures:
-            meta = await fut
-            acked[p].append((meta.offset, value))
-    return acked
-
-
 def rss_mib(pid: int) -> float:
     """Resident memory of one process (``VmRSS``), MiB."""
     with open(f"/proc/{pid}/status") as f:
@@ -322,8 +251,10 @@ async def partition_count(admin: Admin, topic: str) -> int:
 
 async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, partitions: int,
                    per_partition: int, console: Console, row: dict[str, Any] | None = None,
-                   create_per_request: int = MAX_PARTITIONS_PER_REQUEST) -> dict[str, Any]:
-    """One round; fills ``row`` as it goes, so a caller that catches a failure still has what was measured."""
+                   create_per_request: int = MAX_PARTITIONS_PER_REQUEST,
+                   restarts: list[str] | None = None) -> dict[str, Any]:
+    """One round, then the ``restarts`` named (tools/perf/scale_restart.py); fills ``row`` as it
+    goes, so a caller that catches a failure still has what was measured."""
     row = {} if row is None else row
     row["partitions"] = partitions
     topic = f"scale-{partitions}"
@@ -391,20 +322,7 @@ async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, par
     described = (await admin.describe_topics([topic])).get(topic)
     if isinstance(described, list):
         wrong_broker = sum(1 for p in described if p.leader != targets[p.partition])
-    logs = await read_all(cluster.bootstrap_servers, [TopicPartition(topic, p) for p in range(partitions)],
-                          timeout_s=300)
-    missing = duplicated = misplaced = 0
-    for p in range(partitions):
-        got = [(r.offset, r.value) for r in logs[TopicPartition(topic, p)]]
-        values = Counter(v for _o, v in got)
-        by_offset = dict(got)
-        for offset, value in acked[p] + after[p]:
-            if values[value] == 0:
-                missing += 1
-            elif values[value] > 1:
-                duplicated += 1
-            elif by_offset.get(offset) != value:
-                misplaced += 1
+    checked = await read_back(cluster.bootstrap_servers, topic, partitions, [acked, after])
     moved_records = sum(n for k, n in records.items() if k != "fenced" and not k.startswith("("))
     row.update({
         "partitions": partitions,
@@ -419,12 +337,35 @@ async def one_size(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, par
         "records_by_type": {k: v for k, v in sorted(records.items()) if k != "fenced"},
         "peak_queue_depth": peak,
         "raft_tick_gap_max_ms": await probe.tick_gap_max_ms(),
-        "acknowledged": sum(len(v) for v in acked.values()) + sum(len(v) for v in after.values()),
-        "missing": missing, "duplicated": duplicated, "misplaced": misplaced,
+        **checked,
         "not_led_by_target": wrong_broker,
-        "phase": "done",
     })
+    if restarts:
+        await restart_phase(cluster, admin, probe, topic, partitions, restarts, [acked, after], row, console)
+    row["phase"] = "done"
     return row
+
+
+async def restart_phase(cluster: LocalCluster, admin: Admin, probe: ClusterProbe, topic: str, partitions: int,
+                        kinds: list[str], acked: list[dict[int, list[tuple[int, bytes]]]], row: dict[str, Any],
+                        console: Console) -> None:
+    """After the move is verified (so that a loss is the restart's, not the move's): each kind of
+    restart in turn (tools/perf/scale_restart.py), one record more to every partition after each,
+    then everything acknowledged in the round read back once more."""
+    started = time.monotonic()
+    term, _offset = await probe.term_and_offset()
+    ids = sorted(cluster.broker_ports)
+    for kind, victim in victims(ids, kinds).items():
+        row["phase"] = f"restart ({kind})"
+        row.update(await restart_broker(cluster, admin, topic, partitions, victim, kind))
+        console.print(f"  {partitions}: broker {victim} restarted ({kind}), every partition serving "
+                      f"{row[RESTART_PREFIX[kind] + '_serving_s']:.1f} s after the signal")
+        acked = acked + [await produce_keyed(cluster.bootstrap_servers, topic, partitions, 1, kind[0])]
+    row["phase"] = "restart verify"
+    row["restart_elections"] = (await probe.term_and_offset())[0] - term
+    checked = await read_back(cluster.bootstrap_servers, topic, partitions, acked)
+    row.update({f"restart_{k}": v for k, v in checked.items()})
+    row["restart_phase_s"] = round(time.monotonic() - started, 1)  # restarts, produce and read-back in all
 
 
 def fenced_count(records: Counter[str]) -> int | None:
@@ -466,7 +407,8 @@ async def delete_and_wait(admin: Admin, cluster: LocalCluster, topic: str, timeo
 
 
 async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, console: Console,
-              create_per_request: int = MAX_PARTITIONS_PER_REQUEST) -> dict[str, Any]:
+              create_per_request: int = MAX_PARTITIONS_PER_REQUEST,
+              restarts: list[str] | None = None) -> dict[str, Any]:
     """Every size in turn; a size that fails gives a partial row (with ``error``) and ends the curve."""
     rounds: list[dict[str, Any]] = []
     async with Admin(bootstrap_controllers=cluster.controller_bootstrap, timeout_ms=120_000) as admin, \
@@ -477,7 +419,7 @@ async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, conso
             row: dict[str, Any] = {}
             try:
                 rounds.append(await one_size(cluster, admin, probe, n, per_partition, console, row,
-                                             create_per_request))
+                                             create_per_request, restarts))
             except Exception as e:  # noqa: BLE001 - a failed round ends the run, its row kept
                 rounds.append(await finish_failed_row(probe, row, e))
                 console.print(f"  {n}: failed while in {row['failed_in']}: {row['error']}")
@@ -509,6 +451,16 @@ async def run(cluster: LocalCluster, sizes: list[int], per_partition: int, conso
         "reassign_write_s_by_partitions": column("reassign_write_s"),
         "lost_by_partitions": {k: (r["missing"] + r["misplaced"]) if "missing" in r else None for k, r in by.items()},
         "duplicated_by_partitions": column("duplicated"),
+        "restart_serving_s_by_partitions": column("restart_serving_s"),
+        "restart_serving_s_30000": by.get("30000", {}).get("restart_serving_s"),
+        "restart_exit_s_by_partitions": column("restart_exit_s"),
+        "restart_led_elsewhere_s_by_partitions": column("restart_led_elsewhere_s"),
+        "restart_back_s_by_partitions": column("restart_back_s"),
+        "crash_restart_serving_s_by_partitions": column("crash_restart_serving_s"),
+        "crash_restart_led_elsewhere_s_by_partitions": column("crash_restart_led_elsewhere_s"),
+        "restart_lost_by_partitions": {k: (r["restart_missing"] + r["restart_misplaced"])
+                                       if "restart_missing" in r else None for k, r in by.items()},
+        "restart_duplicated_by_partitions": column("restart_duplicated"),
         "errors_by_partitions": {k: r["error"] for k, r in by.items() if "error" in r},
         "rounds": rounds,
         "targets": TARGETS,
@@ -519,7 +471,7 @@ def render(result: dict[str, Any], console: Console) -> None:
     table = Table(title="Every partition moved at once (3 brokers, 3 controllers)", title_justify="left")
     for col in ("partitions", "create s", "reassign write s", "all serving s", "elections", "fenced",
                 "records/move", "peak queue", "loop lag ms", "broker lag ms", "ctl KiB/p", "broker KiB/p",
-                "acked", "lost", "dup"):
+                "acked", "lost", "dup", "restart s", "crash restart s", "restart lost/dup"):
         table.add_column(col, justify="right", no_wrap=True)
 
     def cell(r: dict[str, Any], key: str, fmt: str = "{}") -> str:
@@ -528,12 +480,15 @@ def render(result: dict[str, Any], console: Console) -> None:
     for r in result["rounds"]:
         elections = (r.get("elections") or 0) + (r.get("elections_during_create") or 0)
         lost = str(r["missing"] + r["misplaced"]) if "missing" in r else "-"
+        restart_lost = f"{r['restart_missing'] + r['restart_misplaced']}/{r['restart_duplicated']}" \
+            if "restart_missing" in r else "-"
         table.add_row(str(r["partitions"]), cell(r, "create_s", "{:.1f}"), cell(r, "reassign_write_s", "{:.2f}"),
                       cell(r, "all_serving_s", "{:.1f}"), str(elections), cell(r, "fenced"),
                       cell(r, "records_per_move", "{:.1f}"), cell(r, "peak_queue_depth"),
                       cell(r, "loop_lag_max_ms", "{:.0f}"), cell(r, "broker_loop_lag_max_ms", "{:.0f}"),
                       cell(r, "controller_kib_per_partition", "{:.1f}"), cell(r, "broker_kib_per_partition", "{:.1f}"),
-                      cell(r, "acknowledged"), lost, cell(r, "duplicated"))
+                      cell(r, "acknowledged"), lost, cell(r, "duplicated"), cell(r, "restart_serving_s", "{:.1f}"),
+                      cell(r, "crash_restart_serving_s", "{:.1f}"), restart_lost)
     console.print(table)
     fd = result.get("failure_detection")
     if fd:
@@ -548,7 +503,8 @@ def render(result: dict[str, Any], console: Console) -> None:
                   f"controller loop lag ≤ {TARGETS['loop_lag_max_ms']:.0f} ms; ≤ "
                   f"{TARGETS['controller_kib_per_partition']:.0f} KiB per partition in a controller and ≤ "
                   f"{TARGETS['broker_kib_per_partition']:.0f} KiB in a broker; "
-                  f"≤ {TARGETS['records_per_move']:.0f} records per moved partition. "
+                  f"≤ {TARGETS['records_per_move']:.0f} records per moved partition; every partition serving "
+                  f"≤ {TARGETS['restart_serving_s_30000']:.0f} s after a broker's restart at 30,000. "
                   "AutoMQ documents closing 5,000 partitions in about 45 s.")
 
 
@@ -563,6 +519,10 @@ def main(argv: list[str]) -> int:
                         help="partitions per creation request: the topic is created with the first ones, "
                              "then grown by CreatePartitions (default: max_partitions_per_request, "
                              f"{MAX_PARTITIONS_PER_REQUEST}; a creation is one operation on the controller's loop)")
+    parser.add_argument("--restarts", default=",".join(RESTART_KINDS),
+                        help="after each move, restart one broker in each of these ways: graceful (SIGTERM, a "
+                             "controlled shutdown), crash (SIGKILL); comma-separated, 'none' for no restart "
+                             f"(default {','.join(RESTART_KINDS)})")
     detection.add_arguments(parser)
     args = parser.parse_args(argv)
     broker_overrides, controller_overrides = detection.overrides(parser, args)
@@ -572,6 +532,9 @@ def main(argv: list[str]) -> int:
         parser.error(f"--partitions must be comma-separated integers, got {args.partitions!r}")
     if not sizes or any(n <= 0 for n in sizes):
         parser.error("--partitions needs at least one positive size")
+    restarts = [k.strip() for k in args.restarts.split(",") if k.strip() and k.strip() != "none"]
+    if any(k not in RESTART_KINDS for k in restarts):
+        parser.error(f"--restarts takes {', '.join(RESTART_KINDS)} or none, got {args.restarts!r}")
     if not 0 < args.create_per_request <= MAX_PARTITIONS_PER_REQUEST:
         parser.error(f"--create-per-request must be 1..{MAX_PARTITIONS_PER_REQUEST}")
     console = Console(stderr=args.json)
@@ -581,7 +544,8 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         cluster.start()
         console.print(f"cluster up in {time.monotonic() - started:.1f} s (state in {state_dir})")
-        result = asyncio.run(run(cluster, sizes, args.records_per_partition, console, args.create_per_request))
+        result = asyncio.run(run(cluster, sizes, args.records_per_partition, console, args.create_per_request,
+                                 restarts))
         result["failure_detection"] = detection.settings(cluster)
     finally:
         cluster.stop()
