@@ -302,7 +302,12 @@ def on_open_failed(status: PartitionStatus, error: StepError, context: OpenConte
         return replace(status, open_fenced_retries=retries), Decision(Verdict.RETRY, after_ms, retries), ()
     if error.fenced:
         fenced, actions = on_fenced(status)
-        return fenced, Decision(Verdict.FENCED), tuple(a for a in actions if a is not Action.DROP)
+        actions = tuple(a for a in actions if a is not Action.DROP)
+        if Action.OPEN not in actions:
+            # the other stream may have opened under this broker's registration: while it is
+            # held, the new owner's open of it is answered STREAM_NOT_CLOSED, for ever
+            actions = (Action.RELEASE,) + actions
+        return fenced, Decision(Verdict.FENCED), actions
     failures = status.open_failures + 1
     s = replace(status, open_failures=failures)
     behind = error.code in BEHIND_ERRORS and context.leads_at_epoch

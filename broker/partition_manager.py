@@ -413,12 +413,17 @@ class PartitionManager:
         self._run(slot, actions)
 
     async def _release_half_open(self, slot: Slot, replica: Replica) -> None:
-        """An open that will not be retried may have opened one of the two streams: close what it
-        holds so that the next owner is not kept waiting for this broker (STREAM_NOT_CLOSED)."""
-        try:
-            await replica.close_streams()
-        except Exception as exc:  # noqa: BLE001 - best effort; a dead owner is recovered anyway
-            log.info("releasing half-opened streams of %s-%d: %r", slot.topic, slot.tp.partition, exc)
+        """An open that will not be retried, or was fenced on one stream, may have opened the
+        other: close what it holds so that the next owner is not kept waiting for this broker
+        (STREAM_NOT_CLOSED). A stream another broker owns already is left alone."""
+        for sid in replica.unfenced_stream_ids():
+            try:
+                await replica.storage.close_stream(sid)
+                log.info("%s-%d: released stream %d, opened by an open given up", slot.topic, slot.tp.partition, sid)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - best effort; a dead owner is recovered anyway
+                log.info("releasing stream %d of %s-%d: %r", sid, slot.topic, slot.tp.partition, exc)
 
     async def _close(self, slot: Slot) -> None:
         """Steps 2-4, each done once; a failed step is retried (bounded) from where it stopped."""
