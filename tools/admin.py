@@ -33,6 +33,7 @@ from tools.client import (
 # this long instead of after the whole timeout; once one answered, outages are retried as usual.
 UNREACHABLE_CONTROLLERS_TIMEOUT_MS = 1_000
 DESCRIBE_PAGE_PARTITIONS = 2_000  # partitions per describe_topics answer (Kafka's default page, KIP-966)
+REASSIGN_REQUEST_PARTITIONS = 2_000  # partitions per alter_partition_reassignments request
 
 
 class ControllerConnection(Protocol):
@@ -293,12 +294,18 @@ class Admin:
         return str(result.get("topic_id", ""))
 
     async def alter_partition_reassignments(self, reassignments: list[Reassignment]) -> dict[TopicPartition, FerryError | None]:
-        reply = await self.api.alter_partition_reassignments({"reassignments": reassignments})
+        """Kafka's AlterPartitionReassignments, sent `REASSIGN_REQUEST_PARTITIONS` at a time: each
+        partition is answered on its own, so pieces lose nothing, and a request of 30,000 on a busy
+        controller would outlast the client's timeout (then be sent again whole)."""
         out: dict[TopicPartition, FerryError | None] = {}
-        for r in reply.get("responses", []):
-            tp = TopicPartition(str(r["topic"]), int(r["partition"]))
-            err = r.get("error")
-            out[tp] = FerryError(ErrorCode.from_name(err), str(r.get("message", ""))) if err and err != "NONE" else None
+        for start in range(0, len(reassignments), REASSIGN_REQUEST_PARTITIONS):
+            piece = reassignments[start:start + REASSIGN_REQUEST_PARTITIONS]
+            reply = await self.api.alter_partition_reassignments({"reassignments": piece})
+            for r in reply.get("responses", []):
+                tp = TopicPartition(str(r["topic"]), int(r["partition"]))
+                err = r.get("error")
+                out[tp] = FerryError(ErrorCode.from_name(err), str(r.get("message", ""))) if err and err != "NONE" \
+                    else None
         return out
 
     async def list_partition_reassignments(self, partitions: list[TopicPartition] | None = None) -> dict[TopicPartition, PartitionState]:

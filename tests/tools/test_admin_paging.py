@@ -43,3 +43,24 @@ async def test_describe_topics_pages_and_merges(monkeypatch: pytest.MonkeyPatch)
         assert reads.asked[1]["cursor"] == {"name": "big", "partition": 3}
     everything = await admin.describe_topics()
     assert sorted(everything) == ["big", "small"] and len(everything["big"]) == 23  # type: ignore[arg-type]
+
+
+class ReassignWrites(ImageReads):
+    async def write(self, op: str, args: dict[str, Any]) -> Any:
+        assert op == "alter_partition_reassignments"
+        self.asked.append(dict(args))
+        return {"responses": [{"topic": r["topic"], "partition": r["partition"],
+                               **({"error": "UNKNOWN_TOPIC_OR_PARTITION", "message": "no"} if r["topic"] == "nope" else {})}
+                              for r in args["reassignments"]]}
+
+
+@pytest.mark.asyncio
+async def test_reassignments_go_in_pieces_and_every_answer_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admin_module, "REASSIGN_REQUEST_PARTITIONS", 4)
+    writes = ReassignWrites()
+    admin = Admin(bootstrap_controllers="127.0.0.1:1", controller=writes)
+    asked = [{"topic": "big", "partition": p, "replicas": [1]} for p in range(9)] + \
+        [{"topic": "nope", "partition": 0, "replicas": [1]}]
+    result = await admin.alter_partition_reassignments(asked)  # type: ignore[arg-type]
+    assert [len(a["reassignments"]) for a in writes.asked] == [4, 4, 2]
+    assert len(result) == 10 and sum(e is not None for e in result.values()) == 1
