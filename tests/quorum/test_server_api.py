@@ -232,3 +232,29 @@ async def test_heartbeat_reply_carries_the_active_controllers_committed_high_wat
         "broker_id": 8, "broker_epoch": epoch, "metadata_offset": reg["offset"]})
     _, log = await controller.get(f"/v1/log?offset={hb['offset'] + 1}&max_wait_ms=0")
     assert quiet["reply"]["metadata_high_watermark"] == log["high_watermark"] == hb["offset"] + 2
+
+
+async def test_describe_topics_pages_over_http(controller: Any) -> None:
+    status, reg = await controller.post("/v1/write/register_broker", {
+        "broker_id": 1, "incarnation_id": "i1", "endpoints": ["http://127.0.0.1:1"],
+        "log_dirs": [{"dir_id": "d", "path": "/tmp/ferry-d"}]})
+    assert status == 200
+    status, _ = await controller.post("/v1/write/broker_heartbeat", {
+        "broker_id": 1, "broker_epoch": reg["reply"]["broker_epoch"], "metadata_offset": reg["offset"]})
+    assert status == 200
+    status, created = await controller.post("/v1/write/create_topics", {"topics": [{"name": "paged", "num_partitions": 5}]})
+    assert status == 200 and "error" not in created["reply"]["topics"][0], created
+    args: dict[str, Any] = {"names": ["paged"], "partition_limit": 2}
+    seen: list[int] = []
+    while True:
+        status, body = await controller.post("/v1/read/describe_topics", args)
+        assert status == 200
+        (topic,) = body["reply"]["topics"]
+        assert len(topic["partitions"]) <= 2
+        seen.extend(p["partition"] for p in topic["partitions"])
+        if "next_cursor" not in body["reply"]:
+            break
+        args["cursor"] = body["reply"]["next_cursor"]
+    assert seen == [0, 1, 2, 3, 4]
+    status, body = await controller.post("/v1/read/describe_topics", {"names": ["paged"], "cursor": {"name": "x", "partition": 0}})
+    assert status == 400 and body["error"] == "INVALID_REQUEST"
