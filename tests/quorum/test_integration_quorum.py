@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 import urllib.request
 from typing import Any
 
@@ -180,6 +181,11 @@ async def test_bad_input_over_http_is_4xx_and_changes_nothing(quorum: Quorum) ->
         assert 400 <= status < 500, (name, status, body)
         assert ErrorCode.from_name(body["error"]) is not ErrorCode.UNKNOWN_SERVER_ERROR, (name, body)
         assert body["message"], name
+    # a follower names the leader once Raft told it (its first append from this term): under
+    # load that may come after the leader is active
+    deadline = time.monotonic() + 10
+    while (quorum.health(follower) or {}).get("leader_id") != leader and time.monotonic() < deadline:
+        time.sleep(0.05)
     status, body = post(quorum.url(follower), "/v1/write/put_kv", b'{"key": "k", "value": "v"}')
     assert status == 421 and body["error"] == "NOT_CONTROLLER"
     assert body["details"] == {"leader_id": leader, "leader_url": url}
