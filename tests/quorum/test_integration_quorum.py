@@ -185,7 +185,7 @@ async def test_bad_input_over_http_is_4xx_and_changes_nothing(quorum: Quorum) ->
     # load that may come after the leader is active
     deadline = time.monotonic() + 10
     while (quorum.health(follower) or {}).get("leader_id") != leader and time.monotonic() < deadline:
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     status, body = post(quorum.url(follower), "/v1/write/put_kv", b'{"key": "k", "value": "v"}')
     assert status == 421 and body["error"] == "NOT_CONTROLLER"
     assert body["details"] == {"leader_id": leader, "leader_url": url}
