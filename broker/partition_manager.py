@@ -415,15 +415,10 @@ class PartitionManager:
     async def _release_half_open(self, slot: Slot, replica: Replica) -> None:
         """An open that will not be retried, or was fenced on one stream, may have opened the
         other: close what it holds so that the next owner is not kept waiting for this broker
-        (STREAM_NOT_CLOSED). A stream another broker owns already is left alone."""
-        for sid in replica.unfenced_stream_ids():
-            try:
-                await replica.storage.close_stream(sid)
-                log.info("%s-%d: released stream %d, opened by an open given up", slot.topic, slot.tp.partition, sid)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - best effort; a dead owner is recovered anyway
-                log.info("releasing stream %d of %s-%d: %r", sid, slot.topic, slot.tp.partition, exc)
+        (STREAM_NOT_CLOSED). Best effort: a dead owner's streams are taken over anyway."""
+        held = await self._release_unfenced(slot, replica)
+        if held is not None:
+            log.info("releasing the streams of %s-%d: %r", slot.topic, slot.tp.partition, held)
 
     async def _close(self, slot: Slot) -> None:
         """Steps 2-4, each done once; a failed step is retried (bounded) from where it stopped."""
@@ -515,21 +510,23 @@ class PartitionManager:
         return True
 
     async def _release_unfenced(self, slot: Slot, replica: Replica) -> Exception | None:
-        """After a fenced close: close (upload and release) each of the replica's streams that this
-        broker still owns. Returns the error of one that did not close for another reason than
-        being fenced itself (the close is then retried), else None."""
+        """Close (upload and release) each of the replica's streams that this broker still owns
+        (after a fenced close, or an open given up). Returns the error of one that did not close
+        for another reason than being fenced itself (a close is then retried), else None; the
+        other stream is closed all the same."""
+        first: Exception | None = None
         for sid in replica.unfenced_stream_ids():
             try:
                 await replica.storage.close_stream(sid)
-                log.info("close %s-%d: stream %d was still ours and is closed", slot.topic, slot.tp.partition, sid)
+                log.info("%s-%d: stream %d was still ours and is closed", slot.topic, slot.tp.partition, sid)
             except asyncio.CancelledError:
                 raise
             except FerryError as exc:
-                if exc.error not in FENCED_ERRORS:
-                    return exc
+                if exc.error not in FENCED_ERRORS and first is None:
+                    first = exc
             except Exception as exc:  # noqa: BLE001 - retried by the caller's bounded loop
-                return exc
-        return None
+                first = first or exc
+        return first
 
     def _closed_here(self, replica: Replica) -> bool:
         """Both of the replica's streams are CLOSED in the image, last owned by this broker at the
