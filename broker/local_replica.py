@@ -413,5 +413,6 @@ class LocalReplica:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def wake_fetchers(self) -> None:
+    def wake_fetchers(self) -> None:
+        """Wake every fetch waiting for data (the replica moved or left): each looks again."""
         self._wake()

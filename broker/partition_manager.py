@@ -302,7 +302,7 @@ class PartitionManager:
             elif action is sm.Action.DROP:
                 if slot.replica is not None:
                     slot.replica.abandon()
-                    self._spawn(slot.replica.wake_fetchers())
+                    slot.replica.wake_fetchers()
                 slot.replica = None
 
     def _slot_task(self, slot: Slot, coro: Any) -> None:
@@ -623,7 +623,7 @@ class PartitionManager:
                                  f"{target} failed: {exc}") from exc
             slot.replica = moved
             log.info("moved %s-%d from log dir %s to %s", slot.topic, slot.tp.partition, source, target)
-            await replica.wake_fetchers()
+            replica.wake_fetchers()
 
     # ------------------------------------------------------------------ fencing from produce
     def on_fenced(self, slot: Slot, exc: BaseException) -> None:

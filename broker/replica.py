@@ -605,5 +605,6 @@ class Replica:
         for sid in (self.data_stream_id, self.meta_stream_id):
             self.storage.fence(sid, "another broker owns the partition now")
 
-    async def wake_fetchers(self) -> None:
+    def wake_fetchers(self) -> None:
+        """Wake every fetch waiting for data (the partition left this broker): each looks again."""
         self._data_arrived.notify_all()
