@@ -219,7 +219,8 @@ def test_bad_scenario_exits_2_with_the_field_named(tmp_path, capsys):
 
 
 def test_wal_mode_reaches_the_cluster(tmp_path, monkeypatch, capsys):
-    """`--wal s3` is passed to the local cluster the experiment starts; anything else is refused."""
+    """`--wal s3` and `--s3-profile` are passed to the local cluster the experiment starts; anything
+    else is refused."""
     from tools.autoscale import runner
 
     seen: dict[str, object] = {}
@@ -247,3 +248,13 @@ def test_wal_mode_reaches_the_cluster(tmp_path, monkeypatch, capsys):
         cli.build_parser().parse_args(["run", "--wal", "nfs"])
     assert "invalid choice" in capsys.readouterr().err
     assert cli.build_parser().parse_args(["compare", "a.yaml", "b.yaml", "--wal", "s3"]).wal == "s3"
+    assert seen["s3_profile"] == "local"
+    with pytest.raises(Stop):
+        cli.main(["run", str(scenario), "--out", str(tmp_path / "out2"), "--no-progress", "--s3-profile",
+                  "aws-standard"])
+    assert seen["s3_profile"] == "aws-standard"
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["compare", "a.yaml", "b.yaml", "--s3-profile", "fast"])
+    assert "--s3-profile" in capsys.readouterr().err
+    assert cli.build_parser().parse_args(["compare", "a.yaml", "b.yaml", "--s3-profile", "latency:20,80"]).s3_profile \
+        == "latency:20,80"

@@ -17,12 +17,25 @@ import warnings
 from pathlib import Path
 
 from metadata_quorum.kernel.errors import FerryError
+from stream_storage.s3_profile import parse_profile
 from tools.autoscale.scenario import load_scenario
 
 
-def add_wal_argument(parser: argparse.ArgumentParser) -> None:
+def s3_profile_arg(text: str) -> str:
+    """An S3 latency profile as ``ferry s3 serve --s3-profile`` takes it (stream_storage/s3_profile.py)."""
+    try:
+        parse_profile(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
+
+
+def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wal", choices=("local", "s3"), default="local",
                         help="the brokers' WAL: local files (default) or WAL objects in S3 (wal.mode = s3)")
+    parser.add_argument("--s3-profile", type=s3_profile_arg, default="local",
+                        help="S3 latencies the cluster's object store adds: local (default), aws-standard, "
+                             "fixed:MS or latency:P50,P99[,ERROR_RATE]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--s3-endpoint", help="use this S3 endpoint (e.g. MinIO) instead of an embedded moto server")
     run.add_argument("--bucket", default="ferry", help="bucket on the S3 endpoint (default ferry)")
     run.add_argument("--out", help="output directory (default .ferry/autoscale/<scenario>-<time>)")
-    add_wal_argument(run)
+    add_storage_arguments(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--seed", type=int, help="the load's seed (default: the scenario's)")
     run.add_argument("--console", action="store_true",
@@ -74,12 +87,13 @@ def main(argv: list[str] | None = None) -> int:
             progress.console.print(f"Web console: {url} (this run's panels live; it stops with the run)")
 
         experiment = Experiment(scenario, out_dir, s3_endpoint=args.s3_endpoint, bucket=args.bucket,
-                                on_progress=on_progress, wal_mode=args.wal,
+                                on_progress=on_progress, wal_mode=args.wal, s3_profile=args.s3_profile,
                                 on_console=on_console if args.console else None)
         summary = asyncio.run(experiment.run())
     print(json.dumps({k: summary[k] for k in ("verdict", "checks", "time_to_balance_s", "moves",
                                                "stall_per_moved_partition_ms", "p99_steady", "p99_during_moves",
-                                               "p99_during_moves_over_steady", "records", "wal_mode")}, indent=2))
+                                               "p99_during_moves_over_steady", "records", "wal_mode",
+                                               "s3_profile")}, indent=2))
     print(f"time series, plots and summary in {out_dir}")
     return 0 if summary["verdict"] == "pass" else 1
 

@@ -188,7 +188,7 @@ def plot_comparison(frames: dict[str, pd.DataFrame], slos: dict[str, float], val
     return path
 
 
-def run_isolated(path: str, seed: int, run_dir: Path, wal_mode: str) -> dict[str, Any]:
+def run_isolated(path: str, seed: int, run_dir: Path, wal_mode: str, s3_profile: str = "local") -> dict[str, Any]:
     """One run in a process of its own: a run's Spark read-back collects every record on the
     driver, and runs sharing one process (and JVM heap) ran out of it by the second run."""
     import os
@@ -198,7 +198,7 @@ def run_isolated(path: str, seed: int, run_dir: Path, wal_mode: str) -> dict[str
     env = dict(os.environ, PYTHONPATH=str(root) + (os.pathsep + os.environ["PYTHONPATH"]
                                                    if os.environ.get("PYTHONPATH") else ""))
     subprocess.run([sys.executable, "-m", "tools.cli", "autoscale", "run", path, "--seed", str(seed), "--out",
-                    str(run_dir), "--no-progress", "--wal", wal_mode], cwd=root, env=env, check=False,
+                    str(run_dir), "--no-progress", "--wal", wal_mode, "--s3-profile", s3_profile], cwd=root, env=env, check=False,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
@@ -220,7 +220,7 @@ def targets(rows: list[dict[str, Any]], stalls: list[float]) -> dict[str, Any]:
 
 
 def compare(paths: list[str], seeds: int, out_dir: Path, progress: bool = False,
-            wal_mode: str = "local", plan_warm: bool = False) -> dict[str, Any]:
+            wal_mode: str = "local", plan_warm: bool = False, s3_profile: str = "local") -> dict[str, Any]:
     from tools.autoscale.scenario import load_scenario
 
     scenarios = [load_scenario(p) for p in paths]
@@ -238,7 +238,7 @@ def compare(paths: list[str], seeds: int, out_dir: Path, progress: bool = False,
             run_dir = out_dir / scenario.name / f"seed-{seed}"
             if progress:
                 print(f"running {scenario.name} (seed {seed}) -> {run_dir}", file=sys.stderr, flush=True)
-            summary = run_isolated(path_of[scenario.name], seed, run_dir, wal_mode)
+            summary = run_isolated(path_of[scenario.name], seed, run_dir, wal_mode, s3_profile)
             stalls += [float(e["stall_ms"]) for e in json.loads((run_dir / "events.json").read_text(encoding="utf-8"))
                        if e.get("kind") == "move" and e.get("stall_ms") is not None]
             frame = pd.read_csv(run_dir / "timeseries.csv", dtype={"live_brokers": str})
@@ -256,7 +256,8 @@ def compare(paths: list[str], seeds: int, out_dir: Path, progress: bool = False,
     (out_dir / "comparison.md").write_text(render_markdown(per_scenario, seeds), encoding="utf-8")
     plot_comparison(frames, {s.name: s.slo_p99_ms for s in scenarios}, {s.name: s.value_bytes for s in scenarios},
                     out_dir / "comparison.png")
-    report: dict[str, Any] = {"scenarios": names, "seeds": seeds, "wal_mode": wal_mode, "runs": rows,
+    report: dict[str, Any] = {"scenarios": names, "seeds": seeds, "wal_mode": wal_mode, "s3_profile": s3_profile,
+              "runs": rows,
               "mean": {n: mean_row(per_scenario[n]) for n in names},
               "interval95": {n: interval_row(per_scenario[n]) for n in names},
               "targets": targets(rows, stalls), "out_dir": str(out_dir)}
@@ -278,9 +279,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print comparison.json instead of the table")
     p.add_argument("--plan-warm", action="store_true",
                    help="also measure plan_warm_s_1000 (a warm re-plan of 1,000 partitions; ~30 s more)")
-    from tools.autoscale.cli import add_wal_argument
+    from tools.autoscale.cli import add_storage_arguments
 
-    add_wal_argument(p)
+    add_storage_arguments(p)
 
 
 def main_compare(args: argparse.Namespace) -> int:
@@ -291,7 +292,7 @@ def main_compare(args: argparse.Namespace) -> int:
     out_dir = Path(args.out or Path(".ferry") / "autoscale" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         report = compare(args.scenarios, args.seeds, out_dir, progress=True, wal_mode=args.wal,
-                         plan_warm=args.plan_warm)
+                         plan_warm=args.plan_warm, s3_profile=args.s3_profile)
     except FerryError as exc:
         print(f"Error: {exc.error.name}: {exc.message}", file=sys.stderr)
         return 2

@@ -47,12 +47,14 @@ LIVE_WRITE_INTERVAL_S = 2.0
 class Experiment:
     def __init__(self, scenario: Scenario, out_dir: Path, s3_endpoint: str | None = None, bucket: str = "ferry",
                  on_progress: Callable[[float, str], None] | None = None, wal_mode: str = "local",
-                 on_console: Callable[[str], None] | None = None) -> None:
+                 on_console: Callable[[str], None] | None = None, s3_profile: str = "local") -> None:
         """``on_console``: serve the web console on the experiment's cluster, following this run's
         panels live, and tell this callback its URL."""
-        """``wal_mode``: the brokers' WAL, ``local`` files or WAL objects in S3 (``wal.mode = s3``)."""
+        """``wal_mode``: the brokers' WAL, ``local`` files or WAL objects in S3 (``wal.mode = s3``).
+        ``s3_profile``: the latencies the object store adds (``aws-standard``: S3 Standard's)."""
         self.scn = scenario
         self.wal_mode = wal_mode
+        self.s3_profile = s3_profile
         self.out_dir = out_dir
         self.s3_endpoint = s3_endpoint
         self.bucket = bucket
@@ -96,7 +98,7 @@ class Experiment:
         self.cluster = LocalCluster(str(self.out_dir / "cluster"), controllers=self.scn.controllers,
                                     brokers=self.scn.brokers, s3_endpoint=self.s3_endpoint, bucket=self.bucket,
                                     broker_overrides=broker_overrides(self.scn),
-                                    wal_mode=self.wal_mode)
+                                    wal_mode=self.wal_mode, s3_profile=self.s3_profile)
         if self.s3_endpoint:
             await asyncio.to_thread(_ensure_bucket, self.s3_endpoint, self.bucket)
         try:
@@ -552,6 +554,7 @@ class Experiment:
         summary = summarize_run(frame, events, verification, first_step, steps=len(self.scn.steps))
         summary["scenario"] = self.scn.name
         summary["wal_mode"] = self.wal_mode
+        summary["s3_profile"] = self.s3_profile
         summary["verification"] = verification
         title = f"ferry autoscale: {self.scn.name}"
         plots = [plot_overview(frame, events, self.out_dir / "overview.png", title),
