@@ -477,14 +477,14 @@ class CommittedLog:
         as the log still holds every record after it. The reader goes on from there with the log,
         and the image moves with every record, so an exact one would be rebuilt for nearly every
         such reader: at 30,000 partitions that is 150,000 records to encode, seconds each time."""
+        with self._lock:
+            resets = self._resets  # read before the image: a reset after it drops what is built
         image = self.image
         with self._lock:
             cache = self._snapshot_cache
             log_start = self.core.log_start_offset
         if cache is not None and (cache[0] == image.offset or (not latest and cache[0] + 1 >= log_start)):
             return cache
-        with self._lock:
-            resets = self._resets
         result = (image.offset, [encode_record(r) for r in image_records(image)])
         with self._lock:
             # kept although the image moved on while it was built (it always does under load):
